@@ -1,0 +1,1 @@
+"""Core entities shared by every layer: requests, KV blocks, clocks, registries, metrics."""

@@ -1,0 +1,128 @@
+"""Paged KV-cache block accounting (vLLM's block manager, without tensors).
+
+Invariant: ``num_free_blocks + Σ request.num_blocks (GPU-resident) == num_blocks``, and likewise
+for the host swap space. A request holding ``t`` computed tokens holds ``ceil(t / block_size)``
+blocks. Block ids are optional: the simulator only counts; the real engine asks for a request's
+block table, which is materialised lazily from a free-id list so that bulk accounting (the decode
+pool charges many requests one block each in O(1)) and id tables never disagree.
+"""
+
+from __future__ import annotations
+
+from tidal.core.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVBlockManager:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        watermark: float = 0.01,
+        num_host_blocks: int = 0,
+        track_ids: bool = False,
+    ) -> None:
+        if num_blocks <= 0:
+            raise ValueError("num_blocks must be positive")
+        if block_size <= 0:
+            raise ValueError("block_size must be positive")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.watermark_blocks = int(watermark * num_blocks)
+        self.num_free_blocks = num_blocks
+        self.num_host_blocks = num_host_blocks
+        self.num_free_host_blocks = num_host_blocks
+        self.track_ids = track_ids
+        self._free_ids: list[int] = list(range(num_blocks - 1, -1, -1)) if track_ids else []
+        self._tables: dict[int, list[int]] = {}
+        self._host: dict[int, int] = {}
+        """Blocks each swapped-out request holds in host memory."""
+
+    # ------------------------------------------------------------------ queries
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    def usage(self) -> float:
+        return (self.num_blocks - self.num_free_blocks) / self.num_blocks
+
+    def can_admit(self, num_new_blocks: int) -> bool:
+        """Whether a *new* request may take ``num_new_blocks``, keeping the watermark free."""
+        return self.num_free_blocks - num_new_blocks >= self.watermark_blocks
+
+    # ------------------------------------------------------------------ mutation
+    def allocate(self, req: Request, num_tokens: int) -> None:
+        """Grow ``req`` to hold ``num_tokens`` tokens. Raises if the blocks are not free."""
+        need = -(-num_tokens // self.block_size) - req.num_blocks
+        if need > 0:
+            if need > self.num_free_blocks:
+                raise RuntimeError(f"KV overcommit: need {need}, free {self.num_free_blocks}")
+            self.num_free_blocks -= need
+            req.num_blocks += need
+
+    def take(self, num_blocks: int) -> None:
+        """Charge ``num_blocks`` in bulk (the decode pool's aggregate growth)."""
+        if num_blocks > self.num_free_blocks:
+            raise RuntimeError(f"KV overcommit: need {num_blocks}, free {self.num_free_blocks}")
+        self.num_free_blocks -= num_blocks
+
+    def free(self, req: Request) -> None:
+        self.num_free_blocks += req.num_blocks
+        req.num_blocks = 0
+        if self.track_ids:
+            table = self._tables.pop(req.request_id, None)
+            if table:
+                self._free_ids.extend(table)
+        assert self.num_free_blocks <= self.num_blocks
+
+    def swap_out(self, req: Request) -> bool:
+        """Move ``req``'s blocks to host memory; False (nothing moved) if the host is full."""
+        n = req.num_blocks
+        if n > self.num_free_host_blocks:
+            return False
+        self.num_free_host_blocks -= n
+        self.free(req)
+        self._host[req.request_id] = n
+        return True
+
+    def swap_in(self, req: Request) -> bool:
+        """Bring ``req``'s swapped blocks back; False if the GPU lacks the room."""
+        n = self._host.get(req.request_id, 0)
+        if n > self.num_free_blocks:
+            return False
+        del self._host[req.request_id]
+        self.num_free_host_blocks += n
+        self.num_free_blocks -= n
+        req.num_blocks = n
+        return True
+
+    def host_blocks_of(self, req: Request) -> int:
+        return self._host.get(req.request_id, 0)
+
+    def drop_swapped(self, req: Request) -> None:
+        """Forget ``req``'s host copy (it finished or was discarded while swapped)."""
+        n = self._host.pop(req.request_id, 0)
+        self.num_free_host_blocks += n
+
+    # ------------------------------------------------------------------ ids
+    def block_table(self, req: Request) -> list[int]:
+        """Physical block ids of ``req`` (id tracking only), grown to ``req.num_blocks``."""
+        if not self.track_ids:
+            raise RuntimeError("block ids are not tracked by this manager")
+        table = self._tables.setdefault(req.request_id, [])
+        short = req.num_blocks - len(table)
+        if short > 0:
+            table.extend(self._free_ids[-short:][::-1])
+            del self._free_ids[-short:]
+        return table
+
+    def check(self, resident: list[Request]) -> None:
+        """Assert the accounting invariant over the GPU-resident requests (tests, debug)."""
+        held = sum(r.num_blocks for r in resident)
+        assert held + self.num_free_blocks == self.num_blocks, (held, self.num_free_blocks)
+        assert self.num_free_host_blocks + sum(self._host.values()) == self.num_host_blocks

@@ -1,0 +1,108 @@
+"""Latency and throughput metrics from per-request columns (both backends use these).
+
+Definitions (vLLM ``bench serve`` conventions): TTFT = first token − arrival; E2E = finish −
+arrival; TPOT = (finish − first token)/(output tokens − 1), for requests with > 1 output token;
+queueing delay = first scheduled − arrival; inter-token latency (ITL) samples are step durations
+weighted by the decode tokens they produced. Throughputs divide by the makespan (first arrival
+to last completion). A request meets the SLO when TTFT ≤ ``slo_ttft_s`` and TPOT ≤
+``slo_tpot_s`` (TPOT counts as met for one-token outputs); goodput = such completed requests per
+second; SLO attainment = their share of *all* requests (unfinished ones count as misses).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+PCTS = (50, 90, 99)
+
+
+def _pcts(name: str, x: np.ndarray, out: dict[str, Any], pcts: tuple[int, ...] = PCTS) -> None:
+    if len(x) == 0:
+        for p in pcts:
+            out[f"{name}_p{p}_s"] = None
+        out[f"{name}_mean_s"] = None
+        return
+    vals = np.percentile(x, pcts)
+    for p, v in zip(pcts, vals, strict=True):
+        out[f"{name}_p{p}_s"] = float(v)
+    out[f"{name}_mean_s"] = float(np.mean(x))
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, pcts: tuple[int, ...]) -> list[float]:
+    """Percentiles of a weighted sample (inverted CDF: smallest value whose cumulative weight
+    reaches p% of the total)."""
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    cw = np.cumsum(weights[order])
+    total = cw[-1]
+    out = []
+    for p in pcts:
+        i = int(np.searchsorted(cw, total * p / 100.0, side="left"))
+        out.append(float(v[min(i, len(v) - 1)]))
+    return out
+
+
+def request_latencies(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-request latency columns in seconds (NaN where undefined)."""
+    arrival = cols["arrival_ns"]
+    first = cols["first_token_ns"]
+    finish = cols["finish_ns"]
+    sched = cols["first_scheduled_ns"]
+    out_tok = cols["output_tokens"]
+    done = finish >= 0
+    nan = np.float64("nan")
+    ttft = np.where(done, (first - arrival) / 1e9, nan)
+    e2e = np.where(done, (finish - arrival) / 1e9, nan)
+    queue = np.where(sched >= 0, (sched - arrival) / 1e9, nan)
+    denom = np.maximum(out_tok - 1, 1)
+    tpot = np.where(done & (out_tok > 1), (finish - first) / 1e9 / denom, nan)
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "queue_s": queue}
+
+
+def summarize(
+    cols: dict[str, np.ndarray],
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    itl_ns: np.ndarray | None = None,
+    itl_weight: np.ndarray | None = None,
+) -> dict[str, Any]:
+    lat = request_latencies(cols)
+    done = cols["finish_ns"] >= 0
+    n = len(done)
+    n_done = int(done.sum())
+    m: dict[str, Any] = {"num_requests": n, "num_completed": n_done}
+    ttft = lat["ttft_s"][done]
+    e2e = lat["e2e_s"][done]
+    tpot_all = lat["tpot_s"][done]
+    tpot = tpot_all[~np.isnan(tpot_all)]
+    queue = lat["queue_s"][done]
+    _pcts("ttft", ttft, m)
+    _pcts("tpot", tpot, m)
+    _pcts("e2e", e2e, m)
+    _pcts("queue", queue, m)
+    if itl_ns is not None and itl_weight is not None and len(itl_ns) and itl_weight.sum() > 0:
+        for p, v in zip(PCTS, weighted_percentiles(itl_ns, itl_weight, PCTS), strict=True):
+            m[f"itl_p{p}_s"] = v / 1e9
+    else:
+        for p in PCTS:
+            m[f"itl_p{p}_s"] = None
+    if n_done:
+        start = int(cols["arrival_ns"].min())
+        end = int(cols["finish_ns"][done].max())
+        makespan = max(end - start, 1) / 1e9
+        in_tok = int(cols["prompt_len"][done].sum())
+        out_tok = int(cols["output_tokens"][done].sum())
+        met = (ttft <= slo_ttft_s) & (np.nan_to_num(tpot_all, nan=0.0) <= slo_tpot_s)
+        n_met = int(met.sum())
+    else:
+        makespan, in_tok, out_tok, n_met = 0.0, 0, 0, 0
+    m["duration_s"] = makespan
+    m["request_throughput"] = n_done / makespan if makespan else 0.0
+    m["token_throughput"] = (in_tok + out_tok) / makespan if makespan else 0.0
+    m["output_token_throughput"] = out_tok / makespan if makespan else 0.0
+    m["goodput"] = n_met / makespan if makespan else 0.0
+    m["slo_attainment"] = n_met / n if n else 0.0
+    m["num_preemptions"] = int(cols["num_preemptions"].sum())
+    return m

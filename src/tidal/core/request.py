@@ -1,0 +1,64 @@
+"""A request and its progress, counted the vLLM-v1 way (DESIGN.md §1).
+
+``num_computed_tokens`` chases ``num_tokens`` (prompt + generated + returned by external calls).
+"Prefill" and "decode" are derived, not states: a request whose computed count is behind by more
+than one token is prefilling (a prompt, a recompute after preemption, or a tool result); when it
+catches up, the step samples one new token. Timestamps are integer nanoseconds, ``-1`` = not yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class RequestState(IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    PAUSED = 2
+    """Waiting on an external call (augmented requests)."""
+    FINISHED = 3
+    ABORTED = 4
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    request_id: int
+    arrival_ns: int
+    prompt_len: int
+    max_output_len: int
+    """Output tokens to generate (the trace's output length; EOS is ignored, as ``--ignore-eos``)."""
+    model: str = ""
+    state: RequestState = RequestState.WAITING
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    num_extra_tokens: int = 0
+    """Tokens appended by external calls (tool results); they are prefilled like the prompt."""
+    num_blocks: int = 0
+    """KV blocks held on the GPU (maintained by the KV block manager)."""
+    first_scheduled_ns: int = -1
+    first_token_ns: int = -1
+    finish_ns: int = -1
+    num_preemptions: int = 0
+    pool_base: int = 0
+    """Engine decode-pool bookkeeping: computed tokens = ``pool_base`` + pool steps while pooled."""
+    in_pool: bool = False
+    token_ids: list[int] | None = field(default=None)
+    """Prompt then generated token ids; only the real engine fills these."""
+    payload: object = None
+    """Workload-specific data (e.g. the segments of an augmented request)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output_tokens + self.num_extra_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state >= RequestState.FINISHED
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(id={self.request_id}, state={self.state.name}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens}, "
+            f"out={self.num_output_tokens}/{self.max_output_len}, blocks={self.num_blocks})"
+        )

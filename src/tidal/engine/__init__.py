@@ -1,0 +1,1 @@
+"""One serving instance: waiting-queue ordering, batching policy, KV accounting, step plans."""

@@ -1,0 +1,127 @@
+"""The decode pool: running requests whose prefill is done, each computing one token per step.
+
+Members are advanced lazily. The pool keeps a step counter ``steps``; a member's computed-token
+count is ``pool_base + steps`` and is written back to the request only when it leaves. A decode
+step therefore costs O(1) however large the batch, and the simulator can jump many steps at once:
+
+* Σ attended context = Σ(pool_base) + n·(steps + 1), kept as one running sum;
+* KV growth: a member needs a new block before a step iff its computed count is a multiple of
+  the block size, i.e. iff ``pool_base ≡ −(steps + i) (mod block_size)`` at step offset i. A
+  histogram of ``pool_base mod block_size`` answers "blocks needed at offset i" in O(1);
+* departures (last output token, or the token before an external call) are known when a request
+  joins: a heap of (departure step, request id) yields the next one.
+Invariant while pooled: ``computed = num_tokens − 1`` and ``num_blocks = ceil(computed / bs)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from tidal.core.request import Request
+
+
+class DecodePool:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.steps = 0
+        self.members: dict[int, Request] = {}
+        self._base_sum = 0
+        self._residue = [0] * block_size
+        self._leave: list[tuple[int, int, int]] = []  # (departure step, request id, join id)
+        self._join_id: dict[int, int] = {}
+        self._joins = 0
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    # ------------------------------------------------------------------ membership
+    def join(self, req: Request, target_output: int) -> None:
+        """Add ``req`` (caught up: computed == num_tokens − 1); it departs after the step that
+        samples output token number ``target_output``."""
+        base = req.num_computed_tokens - self.steps
+        req.pool_base = base
+        req.in_pool = True
+        self.members[req.request_id] = req
+        self._base_sum += base
+        self._residue[base % self.block_size] += 1
+        target_computed = target_output + req.prompt_len + req.num_extra_tokens - 1
+        self._joins += 1
+        self._join_id[req.request_id] = self._joins
+        heapq.heappush(self._leave, (target_computed - base, req.request_id, self._joins))
+
+    def computed(self, req: Request) -> int:
+        return req.pool_base + self.steps
+
+    def materialize(self, req: Request) -> None:
+        """Write the lazily advanced counters and block count back to ``req``."""
+        c = req.pool_base + self.steps
+        req.num_computed_tokens = c
+        req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
+        req.num_blocks = -(-c // self.block_size)
+
+    def remove(self, req: Request) -> None:
+        self.materialize(req)
+        del self.members[req.request_id]
+        del self._join_id[req.request_id]
+        self._base_sum -= req.pool_base
+        self._residue[req.pool_base % self.block_size] -= 1
+        req.in_pool = False
+
+    def materialize_all(self) -> None:
+        for req in self.members.values():
+            self.materialize(req)
+
+    # ------------------------------------------------------------------ aggregates
+    def decode_ctx(self) -> int:
+        """Σ attended context of the next step: Σ(computed + 1)."""
+        n = len(self.members)
+        return self._base_sum + n * (self.steps + 1)
+
+    def blocks_needed(self, offset: int = 0) -> int:
+        """New KV blocks the members need for the step ``offset`` steps from now."""
+        return self._residue[(-(self.steps + offset)) % self.block_size]
+
+    def blocks_needed_range(self, start: int, stop: int) -> int:
+        """Σ blocks_needed(i) for start ≤ i < stop (each member needs one per block_size steps)."""
+        bs = self.block_size
+        count = stop - start
+        if count <= 0:
+            return 0
+        full, part = divmod(count, bs)
+        total = full * len(self.members)
+        for i in range(start + full * bs, stop):
+            total += self._residue[(-(self.steps + i)) % bs]
+        return total
+
+    def needs_block(self, req: Request) -> bool:
+        return (req.pool_base + self.steps) % self.block_size == 0
+
+    def steps_to_departure(self) -> int:
+        """Steps until the earliest departure (≥ 1), or a huge number when empty."""
+        heap = self._leave
+        joins = self._join_id
+        while heap:
+            step, rid, jid = heap[0]
+            if joins.get(rid) == jid:
+                return step - self.steps
+            heapq.heappop(heap)
+        return 1 << 60
+
+    # ------------------------------------------------------------------ time
+    def advance(self, num_steps: int) -> list[Request]:
+        """Run ``num_steps`` decode steps; return the members that depart (removed)."""
+        self.steps += num_steps
+        out: list[Request] = []
+        heap = self._leave
+        members = self.members
+        joins = self._join_id
+        while heap and heap[0][0] <= self.steps:
+            step, rid, jid = heapq.heappop(heap)
+            if joins.get(rid) != jid:
+                continue
+            req = members[rid]
+            if step < self.steps:
+                raise AssertionError(f"request {rid} overshot its departure step")
+            self.remove(req)
+            out.append(req)
+        return out

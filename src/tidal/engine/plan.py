@@ -1,0 +1,57 @@
+"""The scheduler's output for one engine step: what to compute, no tensors (vLLM v1's
+``SchedulerOutput``, reduced to what a latency model and a model runner need)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidal.core.request import Request
+from tidal.hardware.perf import StepShape
+
+
+@dataclass(slots=True)
+class StepPlan:
+    prefills: list[tuple[Request, int]] = field(default_factory=list)
+    """Prefill chunks in batch order: (request, new tokens). Covers prompts, recomputes after
+    preemption and tool results; a chunk that reaches the request's end samples a token."""
+    num_decodes: int = 0
+    """Requests of the decode pool, each computing exactly one token."""
+    decode_ctx: int = 0
+    """Σ over decodes of the attended context (computed tokens + the new one)."""
+    prefill_attn: int = 0
+    prefill_ctx: int = 0
+    preempted: list[Request] = field(default_factory=list)
+    num_steps: int = 1
+    """>1 when the simulator fast-forwards identical pure-decode steps in one event."""
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(n for _, n in self.prefills)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_decodes + self.prefill_tokens
+
+    @property
+    def is_empty(self) -> bool:
+        return self.num_decodes == 0 and not self.prefills
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return not self.prefills and self.num_decodes > 0
+
+    def shape(self) -> StepShape:
+        return StepShape(
+            self.num_decodes,
+            self.decode_ctx,
+            self.prefill_tokens,
+            self.prefill_attn,
+            self.prefill_ctx,
+            len(self.prefills),
+        )
+
+    def add_chunk(self, req: Request, num_new: int) -> None:
+        s = req.num_computed_tokens
+        self.prefills.append((req, num_new))
+        self.prefill_attn += num_new * (2 * s + num_new)
+        self.prefill_ctx += s + num_new

@@ -1,0 +1,1 @@
+"""GPU and model catalogs and the per-step performance models."""

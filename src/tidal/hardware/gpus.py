@@ -1,0 +1,80 @@
+"""GPU catalog. Dense (non-sparse) tensor throughput, HBM/GDDR bandwidth and size, links.
+
+Sources: ``shared/research/ebplus.md`` §6 (vendor pages; dense = half the sparse marketing
+figure). Link bandwidths are per direction. ``price_per_hour`` is an indicative on-demand cloud
+price in USD (mid-2026 list prices, rounded); it only feeds the planner's optional $ column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidal.core.errors import unknown_name
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    name: str
+    bf16_tflops: float
+    fp8_tflops: float | None
+    mem_bw_tbs: float
+    """Peak memory bandwidth, TB/s (1e12 bytes/s)."""
+    mem_gb: float
+    """Memory capacity, GB (1e9 bytes)."""
+    pcie_gbs: float
+    """Host link bandwidth per direction, GB/s."""
+    nvlink_gbs: float
+    """GPU-to-GPU bandwidth per direction, GB/s (0: none, peers talk over PCIe)."""
+    price_per_hour: float
+
+    @property
+    def flops(self) -> float:
+        return self.bf16_tflops * 1e12
+
+    @property
+    def mem_bw(self) -> float:
+        return self.mem_bw_tbs * 1e12
+
+    @property
+    def mem_bytes(self) -> float:
+        return self.mem_gb * 1e9
+
+    @property
+    def peer_bw(self) -> float:
+        """Bytes/s between two GPUs of a node (NVLink when present, else PCIe)."""
+        return (self.nvlink_gbs or self.pcie_gbs) * 1e9
+
+    def with_bandwidth(self, mem_bw_tbs: float) -> GPUSpec:
+        """A what-if GPU differing only in memory bandwidth (bandwidth sweeps)."""
+        from dataclasses import replace
+
+        return replace(self, name=f"{self.name}@{mem_bw_tbs:g}TBs", mem_bw_tbs=mem_bw_tbs)
+
+
+GPUS: dict[str, GPUSpec] = {
+    g.name: g
+    for g in (
+        GPUSpec("h100", 989.0, 1979.0, 3.35, 80.0, 64.0, 450.0, 3.0),
+        GPUSpec("h200", 989.0, 1979.0, 4.8, 141.0, 64.0, 450.0, 3.8),
+        GPUSpec("a100-80gb", 312.0, None, 2.039, 80.0, 32.0, 300.0, 1.8),
+        GPUSpec("l40s", 362.0, 733.0, 0.864, 48.0, 32.0, 0.0, 1.0),
+        GPUSpec("rtx-pro-6000", 504.0, 1008.0, 1.792, 96.0, 64.0, 0.0, 1.6),
+        GPUSpec("b200", 2250.0, 4500.0, 8.0, 180.0, 64.0, 900.0, 6.0),
+    )
+}
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """Look up a GPU by id; ``name@X`` gives the same GPU with X TB/s of memory bandwidth."""
+    base, _, bw = name.partition("@")
+    try:
+        gpu = GPUS[base]
+    except KeyError:
+        raise unknown_name("gpu", name, GPUS) from None
+    if bw:
+        try:
+            value = float(bw.removesuffix("TBs").removesuffix("tbs"))
+        except ValueError:
+            raise unknown_name("gpu", name, [f"{g}@<TB/s>" for g in GPUS]) from None
+        gpu = gpu.with_bandwidth(value)
+    return gpu

@@ -1,0 +1,1 @@
+"""Results on disk (Parquet + JSON), tables and plots."""

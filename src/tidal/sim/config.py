@@ -1,0 +1,124 @@
+"""The full, typed configuration of one simulation run (YAML-loadable, recorded with results)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tidal.core.errors import ConfigError
+from tidal.hardware.calibration import PERF_MODELS
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.models import get_model
+from tidal.workload.config import WorkloadConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemoryConfig(_Strict):
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    activation_reserve_gb: float = Field(default=3.0, ge=0)
+    block_size: int = Field(default=16, ge=1)
+    watermark: float = Field(default=0.01, ge=0, lt=1)
+
+
+class SchedulerSettings(_Strict):
+    batching: str = "mb"
+    ordering: str = "fcfs"
+    token_budget: int = Field(default=8192, ge=1)
+    """Max tokens per step (vLLM ``max_num_batched_tokens``)."""
+    max_seqs: int = Field(default=256, ge=1)
+    """Max running requests (vLLM ``max_num_seqs``)."""
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _budget(self) -> SchedulerSettings:
+        if self.token_budget < self.max_seqs:
+            raise ValueError(
+                f"token_budget ({self.token_budget}) must be >= max_seqs ({self.max_seqs}) so that "
+                "every running request can decode in each step"
+            )
+        return self
+
+
+class SLOConfig(_Strict):
+    ttft_s: float = Field(default=2.0, gt=0)
+    """TTFT threshold in seconds (default 2 s, Vidur-Search's P90 SLO; ebplus.md §7 Q9)."""
+    tpot_s: float = Field(default=0.2, gt=0)
+    """TPOT threshold in seconds (default 200 ms)."""
+
+
+class SimulationConfig(_Strict):
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
+    tp: int = Field(default=1, ge=1)
+    perf_model: str = "auto"
+    memory: MemoryConfig = MemoryConfig()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    workload: WorkloadConfig
+    slo: SLOConfig = SLOConfig()
+    seed: int = Field(default=0, ge=0)
+    fast_forward: bool = True
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        get_model(v)
+        return v
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, v: str) -> str:
+        get_gpu(v)
+        return v
+
+    @field_validator("perf_model")
+    @classmethod
+    def _perf(cls, v: str) -> str:
+        if v not in PERF_MODELS:
+            raise ValueError(f"unknown value {v!r} (valid: {', '.join(PERF_MODELS)})")
+        return v
+
+    @model_validator(mode="after")
+    def _policies(self) -> SimulationConfig:
+        import tidal.engine.policies  # noqa: F401  (registers every policy)
+        from tidal.engine.ordering import ORDERINGS
+        from tidal.engine.scheduler import BATCHING
+
+        BATCHING.get(self.scheduler.batching)
+        ORDERINGS.get(self.scheduler.ordering)
+        return self
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line per problem: ``dotted.field: message``."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}")
+    return "\n".join(lines)
+
+
+def load_config(data: dict[str, Any]) -> SimulationConfig:
+    try:
+        return SimulationConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError("config", "\n" + format_validation_error(err)) from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError("config", f"file {p} does not exist", "give the path of a YAML file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError("config", f"{p} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{p} must hold a mapping of settings")
+    return data

@@ -1,0 +1,142 @@
+"""One simulated serving instance: the engine scheduler plus a latency model, with exact
+fast-forward of pure-decode runs (DESIGN.md §2).
+
+Fast-forward: when the scheduler says a pure-decode plan would repeat k times (until the first
+departure or the first missing KV block) the instance computes the k step durations in one
+vectorised call and schedules a single step-end event for the whole run. If an arrival could
+change the plan, the run stops at the first step that starts after the next arrival (a step
+starting exactly at an arrival does not see it: step ends are processed before arrivals at the
+same time). Step-by-step simulation (``fast_forward=False``) gives identical timestamps; a
+property test asserts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tidal.core.buffers import Int64Buffer
+from tidal.core.request import Request
+from tidal.core.units import INF_NS
+from tidal.engine.plan import StepPlan
+from tidal.engine.scheduler import Scheduler
+from tidal.hardware.perf import PerfModel
+
+_FIRST_CHUNK = 32
+
+
+class SimInstance:
+    def __init__(
+        self,
+        index: int,
+        scheduler: Scheduler,
+        perf: PerfModel,
+        fast_forward: bool = True,
+    ) -> None:
+        self.index = index
+        self.scheduler = scheduler
+        self.perf = perf
+        self.fast_forward = fast_forward
+        self.busy = False
+        self.next_arrival_ns: Callable[[], int] = lambda: INF_NS
+        """Time of the next arrival that could reach this instance (set by the simulation)."""
+        self._plan: StepPlan | None = None
+        self._num_steps = 1
+        self._start_ns = 0
+        self._end_ns = 0
+        self.busy_ns = 0
+        self.num_events = 0
+        # inter-token latency samples: a step's duration, weighted by its decode tokens
+        self.itl_ns = Int64Buffer()
+        self.itl_weight = Int64Buffer()
+
+    # ------------------------------------------------------------------ events
+    def on_arrival(self, req: Request, now_ns: int) -> int | None:
+        """Queue ``req``; if idle, start a step. Returns the new step-end time, if any."""
+        self.scheduler.add_request(req)
+        if self.busy:
+            return None
+        return self._start(now_ns)
+
+    def on_step_end(self, now_ns: int) -> int | None:
+        """Apply the finished step(s), then start the next. Returns its end time or None."""
+        plan = self._plan
+        assert plan is not None
+        self.scheduler.update(plan, now_ns, self._num_steps)
+        self.busy_ns += now_ns - self._start_ns
+        return self._start(now_ns)
+
+    # ------------------------------------------------------------------ steps
+    def _start(self, now_ns: int) -> int | None:
+        sched = self.scheduler
+        plan = sched.schedule(now_ns)
+        self.num_events += 1
+        if plan.is_empty:
+            self.busy = False
+            self._plan = None
+            if len(sched.waiting) and not sched.running:
+                raise RuntimeError(
+                    "the head request cannot be admitted into an empty instance: the KV cache "
+                    f"({sched.kv.num_blocks} blocks) is too small for its first chunk; raise "
+                    "gpu_memory_utilization or lower the token budget"
+                )
+            return None
+        self.busy = True
+        self._plan = plan
+        self._start_ns = now_ns
+        n_dec = plan.num_decodes
+        if self.fast_forward and not plan.prefills and n_dec:
+            k, sensitive = sched.repeatable_steps(plan)
+            if k > 1:
+                horizon = self.next_arrival_ns() if sensitive else INF_NS
+                return self._start_run(plan, now_ns, k, horizon)
+        d = self.perf.step_ns(
+            n_dec,
+            plan.decode_ctx,
+            plan.prefill_tokens,
+            plan.prefill_attn,
+            plan.prefill_ctx,
+            len(plan.prefills),
+        )
+        self._num_steps = 1
+        if n_dec:
+            self.itl_ns.append(d)
+            self.itl_weight.append(n_dec)
+        self._end_ns = now_ns + d
+        return self._end_ns
+
+    def _start_run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
+        """Plan a run of up to ``k`` identical pure-decode steps, the last one starting no
+        later than ``horizon_ns``."""
+        n = plan.num_decodes
+        ctx0 = plan.decode_ctx
+        perf = self.perf
+        done = 0
+        t = now_ns
+        chunk = _FIRST_CHUNK
+        parts: list[np.ndarray] = []
+        while done < k:
+            size = min(chunk, k - done)
+            d = perf.decode_run_ns(n, ctx0 + n * done, size)
+            ends = t + np.cumsum(d)
+            # Keep the steps that start at or before the horizon. The chunk's first step starts
+            # at t ≤ horizon (else the previous chunk would have stopped); step j ≥ 1 of the
+            # chunk starts at ends[j - 1].
+            if ends[-1] > horizon_ns or done + size == k:
+                take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
+                parts.append(d[:take])
+                t = int(ends[take - 1])
+                done += take
+                break
+            parts.append(d)
+            t = int(ends[-1])
+            done += size
+            chunk *= 4
+        self._num_steps = done
+        plan.num_steps = done
+        durations = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.itl_ns.extend(durations)
+        self.itl_weight.extend(np.full(done, n, dtype=np.int64))
+        self._end_ns = t
+        return t

@@ -1,0 +1,119 @@
+"""Build a simulation from a :class:`SimulationConfig`, run it, and summarise it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import tidal.engine.policies  # noqa: F401
+from tidal.core.kv import KVBlockManager
+from tidal.core.metrics import summarize
+from tidal.engine.ordering import ORDERINGS
+from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.memory import MemoryPlan, plan_memory
+from tidal.hardware.models import get_model
+from tidal.hardware.perf import PerfModel
+from tidal.hardware.roofline import roofline_token_throughput
+from tidal.sim.config import SimulationConfig
+from tidal.sim.instance import SimInstance
+from tidal.sim.recorder import RequestRecorder
+from tidal.sim.simulator import Simulation
+from tidal.workload.base import RequestSet
+from tidal.workload.build import build_workload
+
+SEED_STREAMS = ("workload", "policy", "cluster", "noise")
+"""Named random streams, spawned in this order from the run seed (``SeedSequence.spawn``)."""
+
+
+def rng_streams(seed: int) -> dict[str, np.random.Generator]:
+    children = np.random.SeedSequence(seed).spawn(len(SEED_STREAMS))
+    return {name: np.random.default_rng(s) for name, s in zip(SEED_STREAMS, children, strict=True)}
+
+
+@dataclass
+class SimResult:
+    config: SimulationConfig
+    metrics: dict[str, Any]
+    columns: dict[str, np.ndarray]
+    run_info: dict[str, Any]
+    """Wall-clock and event counts: not deterministic, kept out of ``summary.json``."""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def build_instance(
+    cfg: SimulationConfig, max_request_tokens: int
+) -> tuple[Scheduler, PerfModel, MemoryPlan]:
+    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    mem = cfg.memory
+    plan = plan_memory(
+        model,
+        gpu,
+        cfg.tp,
+        mem.block_size,
+        mem.gpu_memory_utilization,
+        mem.activation_reserve_gb,
+        min_tokens=max_request_tokens,
+    )
+    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp)
+    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
+    s = cfg.scheduler
+    sched_cfg = SchedulerConfig(s.token_budget, s.max_seqs, s.long_prefill_token_threshold)
+    scheduler = BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
+    return scheduler, perf, plan
+
+
+def load_requests(cfg: SimulationConfig) -> RequestSet:
+    rng = rng_streams(cfg.seed)["workload"]
+    reqs = build_workload(cfg.workload, rng)
+    if len(reqs) == 0:
+        from tidal.core.errors import ConfigError
+
+        raise ConfigError("workload", "the workload has no requests", "widen the time window")
+    return reqs
+
+
+def run_simulation(
+    cfg: SimulationConfig,
+    requests: RequestSet | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    t0 = time.perf_counter()
+    reqs = requests if requests is not None else load_requests(cfg)
+    t_load = time.perf_counter()
+    max_tokens = int((reqs.prompt_len + reqs.output_len).max())
+    scheduler, perf, mem = build_instance(cfg, max_tokens)
+    inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
+    recorder = RequestRecorder(reqs)
+    n = len(reqs)
+    cb = (lambda done: progress(done, n)) if progress is not None else None
+    sim = Simulation([inst], reqs, recorder, cfg.workload.concurrency, progress=cb)
+    sim.run()
+    t_sim = time.perf_counter()
+    cols = recorder.columns()
+    metrics = summarize(
+        cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl_ns.view(), inst.itl_weight.view()
+    )
+    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    metrics["roofline_token_throughput"] = roofline_token_throughput(
+        model, gpu, cfg.tp, reqs.prompt_len, reqs.output_len,
+        mem.kv_capacity_tokens, cfg.scheduler.max_seqs,
+    )
+    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics["num_steps"] = scheduler.num_steps
+    metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
+    metrics["perf_model"] = perf.name
+    t_end = time.perf_counter()
+    run_info = {
+        "wall_s": t_end - t0,
+        "load_s": t_load - t0,
+        "simulate_s": t_sim - t_load,
+        "num_events": sim.num_events,
+        "simulated_requests_per_s": n / max(t_sim - t_load, 1e-9),
+    }
+    return SimResult(cfg, metrics, cols, run_info)

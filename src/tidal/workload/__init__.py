@@ -1,0 +1,1 @@
+"""Workloads: synthetic generators and real-trace replay, producing columnar request sets."""

@@ -1,0 +1,69 @@
+"""Typed workload configuration (YAML-loadable; unknown keys are refused)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class WorkloadConfig(BaseModel):
+    """Either a trace to replay (``trace``) or a synthetic generator (``num_requests`` + ``rate``).
+
+    Length distributions (``length_dist``): ``fixed`` (exactly ``prompt_len``/``output_len``),
+    ``uniform`` (± ``length_jitter`` around them), ``geometric`` (means ``prompt_len``/
+    ``output_len``), ``lognormal`` (medians, shape ``length_sigma``), ``empirical:NAME`` with NAME in
+    ``sharegpt``, ``arxiv``, ``bwb`` (the files under ``shared/traces/length_distributions``) or a
+    path to a CSV with ``num_prefill_tokens,num_decode_tokens`` columns; pairs are sampled jointly.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: str | None = None
+    """Path of a trace: Azure LLM 2023 CSV(.gz), Mooncake JSONL(.gz), or a ServeGen
+    ``*_trace_csv.tar.gz`` / directory of ``chunk-*-trace.csv`` files."""
+    trace_format: Literal["auto", "azure", "mooncake", "servegen"] = "auto"
+    max_requests: int | None = Field(default=None, ge=1)
+    """Keep only the first N requests of the trace (after the time window)."""
+    rate_scale: float = Field(default=1.0, gt=0)
+    """Multiply the trace's arrival rate (timestamps divided by this factor)."""
+    start_s: float = Field(default=0.0, ge=0)
+    """Time window start, seconds from the trace's first arrival."""
+    end_s: float | None = Field(default=None, gt=0)
+    """Time window end (exclusive), seconds from the trace's first arrival; applied before
+    rate scaling."""
+
+    num_requests: int | None = Field(default=None, ge=1)
+    rate: float | None = Field(default=None, gt=0)
+    """Synthetic arrival rate in requests/s; ``inf`` sends everything at t = 0."""
+    arrival_cv: float = Field(default=1.0, gt=0)
+    """Coefficient of variation of inter-arrival times: 1 = Poisson, otherwise Gamma."""
+    prompt_len: int = Field(default=512, ge=1)
+    output_len: int = Field(default=256, ge=1)
+    length_dist: str = "fixed"
+    length_jitter: float = Field(default=0.5, ge=0, lt=1)
+    length_sigma: float = Field(default=1.0, gt=0)
+
+    max_prompt_len: int | None = Field(default=None, ge=1)
+    """Cap prompt lengths (longer prompts are truncated)."""
+    max_output_len: int | None = Field(default=None, ge=1)
+    """Cap output lengths."""
+    concurrency: int | None = Field(default=None, ge=1)
+    """Closed loop: keep this many requests in flight; a new one is sent when one finishes
+    (``vllm bench serve --max-concurrency``). Arrival times of the workload are then ignored."""
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadConfig:
+        if self.trace is None:
+            if self.num_requests is None:
+                raise ValueError("num_requests: a synthetic workload needs a request count "
+                                 "(or give a trace)")
+            if self.rate is None and self.concurrency is None:
+                raise ValueError("rate: a synthetic workload needs a rate in req/s (or inf, or "
+                                 "a concurrency)")
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError("end_s: the time window ends before it starts")
+        if self.rate is not None and math.isnan(self.rate):
+            raise ValueError("rate: must be a number of requests per second or inf")
+        return self

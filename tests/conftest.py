@@ -1,0 +1,65 @@
+"""Shared test factories (in the manner of vLLM's tests/v1/core/utils.py)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import settings
+
+from tidal.core.kv import KVBlockManager
+from tidal.core.request import Request
+from tidal.engine.mb import MixedBatchingScheduler
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
+from tidal.hardware.perf import LinearPerfModel
+from tidal.sim.instance import SimInstance
+from tidal.sim.recorder import RequestRecorder
+from tidal.sim.simulator import Simulation
+from tidal.workload.base import RequestSet
+
+settings.register_profile("ci", deadline=None, derandomize=True, max_examples=60)
+settings.register_profile("dev", deadline=None, max_examples=30)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def make_scheduler(
+    num_blocks: int = 1000,
+    block_size: int = 16,
+    token_budget: int = 512,
+    max_seqs: int = 64,
+    watermark: float = 0.0,
+    cls: type[Scheduler] = MixedBatchingScheduler,
+) -> Scheduler:
+    kv = KVBlockManager(num_blocks, block_size, watermark)
+    return cls(SchedulerConfig(token_budget, max_seqs), kv)
+
+
+def make_request(rid: int, prompt: int, output: int, arrival_ns: int = 0) -> Request:
+    return Request(rid, arrival_ns, prompt, output)
+
+
+def unit_perf() -> LinearPerfModel:
+    """1 ms per step plus 1 µs per prefill token and per decode request; no context term."""
+    return LinearPerfModel(1e-3, 1e-6, 1e-3, 1e-6, kappa=0.0)
+
+
+def simulate(
+    requests: RequestSet,
+    scheduler: Scheduler,
+    perf=None,
+    fast_forward: bool = True,
+    concurrency: int | None = None,
+) -> tuple[RequestRecorder, Simulation, SimInstance]:
+    inst = SimInstance(0, scheduler, perf or unit_perf(), fast_forward)
+    rec = RequestRecorder(requests)
+    sim = Simulation([inst], requests, rec, concurrency)
+    sim.run()
+    return rec, sim, inst
+
+
+def request_set(arrival_s, prompt, output) -> RequestSet:
+    return RequestSet(
+        (np.asarray(arrival_s, dtype=np.float64) * 1e9).round().astype(np.int64),
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+    )
