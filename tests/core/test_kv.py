@@ -56,7 +56,8 @@ def test_block_ids_are_unique_and_recycled():
     kv.allocate(a, 9)
     kv.allocate(b, 8)
     ta, tb = list(kv.block_table(a)), list(kv.block_table(b))
-    assert len(ta) == 3 and len(tb) == 2
+    assert len(ta) == 3
+    assert len(tb) == 2
     assert not set(ta) & set(tb)
     kv.free(a)
     c = Request(2, 0, 12, 1)

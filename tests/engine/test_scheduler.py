@@ -33,7 +33,8 @@ def test_long_prompt_is_chunked_within_the_token_budget():
         s.update(plan, t + 1)
     assert chunks == [[128], [128], [44]]
     req = next(iter(s.running.values()))
-    assert req.num_output_tokens == 1 and req.first_token_ns == 3
+    assert req.num_output_tokens == 1
+    assert req.first_token_ns == 3
 
 
 def test_decodes_go_first_and_new_prompts_take_the_rest_of_the_budget():
@@ -52,7 +53,8 @@ def test_max_seqs_caps_the_running_set():
         s.add_request(make_request(i, 10, 5))
     plan = s.schedule(0)
     assert len(plan.prefills) == 2
-    assert s.num_running == 2 and s.num_waiting == 2
+    assert s.num_running == 2
+    assert s.num_waiting == 2
 
 
 def test_kv_exhaustion_preempts_the_newest_request_and_it_recomputes():
@@ -68,7 +70,8 @@ def test_kv_exhaustion_preempts_the_newest_request_and_it_recomputes():
         assert plan is not None
         preempted_ids += [r.request_id for r in plan.preempted]
         s.check()
-    assert preempted_ids and set(preempted_ids) == {1}
+    assert preempted_ids
+    assert set(preempted_ids) == {1}
     assert s.num_preemptions == len(preempted_ids)
     assert s.kv.num_free_blocks == 6
 
@@ -76,7 +79,9 @@ def test_kv_exhaustion_preempts_the_newest_request_and_it_recomputes():
 def test_finished_requests_release_every_block_and_keep_their_token_counts():
     rng = np.random.default_rng(1)
     n = 50
-    rs = request_set(np.sort(rng.uniform(0, 0.05, n)), rng.integers(1, 200, n), rng.integers(1, 60, n))
+    rs = request_set(
+        np.sort(rng.uniform(0, 0.05, n)), rng.integers(1, 200, n), rng.integers(1, 60, n)
+    )
     s = make_scheduler(num_blocks=80, block_size=8, token_budget=256, max_seqs=16)
     rec, _, _ = simulate(rs, s)
     assert (rec.finish_ns >= 0).all()

@@ -48,7 +48,13 @@ def test_fast_forward_is_exact(rs, blocks, block_size, budget, max_seqs, perf_id
         rec, sim, _ = simulate(rs, s, perf, fast_forward=ff, concurrency=concurrency)
         runs.append((rec, sim, s))
     (a, sa, s1), (b, sb, s2) = runs
-    for col in ("arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns", "num_preemptions"):
+    for col in (
+        "arrival_ns",
+        "first_scheduled_ns",
+        "first_token_ns",
+        "finish_ns",
+        "num_preemptions",
+    ):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
     assert s1.num_steps == s2.num_steps
     assert sb.num_events <= sa.num_events

@@ -30,7 +30,9 @@ def _pcts(name: str, x: np.ndarray, out: dict[str, Any], pcts: tuple[int, ...] =
     out[f"{name}_mean_s"] = float(np.mean(x))
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, pcts: tuple[int, ...]) -> list[float]:
+def weighted_percentiles(
+    values: np.ndarray, weights: np.ndarray, pcts: tuple[int, ...]
+) -> list[float]:
     """Percentiles of a weighted sample (inverted CDF: smallest value whose cumulative weight
     reaches p% of the total)."""
     order = np.argsort(values, kind="stable")

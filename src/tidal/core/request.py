@@ -27,7 +27,7 @@ class Request:
     arrival_ns: int
     prompt_len: int
     max_output_len: int
-    """Output tokens to generate (the trace's output length; EOS is ignored, as ``--ignore-eos``)."""
+    """Output tokens to generate (the trace's output length; EOS ignored, as ``--ignore-eos``)."""
     model: str = ""
     state: RequestState = RequestState.WAITING
     num_computed_tokens: int = 0

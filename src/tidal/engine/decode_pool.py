@@ -87,7 +87,7 @@ class DecodePool:
         count = stop - start
         if count <= 0:
             return 0
-        full, part = divmod(count, bs)
+        full, _part = divmod(count, bs)
         total = full * len(self.members)
         for i in range(start + full * bs, stop):
             total += self._residue[(-(self.steps + i)) % bs]

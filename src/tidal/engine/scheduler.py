@@ -16,6 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
@@ -88,6 +89,14 @@ class Scheduler(ABC):
         scheduled exactly like ``plan`` up to the decode pool's growth, and whether a new
         arrival could change that. The default, (1, True), disables fast-forward."""
         return 1, True
+
+    def extra_metrics(self) -> dict[str, Any]:
+        """Policy-specific summary metrics (merged into ``summary.json``)."""
+        return {}
+
+    def extra_tables(self) -> dict[str, dict[str, Any]]:
+        """Policy-specific time series, written as ``DIR/<name>.parquet``."""
+        return {}
 
     # ------------------------------------------------------------------ apply
     def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:

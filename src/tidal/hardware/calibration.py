@@ -27,11 +27,17 @@ class LinearCalibration:
 
 CALIBRATIONS: dict[tuple[str, str, int], LinearCalibration] = {
     ("qwen3-8b", "h200", 1): LinearCalibration(
-        1.2786e-3, 24.853e-6, 8.9212e-3, 45.865e-6,
+        1.2786e-3,
+        24.853e-6,
+        8.9212e-3,
+        45.865e-6,
         "eb-vllm pd_calibration_Qwen3-8B_H200.json (ebplus.md §1.1)",
     ),
     ("qwen3-8b", "rtx-pro-6000", 1): LinearCalibration(
-        4.6912e-3, 50.079e-6, 10.3760e-3, 103.881e-6,
+        4.6912e-3,
+        50.079e-6,
+        10.3760e-3,
+        103.881e-6,
         "eb-vllm pd_calibration_Qwen3-8B_RTXPRO6000.json (ebplus.md §1.1)",
     ),
 }
@@ -52,7 +58,9 @@ def build_perf_model(
     one-token step, β from the marginal cost of a 512-token-context decode and of a prefill
     token) when none were measured."""
     if kind not in PERF_MODELS:
-        raise ConfigError("perf_model", f"unknown value {kind!r}", f"valid: {', '.join(PERF_MODELS)}")
+        raise ConfigError(
+            "perf_model", f"unknown value {kind!r}", f"valid: {', '.join(PERF_MODELS)}"
+        )
     cal = CALIBRATIONS.get((model.name, gpu.name, tp))
     kappa = model.kv_bytes_per_token_per_gpu(tp) * tp / (eff_bw * gpu.mem_bw * tp)
     if kind == "auto" and cal is None:
@@ -61,7 +69,9 @@ def build_perf_model(
         return RooflinePerfModel(model, gpu, tp, eff_bw=eff_bw, **roofline_kw)
     if cal is None:
         cal = derive_linear(RooflinePerfModel(model, gpu, tp, eff_bw=eff_bw, **roofline_kw))
-    return LinearPerfModel(cal.alpha_p, cal.beta_p, cal.alpha_d, cal.beta_d, kappa, source=cal.source)
+    return LinearPerfModel(
+        cal.alpha_p, cal.beta_p, cal.alpha_d, cal.beta_d, kappa, source=cal.source
+    )
 
 
 def derive_linear(roof: RooflinePerfModel, ctx_ref: int = 512) -> LinearCalibration:

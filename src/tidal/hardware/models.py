@@ -65,7 +65,9 @@ class ModelSpec:
     @property
     def active_mlp_params_per_layer(self) -> int:
         if self.is_moe:
-            return self.num_active_experts * self.expert_params + self.hidden_size * self.num_experts
+            return (
+                self.num_active_experts * self.expert_params + self.hidden_size * self.num_experts
+            )
         return self.expert_params
 
     @property
@@ -132,8 +134,17 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, max_context=131072),
         ModelSpec("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, head_dim=128, max_context=40960),
         ModelSpec(
-            "qwen3-30b-a3b", 48, 2048, 32, 4, 768, 151936, head_dim=128,
-            num_experts=128, num_active_experts=8, max_context=40960,
+            "qwen3-30b-a3b",
+            48,
+            2048,
+            32,
+            4,
+            768,
+            151936,
+            head_dim=128,
+            num_experts=128,
+            num_active_experts=8,
+            max_context=40960,
         ),
         ModelSpec("mistral-7b", 32, 4096, 32, 8, 14336, 32000, max_context=32768),
         # Models of the augmented-request papers (InferCept / AugServe evaluations).

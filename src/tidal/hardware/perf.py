@@ -132,9 +132,9 @@ class RooflinePerfModel(PerfModel):
             self._expert_w = expert_bytes / bw
             self._miss = 1.0 - model.num_active_experts / model.num_experts
         else:
-            layer_bytes = model.num_layers * (
-                model.attn_params_per_layer + model.mlp_params_per_layer
-            ) * dt
+            layer_bytes = (
+                model.num_layers * (model.attn_params_per_layer + model.mlp_params_per_layer) * dt
+            )
             self._dense_w = (layer_bytes + head_bytes) / bw
             self._expert_w = 0.0
             self._miss = 0.0

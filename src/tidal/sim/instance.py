@@ -23,7 +23,8 @@ from tidal.engine.plan import StepPlan
 from tidal.engine.scheduler import Scheduler
 from tidal.hardware.perf import PerfModel
 
-_FIRST_CHUNK = 32
+_SCALAR_STEPS = 8
+_FIRST_CHUNK = 64
 
 
 class SimInstance:
@@ -33,14 +34,29 @@ class SimInstance:
         scheduler: Scheduler,
         perf: PerfModel,
         fast_forward: bool = True,
+        timeline_interval_ns: int = 1_000_000_000,
     ) -> None:
         self.index = index
         self.scheduler = scheduler
         self.perf = perf
         self.fast_forward = fast_forward
         self.busy = False
-        self.next_arrival_ns: Callable[[], int] = lambda: INF_NS
-        """Time of the next arrival that could reach this instance (set by the simulation)."""
+        self.next_event_ns: Callable[[], int] = lambda: INF_NS
+        """Time of the next external event that could change this instance's schedule
+        (arrival, tool-call return, control tick); set by the simulation."""
+        self.timeline_interval_ns = timeline_interval_ns
+        self._next_sample = 0
+        self.timeline: dict[str, Int64Buffer] = {
+            k: Int64Buffer()
+            for k in (
+                "time_ns",
+                "running",
+                "waiting",
+                "kv_used_blocks",
+                "decodes",
+                "prefill_tokens",
+            )
+        }
         self._plan: StepPlan | None = None
         self._num_steps = 1
         self._start_ns = 0
@@ -55,6 +71,12 @@ class SimInstance:
     def on_arrival(self, req: Request, now_ns: int) -> int | None:
         """Queue ``req``; if idle, start a step. Returns the new step-end time, if any."""
         self.scheduler.add_request(req)
+        if self.busy:
+            return None
+        return self._start(now_ns)
+
+    def kick(self, now_ns: int) -> int | None:
+        """Start a step if idle (work arrived by another path than an arrival)."""
         if self.busy:
             return None
         return self._start(now_ns)
@@ -86,10 +108,12 @@ class SimInstance:
         self._plan = plan
         self._start_ns = now_ns
         n_dec = plan.num_decodes
+        if now_ns >= self._next_sample:
+            self._sample(now_ns, plan)
         if self.fast_forward and not plan.prefills and n_dec:
             k, sensitive = sched.repeatable_steps(plan)
             if k > 1:
-                horizon = self.next_arrival_ns() if sensitive else INF_NS
+                horizon = self.next_event_ns() if sensitive else INF_NS
                 return self._start_run(plan, now_ns, k, horizon)
         d = self.perf.step_ns(
             n_dec,
@@ -106,37 +130,53 @@ class SimInstance:
         self._end_ns = now_ns + d
         return self._end_ns
 
+    def _sample(self, now_ns: int, plan: StepPlan) -> None:
+        sched = self.scheduler
+        tl = self.timeline
+        tl["time_ns"].append(now_ns)
+        tl["running"].append(len(sched.running))
+        tl["waiting"].append(len(sched.waiting))
+        tl["kv_used_blocks"].append(sched.kv.num_blocks - sched.kv.num_free_blocks)
+        tl["decodes"].append(plan.num_decodes)
+        tl["prefill_tokens"].append(plan.prefill_tokens)
+        self._next_sample = now_ns + self.timeline_interval_ns
+
+    def timeline_columns(self) -> dict[str, np.ndarray]:
+        cols = {k: v.view().copy() for k, v in self.timeline.items()}
+        cols["instance"] = np.full(len(cols["time_ns"]), self.index, dtype=np.int64)
+        return cols
+
     def _start_run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
-        """Plan a run of up to ``k`` identical pure-decode steps, the last one starting no
-        later than ``horizon_ns``."""
+        """Plan a run of up to ``k`` identical pure-decode steps, each starting no later than
+        ``horizon_ns`` (the first one starts now). Short runs are stepped in Python; long ones
+        in vectorised chunks (same formula, bit-identical results)."""
         n = plan.num_decodes
         ctx0 = plan.decode_ctx
         perf = self.perf
-        done = 0
+        itl, weight = self.itl_ns, self.itl_weight
         t = now_ns
+        done = 0
+        while done < k and done < _SCALAR_STEPS and (done == 0 or t <= horizon_ns):
+            d = perf.step_ns(n, ctx0 + n * done)
+            itl.append(d)
+            weight.append(n)
+            t += d
+            done += 1
         chunk = _FIRST_CHUNK
-        parts: list[np.ndarray] = []
-        while done < k:
+        while done < k and t <= horizon_ns:
             size = min(chunk, k - done)
             d = perf.decode_run_ns(n, ctx0 + n * done, size)
             ends = t + np.cumsum(d)
-            # Keep the steps that start at or before the horizon. The chunk's first step starts
-            # at t ≤ horizon (else the previous chunk would have stopped); step j ≥ 1 of the
-            # chunk starts at ends[j - 1].
-            if ends[-1] > horizon_ns or done + size == k:
+            # Step j ≥ 1 of the chunk starts at ends[j - 1]; its first starts at t ≤ horizon.
+            take = size
+            if ends[-1] > horizon_ns:
                 take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
-                parts.append(d[:take])
-                t = int(ends[take - 1])
-                done += take
-                break
-            parts.append(d)
-            t = int(ends[-1])
-            done += size
+            itl.extend(d[:take])
+            weight.extend(np.full(take, n, dtype=np.int64))
+            t = int(ends[take - 1])
+            done += take
             chunk *= 4
         self._num_steps = done
         plan.num_steps = done
-        durations = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        self.itl_ns.extend(durations)
-        self.itl_weight.extend(np.full(done, n, dtype=np.int64))
         self._end_ns = t
         return t

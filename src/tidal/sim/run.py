@@ -101,13 +101,19 @@ def run_simulation(
     )
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
     metrics["roofline_token_throughput"] = roofline_token_throughput(
-        model, gpu, cfg.tp, reqs.prompt_len, reqs.output_len,
-        mem.kv_capacity_tokens, cfg.scheduler.max_seqs,
+        model,
+        gpu,
+        cfg.tp,
+        reqs.prompt_len,
+        reqs.output_len,
+        mem.kv_capacity_tokens,
+        cfg.scheduler.max_seqs,
     )
     metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
+    metrics.update(scheduler.extra_metrics())
     t_end = time.perf_counter()
     run_info = {
         "wall_s": t_end - t0,
@@ -116,4 +122,5 @@ def run_simulation(
         "num_events": sim.num_events,
         "simulated_requests_per_s": n / max(t_sim - t_load, 1e-9),
     }
-    return SimResult(cfg, metrics, cols, run_info)
+    tables = {"timeline": inst.timeline_columns(), **scheduler.extra_tables()}
+    return SimResult(cfg, metrics, cols, run_info, {"tables": tables})

@@ -1,10 +1,18 @@
 """The discrete-event loop (DESIGN.md §3).
 
-Events are ``(time_ns, priority, seq, instance)`` tuples on one heap; ``seq`` is a per-run
-counter so ties resolve in insertion order. Arrivals are not on the heap: they come from a
-sorted stream (open loop) or from completions (closed loop) and are merged in. Same-time rule:
-step ends (priority 0) before arrivals (priority 1); a step that starts at the instant of an
-arrival does not see it. Each instance has at most one pending step-end event.
+Three sources of events, merged by ``(time_ns, priority, seq)``:
+
+* step ends — one pending per busy instance, priority 0;
+* timers — callbacks scheduled with :meth:`Simulation.call_at` (tool-call returns at priority 1,
+  cluster control ticks at priority 3);
+* arrivals, priority 2 — a sorted stream (open loop) or released by completions (closed loop),
+  merged in without going through the heap.
+
+So at equal times: step ends, then resumes, then arrivals, then control ticks, each group in
+insertion order (``seq`` is a per-run counter; no event object has ``__lt__``). A step that starts
+at the instant of an arrival does not see it. Instances fast-forward only up to the next
+external event (:meth:`Simulation.next_external_ns`), so the result equals step-by-step
+simulation exactly.
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from tidal.sim.recorder import RequestRecorder
 from tidal.workload.base import RequestSet
 
 STEP_END = 0
-ARRIVAL = 1
+RESUME = 1
+ARRIVAL = 2
+CONTROL = 3
 
 
 class ArrivalStream:
@@ -67,6 +77,7 @@ class Simulation:
         concurrency: int | None = None,
         route: Callable[[Request], int] | None = None,
         progress: Callable[[int], None] | None = None,
+        make_request: Callable[[int, int], Request] | None = None,
     ) -> None:
         self.instances = instances
         self.requests = requests
@@ -76,48 +87,92 @@ class Simulation:
         self.progress = progress
         self.now_ns = 0
         self.num_events = 0
+        self._steps: list[tuple[int, int, int]] = []  # (end, seq, instance)
+        self._timers: list[tuple[int, int, int, Callable[[int], None]]] = []
+        self._seq = 0
         self._prompt = requests.prompt_len.tolist()
         self._output = requests.output_len.tolist()
-        models = requests.extra.get("model_name")
-        self._model = models.tolist() if models is not None else None
+        self.make_request = make_request or self._default_request
         for inst in instances:
             inst.scheduler.on_finish = self._on_finish
-            inst.next_arrival_ns = self.arrivals.peek
+            inst.next_event_ns = self.next_external_ns
+
+    def _default_request(self, rid: int, t_ns: int) -> Request:
+        return Request(rid, t_ns, self._prompt[rid], self._output[rid])
 
     def _on_finish(self, req: Request) -> None:
         self.recorder.on_finish(req)
         self.arrivals.on_finish(req.finish_ns)
 
+    # ------------------------------------------------------------------ API for policies
+    def call_at(self, t_ns: int, fn: Callable[[int], None], priority: int = RESUME) -> None:
+        """Run ``fn(t_ns)`` at ``t_ns`` (≥ now). Instances stop fast-forwarding before it."""
+        if t_ns < self.now_ns:
+            raise ValueError(f"timer in the past: {t_ns} < {self.now_ns}")
+        self._seq += 1
+        heapq.heappush(self._timers, (t_ns, priority, self._seq, fn))
+
+    def wake(self, idx: int, t_ns: int) -> None:
+        """Let instance ``idx`` start a step at ``t_ns`` if it is idle (after a resume, say)."""
+        end = self.instances[idx].kick(t_ns)
+        if end is not None:
+            self._push_step(end, idx)
+
+    def next_external_ns(self) -> int:
+        """The next time something outside an instance may change its schedule."""
+        t = self.arrivals.peek()
+        if self._timers and self._timers[0][0] < t:
+            return self._timers[0][0]
+        return t
+
+    def _push_step(self, end: int, idx: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._steps, (end, self._seq, idx))
+
+    # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        heap: list[tuple[int, int, int, int]] = []
+        steps, timers = self._steps, self._timers
         instances = self.instances
         arrivals = self.arrivals
         recorder = self.recorder
-        prompt, output, model = self._prompt, self._output, self._model
+        make_request = self.make_request
         route = self.route
-        seq = 0
-        events = 0
         progress = self.progress
+        events = 0
         next_progress = 4096
+        push = heapq.heappush
+        pop = heapq.heappop
         while True:
             t_arr = arrivals.peek()
-            if heap and heap[0][0] <= t_arr:
-                t, _, _, idx = heapq.heappop(heap)
+            t_step = steps[0][0] if steps else INF_NS
+            if timers:
+                t_tim, prio = timers[0][0], timers[0][1]
+            else:
+                t_tim, prio = INF_NS, CONTROL
+            if t_step <= t_arr and t_step <= t_tim and t_step < INF_NS:
+                t, _, idx = pop(steps)
                 self.now_ns = t
                 end = instances[idx].on_step_end(t)
+                if end is not None:
+                    self._seq += 1
+                    push(steps, (end, self._seq, idx))
+            elif t_tim < INF_NS and (t_tim < t_arr or (t_tim == t_arr and prio < ARRIVAL)):
+                t, _, _, fn = pop(timers)
+                self.now_ns = t
+                fn(t)
             elif t_arr < INF_NS:
                 rid, t = arrivals.pop()
                 self.now_ns = t
-                req = Request(rid, t, prompt[rid], output[rid], model[rid] if model else "")
+                req = make_request(rid, t)
                 recorder.arrival_ns[rid] = t
                 idx = route(req) if route is not None else 0
                 recorder.instance[rid] = idx
                 end = instances[idx].on_arrival(req, t)
+                if end is not None:
+                    self._seq += 1
+                    push(steps, (end, self._seq, idx))
             else:
                 break
-            if end is not None:
-                seq += 1
-                heapq.heappush(heap, (end, STEP_END, seq, idx))
             events += 1
             if progress is not None and events >= next_progress:
                 next_progress += 4096

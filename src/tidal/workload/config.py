@@ -13,9 +13,11 @@ class WorkloadConfig(BaseModel):
 
     Length distributions (``length_dist``): ``fixed`` (exactly ``prompt_len``/``output_len``),
     ``uniform`` (± ``length_jitter`` around them), ``geometric`` (means ``prompt_len``/
-    ``output_len``), ``lognormal`` (medians, shape ``length_sigma``), ``empirical:NAME`` with NAME in
-    ``sharegpt``, ``arxiv``, ``bwb`` (the files under ``shared/traces/length_distributions``) or a
-    path to a CSV with ``num_prefill_tokens,num_decode_tokens`` columns; pairs are sampled jointly.
+    ``output_len``), ``lognormal`` (medians, shape ``length_sigma``), ``empirical:NAME`` with
+    NAME in ``sharegpt``, ``arxiv``, ``bwb`` (the files under
+    ``shared/traces/length_distributions``) or a path to a CSV with
+    ``num_prefill_tokens,num_decode_tokens`` columns; pairs are sampled jointly. See
+    :mod:`tidal.workload.lengths` for the exact formulas.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -24,10 +26,14 @@ class WorkloadConfig(BaseModel):
     """Path of a trace: Azure LLM 2023 CSV(.gz), Mooncake JSONL(.gz), or a ServeGen
     ``*_trace_csv.tar.gz`` / directory of ``chunk-*-trace.csv`` files."""
     trace_format: Literal["auto", "azure", "mooncake", "servegen"] = "auto"
+    spread_ticks: bool = False
+    """Mooncake only: move each request uniformly within its timestamp tick (3 s in the
+    conversation trace) instead of replaying the quantised times."""
     max_requests: int | None = Field(default=None, ge=1)
     """Keep only the first N requests of the trace (after the time window)."""
     rate_scale: float = Field(default=1.0, gt=0)
-    """Multiply the trace's arrival rate (timestamps divided by this factor)."""
+    """Multiply the trace's arrival rate (timestamps divided by this factor). For ServeGen
+    and synthetic workloads the sampled rates are multiplied instead (times stay real)."""
     start_s: float = Field(default=0.0, ge=0)
     """Time window start, seconds from the trace's first arrival."""
     end_s: float | None = Field(default=None, gt=0)
@@ -57,11 +63,13 @@ class WorkloadConfig(BaseModel):
     def _check(self) -> WorkloadConfig:
         if self.trace is None:
             if self.num_requests is None:
-                raise ValueError("num_requests: a synthetic workload needs a request count "
-                                 "(or give a trace)")
+                raise ValueError(
+                    "num_requests: a synthetic workload needs a request count (or give a trace)"
+                )
             if self.rate is None and self.concurrency is None:
-                raise ValueError("rate: a synthetic workload needs a rate in req/s (or inf, or "
-                                 "a concurrency)")
+                raise ValueError(
+                    "rate: a synthetic workload needs a rate in req/s (or inf, or a concurrency)"
+                )
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError("end_s: the time window ends before it starts")
         if self.rate is not None and math.isnan(self.rate):

@@ -1,0 +1,143 @@
+"""The ``tidal`` command line: one module per command group, each registering on ``app``.
+Heavy imports stay inside the commands so that ``tidal --help`` is fast."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tidal.core.errors import TidalError
+
+app = typer.Typer(
+    help="Tidal: LLM serving — an exact fast simulator and a real engine under one scheduler.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+Opt = typer.Option
+
+
+def _fail(err: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {err}")
+    raise typer.Exit(2)
+
+
+def _set(d: dict[str, Any], dotted: str, value: Any) -> None:
+    if value is None:
+        return
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = value
+
+
+def _parse_rate(rate: str | None) -> float | None:
+    if rate is None:
+        return None
+    try:
+        value = float(rate)
+    except ValueError:
+        raise TidalError(f"rate: {rate!r} is not a number (give req/s, or inf)") from None
+    if math.isnan(value) or value <= 0:
+        raise TidalError(f"rate: must be > 0 requests per second or inf, got {rate}")
+    return value
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
+    """One column per run, one row per headline metric."""
+    keys = [
+        ("num_completed", "completed", "{:.0f}"),
+        ("request_throughput", "req/s", "{:.3f}"),
+        ("token_throughput", "tok/s (in+out)", "{:,.0f}"),
+        ("roofline_token_throughput", "roofline tok/s", "{:,.0f}"),
+        ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
+        ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
+        ("tpot_p50_s", "TPOT p50 ms", "ms"),
+        ("tpot_p99_s", "TPOT p99 ms", "ms"),
+        ("itl_p99_s", "ITL p99 ms", "ms"),
+        ("e2e_p50_s", "E2E p50 s", "{:.2f}"),
+        ("e2e_p99_s", "E2E p99 s", "{:.2f}"),
+        ("goodput", "goodput req/s", "{:.3f}"),
+        ("slo_attainment", "SLO attainment", "{:.1%}"),
+        ("num_preemptions", "preemptions", "{:.0f}"),
+    ]
+    extra = sorted({k for r in rows.values() for k in r} & {"mode_switches", "eb_time_share"})
+    keys += [(k, k, "{:.3f}") for k in extra]
+    t = Table(title=title)
+    t.add_column("metric")
+    for name in rows:
+        t.add_column(name, justify="right")
+    for key, label, fmt in keys:
+        cells = []
+        for r in rows.values():
+            v = r.get(key)
+            if v is None:
+                cells.append("—")
+            elif fmt == "ms":
+                cells.append(f"{v * 1e3:.1f}")
+            else:
+                cells.append(fmt.format(v))
+        t.add_row(label, *cells)
+    return t
+
+
+def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from tidal.report.results import write_run
+    from tidal.sim.run import load_requests, run_simulation
+
+    reqs = load_requests(cfg)
+    if show_progress and len(reqs) >= 20_000 and sys.stderr.isatty():
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("simulating", total=len(reqs))
+            result = run_simulation(
+                cfg, reqs, progress=lambda done, total: bar.update(task, completed=done)
+            )
+    else:
+        result = run_simulation(cfg, reqs)
+    if out is not None:
+        write_run(
+            out,
+            cfg.model_dump(mode="json"),
+            cfg.seed,
+            result.metrics,
+            result.columns,
+            result.run_info,
+            extra_tables=result.extras.get("tables"),
+            extra_json=result.extras.get("json"),
+        )
+    return result
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+# Command modules register themselves on ``app`` when imported.
+from tidal.cli import demo, simulate, trace  # noqa: E402, F401

@@ -1,0 +1,115 @@
+"""``tidal simulate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from tidal.cli import (
+    Opt,
+    TidalError,
+    _deep_merge,
+    _fail,
+    _parse_rate,
+    _run_and_write,
+    _set,
+    app,
+    console,
+    metrics_table,
+)
+
+
+@app.command()
+def simulate(
+    out: Annotated[
+        Path | None, Opt(help="Output directory (summary.json, requests.parquet).")
+    ] = None,
+    config: Annotated[Path | None, Opt(help="YAML config; flags override its values.")] = None,
+    model: Annotated[str | None, Opt(help="Model id, e.g. llama-3.1-8b, qwen3-8b.")] = None,
+    gpu: Annotated[
+        str | None, Opt(help="GPU id: h100 h200 a100-80gb l40s rtx-pro-6000 b200.")
+    ] = None,
+    tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
+    perf_model: Annotated[str | None, Opt(help="auto | roofline | linear.")] = None,
+    trace: Annotated[
+        str | None, Opt(help="Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).")
+    ] = None,
+    max_requests: Annotated[int | None, Opt(help="Keep the first N requests of the trace.")] = None,
+    rate_scale: Annotated[float | None, Opt(help="Multiply the trace's arrival rate.")] = None,
+    start_s: Annotated[float | None, Opt(help="Trace window start (s from first arrival).")] = None,
+    end_s: Annotated[float | None, Opt(help="Trace window end (s from first arrival).")] = None,
+    num_requests: Annotated[int | None, Opt(help="Synthetic: number of requests.")] = None,
+    rate: Annotated[str | None, Opt(help="Synthetic: arrival rate in req/s, or inf.")] = None,
+    arrival_cv: Annotated[
+        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson).")
+    ] = None,
+    prompt_len: Annotated[int | None, Opt(help="Synthetic: prompt length (location).")] = None,
+    output_len: Annotated[int | None, Opt(help="Synthetic: output length (location).")] = None,
+    length_dist: Annotated[
+        str | None, Opt(help="fixed|uniform|geometric|lognormal|empirical:NAME.")
+    ] = None,
+    max_prompt_len: Annotated[int | None, Opt(help="Cap prompt lengths.")] = None,
+    max_output_len: Annotated[int | None, Opt(help="Cap output lengths.")] = None,
+    concurrency: Annotated[int | None, Opt(help="Closed loop: requests kept in flight.")] = None,
+    batching: Annotated[str | None, Opt(help="Batching policy (mb, ...).")] = None,
+    ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
+    token_budget: Annotated[int | None, Opt(help="Max tokens per step (B).")] = None,
+    max_seqs: Annotated[int | None, Opt(help="Max running requests (N).")] = None,
+    gpu_memory_utilization: Annotated[float | None, Opt(help="Share of GPU memory used.")] = None,
+    slo_ttft: Annotated[float | None, Opt(help="TTFT SLO in seconds.")] = None,
+    slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
+    seed: Annotated[int | None, Opt(help="Run seed.")] = None,
+    no_fast_forward: Annotated[bool, Opt("--no-fast-forward", help="Simulate every step.")] = False,
+) -> None:
+    """Simulate one serving instance on a trace or a synthetic workload."""
+    from tidal.sim.config import load_config, load_yaml
+
+    try:
+        data: dict[str, Any] = load_yaml(config) if config else {}
+        flags: dict[str, Any] = {}
+        for key, val in (
+            ("model", model),
+            ("gpu", gpu),
+            ("tp", tp),
+            ("perf_model", perf_model),
+            ("workload.trace", trace),
+            ("workload.max_requests", max_requests),
+            ("workload.rate_scale", rate_scale),
+            ("workload.start_s", start_s),
+            ("workload.end_s", end_s),
+            ("workload.num_requests", num_requests),
+            ("workload.rate", _parse_rate(rate)),
+            ("workload.arrival_cv", arrival_cv),
+            ("workload.prompt_len", prompt_len),
+            ("workload.output_len", output_len),
+            ("workload.length_dist", length_dist),
+            ("workload.max_prompt_len", max_prompt_len),
+            ("workload.max_output_len", max_output_len),
+            ("workload.concurrency", concurrency),
+            ("scheduler.batching", batching),
+            ("scheduler.ordering", ordering),
+            ("scheduler.token_budget", token_budget),
+            ("scheduler.max_seqs", max_seqs),
+            ("memory.gpu_memory_utilization", gpu_memory_utilization),
+            ("slo.ttft_s", slo_ttft),
+            ("slo.tpot_s", slo_tpot),
+            ("seed", seed),
+        ):
+            _set(flags, key, val)
+        if no_fast_forward:
+            flags["fast_forward"] = False
+        data = _deep_merge(data, flags)
+        data.setdefault("workload", {})
+        cfg = load_config(data)
+        result = _run_and_write(cfg, out)
+    except TidalError as err:
+        _fail(err)
+        return
+    title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.scheduler.batching}"
+    console.print(metrics_table(title, {"this run": result.metrics}))
+    info = result.run_info
+    console.print(
+        f"simulated {result.metrics['num_requests']:,} requests in {info['simulate_s']:.2f} s "
+        f"({info['simulated_requests_per_s']:,.0f} req/s, {info['num_events']:,} events)"
+        + (f"; results in {out}" if out else "")
+    )

@@ -1,0 +1,145 @@
+"""``WorkloadConfig`` → ``RequestSet``.
+
+Steps, in order (each is a small public function):
+
+1. load the trace, or generate ``num_requests`` synthetic requests (first at t = 0) at
+   ``rate · rate_scale`` req/s with ``arrival_cv`` (``rate`` unset, i.e. closed loop with
+   ``concurrency``, means all at t = 0), lengths from ``length_dist``;
+2. :func:`time_window`: keep ``t0 + start_s ≤ t < t0 + end_s`` (t0 = first arrival) and
+   re-base so the window start is 0: ``t' = t − (t0 + start_s)`` (with ``start_s = 0`` the
+   first arrival stays at 0);
+3. :func:`scale_rate`: ``t' = round(t / rate_scale)`` (traces only; synthetic rates and
+   ServeGen client rates are multiplied before sampling instead);
+4. :func:`first_n`: the first ``max_requests``;
+5. :func:`cap_lengths`: ``prompt = min(prompt, max_prompt_len)``,
+   ``output = min(output, max_output_len)``.
+
+ServeGen traces get steps 2–4 inside the sampler (:func:`tidal.workload.servegen.load_servegen`)
+because sampling 14 days at full rate would be hundreds of millions of requests; its window is
+relative to the trace's first window start. ``source`` lists every step that changed something.
+The result depends only on the config and the generator's state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tidal.core.units import NS_PER_S
+from tidal.workload.arrivals import arrival_times
+from tidal.workload.base import RequestSet
+from tidal.workload.config import WorkloadConfig
+from tidal.workload.lengths import sample_lengths
+from tidal.workload.servegen import load_servegen
+from tidal.workload.traces import detect_format, load_azure, load_mooncake
+
+
+def _with(rs: RequestSet, idx: np.ndarray | slice, note: str) -> RequestSet:
+    sub = rs.take(idx)
+    return RequestSet(
+        sub.arrival_ns, sub.prompt_len, sub.output_len, f"{rs.source}; {note}", sub.extra
+    )
+
+
+def time_window(rs: RequestSet, start_s: float, end_s: float | None) -> RequestSet:
+    """Requests in ``[t0 + start_s, t0 + end_s)``, times re-based to the window start."""
+    if len(rs) == 0 or (start_s == 0 and end_s is None):
+        return rs
+    t0 = int(rs.arrival_ns[0])
+    lo = t0 + round(start_s * NS_PER_S)
+    i = int(np.searchsorted(rs.arrival_ns, lo, side="left"))
+    j = len(rs)
+    if end_s is not None:
+        j = int(np.searchsorted(rs.arrival_ns, t0 + round(end_s * NS_PER_S), side="left"))
+    end = "end" if end_s is None else f"{end_s:g}"
+    out = _with(rs, slice(i, j), f"window [{start_s:g}, {end}) s")
+    return RequestSet(out.arrival_ns - lo, out.prompt_len, out.output_len, out.source, out.extra)
+
+
+def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
+    """Timestamps divided by ``rate_scale`` (rounded to the ns): the rate is multiplied."""
+    if rate_scale == 1.0:
+        return rs
+    t = np.rint(rs.arrival_ns / rate_scale).astype(np.int64)
+    return RequestSet(
+        t, rs.prompt_len, rs.output_len, f"{rs.source}; rate x{rate_scale:g}", rs.extra
+    )
+
+
+def first_n(rs: RequestSet, n: int | None) -> RequestSet:
+    if n is None or n >= len(rs):
+        return rs
+    return _with(rs, slice(0, n), f"first {n}")
+
+
+def cap_lengths(rs: RequestSet, max_prompt: int | None, max_output: int | None) -> RequestSet:
+    notes, prompt, output = [], rs.prompt_len, rs.output_len
+    if max_prompt is not None and prompt.size and prompt.max() > max_prompt:
+        prompt = np.minimum(prompt, max_prompt)
+        notes.append(f"prompt ≤ {max_prompt}")
+    if max_output is not None and output.size and output.max() > max_output:
+        output = np.minimum(output, max_output)
+        notes.append(f"output ≤ {max_output}")
+    if not notes:
+        return rs
+    return RequestSet(rs.arrival_ns, prompt, output, "; ".join([rs.source, *notes]), rs.extra)
+
+
+def synthetic(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
+    """``num_requests`` arrivals (first at 0) and lengths, rate multiplied by ``rate_scale``."""
+    n = cfg.num_requests or 0
+    rate = math.inf if cfg.rate is None else cfg.rate * cfg.rate_scale
+    arrivals = arrival_times(n, rate, cfg.arrival_cv, rng)
+    prompt, output = sample_lengths(
+        cfg.length_dist,
+        n,
+        rng,
+        prompt_len=cfg.prompt_len,
+        output_len=cfg.output_len,
+        jitter=cfg.length_jitter,
+        sigma=cfg.length_sigma,
+    )
+    process = "poisson" if cfg.arrival_cv == 1.0 else f"gamma cv {cfg.arrival_cv:g}"
+    lengths = cfg.length_dist
+    if not lengths.startswith("empirical:"):
+        lengths += f" (prompt {cfg.prompt_len}, output {cfg.output_len})"
+    source = f"synthetic: {n} requests, {process} at {rate:g} req/s, lengths {lengths}"
+    return RequestSet(arrivals, prompt, output, source)
+
+
+def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
+    assert cfg.trace is not None
+    rs = load_servegen(
+        cfg.trace,
+        rng,
+        start_s=cfg.start_s,
+        end_s=cfg.end_s,
+        rate_scale=cfg.rate_scale,
+        max_requests=cfg.max_requests,
+    )
+    end = "end" if cfg.end_s is None else f"{cfg.end_s:g}"
+    note = f"window [{cfg.start_s:g}, {end}) s, client rates x{cfg.rate_scale:g}"
+    if cfg.max_requests is not None:
+        note += f", first {cfg.max_requests}"
+    return RequestSet(rs.arrival_ns, rs.prompt_len, rs.output_len, f"{rs.source}; {note}", rs.extra)
+
+
+def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
+    """The request set described by ``cfg`` (module docstring gives the order of the steps)."""
+    if cfg.trace is None:
+        rs = synthetic(cfg, rng)
+        rs = time_window(rs, cfg.start_s, cfg.end_s)
+    else:
+        fmt = detect_format(cfg.trace) if cfg.trace_format == "auto" else cfg.trace_format
+        if fmt == "servegen":
+            rs = _servegen(cfg, rng)
+        else:
+            if fmt == "azure":
+                rs = load_azure(cfg.trace)
+            else:
+                rs = load_mooncake(cfg.trace, spread_ticks=cfg.spread_ticks, rng=rng)
+            rs = time_window(rs, cfg.start_s, cfg.end_s)
+            rs = scale_rate(rs, cfg.rate_scale)
+    rs = first_n(rs, cfg.max_requests)
+    return cap_lengths(rs, cfg.max_prompt_len, cfg.max_output_len)
