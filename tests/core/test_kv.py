@@ -126,3 +126,24 @@ class KVMachine(RuleBasedStateMachine):
 
 
 TestKVMachine = KVMachine.TestCase
+
+
+def test_block_table_grows_to_blocks_charged_in_bulk_and_ids_stay_a_partition():
+    kv = KVBlockManager(6, block_size=4, track_ids=True)
+    a, b = Request(0, 0, 8, 4), Request(1, 0, 5, 4)
+    kv.allocate(a, 8)  # 2 blocks
+    kv.allocate(b, 5)  # 2 blocks
+    ta, tb = list(kv.block_table(a)), list(kv.block_table(b))
+    assert len(ta) == len(tb) == 2
+    assert not set(ta) & set(tb)
+    # a decode pool charges a's third block in bulk; its num_blocks is written back later
+    kv.take(1)
+    grown = kv.block_table(a, 3)
+    assert grown[:2] == ta
+    assert len(grown) == 3
+    assert grown[2] not in tb
+    a.num_blocks = 3  # the pool's lazy write-back
+    kv.check([a, b])
+    kv.free(a)
+    assert kv.num_free_blocks == 4
+    kv.check([b])

@@ -110,12 +110,19 @@ class KVBlockManager:
         self.num_free_host_blocks += n
 
     # ------------------------------------------------------------------ ids
-    def block_table(self, req: Request) -> list[int]:
-        """Physical block ids of ``req`` (id tracking only), grown to ``req.num_blocks``."""
+    def block_table(self, req: Request, num_blocks: int | None = None) -> list[int]:
+        """Physical block ids of ``req`` (id tracking only), grown to ``req.num_blocks``.
+
+        ``num_blocks`` grows the table further, to blocks already charged in bulk by
+        :meth:`take`: a decode-pool member's ``num_blocks`` is written back lazily, so during a
+        step it may lag by the block the step's new token needs. The caller must not ask for
+        more blocks than the request holds after the step (the ids must stay charged).
+        """
         if not self.track_ids:
             raise RuntimeError("block ids are not tracked by this manager")
         table = self._tables.setdefault(req.request_id, [])
-        short = req.num_blocks - len(table)
+        want = req.num_blocks if num_blocks is None else max(num_blocks, req.num_blocks)
+        short = want - len(table)
         if short > 0:
             table.extend(self._free_ids[-short:][::-1])
             del self._free_ids[-short:]
@@ -126,3 +133,13 @@ class KVBlockManager:
         held = sum(r.num_blocks for r in resident)
         assert held + self.num_free_blocks == self.num_blocks, (held, self.num_free_blocks)
         assert self.num_free_host_blocks + sum(self._host.values()) == self.num_host_blocks
+        if self.track_ids:
+            # Ids partition the blocks: tables of resident requests, plus the free list, which
+            # still holds the ids of blocks charged but not yet handed to a (lazy) table.
+            tabled = [b for r in resident for b in self._tables.get(r.request_id, [])]
+            assert len(set(tabled)) == len(tabled), "a block id is in two tables"
+            assert not set(tabled) & set(self._free_ids), "a tabled block id is also free"
+            assert len(tabled) + len(self._free_ids) == self.num_blocks
+            for r in resident:
+                assert len(self._tables.get(r.request_id, [])) <= r.num_blocks
+            assert set(self._tables) <= {r.request_id for r in resident}, "a freed table leaked"

@@ -152,6 +152,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("vicuna-13b", 40, 5120, 40, 40, 13824, 32000, max_context=4096),
         # Vidur ships profiles for this one; kept for side-by-side comparisons.
         ModelSpec("codellama-34b", 48, 8192, 64, 8, 22016, 32000, max_context=16384),
+        # The real engine's test and CPU model (``tidal serve --model tiny-llama``): a 4-layer
+        # Llama (GQA 8/2 heads, SwiGLU) that runs in milliseconds on a CPU, float32.
+        ModelSpec("tiny-llama", 4, 256, 8, 2, 768, 512, max_context=4096, dtype_bytes=4),
     )
 }
 

@@ -1,0 +1,132 @@
+"""``RuntimeConfig``: the real engine's settings (pydantic, YAML-loadable), and building an engine.
+
+The scheduler fields mean what they mean in :class:`tidal.sim.config.SchedulerSettings`, so a
+simulation and a real run can be configured alike (``tidal fidelity`` does so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+import tidal.engine.policies  # noqa: F401  (registers every policy)
+from tidal.core.clock import WallClock
+from tidal.core.errors import ConfigError
+from tidal.core.kv import KVBlockManager
+from tidal.engine.engine import Engine
+from tidal.engine.ordering import ORDERINGS
+from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.hardware.models import get_model
+
+
+class RuntimeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "tiny-llama"
+    """A catalog model (``tidal.hardware.models``); its shape builds the decoder."""
+    weights: str | None = None
+    """A safetensors file; dummy seeded weights when unset."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1`` …"""
+    num_threads: int | None = Field(default=None, ge=1)
+    """CPU threads for torch (``torch.set_num_threads``); unset keeps torch's default."""
+    num_kv_blocks: int | None = Field(default=None, ge=1)
+    """KV blocks; when unset, as many as ``kv_cache_gb`` holds."""
+    kv_cache_gb: float = Field(default=0.25, gt=0)
+    block_size: int = Field(default=16, ge=1)
+    watermark: float = Field(default=0.01, ge=0, lt=1)
+    batching: str = "mb"
+    ordering: str = "fcfs"
+    token_budget: int = Field(default=2048, ge=1)
+    max_seqs: int = Field(default=256, ge=1)
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        get_model(v)
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> RuntimeConfig:
+        BATCHING.get(self.batching)
+        ORDERINGS.get(self.ordering)
+        if self.token_budget < self.max_seqs:
+            raise ValueError(
+                f"token_budget ({self.token_budget}) must be >= max_seqs ({self.max_seqs})"
+            )
+        return self
+
+
+@dataclass
+class RuntimeEngine:
+    """A built real engine: the shared ``Engine`` loop over a model runner."""
+
+    config: RuntimeConfig
+    engine: Engine
+    runner: object
+    """The :class:`tidal.runtime.runner.ModelRunner` (typed loosely to keep torch lazy)."""
+    max_model_len: int
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.engine.scheduler
+
+    @property
+    def kv(self) -> KVBlockManager:
+        return self.engine.scheduler.kv
+
+
+def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
+    import torch
+
+    from tidal.runtime.executor import RuntimeExecutor
+    from tidal.runtime.kv_cache import PagedKVCache
+    from tidal.runtime.model import LlamaConfig, LlamaForCausalLM
+    from tidal.runtime.runner import ModelRunner
+    from tidal.runtime.weights import load_safetensors
+
+    if cfg.num_threads is not None:
+        torch.set_num_threads(cfg.num_threads)
+    device = _device(cfg.device)
+    dtype = getattr(torch, cfg.dtype)
+    lcfg = LlamaConfig.from_spec(get_model(cfg.model))
+    model = LlamaForCausalLM(lcfg).to(dtype)
+    if cfg.weights:
+        load_safetensors(model, cfg.weights)
+    else:
+        model.init_dummy(cfg.seed)
+    model = model.to(device).eval()
+    per_block = PagedKVCache.bytes_per_block(lcfg, cfg.block_size, dtype)
+    num_blocks = cfg.num_kv_blocks or int(cfg.kv_cache_gb * 1e9 // per_block)
+    if num_blocks < 1:
+        raise ConfigError(
+            "kv_cache_gb", f"{cfg.kv_cache_gb} GB holds no KV block of {per_block} bytes"
+        )
+    cache = PagedKVCache(lcfg, num_blocks, cfg.block_size, device, dtype)
+    kv = KVBlockManager(num_blocks, cfg.block_size, cfg.watermark, track_ids=True)
+    sched_cfg = SchedulerConfig(cfg.token_budget, cfg.max_seqs, cfg.long_prefill_token_threshold)
+    scheduler = BATCHING.get(cfg.batching)(sched_cfg, kv, ORDERINGS.get(cfg.ordering)())
+    runner = ModelRunner(model, cache, kv, device, cfg.seed)
+    executor = RuntimeExecutor(runner, synchronize=device.type == "cuda")
+    engine = Engine(scheduler, executor, WallClock())
+    max_len = min(lcfg.max_position, num_blocks * cfg.block_size)
+    return RuntimeEngine(cfg, engine, runner, max_len)
+
+
+def _device(name: str):  # -> torch.device
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError("device", f"unknown device {name!r}", "auto, cpu, cuda, cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", "CUDA is not available on this machine", "use cpu or auto")
+    return dev

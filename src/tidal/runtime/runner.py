@@ -1,0 +1,164 @@
+"""The model runner: executes one :class:`~tidal.engine.plan.StepPlan` on the real model.
+
+Inputs of a step, derived from the plan and the scheduler's state only:
+
+* a prefill chunk ``(req, c)`` computes tokens ``token_ids[s : s + c]`` at positions
+  ``s … s + c − 1`` where ``s = req.num_computed_tokens`` (cached context: earlier chunks, or
+  nothing after a preemption by recompute); the chunk samples a token iff it reaches the end of
+  the request (``s + c = num_tokens``);
+* a decode request (a member of the scheduler's decode pool) computes its last token,
+  ``token_ids[c]`` at position ``c = pool.computed(req)``, attends ``c + 1`` tokens and samples.
+
+Every sampled token is appended to ``Request.token_ids``; the scheduler's ``update`` then counts
+it. Block ids come from the block manager's tables (:mod:`tidal.runtime.kv_cache`), grown for a
+decode member to ``⌈(c + 1) / block_size⌉``, the blocks the pool charged for this step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tidal.core.kv import KVBlockManager
+from tidal.core.request import Request
+from tidal.engine.plan import StepPlan
+from tidal.engine.scheduler import Scheduler
+from tidal.runtime.attention import DecodeSegment, PrefillSegment
+from tidal.runtime.kv_cache import PagedKVCache
+from tidal.runtime.model import ForwardBatch, LlamaForCausalLM
+from tidal.runtime.sampling import GREEDY, SamplingParams, sample
+
+_SEED_MIX = 0x9E3779B97F4A7C15
+_MASK63 = (1 << 63) - 1
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        cache: PagedKVCache,
+        kv: KVBlockManager,
+        device: torch.device,
+        seed: int = 0,
+    ) -> None:
+        if not kv.track_ids:
+            raise ValueError("the runner needs a KVBlockManager with track_ids=True")
+        if kv.num_blocks != cache.num_blocks or kv.block_size != cache.block_size:
+            raise ValueError("the KV tensors and the block manager disagree on the cache shape")
+        self.model = model
+        self.cache = cache
+        self.kv = kv
+        self.device = device
+        self.seed = seed
+        self.block_size = kv.block_size
+        self._layers = [cache.layer(i) for i in range(model.config.num_layers)]
+        self._params: dict[int, SamplingParams] = {}
+        self._gens: dict[int, torch.Generator] = {}
+
+    # ------------------------------------------------------------------ sampling state
+    def set_sampling(self, req: Request, params: SamplingParams) -> None:
+        self._params[req.request_id] = params
+        if not params.greedy:
+            seed = params.seed
+            if seed is None:
+                seed = ((self.seed + 1) * _SEED_MIX + req.request_id) & _MASK63
+            self._gens[req.request_id] = torch.Generator().manual_seed(seed)
+
+    def release(self, req: Request) -> None:
+        """Forget a finished or aborted request's sampling state."""
+        self._params.pop(req.request_id, None)
+        self._gens.pop(req.request_id, None)
+
+    # ------------------------------------------------------------------ step
+    def run(self, plan: StepPlan, scheduler: Scheduler) -> list[tuple[Request, int]]:
+        """Execute ``plan``; returns the (request, sampled token) pairs in row order."""
+        batch, samplers = self.build(plan, scheduler)
+        logits = self.model(batch, self._layers)
+        params = [self._params.get(r.request_id, GREEDY) for r in samplers]
+        gens = [self._gens.get(r.request_id) for r in samplers]
+        tokens = sample(logits, params, gens)
+        for req, tok in zip(samplers, tokens, strict=True):
+            assert req.token_ids is not None
+            req.token_ids.append(tok)
+        return list(zip(samplers, tokens, strict=True))
+
+    def build(self, plan: StepPlan, scheduler: Scheduler) -> tuple[ForwardBatch, list[Request]]:
+        bs = self.block_size
+        kv = self.kv
+        ids: list[int] = []
+        pos_parts: list[torch.Tensor] = []
+        blk_parts: list[torch.Tensor] = []
+        prefills: list[PrefillSegment] = []
+        sample_rows: list[int] = []
+        samplers: list[Request] = []
+        row = 0
+        for req, n in plan.prefills:
+            toks = req.token_ids
+            if toks is None:
+                raise RuntimeError(f"request {req.request_id} has no token ids")
+            s = req.num_computed_tokens
+            ctx = s + n
+            table = torch.tensor(kv.block_table(req)[: -(-ctx // bs)], dtype=torch.long)
+            pos = torch.arange(s, ctx, dtype=torch.long)
+            ids.extend(toks[s:ctx])
+            pos_parts.append(pos)
+            blk_parts.append(table[pos // bs])
+            prefills.append(PrefillSegment(row, n, ctx, table))
+            row += n
+            if ctx >= len(toks):
+                sample_rows.append(row - 1)
+                samplers.append(req)
+        decode = None
+        pool = scheduler.pool
+        if plan.num_decodes:
+            start = row
+            d_pos: list[int] = []
+            d_blk: list[int] = []
+            flat: list[int] = []
+            owner: list[int] = []
+            last_fill: list[int] = []
+            for i, req in enumerate(pool.members.values()):
+                c = pool.computed(req)
+                toks = req.token_ids
+                if toks is None or len(toks) != c + 1:
+                    raise RuntimeError(f"request {req.request_id}: decode input out of sync")
+                nb = c // bs + 1  # blocks holding positions 0 … c
+                table = kv.block_table(req, nb)
+                ids.append(toks[c])
+                d_pos.append(c)
+                d_blk.append(table[c // bs])
+                flat.extend(table[:nb])
+                owner.extend([i] * nb)
+                last_fill.extend([bs] * (nb - 1))
+                last_fill.append(c - (nb - 1) * bs + 1)
+                samplers.append(req)
+            num = len(d_pos)
+            if num != plan.num_decodes:
+                raise RuntimeError("the decode pool changed between schedule and execute")
+            pos_parts.append(torch.tensor(d_pos, dtype=torch.long))
+            blk_parts.append(torch.tensor(d_blk, dtype=torch.long))
+            fill = torch.tensor(last_fill, dtype=torch.long)
+            invalid = torch.arange(bs, dtype=torch.long).unsqueeze(0) >= fill.unsqueeze(1)
+            decode = DecodeSegment(
+                start,
+                num,
+                torch.tensor(flat, dtype=torch.long, device=self.device),
+                torch.tensor(owner, dtype=torch.long, device=self.device),
+                invalid.to(self.device),
+            )
+            sample_rows.extend(range(start, start + num))
+            row += num
+        dev = self.device
+        positions = torch.cat(pos_parts) if len(pos_parts) > 1 else pos_parts[0]
+        blocks = torch.cat(blk_parts) if len(blk_parts) > 1 else blk_parts[0]
+        for p in prefills:
+            p.blocks = p.blocks.to(dev)
+        batch = ForwardBatch(
+            torch.tensor(ids, dtype=torch.long, device=dev),
+            positions.to(dev),
+            blocks.to(dev),
+            (positions % bs).to(dev),
+            prefills,
+            decode,
+            torch.tensor(sample_rows, dtype=torch.long, device=dev),
+        )
+        return batch, samplers
