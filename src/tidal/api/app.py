@@ -1,0 +1,320 @@
+"""The OpenAI-compatible HTTP API over an :class:`~tidal.runtime.driver.EngineDriver`.
+
+Routes: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (JSON, or server-sent events
+with ``stream: true`` ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage
+chunk), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text).
+
+Behaviour at the edges:
+* an API key, when set, is required as ``Authorization: Bearer KEY`` on ``/v1/*`` (401);
+* backpressure: at most ``max_queue`` requests wait for admission; beyond it, 429;
+* a client that disconnects, streaming or not, aborts its request: the engine frees its KV at
+  the next step boundary;
+* malformed bodies get 400 with an OpenAI-style error naming the field; an unknown model 404;
+  a prompt plus ``max_tokens`` beyond the context 400 (``context_length_exceeded``);
+* stop sequences are matched on the detokenised text (holding back a possible partial match
+  while streaming); the end-of-sequence token stops a request unless ``ignore_eos``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from tidal.api import protocol as proto
+from tidal.api.errors import APIError, install
+from tidal.api.metrics import EngineMetrics
+from tidal.runtime.driver import EngineDriver, RequestHandle
+from tidal.runtime.sampling import SamplingParams
+from tidal.runtime.tokenizer import ByteTokenizer, IncrementalDecoder
+
+
+class ServerState:
+    def __init__(
+        self,
+        driver: EngineDriver,
+        tokenizer: ByteTokenizer,
+        model_name: str,
+        api_key: str | None,
+        max_queue: int,
+        default_max_tokens: int,
+    ) -> None:
+        self.driver = driver
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.api_key = api_key
+        self.max_queue = max_queue
+        self.default_max_tokens = default_max_tokens
+        self.metrics = EngineMetrics(driver)
+        self.created = proto.now_s()
+
+
+def create_app(
+    driver: EngineDriver,
+    model_name: str,
+    api_key: str | None = None,
+    max_queue: int = 1024,
+    default_max_tokens: int = 256,
+) -> FastAPI:
+    vocab = driver.runner.model.config.vocab_size  # type: ignore[attr-defined]
+    state = ServerState(
+        driver, ByteTokenizer(vocab), model_name, api_key, max_queue, default_max_tokens
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        driver.start()
+        try:
+            yield
+        finally:
+            driver.stop()
+
+    app = FastAPI(title="Tidal", lifespan=lifespan)
+    app.state.tidal = state
+    install(app)
+
+    def auth(request: Request) -> None:
+        if state.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        if header != f"Bearer {state.api_key}":
+            raise APIError(401, "invalid or missing API key", code="invalid_api_key")
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if not driver.alive:
+            return JSONResponse({"status": "engine stopped"}, 503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return PlainTextResponse(
+            generate_latest(state.metrics.registry), 200, None, CONTENT_TYPE_LATEST
+        )
+
+    @app.get("/v1/models", dependencies=[Depends(auth)])
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": state.model_name,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "tidal",
+            "max_model_len": driver.rt.max_model_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions", dependencies=[Depends(auth)])
+    async def completions(body: proto.CompletionRequest, request: Request) -> Any:
+        _check_model(state, body.model)
+        ids = _prompt_ids(state, body.prompt)
+        max_tokens = body.max_tokens or 16
+        handle = _submit(state, ids, max_tokens, body)
+        rid, created = proto.new_id("cmpl"), proto.now_s()
+        gen = _Generation(state, handle, body.stop_list, request)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+            def chunk(text: str, finish: str | None) -> dict[str, Any]:
+                return proto.completion(rid, created, state.model_name, text, finish, None)
+
+            return _sse(
+                gen,
+                chunk,
+                lambda: proto.usage_chunk(
+                    "text_completion", rid, created, state.model_name, gen.usage()
+                ),
+                include_usage,
+                None,
+            )
+        text, finish = await gen.collect()
+        return proto.completion(rid, created, state.model_name, text, finish, gen.usage())
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
+    async def chat(body: proto.ChatCompletionRequest, request: Request) -> Any:
+        _check_model(state, body.model)
+        tok = state.tokenizer
+        prompt = tok.apply_chat_template(
+            {"role": m.role, "content": m.text()} for m in body.messages
+        )
+        ids = tok.encode(prompt)
+        room = driver.rt.max_model_len - len(ids)
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        if max_tokens is None:
+            max_tokens = max(1, min(state.default_max_tokens, room))
+        handle = _submit(state, ids, max_tokens, body)
+        rid, created = proto.new_id("chatcmpl"), proto.now_s()
+        gen = _Generation(state, handle, body.stop_list, request)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+            def chunk(text: str, finish: str | None) -> dict[str, Any]:
+                delta = {"content": text} if text or finish is None else {}
+                return proto.chat_chunk(rid, created, state.model_name, delta, finish)
+
+            first = proto.chat_chunk(
+                rid, created, state.model_name, {"role": "assistant", "content": ""}, None
+            )
+            return _sse(
+                gen,
+                chunk,
+                lambda: proto.usage_chunk(
+                    "chat.completion.chunk", rid, created, state.model_name, gen.usage()
+                ),
+                include_usage,
+                first,
+            )
+        text, finish = await gen.collect()
+        return proto.chat_completion(rid, created, state.model_name, text, finish, gen.usage())
+
+    return app
+
+
+# ---------------------------------------------------------------------- helpers
+def _check_model(state: ServerState, model: str) -> None:
+    if model != state.model_name:
+        raise APIError(
+            404,
+            f"model {model!r} does not exist; this server serves {state.model_name!r}",
+            "model",
+            "model_not_found",
+        )
+
+
+def _prompt_ids(state: ServerState, prompt: Any) -> list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return state.tokenizer.encode(prompt)
+    ids = list(prompt)
+    vocab = state.tokenizer.vocab_size
+    if not ids:
+        raise APIError(400, "prompt: empty", "prompt")
+    if any(not 0 <= t < vocab for t in ids):
+        raise APIError(400, f"prompt: token ids must be in [0, {vocab})", "prompt")
+    return ids
+
+
+def _submit(
+    state: ServerState, ids: list[int], max_tokens: int, body: proto._Sampling
+) -> RequestHandle:
+    d = state.driver
+    if not d.alive:
+        raise APIError(503, "the engine is not running", code="engine_unavailable")
+    if d.num_queued() >= state.max_queue:
+        state.metrics.rejected.inc()
+        raise APIError(
+            429,
+            f"too many requests waiting ({state.max_queue}); retry later",
+            code="rate_limit_exceeded",
+        )
+    temperature = 1.0 if body.temperature is None else body.temperature
+    params = SamplingParams(temperature, body.top_p or 1.0, body.seed)
+    stop_ids = () if body.ignore_eos else (state.tokenizer.eos_id,)
+    try:
+        return d.submit(ids, max_tokens, params, stop_ids, loop=asyncio.get_running_loop())
+    except ValueError as err:
+        raise APIError(400, str(err), "max_tokens", "context_length_exceeded") from None
+
+
+class _Generation:
+    """One request's text stream: detokenise, apply stop strings, watch for disconnects."""
+
+    def __init__(
+        self, state: ServerState, handle: RequestHandle, stops: list[str], request: Request
+    ) -> None:
+        self.driver = state.driver
+        self.handle = handle
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.num_tokens = 0
+        self._watch = asyncio.ensure_future(_watch_disconnect(request, self.driver, handle))
+
+    def usage(self) -> dict[str, int]:
+        return proto.usage(self.handle.request.prompt_len, self.num_tokens)
+
+    async def deltas(self) -> AsyncIterator[tuple[str, str | None]]:
+        """(text delta, finish reason) pairs; the last one has a finish reason."""
+        dec = IncrementalDecoder()
+        text, sent = "", 0
+        events = self.driver.events(self.handle)
+        try:
+            async for ev in events:
+                if ev.token is not None:
+                    self.num_tokens += 1
+                    text += dec.step(ev.token)
+                finish = ev.finish_reason
+                if finish is not None:
+                    text += dec.flush()
+                if finish == "error":
+                    raise APIError(500, self.handle.error or "engine error", code="engine_error")
+                if self.stops:
+                    cut = _find_stop(text, self.stops, max(0, sent - self.hold))
+                    if cut >= 0:
+                        yield text[sent:cut], "stop"
+                        return  # leaving the event stream aborts the request
+                end = len(text) if finish is not None else max(sent, len(text) - self.hold)
+                if end > sent or finish is not None:
+                    yield text[sent:end], finish
+                    sent = end
+        finally:
+            await events.aclose()  # aborts the request if it is still running
+            self._watch.cancel()
+
+    async def collect(self) -> tuple[str, str]:
+        parts, finish = [], "length"
+        async for delta, fin in self.deltas():
+            parts.append(delta)
+            if fin is not None:
+                finish = fin
+        return "".join(parts), finish
+
+
+def _find_stop(text: str, stops: list[str], start: int) -> int:
+    hits = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+    return min(hits) if hits else -1
+
+
+async def _watch_disconnect(request: Request, driver: EngineDriver, handle: RequestHandle) -> None:
+    """Abort the request when its client goes away (for streams and plain responses alike)."""
+    while not handle.finished:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            if not handle.finished:
+                driver.abort(handle)
+            return
+
+
+def _sse(
+    gen: _Generation,
+    chunk: Callable[[str, str | None], dict[str, Any]],
+    usage: Callable[[], dict[str, Any]],
+    include_usage: bool,
+    first: dict[str, Any] | None,
+) -> StreamingResponse:
+    async def stream() -> AsyncIterator[str]:
+        if first is not None:
+            yield _event(first)
+        try:
+            async for delta, finish in gen.deltas():
+                yield _event(chunk(delta, finish))
+        except APIError as err:
+            from tidal.api.errors import error_body
+
+            yield _event(error_body(err.status, err.message, err.param, err.code))
+        if include_usage:
+            yield _event(usage())
+        yield "data: [DONE]\n\n"
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+def _event(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"

@@ -1,0 +1,81 @@
+"""``tidal serve``: the real engine behind an OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from tidal.cli import Opt, TidalError, _fail, app, console
+
+
+@app.command()
+def serve(
+    model: Annotated[str, Opt(help="Model: a catalog id (tiny-llama, llama-3.1-8b, ...).")] = (
+        "tiny-llama"
+    ),
+    weights: Annotated[
+        Path | None, Opt(help="Safetensors weights (default: dummy seeded weights).")
+    ] = None,
+    host: Annotated[str, Opt(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, Opt(help="TCP port.")] = 8000,
+    api_key: Annotated[
+        str | None, Opt(help="Require 'Authorization: Bearer KEY' on /v1 routes.")
+    ] = None,
+    max_queue: Annotated[int, Opt(help="Requests allowed to wait; beyond, HTTP 429.")] = 1024,
+    served_model_name: Annotated[
+        str | None, Opt(help="Model name clients use (default: --model).")
+    ] = None,
+    device: Annotated[str, Opt(help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, Opt(help="float32 | bfloat16 | float16.")] = "float32",
+    num_kv_blocks: Annotated[int | None, Opt(help="KV cache blocks (default: --kv-cache-gb).")] = (
+        None
+    ),
+    kv_cache_gb: Annotated[float, Opt(help="KV cache size when --num-kv-blocks is unset.")] = 0.25,
+    block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
+    token_budget: Annotated[int, Opt(help="Max tokens per step (B).")] = 2048,
+    max_seqs: Annotated[int, Opt(help="Max running requests (N).")] = 256,
+    threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = None,
+    seed: Annotated[int, Opt(help="Seed of the dummy weights and of sampling.")] = 0,
+    log_level: Annotated[str, Opt(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Serve a model over /v1/completions, /v1/chat/completions, /v1/models, /metrics."""
+    try:
+        import uvicorn
+
+        from tidal.api.app import create_app
+        from tidal.runtime.config import RuntimeConfig, build_engine
+        from tidal.runtime.driver import EngineDriver
+    except ImportError as err:
+        _fail(TidalError(f"{err}; install the server with: pip install 'tidal[serve]'"))
+        return
+    if max_queue < 1:
+        _fail(TidalError("max_queue: must be >= 1"))
+        return
+    try:
+        cfg = RuntimeConfig(
+            model=model,
+            weights=str(weights) if weights else None,
+            device=device,
+            dtype=dtype,  # type: ignore[arg-type]
+            num_kv_blocks=num_kv_blocks,
+            kv_cache_gb=kv_cache_gb,
+            block_size=block_size,
+            token_budget=token_budget,
+            max_seqs=max_seqs,
+            num_threads=threads,
+            seed=seed,
+        )
+        rt = build_engine(cfg)
+    except TidalError as err:
+        _fail(err)
+        return
+    except ValueError as err:  # pydantic's ValidationError is a ValueError
+        _fail(TidalError(str(err)))
+        return
+    name = served_model_name or model
+    api = create_app(EngineDriver(rt), name, api_key=api_key, max_queue=max_queue)
+    console.print(
+        f"serving {name} ({rt.kv.num_blocks} KV blocks of {rt.kv.block_size}) on "
+        f"http://{host}:{port}/v1"
+    )
+    uvicorn.run(api, host=host, port=port, log_level=log_level)
