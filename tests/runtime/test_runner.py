@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from tests.runtime.helpers import prompts, run, tiny_engine  # noqa: E402
 from tidal.core.errors import ConfigError  # noqa: E402
 from tidal.hardware.models import get_model  # noqa: E402
-from tidal.runtime.model import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from tidal.runtime.model import LlamaConfig, LlamaForCausalLM, apply_rotary  # noqa: E402
 from tidal.runtime.sampling import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -80,7 +80,8 @@ def _dense_logits(model: LlamaForCausalLM, ids: list[int]) -> torch.Tensor:
         q = q.view(len(ids), cfg.num_heads, cfg.head_dim)
         k = k.view(len(ids), cfg.num_kv_heads, cfg.head_dim)
         v = v.view(len(ids), cfg.num_kv_heads, cfg.head_dim)
-        q, k = model.rotary(q, k, pos)
+        cos, sin = model.rotary.tables(pos, q.dtype)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k = k.repeat_interleave(g, dim=1)
         v = v.repeat_interleave(g, dim=1)
         s = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(cfg.head_dim)

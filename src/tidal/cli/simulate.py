@@ -30,7 +30,9 @@ def simulate(
         str | None, Opt(help="GPU id: h100 h200 a100-80gb l40s rtx-pro-6000 b200.")
     ] = None,
     tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
-    perf_model: Annotated[str | None, Opt(help="auto | roofline | linear.")] = None,
+    perf_model: Annotated[
+        str | None, Opt(help="auto | roofline | linear | profile:PATH (tidal calibrate).")
+    ] = None,
     trace: Annotated[
         str | None, Opt(help="Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).")
     ] = None,

@@ -43,6 +43,23 @@ CALIBRATIONS: dict[tuple[str, str, int], LinearCalibration] = {
 }
 
 PERF_MODELS = ("auto", "roofline", "linear")
+PROFILE_PREFIX = "profile:"
+"""``profile:PATH``: a step-time profile measured on the real engine (``tidal calibrate``)."""
+
+
+def check_perf_model(kind: str) -> None:
+    """Raise a ``ConfigError`` unless ``kind`` names a performance model (profiles are read)."""
+    if kind.startswith(PROFILE_PREFIX):
+        from tidal.hardware.profiled import ProfiledPerfModel
+
+        ProfiledPerfModel.load(kind.removeprefix(PROFILE_PREFIX))
+        return
+    if kind not in PERF_MODELS:
+        raise ConfigError(
+            "perf_model",
+            f"unknown value {kind!r}",
+            f"valid: {', '.join(PERF_MODELS)}, {PROFILE_PREFIX}PATH",
+        )
 
 
 def build_perf_model(
@@ -53,14 +70,16 @@ def build_perf_model(
     eff_bw: float = 0.8,
     **roofline_kw: float,
 ) -> PerfModel:
-    """``auto``: the measured linear model where one exists for (model, GPU, TP), else the
+    """``profile:PATH``: the profile measured on the real engine (``tidal calibrate``).
+    ``auto``: the measured linear model where one exists for (model, GPU, TP), else the
     roofline. ``linear``: measured constants, or constants derived from the roofline (α from a
     one-token step, β from the marginal cost of a 512-token-context decode and of a prefill
     token) when none were measured."""
-    if kind not in PERF_MODELS:
-        raise ConfigError(
-            "perf_model", f"unknown value {kind!r}", f"valid: {', '.join(PERF_MODELS)}"
-        )
+    check_perf_model(kind)
+    if kind.startswith(PROFILE_PREFIX):
+        from tidal.hardware.profiled import ProfiledPerfModel
+
+        return ProfiledPerfModel.load(kind.removeprefix(PROFILE_PREFIX))
     cal = CALIBRATIONS.get((model.name, gpu.name, tp))
     kappa = model.kv_bytes_per_token_per_gpu(tp) * tp / (eff_bw * gpu.mem_bw * tp)
     if kind == "auto" and cal is None:

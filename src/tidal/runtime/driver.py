@@ -30,8 +30,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tidal.core.clock import WallClock
+from tidal.core.clock import ThreadCPUClock, WallClock, make_clock
 from tidal.core.request import Request, RequestState
+from tidal.hardware.perf import StepShape
 from tidal.runtime.config import RuntimeEngine
 from tidal.runtime.sampling import GREEDY, SamplingParams
 
@@ -185,7 +186,8 @@ class EngineDriver:
         vLLM's handling of augmented requests (augserve.md's "vLLM baseline") — then ``call()``
         is awaited on the event loop while other requests keep running; its returned tokens are
         appended (``num_extra_tokens``) and the request re-enters the waiting queue at the tail
-        to be prefilled, prompt and output so far included.
+        to be prefilled, prompt and output so far included. ``handle.extra["external_calls"]``
+        records ``(position, number of tokens)`` of each call's result.
 
         Hook for the interception policies of issue 4 (Preserve / Swap / value scheduling): once
         the scheduler has pause/resume mechanisms, the two commands below map onto them.
@@ -200,14 +202,24 @@ class EngineDriver:
         requests: Sequence[Request],
         on_finish: Callable[[Request], None] | None = None,
         sampling: SamplingParams = GREEDY,
+        steps: list[tuple[int, int, StepShape]] | None = None,
+        clock: str = "wall",
     ) -> None:
         """Run ``requests`` open-loop: each joins the scheduler once the wall clock (restarted
         now) reaches its ``arrival_ns``; returns when all have finished. ``token_ids`` must be
-        set (prompts); outputs run to ``max_output_len`` (EOS ignored, as the simulator does)."""
+        set (prompts); outputs run to ``max_output_len`` (EOS ignored, as the simulator does).
+
+        ``steps`` receives ``(start_ns, period_ns, shape)`` per step. The period is what the
+        simulator calls the step's duration: from this step's start to the next one's when they
+        run back to back, else to the end of this step's loop iteration.
+
+        ``clock``: ``wall``, or ``cpu`` to time the replay by this thread's CPU time with idle
+        gaps skipped (:class:`~tidal.core.clock.ThreadCPUClock`: a dedicated core's wall time,
+        for measurements on a shared machine)."""
         if self._thread is not None:
             raise RuntimeError("replay needs the driver's thread to be stopped")
         sched, engine = self.scheduler, self.engine
-        clock = WallClock()
+        clock = make_clock(clock)
         engine.clock = self.clock = clock
         prev = sched.on_finish
         sched.on_finish = on_finish
@@ -216,6 +228,7 @@ class EngineDriver:
             if not sampling.greedy:
                 self.runner.set_sampling(r, sampling)
         i, n = 0, len(order)
+        last: tuple[int, StepShape] | None = None  # the previous step, while back to back
         try:
             while i < n or sched.has_work():
                 now = clock.now_ns()
@@ -223,16 +236,31 @@ class EngineDriver:
                     sched.add_request(order[i])
                     i += 1
                 if not sched.has_work():
-                    _sleep_until(clock, order[i].arrival_ns)
+                    if last is not None and steps is not None:
+                        steps.append((last[0], now - last[0], last[1]))
+                    last = None
+                    if isinstance(clock, ThreadCPUClock):
+                        clock.advance_to(order[i].arrival_ns)
+                    else:
+                        _sleep_until(clock, order[i].arrival_ns)
                     continue
+                start = clock.now_ns()
                 plan = engine.step()
                 self.num_steps += 1
-                if plan is None and not sched.running:
-                    head = sched.waiting.peek()
-                    raise RuntimeError(
-                        f"request {head.request_id} ({head.num_tokens} tokens) cannot be "
-                        f"admitted into an empty engine of {sched.kv.num_blocks} KV blocks"
-                    )
+                if plan is None:
+                    if not sched.running:
+                        head = sched.waiting.peek()
+                        raise RuntimeError(
+                            f"request {head.request_id} ({head.num_tokens} tokens) cannot be "
+                            f"admitted into an empty engine of {sched.kv.num_blocks} KV blocks"
+                        )
+                    continue
+                if steps is not None:
+                    if last is not None:
+                        steps.append((last[0], start - last[0], last[1]))
+                    last = (start, plan.shape())
+            if last is not None and steps is not None:
+                steps.append((last[0], clock.now_ns() - last[0], last[1]))
         finally:
             sched.on_finish = prev
             for r in order:
@@ -309,6 +337,8 @@ class EngineDriver:
                     continue
                 tokens = list(arg)  # type: ignore[call-overload]
                 assert req.token_ids is not None
+                calls = h.extra.setdefault("external_calls", [])
+                calls.append((len(req.token_ids), len(tokens)))  # type: ignore[attr-defined]
                 req.token_ids.extend(tokens)
                 req.num_extra_tokens += len(tokens)
                 req.finish_ns = -1

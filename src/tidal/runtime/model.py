@@ -104,6 +104,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
         var = x.float().pow(2).mean(-1, keepdim=True)
         return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
 
@@ -119,17 +121,19 @@ class Rotary(nn.Module):
         self.register_buffer("cos", ang.cos().float(), persistent=False)
         self.register_buffer("sin", ang.sin().float(), persistent=False)
 
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
+    def tables(
+        self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        cos = self.cos.index_select(0, positions).unsqueeze(1).to(q.dtype)
-        sin = self.sin.index_select(0, positions).unsqueeze(1).to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        """cos and sin rows of ``positions`` as ``[tokens, 1, head_dim]`` (once per step)."""
+        cos = self.cos.index_select(0, positions).unsqueeze(1).to(dtype)
+        sin = self.sin.index_select(0, positions).unsqueeze(1).to(dtype)
+        return cos, sin
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x·cos + rotate_half(x)·sin`` for ``x`` of shape ``[tokens, heads, head_dim]``."""
     h = x.shape[-1] // 2
-    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return x * cos + torch.cat([-x[..., h:], x[..., :h]], dim=-1) * sin
 
 
 class Attention(nn.Module):
@@ -150,16 +154,16 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         batch: ForwardBatch,
-        rotary: Rotary,
+        rope: tuple[torch.Tensor, torch.Tensor],
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(t, self.num_heads, self.head_dim)
-        k = k.view(t, self.num_kv_heads, self.head_dim)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
-        q, k = rotary(q, k, batch.positions)
+        qkv = self.qkv_proj(x)
+        # q and k are adjacent columns: rotate them as one [tokens, heads + kv_heads, dim] view
+        qk = apply_rotary(qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim), *rope)
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         k_cache[batch.write_blocks, :, batch.write_offsets] = k
         v_cache[batch.write_blocks, :, batch.write_offsets] = v
         parts = [
@@ -222,8 +226,9 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """Logits of the rows in ``batch.sample_rows`` (``[rows, vocab]``, float32)."""
         x = self.model.embed_tokens(batch.input_ids)
+        rope = self.rotary.tables(batch.positions, x.dtype)
         for layer, (k_cache, v_cache) in zip(self.model.layers, kv_layers, strict=True):
-            x = x + layer.self_attn(layer.input_layernorm(x), batch, self.rotary, k_cache, v_cache)
+            x = x + layer.self_attn(layer.input_layernorm(x), batch, rope, k_cache, v_cache)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         x = self.model.norm(x.index_select(0, batch.sample_rows))
         return self.lm_head(x).float()

@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tidal.core.errors import ConfigError
-from tidal.hardware.calibration import PERF_MODELS
+from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
 from tidal.workload.config import WorkloadConfig
@@ -24,6 +24,8 @@ class MemoryConfig(_Strict):
     activation_reserve_gb: float = Field(default=3.0, ge=0)
     block_size: int = Field(default=16, ge=1)
     watermark: float = Field(default=0.01, ge=0, lt=1)
+    num_blocks: int | None = Field(default=None, ge=1)
+    """KV blocks, overriding the memory plan (e.g. to match a real engine's cache)."""
 
 
 class SchedulerSettings(_Strict):
@@ -79,8 +81,10 @@ class SimulationConfig(_Strict):
     @field_validator("perf_model")
     @classmethod
     def _perf(cls, v: str) -> str:
-        if v not in PERF_MODELS:
-            raise ValueError(f"unknown value {v!r} (valid: {', '.join(PERF_MODELS)})")
+        try:
+            check_perf_model(v)
+        except ConfigError as err:
+            raise ValueError(str(err).removeprefix("perf_model: ")) from None
         return v
 
     @model_validator(mode="after")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ def build_instance(
         mem.activation_reserve_gb,
         min_tokens=max_request_tokens,
     )
+    if mem.num_blocks is not None:
+        plan = dataclasses.replace(plan, num_blocks=mem.num_blocks)
     perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp)
     kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     s = cfg.scheduler

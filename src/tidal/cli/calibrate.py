@@ -1,0 +1,154 @@
+"""``tidal calibrate``: profile the real engine's steps, fit a step-time model for this machine."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+from tidal.core.clock import CLOCKS
+
+GRID_TOKENS = 16384
+"""Decode grid points hold at most this many context tokens (B·L)."""
+
+
+def runtime_config(**kw: Any) -> Any:
+    """A ``RuntimeConfig``; pydantic errors become readable ``TidalError``s."""
+    from pydantic import ValidationError
+
+    from tidal.runtime.config import RuntimeConfig
+    from tidal.sim.config import format_validation_error
+
+    try:
+        return RuntimeConfig(**kw)
+    except ValidationError as err:
+        raise TidalError(format_validation_error(err)) from None
+
+
+def machine_info(threads: int | None) -> dict[str, Any]:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "threads": threads if threads is not None else torch.get_num_threads(),
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def _xy(samples: list[Any]) -> tuple[list[Any], list[float]]:
+    return [s.shape for s in samples], [s.seconds for s in samples]
+
+
+@app.command()
+def calibrate(
+    out: Annotated[Path, Opt(help="Profile to write (JSON; use as perf_model profile:PATH).")],
+    model: Annotated[str, Opt(help="Model to profile (catalog id).")] = "tiny-llama",
+    threads: Annotated[int | None, Opt(help="CPU threads for torch (fix it: shared CPUs).")] = 1,
+    repeats: Annotated[int, Opt(help="Passes over the grid (after one warm-up pass).")] = 3,
+    max_batch: Annotated[int, Opt(help="Largest decode batch profiled.")] = 128,
+    max_ctx: Annotated[int, Opt(help="Longest decode context profiled.")] = 1024,
+    max_prompt: Annotated[int, Opt(help="Longest prompt profiled.")] = 2048,
+    block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
+    device: Annotated[str, Opt(help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, Opt(help="float32 | bfloat16 | float16.")] = "float32",
+    seed: Annotated[int, Opt(help="Seed of weights and prompts.")] = 0,
+    serving: Annotated[
+        bool, Opt(help="Also profile steady Poisson serving at a few concurrencies.")
+    ] = True,
+    clock: Annotated[
+        str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
+    ] = "wall",
+) -> None:
+    """Profile prefill, decode and mixed steps over a grid of batch shapes; fit the profile."""
+    try:
+        import numpy as np
+
+        from tidal.hardware.profiled import ProfiledPerfModel, fit_profile
+        from tidal.report.io import write_json
+        from tidal.runtime.profiling import default_grid, profile, serving_grid
+    except ImportError as err:
+        _fail(TidalError(f"{err}; install the engine with: pip install 'tidal[engine]'"))
+        return
+    try:
+        if repeats < 1:
+            raise TidalError("repeats: must be >= 1")
+        if clock not in CLOCKS:
+            raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+        cfg = runtime_config(
+            model=model,
+            num_threads=threads,
+            block_size=block_size,
+            device=device,
+            dtype=dtype,
+            seed=seed,
+            num_kv_blocks=-(-4 * max(GRID_TOKENS, max_prompt) // block_size),
+        )
+        grid = default_grid(max_batch, max_ctx, max_prompt, GRID_TOKENS)
+        t0 = time.perf_counter()
+
+        def progress(done: int, total: int) -> None:
+            if done % max(1, total // 10) == 0:
+                err_console.print(f"  profiled {done}/{total} grid points")
+
+        samples = profile(cfg, grid, repeats, seed=seed, progress=progress, clock=clock)
+        if serving:
+            prelim = ProfiledPerfModel(fit_profile(*_xy(samples))[0])
+            points = serving_grid(prelim, max_batch=max_batch)
+            err_console.print(
+                "  serving points: "
+                + ", ".join(f"c={p.batch} at {p.rate:.1f} req/s" for p in points)
+            )
+            grid = grid + points
+            samples += profile(cfg, points, repeats, seed=seed + 1, progress=progress, clock=clock)
+        coef, rel = fit_profile(*_xy(samples))
+        kinds = np.array([s.point.split(":")[0] for s in samples])
+        fit_err = {
+            k: {
+                "num_steps": int((kinds == k).sum()),
+                "median_abs_rel_error": float(np.median(np.abs(rel[kinds == k]))),
+                "p90_abs_rel_error": float(np.percentile(np.abs(rel[kinds == k]), 90)),
+            }
+            for k in sorted(set(kinds))
+        }
+        info = {
+            "model": model,
+            "device": device,
+            "clock": clock,
+            "dtype": dtype,
+            "block_size": block_size,
+            "repeats": repeats,
+            "grid_points": len(grid),
+            "serving_points": [
+                {"concurrency": p.batch, "rate": p.rate, "num_requests": p.num_requests}
+                for p in grid
+                if p.kind == "serving"
+            ],
+            "num_samples": len(samples),
+            "profile_seconds": time.perf_counter() - t0,
+            "fit_error": fit_err,
+            "machine": machine_info(threads),
+        }
+        prof = ProfiledPerfModel(coef, source=str(out), info=info)
+        write_json(out, prof.to_json())
+    except TidalError as err:
+        _fail(err)
+        return
+    console.print(f"profiled {len(samples)} steps of {model} in {info['profile_seconds']:.0f} s")
+    for k, v in fit_err.items():
+        console.print(
+            f"  {k:8s} {v['num_steps']:5d} steps, fit |error| median "
+            f"{v['median_abs_rel_error']:.1%}, p90 {v['p90_abs_rel_error']:.1%}"
+        )
+    console.print(f"profile written to {out}; simulate with --perf-model profile:{out}")

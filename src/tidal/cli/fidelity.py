@@ -1,0 +1,264 @@
+"""``tidal fidelity``: one workload through the real engine and through the simulator.
+
+Both runs use the same requests (same seed), the same scheduler and KV cache configuration,
+and the same recorder and metric code (:class:`~tidal.sim.recorder.RequestRecorder`,
+:func:`~tidal.core.metrics.summarize`); the real run replays arrivals open-loop in wall time,
+the simulation uses the calibrated profile as its step-time model. ``DIR/fidelity.json`` holds
+the per-request error statistics (:mod:`tidal.report.fidelity`, medians over ``--repeats`` real
+runs), both runs' metrics, and the scheduler's own CPU time as a share of step time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from tidal.cli import Opt, TidalError, _fail, _parse_rate, app, console
+from tidal.core.clock import CLOCKS
+
+
+@app.command()
+def fidelity(
+    profile: Annotated[Path, Opt(help="Step-time profile from `tidal calibrate`.")],
+    out: Annotated[Path, Opt(help="Output directory (fidelity.json, requests parquet files).")],
+    num_requests: Annotated[int, Opt(help="Requests in the workload.")] = 200,
+    rate: Annotated[str, Opt(help="Arrival rate in req/s.")] = "10",
+    model: Annotated[str, Opt(help="Model (catalog id); must match the profile.")] = "tiny-llama",
+    arrival_cv: Annotated[float, Opt(help="Inter-arrival CV: 1 Poisson, else Gamma.")] = 1.0,
+    prompt_len: Annotated[int, Opt(help="Prompt length (location of length-dist).")] = 128,
+    output_len: Annotated[int, Opt(help="Output length (location of length-dist).")] = 64,
+    length_dist: Annotated[str, Opt(help="fixed | uniform | geometric | lognormal | ...")] = (
+        "uniform"
+    ),
+    token_budget: Annotated[int, Opt(help="Max tokens per step (B).")] = 512,
+    max_seqs: Annotated[int, Opt(help="Max running requests (N).")] = 64,
+    num_kv_blocks: Annotated[int, Opt(help="KV cache blocks (both runs).")] = 2048,
+    block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
+    threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = 1,
+    repeats: Annotated[int, Opt(help="Real runs; statistics are their medians.")] = 1,
+    seed: Annotated[int, Opt(help="Workload seed.")] = 0,
+    device: Annotated[str, Opt(help="auto | cpu | cuda | cuda:N.")] = "auto",
+    dtype: Annotated[str, Opt(help="float32 | bfloat16 | float16.")] = "float32",
+    clock: Annotated[
+        str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
+    ] = "wall",
+) -> None:
+    """Replay a workload on the real engine and in the simulator; write per-request errors."""
+    try:
+        import numpy as np  # noqa: F401
+
+        from tidal.runtime.driver import EngineDriver  # noqa: F401
+    except ImportError as err:
+        _fail(TidalError(f"{err}; install the engine with: pip install 'tidal[engine]'"))
+        return
+    try:
+        result = run_fidelity(
+            profile,
+            out,
+            model=model,
+            workload={
+                "num_requests": num_requests,
+                "rate": _parse_rate(rate),
+                "arrival_cv": arrival_cv,
+                "prompt_len": prompt_len,
+                "output_len": output_len,
+                "length_dist": length_dist,
+            },
+            token_budget=token_budget,
+            max_seqs=max_seqs,
+            num_kv_blocks=num_kv_blocks,
+            block_size=block_size,
+            threads=threads,
+            repeats=repeats,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            clock=clock,
+        )
+    except TidalError as err:
+        _fail(err)
+        return
+    _print(result, out)
+
+
+def run_fidelity(
+    profile: Path,
+    out: Path,
+    *,
+    model: str,
+    workload: dict[str, Any],
+    token_budget: int,
+    max_seqs: int,
+    num_kv_blocks: int,
+    block_size: int,
+    threads: int | None,
+    repeats: int,
+    seed: int,
+    device: str = "auto",
+    dtype: str = "float32",
+    clock: str = "wall",
+) -> dict[str, Any]:
+    import numpy as np
+
+    from tidal.cli.calibrate import runtime_config
+    from tidal.hardware.profiled import ProfiledPerfModel
+    from tidal.report.fidelity import METRICS, fidelity_summary
+    from tidal.report.io import write_json, write_parquet
+    from tidal.report.results import _clean
+    from tidal.sim.config import load_config
+    from tidal.sim.run import load_requests, rng_streams, run_simulation
+
+    if repeats < 1:
+        raise TidalError("repeats: must be >= 1")
+    if clock not in CLOCKS:
+        raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+    prof = ProfiledPerfModel.load(profile)
+    measured_for = prof.info.get("model")
+    if measured_for not in (None, model):
+        raise TidalError(f"profile: {profile} was measured for {measured_for}, not {model}")
+    if prof.info.get("clock", "wall") != clock:
+        console.print(
+            f"[yellow]warning:[/] the profile was timed with the {prof.info.get('clock')} clock, "
+            f"this run uses the {clock} clock"
+        )
+    watermark = 0.01
+    sim_cfg = load_config(
+        {
+            "model": model,
+            "perf_model": f"profile:{profile}",
+            "memory": {
+                "block_size": block_size,
+                "watermark": watermark,
+                "num_blocks": num_kv_blocks,
+            },
+            "scheduler": {"token_budget": token_budget, "max_seqs": max_seqs},
+            "workload": workload,
+            "seed": seed,
+        }
+    )
+    reqs = load_requests(sim_cfg)
+    longest = int((reqs.prompt_len + reqs.output_len).max())
+    if longest > num_kv_blocks * block_size:
+        raise TidalError(
+            f"num_kv_blocks: {num_kv_blocks} blocks of {block_size} cannot hold a request of "
+            f"{longest} tokens"
+        )
+    rt_cfg = runtime_config(
+        model=model,
+        num_threads=threads,
+        num_kv_blocks=num_kv_blocks,
+        block_size=block_size,
+        watermark=watermark,
+        token_budget=token_budget,
+        max_seqs=max_seqs,
+        seed=seed,
+        device=device,
+        dtype=dtype,
+    )
+    sim = run_simulation(sim_cfg, reqs)
+    prompt_rng = rng_streams(seed)["noise"]
+    prompts = [prompt_rng.integers(0, 256, int(p)).tolist() for p in reqs.prompt_len]
+    runs = []
+    for rep in range(repeats):
+        runs.append(_real_run(rt_cfg, reqs, prompts, sim_cfg, clock))
+        console.print(f"  real run {rep + 1}/{repeats}: {runs[-1]['wall_s']:.1f} s")
+    per_repeat = [fidelity_summary(r["columns"], sim.columns) for r in runs]
+    keys = [f"{m}_{s}_rel_error" for m in METRICS for s in ("median", "p90")]
+    result: dict[str, Any] = {
+        k: float(np.median([p[k] for p in per_repeat if p.get(k) is not None])) for k in keys
+    }
+    result.update(
+        {
+            "repeats": repeats,
+            "per_repeat": per_repeat,
+            "real_metrics": [r["metrics"] for r in runs],
+            "sim_metrics": sim.metrics,
+            "scheduler_overhead": [r["overhead"] for r in runs],
+            "profile": str(profile),
+            "workload": sim_cfg.workload.model_dump(mode="json"),
+            "runtime": rt_cfg.model_dump(mode="json"),
+            "seed": seed,
+            "clock": clock,
+        }
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "fidelity.json", _clean(result))
+    write_parquet(out / "sim_requests.parquet", sim.columns)
+    write_parquet(out / "real_requests.parquet", runs[0]["columns"])
+    return result
+
+
+def _real_run(
+    rt_cfg: Any, reqs: Any, prompts: list[list[int]], sim_cfg: Any, clock: str
+) -> dict[str, Any]:
+    from tidal.core.metrics import summarize
+    from tidal.core.request import Request
+    from tidal.runtime.config import build_engine
+    from tidal.runtime.driver import EngineDriver
+    from tidal.sim.recorder import RequestRecorder
+
+    rt = build_engine(rt_cfg)
+    driver = EngineDriver(rt)
+    warm = [
+        Request(i, 0, len(prompts[i]), 4, token_ids=list(prompts[i]))
+        for i in range(min(8, len(prompts)))
+    ]
+    driver.replay(warm, clock=clock)
+    eng = rt.engine
+    eng.schedule_ns = eng.execute_ns = eng.update_ns = 0
+    recorder = RequestRecorder(reqs)
+    arrivals = reqs.arrival_ns.tolist()
+    outputs = reqs.output_len.tolist()
+    requests = [
+        Request(i, arrivals[i], len(p), outputs[i], token_ids=list(p))
+        for i, p in enumerate(prompts)
+    ]
+    steps: list = []
+    t0 = time.perf_counter()
+    driver.replay(requests, recorder.on_finish, steps=steps, clock=clock)
+    wall = time.perf_counter() - t0
+    import numpy as np
+
+    periods = np.array([p for _, p, _ in steps], dtype=np.int64)
+    decodes = np.array([s.num_decodes for _, _, s in steps], dtype=np.int64)
+    cols = recorder.columns()
+    slo = sim_cfg.slo
+    metrics = summarize(cols, slo.ttft_s, slo.tpot_s, periods[decodes > 0], decodes[decodes > 0])
+    n = max(len(steps), 1)
+    step_ns = eng.schedule_ns + eng.execute_ns + eng.update_ns
+    overhead = {
+        "num_steps": len(steps),
+        "schedule_us_per_step": eng.schedule_ns / n / 1e3,
+        "update_us_per_step": eng.update_ns / n / 1e3,
+        "execute_us_per_step": eng.execute_ns / n / 1e3,
+        "step_period_us_mean": float(periods.mean() / 1e3) if len(periods) else 0.0,
+        "scheduler_share_of_step": (eng.schedule_ns + eng.update_ns) / max(step_ns, 1),
+    }
+    return {"columns": cols, "metrics": metrics, "overhead": overhead, "wall_s": wall}
+
+
+def _print(result: dict[str, Any], out: Path) -> None:
+    from rich.table import Table
+
+    t = Table(title="simulator vs real engine, per-request |relative error|")
+    t.add_column("metric")
+    for col in ("median", "p90", "bias (median signed)", "P50 shift", "P90 shift"):
+        t.add_column(col, justify="right")
+    first = result["per_repeat"][0]
+    for m in ("ttft", "tpot", "e2e"):
+        t.add_row(
+            m.upper(),
+            f"{result[f'{m}_median_rel_error']:.1%}",
+            f"{result[f'{m}_p90_rel_error']:.1%}",
+            f"{first[f'{m}_median_signed_error']:+.1%}",
+            f"{first.get(f'{m}_p50_shift') or 0.0:+.1%}",
+            f"{first.get(f'{m}_p90_shift') or 0.0:+.1%}",
+        )
+    console.print(t)
+    ov = result["scheduler_overhead"][0]
+    console.print(
+        f"scheduler CPU per step: schedule {ov['schedule_us_per_step']:.0f} µs + update "
+        f"{ov['update_us_per_step']:.0f} µs = {ov['scheduler_share_of_step']:.2%} of step time "
+        f"({ov['num_steps']} steps); results in {out}"
+    )

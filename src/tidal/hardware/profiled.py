@@ -1,0 +1,172 @@
+"""A step-time model fitted to measured steps of the real engine (``tidal calibrate``).
+
+Step time is linear in a few features of the batch shape (:class:`~tidal.hardware.perf.StepShape`)
+that follow the runner's work (DESIGN.md §5, "calibrated profile from the real engine"):
+
+    t = max(0, c₀ + c_tok·T + Σ_k c_k·max(0, T − knot_k) + c_dec·n + c_chunk·m
+               + c_pattn·A + c_pctx·C) + c_dctx·Σctx
+
+with T = decode + prefill tokens (matmuls), n decode requests (per-request work: input
+preparation, sampling, the decode kernel's per-request merge), m prefill chunks (one attention
+call each), A = Σ c(2s + c) over chunks (causal attention), C = Σ (s + c) (reading a chunk's
+context), Σctx the decode requests' attended context (the decode kernel reads each block once).
+Hinges at the token knots let the per-token cost fall as matmuls get larger (a concave,
+piecewise-linear function of T), as CPU matmul efficiency does.
+
+Exactness (:mod:`tidal.hardware.perf`): only ``decode_ctx`` may be an array; everything else is a
+Python float computed identically for a scalar step and a vectorised run, and the array enters
+through one multiply and one add, so ``decode_run_ns`` equals step-by-step ``step_ns`` bit for bit.
+
+The fit (:func:`fit_profile`) minimises squared *relative* error by iteratively reweighted least
+squares (weights 1/t̂², t̂ the current prediction, so the estimate stays the conditional mean of
+the measured times, which is what a request's TPOT averages), with non-negative coefficients
+except the hinges (non-positive): a negative per-token or per-context cost has no physical
+meaning and only fits noise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tidal.core.errors import ConfigError
+from tidal.hardware.perf import PerfModel, StepShape
+
+FEATURES = ("const", "tokens", "decodes", "prefill_chunks", "prefill_attn", "prefill_ctx")
+"""Scalar features in coefficient order; then one hinge per knot, then ``decode_ctx``."""
+DEFAULT_KNOTS = (32, 256)
+FORMAT = "tidal-profile/1"
+
+
+class ProfiledPerfModel(PerfModel):
+    name = "profile"
+
+    def __init__(
+        self,
+        coef: dict[str, float],
+        knots: Sequence[int] = DEFAULT_KNOTS,
+        source: str = "",
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        self.knots = tuple(int(k) for k in knots)
+        names = [*FEATURES, *(f"hinge_{k}" for k in self.knots), "decode_ctx"]
+        missing = [n for n in names if n not in coef]
+        if missing:
+            raise ValueError(f"profile coefficients missing: {', '.join(missing)}")
+        self.coef = {n: float(coef[n]) for n in names}
+        self.source = source
+        self.info = info or {}
+        c = self.coef
+        self._c0, self._tok, self._dec = c["const"], c["tokens"], c["decodes"]
+        self._chunk, self._pattn, self._pctx = (
+            c["prefill_chunks"],
+            c["prefill_attn"],
+            c["prefill_ctx"],
+        )
+        self._hinges = [(k, c[f"hinge_{k}"]) for k in self.knots]
+        self._dctx = c["decode_ctx"]
+
+    def step_seconds(
+        self,
+        num_decodes: int,
+        decode_ctx: Any,
+        prefill_tokens: int,
+        prefill_attn: int,
+        prefill_ctx: int,
+        num_prefills: int,
+        mx: Callable[[Any, Any], Any] = max,
+    ) -> Any:
+        tokens = num_decodes + prefill_tokens
+        if tokens == 0:
+            return 0.0
+        fixed = self._c0 + self._tok * tokens
+        for knot, slope in self._hinges:
+            if tokens > knot:
+                fixed += slope * (tokens - knot)
+        fixed += self._dec * num_decodes + self._chunk * num_prefills
+        fixed += self._pattn * prefill_attn + self._pctx * prefill_ctx
+        fixed = max(fixed, 0.0)
+        return fixed + self._dctx * decode_ctx
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "knots": list(self.knots), **self.coef}
+
+    # ------------------------------------------------------------------ files
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "knots": list(self.knots),
+            "coefficients": self.coef,
+            "info": self.info,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], source: str = "") -> ProfiledPerfModel:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} file (format: {data.get('format')!r})")
+        return cls(data["coefficients"], data["knots"], source, data.get("info"))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ProfiledPerfModel:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(
+                "perf_model", f"profile {p} does not exist", "create it with `tidal calibrate`"
+            )
+        try:
+            return cls.from_json(json.loads(p.read_text()), source=str(p))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ConfigError("perf_model", f"{p} is not a valid profile: {err}") from None
+
+
+# ---------------------------------------------------------------------- fitting
+def design_matrix(shapes: Sequence[StepShape], knots: Sequence[int]) -> np.ndarray:
+    s = np.asarray(shapes, dtype=np.float64).reshape(-1, 6)
+    nd, dctx, pt, pattn, pctx, npf = s.T
+    tokens = nd + pt
+    cols = [np.ones_like(nd), tokens, nd, npf, pattn, pctx]
+    cols += [np.maximum(tokens - k, 0.0) for k in knots]
+    cols.append(dctx)
+    return np.stack(cols, axis=1)
+
+
+def _signed_nnls(x: np.ndarray, y: np.ndarray, sign: np.ndarray) -> np.ndarray:
+    """Least squares with ``sign[j]·coef[j] ≥ 0`` (sign 0: free), by an active-set loop:
+    refit without the coefficients that violate their sign until none does."""
+    active = np.ones(x.shape[1], dtype=bool)
+    while True:
+        coef = np.zeros(x.shape[1])
+        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        coef[active] = sol
+        bad = active & (sign * coef < 0)
+        if not bad.any():
+            return coef
+        worst = np.argmin(np.where(bad, sign * coef, np.inf))
+        active[worst] = False
+
+
+def fit_profile(
+    shapes: Sequence[StepShape],
+    seconds: Sequence[float],
+    knots: Sequence[int] = DEFAULT_KNOTS,
+    iterations: int = 6,
+) -> tuple[dict[str, float], np.ndarray]:
+    """Coefficients by name, and each sample's relative error ``(t̂ − t)/t``."""
+    x = design_matrix(shapes, knots)
+    t = np.asarray(seconds, dtype=np.float64)
+    if len(t) < x.shape[1]:
+        raise ValueError(f"{len(t)} samples cannot determine {x.shape[1]} coefficients")
+    sign = np.ones(x.shape[1])
+    sign[6 : 6 + len(knots)] = -1.0
+    pred = t.copy()
+    coef = np.zeros(x.shape[1])
+    for _ in range(iterations):
+        w = 1.0 / np.maximum(pred, 1e-9)
+        coef = _signed_nnls(x * w[:, None], t * w, sign)
+        pred = np.maximum(x @ coef, 1e-9)
+    names = [*FEATURES, *(f"hinge_{k}" for k in knots), "decode_ctx"]
+    return dict(zip(names, (float(c) for c in coef), strict=True)), (pred - t) / t

@@ -1,0 +1,167 @@
+"""Profiling the real engine's step times over a grid of batch shapes (for ``tidal calibrate``).
+
+Each grid point is a small workload replayed through the engine's own loop
+(:meth:`~tidal.runtime.driver.EngineDriver.replay`), so a sample's time includes everything the
+simulator's step duration stands for: scheduling, input preparation, the forward pass,
+sampling, the scheduler's update and the loop around them. Every step is a sample
+``(shape, period)``; the grid is chosen so that the samples span the shapes serving produces:
+
+* **decode**: B requests of context L, prefilled together, then decoding — pure-decode steps
+  with n = B and Σctx ≈ B·L for B up to ``max_batch`` and L up to ``max_ctx``;
+* **prefill**: one prompt of P tokens in one chunk, and long prompts split into chunks that
+  attend growing cached context (the ``prefill_attn`` and ``prefill_ctx`` features);
+* **mixed**: B decoding requests joined by a P-token prompt (chunked prefill next to decodes);
+* **serving**: Poisson arrivals of requests with varied lengths at a rate that keeps about c
+  requests running (Little's law with a preliminary fit of the points above), so that shapes,
+  their mix and the machine's state (caches, allocator) are those of steady serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tidal.core.kv import KVBlockManager
+from tidal.core.request import Request
+from tidal.core.units import NS_PER_S
+from tidal.engine.ordering import ORDERINGS
+from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.hardware.perf import PerfModel, StepShape
+from tidal.runtime.config import RuntimeConfig, build_engine
+from tidal.runtime.driver import EngineDriver
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    kind: str
+    """decode | prefill | mixed"""
+    batch: int
+    """Decoding requests (decode, mixed) or 1."""
+    context: int
+    """Prompt length of the decoding requests, or of the prefilled prompt."""
+    prompt: int = 0
+    """Mixed: the joining prompt's length."""
+    chunk: int = 0
+    """Token budget (0: the config's)."""
+    rate: float = 0.0
+    """Serving: Poisson arrival rate (req/s)."""
+    num_requests: int = 0
+    """Serving: requests replayed."""
+
+
+@dataclass(frozen=True)
+class StepSample:
+    shape: StepShape
+    seconds: float
+    point: str
+
+
+def default_grid(
+    max_batch: int = 128, max_ctx: int = 1024, max_prompt: int = 2048, max_tokens: int = 16384
+) -> list[GridPoint]:
+    """Decode points with B·L ≤ ``max_tokens`` (their prefill dominates profiling time)."""
+    batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max_batch]
+    ctxs = [c for c in (16, 64, 256, 1024, 4096) if c <= max_ctx]
+    grid = [GridPoint("decode", b, c) for b in batches for c in ctxs if b * c <= max_tokens]
+    prompts = [p for p in (8, 32, 128, 256, 512, 1024, 2048) if p <= max_prompt]
+    grid += [GridPoint("prefill", 1, p) for p in prompts]
+    grid += [GridPoint("prefill", 1, max_prompt, chunk=c) for c in (128, 512)]
+    grid += [
+        GridPoint("mixed", b, 128, prompt=p, chunk=256) for b in batches[::2] for p in (64, 512)
+    ]
+    return grid
+
+
+SERVING_PROMPT = (16, 512)
+SERVING_OUTPUT = (16, 256)
+"""Serving points' lengths: uniform integers in these inclusive ranges."""
+
+
+def serving_grid(
+    prelim: PerfModel, concurrencies: tuple[int, ...] = (2, 8, 32), max_batch: int = 128
+) -> list[GridPoint]:
+    """Poisson points keeping about c requests running: λ = c / (E[output] · t(c)), with t(c)
+    the preliminary model's step time at c decodes of mean context plus the arrivals' prefill
+    tokens per step (λ·E[prompt]·t, solved by a few fixed-point iterations)."""
+    p_mean = sum(SERVING_PROMPT) / 2
+    o_mean = sum(SERVING_OUTPUT) / 2
+    points = []
+    for c in (c for c in concurrencies if c <= max_batch):
+        ctx = int(c * (p_mean + o_mean / 2))
+        t = prelim.step_seconds(c, ctx, 0, 0, 0, 0)
+        for _ in range(5):
+            rate = c / (o_mean * t)
+            pf = int(rate * t * p_mean)
+            t = prelim.step_seconds(c, ctx, pf, int(pf * pf), pf, 1 if pf else 0)
+        rate = c / (o_mean * t)
+        points.append(GridPoint("serving", c, 0, rate=rate, num_requests=4 * c + 16))
+    return points
+
+
+def _point_requests(pt: GridPoint, decode_steps: int, rng: np.random.Generator) -> list[Request]:
+    def req(i: int, prompt: int, out: int, t_ns: int = 0) -> Request:
+        ids = rng.integers(0, 256, prompt).tolist()
+        return Request(i, t_ns, prompt, out, token_ids=ids)
+
+    if pt.kind == "decode":
+        return [req(i, pt.context, decode_steps + 1) for i in range(pt.batch)]
+    if pt.kind == "prefill":
+        return [req(0, pt.context, 1)]
+    if pt.kind == "serving":
+        gaps = rng.exponential(1.0 / pt.rate, pt.num_requests)
+        gaps[0] = 0.0
+        times = np.round(np.cumsum(gaps) * NS_PER_S).astype(np.int64).tolist()
+        prompts = rng.integers(SERVING_PROMPT[0], SERVING_PROMPT[1] + 1, pt.num_requests)
+        outputs = rng.integers(SERVING_OUTPUT[0], SERVING_OUTPUT[1] + 1, pt.num_requests)
+        return [
+            req(i, int(p), int(o), t)
+            for i, (p, o, t) in enumerate(zip(prompts, outputs, times, strict=True))
+        ]
+    # mixed: decoders first, the prompt arrives once they decode (after their prefill)
+    decs = [req(i, pt.context, 4 * decode_steps) for i in range(pt.batch)]
+    late = req(pt.batch, pt.prompt, 2, t_ns=NS_PER_S // 1000)
+    return [*decs, late]
+
+
+def profile(
+    cfg: RuntimeConfig,
+    grid: list[GridPoint],
+    repeats: int = 3,
+    decode_steps: int = 8,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    clock: str = "wall",
+) -> list[StepSample]:
+    """Replay every grid point ``repeats`` times (after one warm-up pass) on a fresh engine
+    built from ``cfg`` (its token budget and running cap are raised to fit the grid)."""
+    need_seqs = max(pt.batch + 1 for pt in grid)
+    budget = max(cfg.token_budget, need_seqs, max(pt.context for pt in grid))
+    base = cfg.model_copy(update={"max_seqs": max(cfg.max_seqs, need_seqs), "token_budget": budget})
+    rt = build_engine(base)
+    rng = np.random.default_rng(seed)
+    samples: list[StepSample] = []
+    total = len(grid) * repeats
+    done = 0
+    for rep in range(repeats + 1):
+        for pt in grid:
+            chunk = max(pt.chunk or budget, pt.batch + 1)
+            rt.engine.scheduler = _scheduler(base, rt.kv, chunk)
+            reqs = _point_requests(pt, decode_steps, rng)
+            steps: list[tuple[int, int, StepShape]] = []
+            EngineDriver(rt).replay(reqs, steps=steps, clock=clock)
+            if rep == 0:
+                continue  # warm-up: first-touch allocations, caches
+            label = f"{pt.kind}:b{pt.batch}:c{pt.context}:p{pt.prompt}:k{pt.chunk}"
+            samples += [StepSample(shape, period / NS_PER_S, label) for _, period, shape in steps]
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    return samples
+
+
+def _scheduler(cfg: RuntimeConfig, kv: KVBlockManager, token_budget: int) -> Scheduler:
+    max_seqs = min(cfg.max_seqs, token_budget)
+    sc = SchedulerConfig(token_budget, max_seqs, cfg.long_prefill_token_threshold)
+    return BATCHING.get(cfg.batching)(sc, kv, ORDERINGS.get(cfg.ordering)())

@@ -1,0 +1,95 @@
+"""``tidal calibrate`` and ``tidal fidelity`` end to end on a tiny grid and workload."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from typer.testing import CliRunner
+
+from tidal.cli import app
+from tidal.hardware.profiled import ProfiledPerfModel
+
+pytestmark = pytest.mark.engine
+
+
+def test_calibrate_then_fidelity(tmp_path):
+    runner = CliRunner()
+    prof = tmp_path / "cpu.json"
+    res = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--out",
+            str(prof),
+            "--repeats",
+            "1",
+            "--max-batch",
+            "2",
+            "--max-ctx",
+            "16",
+            "--max-prompt",
+            "32",
+            "--no-serving",
+            "--clock",
+            "cpu",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    model = ProfiledPerfModel.load(prof)
+    assert model.info["model"] == "tiny-llama"
+    assert model.info["clock"] == "cpu"
+    assert model.step_seconds(4, 400, 0, 0, 0, 0) > model.step_seconds(1, 100, 0, 0, 0, 0) > 0
+    out = tmp_path / "fid"
+    res = runner.invoke(
+        app,
+        [
+            "fidelity",
+            "--profile",
+            str(prof),
+            "--out",
+            str(out),
+            "--num-requests",
+            "12",
+            "--rate",
+            "40",
+            "--arrival-cv",
+            "3",
+            "--prompt-len",
+            "16",
+            "--output-len",
+            "6",
+            "--num-kv-blocks",
+            "128",
+            "--clock",
+            "cpu",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "fidelity.json").read_text())
+    for m in ("ttft", "tpot", "e2e"):
+        for s in ("median", "p90"):
+            assert data[f"{m}_{s}_rel_error"] >= 0
+        assert data[f"{m}_median_rel_error"] <= data[f"{m}_p90_rel_error"]
+    assert data["real_metrics"][0]["num_completed"] == 12
+    assert data["sim_metrics"]["num_completed"] == 12
+    share = data["scheduler_overhead"][0]["scheduler_share_of_step"]
+    assert 0 < share < 1
+    assert (out / "real_requests.parquet").exists()
+    assert (out / "sim_requests.parquet").exists()
+
+
+def test_fidelity_refuses_a_profile_of_another_model(tmp_path):
+    prof = tmp_path / "p.json"
+    coef = dict.fromkeys(("const", "tokens", "decodes", "prefill_chunks", "prefill_attn"), 0.001)
+    coef.update({"prefill_ctx": 0.0, "hinge_32": 0.0, "hinge_256": 0.0, "decode_ctx": 0.0})
+    prof.write_text(json.dumps(ProfiledPerfModel(coef, info={"model": "llama-3.1-8b"}).to_json()))
+    res = CliRunner().invoke(
+        app,
+        ["fidelity", "--profile", str(prof), "--out", str(tmp_path / "o"), "--num-requests", "2"],
+    )
+    assert res.exit_code == 2
+    assert "measured for llama-3.1-8b" in res.output
