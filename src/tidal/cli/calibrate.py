@@ -77,7 +77,8 @@ def calibrate(
 
         from tidal.hardware.profiled import ProfiledPerfModel, fit_profile
         from tidal.report.io import write_json
-        from tidal.runtime.profiling import default_grid, profile, serving_grid
+        from tidal.runtime.config import build_engine
+        from tidal.runtime.profiling import default_grid, probe, profile, serving_grid, warm_up
     except ImportError as err:
         _fail(TidalError(f"{err}; install the engine with: pip install 'tidal[engine]'"))
         return
@@ -102,6 +103,9 @@ def calibrate(
             if done % max(1, total // 10) == 0:
                 err_console.print(f"  profiled {done}/{total} grid points")
 
+        probe_rt = build_engine(cfg)
+        warm_up(probe_rt, clock)
+        probe_before = probe(probe_rt, clock)
         samples = profile(cfg, grid, repeats, seed=seed, progress=progress, clock=clock)
         if serving:
             prelim = ProfiledPerfModel(fit_profile(*_xy(samples))[0])
@@ -113,6 +117,7 @@ def calibrate(
             grid = grid + points
             samples += profile(cfg, points, repeats, seed=seed + 1, progress=progress, clock=clock)
         coef, rel = fit_profile(*_xy(samples))
+        probe_after = probe(probe_rt, clock)
         kinds = np.array([s.point.split(":")[0] for s in samples])
         fit_err = {
             k: {
@@ -138,6 +143,9 @@ def calibrate(
             "num_samples": len(samples),
             "profile_seconds": time.perf_counter() - t0,
             "fit_error": fit_err,
+            "probe_s": (probe_before + probe_after) / 2,
+            "probe_before_s": probe_before,
+            "probe_after_s": probe_after,
             "machine": machine_info(threads),
         }
         prof = ProfiledPerfModel(coef, source=str(out), info=info)
@@ -151,4 +159,9 @@ def calibrate(
             f"  {k:8s} {v['num_steps']:5d} steps, fit |error| median "
             f"{v['median_abs_rel_error']:.1%}, p90 {v['p90_abs_rel_error']:.1%}"
         )
+    drift = probe_after / probe_before - 1
+    console.print(
+        f"  speed probe (4 decodes): {probe_before * 1e3:.2f} ms per step before, "
+        f"{probe_after * 1e3:.2f} ms after ({drift:+.1%} drift during profiling)"
+    )
     console.print(f"profile written to {out}; simulate with --perf-model profile:{out}")

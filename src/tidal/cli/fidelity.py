@@ -5,7 +5,11 @@ and the same recorder and metric code (:class:`~tidal.sim.recorder.RequestRecord
 :func:`~tidal.core.metrics.summarize`); the real run replays arrivals open-loop in wall time,
 the simulation uses the calibrated profile as its step-time model. ``DIR/fidelity.json`` holds
 the per-request error statistics (:mod:`tidal.report.fidelity`, medians over ``--repeats`` real
-runs), both runs' metrics, and the scheduler's own CPU time as a share of step time.
+runs), both runs' metrics, and the scheduler's own CPU time as a share of step time. Two
+diagnostics put the errors in context: ``real_vs_real``, the same statistics between real runs
+(the measurement's noise floor), and ``speed_normalized``, the errors once the profile is
+rescaled by a speed probe measured before and after each real run (the machine's drift since
+calibration).
 """
 
 from __future__ import annotations
@@ -165,8 +169,45 @@ def run_fidelity(
         console.print(f"  real run {rep + 1}/{repeats}: {runs[-1]['wall_s']:.1f} s")
     per_repeat = [fidelity_summary(r["columns"], sim.columns) for r in runs]
     keys = [f"{m}_{s}_rel_error" for m in METRICS for s in ("median", "p90")]
-    result: dict[str, Any] = {
-        k: float(np.median([p[k] for p in per_repeat if p.get(k) is not None])) for k in keys
+
+    def medians(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            k: float(np.median([p[k] for p in summaries if p.get(k) is not None])) for k in keys
+        }
+
+    result: dict[str, Any] = medians(per_repeat)
+    out.mkdir(parents=True, exist_ok=True)
+    probe_cal = prof.info.get("probe_s")
+    if probe_cal:
+        # The same profile rescaled by the speed probe's ratio (run time / calibration time):
+        # what is left of the error once the machine's speed drift is taken out.
+        normalized = []
+        ratios = [r["probe_s"] / probe_cal for r in runs]
+        for i, (run, ratio) in enumerate(zip(runs, ratios, strict=True)):
+            scaled = ProfiledPerfModel(
+                {k: v * ratio for k, v in prof.coef.items()}, prof.knots, info=prof.info
+            )
+            path = out / f"profile_normalized_{i}.json"
+            write_json(path, scaled.to_json())
+            cfg_i = sim_cfg.model_copy(update={"perf_model": f"profile:{path}"})
+            sim_i = run_simulation(cfg_i, reqs)
+            normalized.append(fidelity_summary(run["columns"], sim_i.columns))
+        result["speed_normalized"] = {
+            **medians(normalized),
+            "speed_ratio": ratios,
+            "per_repeat": normalized,
+        }
+    if len(runs) > 1:
+        # The measurement's noise floor: the same comparison between two real runs.
+        pairs = [
+            fidelity_summary(runs[i]["columns"], runs[j]["columns"])
+            for i in range(len(runs))
+            for j in range(i + 1, len(runs))
+        ]
+        result["real_vs_real"] = {**medians(pairs), "num_pairs": len(pairs)}
+    result["speed_probe"] = {
+        "calibration_s": probe_cal,
+        "runs_s": [[r["probe_before_s"], r["probe_after_s"]] for r in runs],
     }
     result.update(
         {
@@ -182,7 +223,6 @@ def run_fidelity(
             "clock": clock,
         }
     )
-    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "fidelity.json", _clean(result))
     write_parquet(out / "sim_requests.parquet", sim.columns)
     write_parquet(out / "real_requests.parquet", runs[0]["columns"])
@@ -196,15 +236,13 @@ def _real_run(
     from tidal.core.request import Request
     from tidal.runtime.config import build_engine
     from tidal.runtime.driver import EngineDriver
+    from tidal.runtime.profiling import probe, warm_up
     from tidal.sim.recorder import RequestRecorder
 
     rt = build_engine(rt_cfg)
     driver = EngineDriver(rt)
-    warm = [
-        Request(i, 0, len(prompts[i]), 4, token_ids=list(prompts[i]))
-        for i in range(min(8, len(prompts)))
-    ]
-    driver.replay(warm, clock=clock)
+    warm_up(rt, clock)
+    probe_before = probe(rt, clock)
     eng = rt.engine
     eng.schedule_ns = eng.execute_ns = eng.update_ns = 0
     recorder = RequestRecorder(reqs)
@@ -218,6 +256,7 @@ def _real_run(
     t0 = time.perf_counter()
     driver.replay(requests, recorder.on_finish, steps=steps, clock=clock)
     wall = time.perf_counter() - t0
+    probe_after = probe(rt, clock)
     import numpy as np
 
     periods = np.array([p for _, p, _ in steps], dtype=np.int64)
@@ -235,7 +274,15 @@ def _real_run(
         "step_period_us_mean": float(periods.mean() / 1e3) if len(periods) else 0.0,
         "scheduler_share_of_step": (eng.schedule_ns + eng.update_ns) / max(step_ns, 1),
     }
-    return {"columns": cols, "metrics": metrics, "overhead": overhead, "wall_s": wall}
+    return {
+        "columns": cols,
+        "metrics": metrics,
+        "overhead": overhead,
+        "wall_s": wall,
+        "probe_s": (probe_before + probe_after) / 2,
+        "probe_before_s": probe_before,
+        "probe_after_s": probe_after,
+    }
 
 
 def _print(result: dict[str, Any], out: Path) -> None:
@@ -256,6 +303,21 @@ def _print(result: dict[str, Any], out: Path) -> None:
             f"{first.get(f'{m}_p90_shift') or 0.0:+.1%}",
         )
     console.print(t)
+    floor = result.get("real_vs_real")
+    if floor:
+        console.print(
+            f"noise floor, real run vs real run: TTFT {floor['ttft_median_rel_error']:.1%}, "
+            f"TPOT {floor['tpot_median_rel_error']:.1%}, E2E {floor['e2e_median_rel_error']:.1%} "
+            f"(median per-request |difference|, {floor['num_pairs']} pairs)"
+        )
+    norm = result.get("speed_normalized")
+    if norm:
+        ratio = ", ".join(f"{r:.3f}" for r in norm["speed_ratio"])
+        console.print(
+            f"speed probe vs calibration: x{ratio}; with the profile rescaled by it: TTFT "
+            f"{norm['ttft_median_rel_error']:.1%}, TPOT {norm['tpot_median_rel_error']:.1%}, "
+            f"E2E {norm['e2e_median_rel_error']:.1%} (median per-request |error|)"
+        )
     ov = result["scheduler_overhead"][0]
     console.print(
         f"scheduler CPU per step: schedule {ov['schedule_us_per_step']:.0f} µs + update "

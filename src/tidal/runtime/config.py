@@ -7,7 +7,7 @@ simulation and a real run can be configured alike (``tidal fidelity`` does so).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -19,6 +19,9 @@ from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.models import get_model
+
+if TYPE_CHECKING:  # torch stays lazy: importing this module must not need the engine extra
+    from tidal.runtime.runner import ModelRunner
 
 
 class RuntimeConfig(BaseModel):
@@ -68,8 +71,7 @@ class RuntimeEngine:
 
     config: RuntimeConfig
     engine: Engine
-    runner: object
-    """The :class:`tidal.runtime.runner.ModelRunner` (typed loosely to keep torch lazy)."""
+    runner: ModelRunner
     max_model_len: int
 
     @property

@@ -29,7 +29,7 @@ from tidal.core.units import NS_PER_S
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.perf import PerfModel, StepShape
-from tidal.runtime.config import RuntimeConfig, build_engine
+from tidal.runtime.config import RuntimeConfig, RuntimeEngine, build_engine
 from tidal.runtime.driver import EngineDriver
 
 
@@ -134,31 +134,71 @@ def profile(
     progress: Callable[[int, int], None] | None = None,
     clock: str = "wall",
 ) -> list[StepSample]:
-    """Replay every grid point ``repeats`` times (after one warm-up pass) on a fresh engine
-    built from ``cfg`` (its token budget and running cap are raised to fit the grid)."""
+    """Replay every grid point ``repeats`` times on a fresh engine built from ``cfg`` (its
+    token budget and running cap raised to fit the grid), after a short warm-up. Each pass
+    visits the points in a new random order, so that a drift of the machine's speed during
+    profiling (other tenants, turbo) spreads over all shapes instead of biasing some."""
     need_seqs = max(pt.batch + 1 for pt in grid)
     budget = max(cfg.token_budget, need_seqs, max(pt.context for pt in grid))
     base = cfg.model_copy(update={"max_seqs": max(cfg.max_seqs, need_seqs), "token_budget": budget})
     rt = build_engine(base)
     rng = np.random.default_rng(seed)
+    warm_up(rt, clock)
     samples: list[StepSample] = []
     total = len(grid) * repeats
     done = 0
-    for rep in range(repeats + 1):
-        for pt in grid:
+    for _ in range(repeats):
+        for i in rng.permutation(len(grid)):
+            pt = grid[i]
             chunk = max(pt.chunk or budget, pt.batch + 1)
             rt.engine.scheduler = _scheduler(base, rt.kv, chunk)
             reqs = _point_requests(pt, decode_steps, rng)
             steps: list[tuple[int, int, StepShape]] = []
             EngineDriver(rt).replay(reqs, steps=steps, clock=clock)
-            if rep == 0:
-                continue  # warm-up: first-touch allocations, caches
             label = f"{pt.kind}:b{pt.batch}:c{pt.context}:p{pt.prompt}:k{pt.chunk}"
             samples += [StepSample(shape, period / NS_PER_S, label) for _, period, shape in steps]
             done += 1
             if progress is not None:
                 progress(done, total)
     return samples
+
+
+def warm_up(rt: RuntimeEngine, clock: str = "wall") -> None:
+    """A few steps of every kind: first-touch allocations, caches, lazy initialisation."""
+    rng = np.random.default_rng(12345)
+    reqs = [
+        Request(i, 0, p, 8, token_ids=rng.integers(0, 256, p).tolist())
+        for i, p in enumerate((16, 64, 200, 400, 32, 8, 128, 256))
+    ]
+    EngineDriver(rt).replay(reqs, clock=clock)
+
+
+PROBE_REQUESTS, PROBE_PROMPT, PROBE_OUTPUT = 4, 200, 48
+
+
+def probe(rt: RuntimeEngine, clock: str = "wall", repeats: int = 3) -> float:
+    """A speed reference: mean period (s) of the pure-decode steps of a fixed workload (4
+    requests, 200-token prompts, 48 output tokens each), over ``repeats`` replays. Comparing it
+    between calibration and a later run measures how much the machine's speed drifted."""
+    rng = np.random.default_rng(54321)
+    periods: list[int] = []
+    for _ in range(repeats):
+        reqs = [
+            Request(
+                i,
+                0,
+                PROBE_PROMPT,
+                PROBE_OUTPUT,
+                token_ids=rng.integers(0, 256, PROBE_PROMPT).tolist(),
+            )
+            for i in range(PROBE_REQUESTS)
+        ]
+        steps: list[tuple[int, int, StepShape]] = []
+        EngineDriver(rt).replay(reqs, steps=steps, clock=clock)
+        periods += [
+            p for _, p, s in steps if s.num_decodes == PROBE_REQUESTS and not s.prefill_tokens
+        ]
+    return float(np.mean(periods)) / NS_PER_S
 
 
 def _scheduler(cfg: RuntimeConfig, kv: KVBlockManager, token_budget: int) -> Scheduler:
