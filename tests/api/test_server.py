@@ -171,12 +171,12 @@ def test_a_full_queue_answers_429_and_drains():
             c = openai.AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
 
             async def one(i):
-                await asyncio.sleep(0.05 * i)
+                await asyncio.sleep(0.02 * i)
                 try:
                     r = await c.completions.create(
                         model="tiny-llama",
                         prompt="q",
-                        max_tokens=150,
+                        max_tokens=200,
                         temperature=0,
                         extra_body=NO_EOS,
                     )
@@ -188,7 +188,7 @@ def test_a_full_queue_answers_429_and_drains():
 
         results = asyncio.run(main())
         assert results.count(429) == 3
-        assert sorted(r for r in results if r != 429) == [150, 150, 150]
+        assert sorted(r for r in results if r != 429) == [200, 200, 200]
         wait_idle(live.driver)
         metrics = httpx2.get(live.url + "/metrics").text
         assert "tidal:request_rejected_total 3.0" in metrics

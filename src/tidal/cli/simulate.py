@@ -108,6 +108,8 @@ def simulate(
         _fail(err)
         return
     title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.scheduler.batching}"
+    if cfg.perf_model.startswith("profile:"):
+        title = f"{cfg.model}, measured {cfg.perf_model}, {cfg.scheduler.batching}"
     console.print(metrics_table(title, {"this run": result.metrics}))
     info = result.run_info
     console.print(
