@@ -28,6 +28,9 @@ COEF = {
     "hinge_32": -10e-6,
     "hinge_256": -5e-6,
     "decode_ctx": 0.7e-6,
+    "idle": 0.2,
+    "idle_after_20ms": -0.1,
+    "idle_after_100ms": -0.05,
 }
 
 
@@ -68,25 +71,44 @@ def test_step_time_is_the_documented_formula():
     assert m.step_seconds(0, 0, 0, 0, 0, 0) == 0.0
 
 
+def test_idle_penalty_is_concave_piecewise_linear_in_the_idle_time():
+    m = ProfiledPerfModel(COEF)
+    assert m.idle_penalty_ns(0) == 0
+    assert m.idle_penalty_seconds(0.01) == pytest.approx(0.2 * 0.01)
+    assert m.idle_penalty_seconds(0.05) == pytest.approx(0.2 * 0.05 - 0.1 * 0.03)
+    assert m.idle_penalty_seconds(0.3) == pytest.approx(0.2 * 0.3 - 0.1 * 0.28 - 0.05 * 0.2)
+    assert m.idle_penalty_ns(50_000_000) == round((0.2 * 0.05 - 0.1 * 0.03) * 1e9)
+    # profiles written before the idle penalty existed load with none
+    old = {k: v for k, v in COEF.items() if not k.startswith("idle")}
+    assert ProfiledPerfModel(old).idle_penalty_ns(10**9) == 0
+
+
 def test_fit_recovers_the_coefficients_of_noise_free_samples():
     truth = ProfiledPerfModel(COEF)
     shapes = _shapes(400)
-    secs = [truth.step_seconds(*s) for s in shapes]
-    coef, rel = fit_profile(shapes, secs)
+    rng = np.random.default_rng(9)
+    idle = np.where(rng.random(400) < 0.3, rng.uniform(0, 0.4, 400), 0.0)
+    secs = [
+        truth.step_seconds(*s) + truth.idle_penalty_seconds(g)
+        for s, g in zip(shapes, idle, strict=True)
+    ]
+    coef, rel = fit_profile(shapes, secs, idle_s=idle)
     for name, value in COEF.items():
         assert coef[name] == pytest.approx(value, rel=1e-6, abs=1e-12), name
     assert np.abs(rel).max() < 1e-9
 
 
 def test_fit_keeps_signs_physical_and_estimates_the_mean_under_noise():
-    truth = ProfiledPerfModel({**COEF, "hinge_32": 0.0, "hinge_256": 0.0})
+    no_idle = {k: v for k, v in COEF.items() if not k.startswith("idle")}
+    truth = ProfiledPerfModel({**no_idle, "hinge_32": 0.0, "hinge_256": 0.0})
     rng = np.random.default_rng(3)
     shapes = _shapes(3000, seed=4)
     mean = np.array([truth.step_seconds(*s) for s in shapes])
     noisy = mean * rng.gamma(25.0, 1 / 25.0, len(mean))  # multiplicative noise, mean 1, CV 20%
     coef, _ = fit_profile(shapes, noisy)
-    assert all(coef[k] >= 0 for k in COEF if not k.startswith("hinge"))
-    assert all(coef[k] <= 0 for k in COEF if k.startswith("hinge"))
+    assert all(coef[k] >= 0 for k in no_idle if not k.startswith("hinge"))
+    assert all(coef[k] <= 0 for k in no_idle if k.startswith("hinge"))
+    assert coef["idle"] == 0.0  # no idle steps in the samples: no penalty
     fitted = ProfiledPerfModel(coef)
     pred = np.array([fitted.step_seconds(*s) for s in shapes])
     # the fit tracks the conditional mean: total predicted time within 2% of the true mean
@@ -126,6 +148,7 @@ def test_profile_files_load_through_the_perf_model_registry(tmp_path):
     m = build_perf_model(f"profile:{path}", get_model("tiny-llama"), get_gpu("h100"))
     assert isinstance(m, ProfiledPerfModel)
     assert m.coef == COEF
+    assert m.idle_penalty_ns(100_000_000) > 0
     assert m.info["model"] == "tiny-llama"
     with pytest.raises(ConfigError, match="does not exist"):
         build_perf_model(
@@ -158,3 +181,20 @@ def test_simulation_config_takes_a_profile_and_a_kv_block_count(tmp_path):
     assert res.metrics["num_completed"] == 20
     with pytest.raises(ConfigError, match="perf_model"):
         load_config({"perf_model": f"profile:{tmp_path / 'missing.json'}", "workload": wl})
+
+
+def test_the_first_step_after_an_idle_spell_carries_the_penalty_in_the_simulator():
+    from tests.conftest import request_set
+
+    m = ProfiledPerfModel(COEF)
+    # one request at t = 0 (no idle time before it), one at t = 1 s (idle since the first ended)
+    rs = request_set([0.0, 1.0], [50, 50], [3, 3])
+    for ff in (False, True):
+        rec, _, _ = simulate(rs, make_scheduler(), m, fast_forward=ff)
+        prefill = m.step_ns(0, 0, 50, 50 * 50, 50, 1)
+        decode = [m.step_ns(1, 51 + i) for i in range(2)]
+        assert rec.first_token_ns[0] == prefill
+        end0 = prefill + sum(decode)
+        assert rec.finish_ns[0] == end0
+        idle = 1_000_000_000 - end0
+        assert rec.first_token_ns[1] == 1_000_000_000 + prefill + m.idle_penalty_ns(idle)

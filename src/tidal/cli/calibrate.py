@@ -47,8 +47,14 @@ def machine_info(threads: int | None) -> dict[str, Any]:
     }
 
 
-def _xy(samples: list[Any]) -> tuple[list[Any], list[float]]:
-    return [s.shape for s in samples], [s.seconds for s in samples]
+def _fit(samples: list[Any]) -> tuple[dict[str, float], Any]:
+    from tidal.hardware.profiled import fit_profile
+
+    return fit_profile(
+        [s.shape for s in samples],
+        [s.seconds for s in samples],
+        idle_s=[s.idle_s for s in samples],
+    )
 
 
 @app.command()
@@ -70,12 +76,15 @@ def calibrate(
     clock: Annotated[
         str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
     ] = "wall",
+    save_samples: Annotated[
+        Path | None, Opt(help="Also write every profiled step (shape, seconds) as Parquet.")
+    ] = None,
 ) -> None:
     """Profile prefill, decode and mixed steps over a grid of batch shapes; fit the profile."""
     try:
         import numpy as np
 
-        from tidal.hardware.profiled import ProfiledPerfModel, fit_profile
+        from tidal.hardware.profiled import ProfiledPerfModel
         from tidal.report.io import write_json
         from tidal.runtime.config import build_engine
         from tidal.runtime.profiling import default_grid, probe, profile, serving_grid, warm_up
@@ -108,7 +117,7 @@ def calibrate(
         probe_before = probe(probe_rt, clock)
         samples = profile(cfg, grid, repeats, seed=seed, progress=progress, clock=clock)
         if serving:
-            prelim = ProfiledPerfModel(fit_profile(*_xy(samples))[0])
+            prelim = ProfiledPerfModel(_fit(samples)[0])
             points = serving_grid(prelim, max_batch=max_batch)
             err_console.print(
                 "  serving points: "
@@ -116,7 +125,7 @@ def calibrate(
             )
             grid = grid + points
             samples += profile(cfg, points, repeats, seed=seed + 1, progress=progress, clock=clock)
-        coef, rel = fit_profile(*_xy(samples))
+        coef, rel = _fit(samples)
         probe_after = probe(probe_rt, clock)
         kinds = np.array([s.point.split(":")[0] for s in samples])
         fit_err = {
@@ -150,6 +159,17 @@ def calibrate(
         }
         prof = ProfiledPerfModel(coef, source=str(out), info=info)
         write_json(out, prof.to_json())
+        if save_samples is not None:
+            from tidal.report.io import write_parquet
+
+            cols: dict[str, Any] = {
+                name: np.array([getattr(s.shape, name) for s in samples], dtype=np.int64)
+                for name in samples[0].shape._fields
+            }
+            cols["seconds"] = np.array([s.seconds for s in samples])
+            cols["idle_s"] = np.array([s.idle_s for s in samples])
+            cols["point"] = [s.point for s in samples]
+            write_parquet(save_samples, cols)
     except TidalError as err:
         _fail(err)
         return
@@ -163,5 +183,11 @@ def calibrate(
     console.print(
         f"  speed probe (4 decodes): {probe_before * 1e3:.2f} ms per step before, "
         f"{probe_after * 1e3:.2f} ms after ({drift:+.1%} drift during profiling)"
+    )
+    penalty = [prof.idle_penalty_seconds(g) * 1e3 for g in (0.01, 0.1, 0.3)]
+    console.print(
+        "  idle penalty (first step after a pause of 10 / 100 / 300 ms): "
+        + " / ".join(f"{p:.1f}" for p in penalty)
+        + " ms"
     )
     console.print(f"profile written to {out}; simulate with --perf-model profile:{out}")

@@ -274,8 +274,8 @@ def _real_run(
     probe_after = probe(rt, clock)
     import numpy as np
 
-    periods = np.array([p for _, p, _ in steps], dtype=np.int64)
-    decodes = np.array([s.num_decodes for _, _, s in steps], dtype=np.int64)
+    periods = np.array([r.period_ns for r in steps], dtype=np.int64)
+    decodes = np.array([r.shape.num_decodes for r in steps], dtype=np.int64)
     cols = recorder.columns()
     slo = sim_cfg.slo
     metrics = summarize(cols, slo.ttft_s, slo.tpot_s, periods[decodes > 0], decodes[decodes > 0])

@@ -73,6 +73,11 @@ class PerfModel(ABC):
     def shape_ns(self, shape: StepShape) -> int:
         return self.step_ns(*shape)
 
+    def idle_penalty_ns(self, idle_ns: int) -> int:
+        """Extra time of the first step after the instance sat idle for ``idle_ns`` (caches
+        and memory cool down meanwhile). 0 unless a measured model says otherwise."""
+        return 0
+
     def decode_run_ns(self, num_decodes: int, decode_ctx: int, num_steps: int) -> np.ndarray:
         """Durations of ``num_steps`` pure-decode steps whose total context grows by
         ``num_decodes`` tokens per step (each request attends one more token each step)."""

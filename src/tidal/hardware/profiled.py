@@ -6,12 +6,19 @@ that follow the runner's work (DESIGN.md §5, "calibrated profile from the real 
     t = max(0, c₀ + c_tok·T + Σ_k c_k·max(0, T − knot_k) + c_dec·n + c_chunk·m
                + c_pattn·A + c_pctx·C) + c_dctx·Σctx
 
+plus, for the first step after the engine sat idle for g seconds, an idle penalty
+
+    p(g) = max(0, c_idle·g + Σ_j c_j·max(0, g − g_j))
+
 with T = decode + prefill tokens (matmuls), n decode requests (per-request work: input
 preparation, sampling, the decode kernel's per-request merge), m prefill chunks (one attention
 call each), A = Σ c(2s + c) over chunks (causal attention), C = Σ (s + c) (reading a chunk's
 context), Σctx the decode requests' attended context (the decode kernel reads each block once).
 Hinges at the token knots let the per-token cost fall as matmuls get larger (a concave,
-piecewise-linear function of T), as CPU matmul efficiency does.
+piecewise-linear function of T), as CPU matmul efficiency does. The idle penalty is what a
+shared virtual machine does to an idle process: its memory is paged out or evicted from the
+host's caches while it waits (here ~+2 ms after 10 ms idle, ~+10 ms after 100 ms, for a
+24 MB model), so the first step after a pause re-fetches it.
 
 Exactness (:mod:`tidal.hardware.perf`): only ``decode_ctx`` may be an array; everything else is a
 Python float computed identically for a scalar step and a vectorised run, and the array enters
@@ -27,6 +34,7 @@ meaning and only fits noise.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +47,9 @@ from tidal.hardware.perf import PerfModel, StepShape
 FEATURES = ("const", "tokens", "decodes", "prefill_chunks", "prefill_attn", "prefill_ctx")
 """Scalar features in coefficient order; then one hinge per knot, then ``decode_ctx``."""
 DEFAULT_KNOTS = (32, 256)
+IDLE_KNOTS_S = (0.02, 0.1)
+"""Idle penalty: slope in the idle time g, then hinges at these g (seconds)."""
+IDLE_NAMES = ("idle", *(f"idle_after_{round(k * 1000)}ms" for k in IDLE_KNOTS_S))
 FORMAT = "tidal-profile/1"
 
 
@@ -58,6 +69,7 @@ class ProfiledPerfModel(PerfModel):
         if missing:
             raise ValueError(f"profile coefficients missing: {', '.join(missing)}")
         self.coef = {n: float(coef[n]) for n in names}
+        self.coef.update({n: float(coef.get(n, 0.0)) for n in IDLE_NAMES})  # optional
         self.source = source
         self.info = info or {}
         c = self.coef
@@ -69,6 +81,7 @@ class ProfiledPerfModel(PerfModel):
         )
         self._hinges = [(k, c[f"hinge_{k}"]) for k in self.knots]
         self._dctx = c["decode_ctx"]
+        self._idle = [c[n] for n in IDLE_NAMES]
 
     def step_seconds(
         self,
@@ -91,6 +104,19 @@ class ProfiledPerfModel(PerfModel):
         fixed += self._pattn * prefill_attn + self._pctx * prefill_ctx
         fixed = max(fixed, 0.0)
         return fixed + self._dctx * decode_ctx
+
+    def idle_penalty_seconds(self, idle_s: float) -> float:
+        slope, *hinges = self._idle
+        p = slope * idle_s
+        for knot, c in zip(IDLE_KNOTS_S, hinges, strict=True):
+            if idle_s > knot:
+                p += c * (idle_s - knot)
+        return max(p, 0.0)
+
+    def idle_penalty_ns(self, idle_ns: int) -> int:
+        if idle_ns <= 0:
+            return 0
+        return math.floor(self.idle_penalty_seconds(idle_ns / 1e9) * 1e9 + 0.5)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "knots": list(self.knots), **self.coef}
@@ -124,13 +150,18 @@ class ProfiledPerfModel(PerfModel):
 
 
 # ---------------------------------------------------------------------- fitting
-def design_matrix(shapes: Sequence[StepShape], knots: Sequence[int]) -> np.ndarray:
+def design_matrix(
+    shapes: Sequence[StepShape], knots: Sequence[int], idle_s: Sequence[float] | None = None
+) -> np.ndarray:
+    """Columns in coefficient order: scalar features, token hinges, ``decode_ctx``, idle."""
     s = np.asarray(shapes, dtype=np.float64).reshape(-1, 6)
     nd, dctx, pt, pattn, pctx, npf = s.T
     tokens = nd + pt
     cols = [np.ones_like(nd), tokens, nd, npf, pattn, pctx]
     cols += [np.maximum(tokens - k, 0.0) for k in knots]
     cols.append(dctx)
+    g = np.zeros_like(nd) if idle_s is None else np.asarray(idle_s, dtype=np.float64)
+    cols += [g, *(np.maximum(g - k, 0.0) for k in IDLE_KNOTS_S)]
     return np.stack(cols, axis=1)
 
 
@@ -154,19 +185,24 @@ def fit_profile(
     seconds: Sequence[float],
     knots: Sequence[int] = DEFAULT_KNOTS,
     iterations: int = 6,
+    idle_s: Sequence[float] | None = None,
 ) -> tuple[dict[str, float], np.ndarray]:
-    """Coefficients by name, and each sample's relative error ``(t̂ − t)/t``."""
-    x = design_matrix(shapes, knots)
+    """Coefficients by name, and each sample's relative error ``(t̂ − t)/t``. ``idle_s``: the
+    idle time before each step (the idle penalty's coefficients stay 0 without it)."""
+    x = design_matrix(shapes, knots, idle_s)
     t = np.asarray(seconds, dtype=np.float64)
     if len(t) < x.shape[1]:
         raise ValueError(f"{len(t)} samples cannot determine {x.shape[1]} coefficients")
     sign = np.ones(x.shape[1])
     sign[6 : 6 + len(knots)] = -1.0
+    sign[-len(IDLE_KNOTS_S) :] = 0.0  # the idle penalty may bend either way
+    if idle_s is None or not np.any(np.asarray(idle_s) > 0):
+        x[:, -len(IDLE_NAMES) :] = 0.0  # no idle steps: leave the penalty at 0
     pred = t.copy()
     coef = np.zeros(x.shape[1])
     for _ in range(iterations):
         w = 1.0 / np.maximum(pred, 1e-9)
         coef = _signed_nnls(x * w[:, None], t * w, sign)
         pred = np.maximum(x @ coef, 1e-9)
-    names = [*FEATURES, *(f"hinge_{k}" for k in knots), "decode_ctx"]
+    names = [*FEATURES, *(f"hinge_{k}" for k in knots), "decode_ctx", *IDLE_NAMES]
     return dict(zip(names, (float(c) for c in coef), strict=True)), (pred - t) / t

@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tidal.core.clock import ThreadCPUClock, WallClock, make_clock
 from tidal.core.request import Request, RequestState
@@ -38,6 +39,16 @@ from tidal.runtime.sampling import GREEDY, SamplingParams
 
 _SPIN_NS = 300_000
 """Sleep until this close to an arrival, then spin: ``time.sleep`` overshoots by ~0.1 ms."""
+
+
+class StepRecord(NamedTuple):
+    """One replayed step: start, period (ns, the simulator's step duration), batch shape, and
+    the idle time before it (ns)."""
+
+    start_ns: int
+    period_ns: int
+    shape: StepShape
+    idle_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -202,16 +213,17 @@ class EngineDriver:
         requests: Sequence[Request],
         on_finish: Callable[[Request], None] | None = None,
         sampling: SamplingParams = GREEDY,
-        steps: list[tuple[int, int, StepShape]] | None = None,
+        steps: list[StepRecord] | None = None,
         clock: str = "wall",
     ) -> None:
         """Run ``requests`` open-loop: each joins the scheduler once the wall clock (restarted
         now) reaches its ``arrival_ns``; returns when all have finished. ``token_ids`` must be
         set (prompts); outputs run to ``max_output_len`` (EOS ignored, as the simulator does).
 
-        ``steps`` receives ``(start_ns, period_ns, shape)`` per step. The period is what the
-        simulator calls the step's duration: from this step's start to the next one's when they
-        run back to back, else to the end of this step's loop iteration.
+        ``steps`` receives a :class:`StepRecord` per step. Its period is what the simulator
+        calls the step's duration: from this step's start to the next one's when they run back
+        to back, else to the end of this step's loop iteration; ``idle_ns`` is how long the
+        engine had been idle when the step started (0 when back to back).
 
         ``clock``: ``wall``, or ``cpu`` to time the replay by this thread's CPU time with idle
         gaps skipped (:class:`~tidal.core.clock.ThreadCPUClock`: a dedicated core's wall time,
@@ -228,7 +240,8 @@ class EngineDriver:
             if not sampling.greedy:
                 self.runner.set_sampling(r, sampling)
         i, n = 0, len(order)
-        last: tuple[int, StepShape] | None = None  # the previous step, while back to back
+        last: tuple[int, StepShape, int] | None = None  # the previous step, while back to back
+        idle_since = -1  # when the engine ran out of work (-1: it has work)
         try:
             while i < n or sched.has_work():
                 now = clock.now_ns()
@@ -237,14 +250,17 @@ class EngineDriver:
                     i += 1
                 if not sched.has_work():
                     if last is not None and steps is not None:
-                        steps.append((last[0], now - last[0], last[1]))
+                        steps.append(StepRecord(last[0], now - last[0], last[1], last[2]))
                     last = None
+                    if idle_since < 0:
+                        idle_since = now
                     if isinstance(clock, ThreadCPUClock):
                         clock.advance_to(order[i].arrival_ns)
                     else:
                         _sleep_until(clock, order[i].arrival_ns)
                     continue
                 start = clock.now_ns()
+                idle = start - idle_since if idle_since >= 0 else 0
                 plan = engine.step()
                 self.num_steps += 1
                 if plan is None:
@@ -255,12 +271,13 @@ class EngineDriver:
                             f"admitted into an empty engine of {sched.kv.num_blocks} KV blocks"
                         )
                     continue
+                idle_since = -1
                 if steps is not None:
                     if last is not None:
-                        steps.append((last[0], start - last[0], last[1]))
-                    last = (start, plan.shape())
+                        steps.append(StepRecord(last[0], start - last[0], last[1], last[2]))
+                    last = (start, plan.shape(), idle)
             if last is not None and steps is not None:
-                steps.append((last[0], clock.now_ns() - last[0], last[1]))
+                steps.append(StepRecord(last[0], clock.now_ns() - last[0], last[1], last[2]))
         finally:
             sched.on_finish = prev
             for r in order:

@@ -11,6 +11,8 @@ sampling, the scheduler's update and the loop around them. Every step is a sampl
 * **prefill**: one prompt of P tokens in one chunk, and long prompts split into chunks that
   attend growing cached context (the ``prefill_attn`` and ``prefill_ctx`` features);
 * **mixed**: B decoding requests joined by a P-token prompt (chunked prefill next to decodes);
+* **idle**: a prefill after the engine sat idle for 5–300 ms (on shared machines memory cools
+  down while idle: the first step after a pause is slower; see :mod:`tidal.hardware.profiled`);
 * **serving**: Poisson arrivals of requests with varied lengths at a rate that keeps about c
   requests running (Little's law with a preliminary fit of the points above), so that shapes,
   their mix and the machine's state (caches, allocator) are those of steady serving.
@@ -30,7 +32,7 @@ from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.perf import PerfModel, StepShape
 from tidal.runtime.config import RuntimeConfig, RuntimeEngine, build_engine
-from tidal.runtime.driver import EngineDriver
+from tidal.runtime.driver import EngineDriver, StepRecord
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class GridPoint:
     """Token budget (0: the config's)."""
     rate: float = 0.0
     """Serving: Poisson arrival rate (req/s)."""
+    gap_s: float = 0.0
+    """Idle: how long the engine waits before the measured prefill."""
     num_requests: int = 0
     """Serving: requests replayed."""
 
@@ -56,6 +60,8 @@ class StepSample:
     shape: StepShape
     seconds: float
     point: str
+    idle_s: float = 0.0
+    """Idle time of the engine before the step (its memory cools down meanwhile)."""
 
 
 def default_grid(
@@ -71,7 +77,12 @@ def default_grid(
     grid += [
         GridPoint("mixed", b, 128, prompt=p, chunk=256) for b in batches[::2] for p in (64, 512)
     ]
+    grid += [GridPoint("idle", 1, p, gap_s=g) for p in (16, 256) for g in IDLE_GAPS_S]
     return grid
+
+
+IDLE_GAPS_S = (0.005, 0.02, 0.05, 0.1, 0.3)
+"""Idle points: a prefill after the engine waited this long (memory and caches cool down)."""
 
 
 SERVING_PROMPT = (16, 512)
@@ -109,6 +120,9 @@ def _point_requests(pt: GridPoint, decode_steps: int, rng: np.random.Generator) 
         return [req(i, pt.context, decode_steps + 1) for i in range(pt.batch)]
     if pt.kind == "prefill":
         return [req(0, pt.context, 1)]
+    if pt.kind == "idle":  # a short request, then the measured one once the engine idled
+        first = req(0, 16, 2)
+        return [first, req(1, pt.context, 1, t_ns=round((0.015 + pt.gap_s) * NS_PER_S))]
     if pt.kind == "serving":
         gaps = rng.exponential(1.0 / pt.rate, pt.num_requests)
         gaps[0] = 0.0
@@ -153,10 +167,13 @@ def profile(
             chunk = max(pt.chunk or budget, pt.batch + 1)
             rt.engine.scheduler = _scheduler(base, rt.kv, chunk)
             reqs = _point_requests(pt, decode_steps, rng)
-            steps: list[tuple[int, int, StepShape]] = []
+            steps: list[StepRecord] = []
             EngineDriver(rt).replay(reqs, steps=steps, clock=clock)
-            label = f"{pt.kind}:b{pt.batch}:c{pt.context}:p{pt.prompt}:k{pt.chunk}"
-            samples += [StepSample(shape, period / NS_PER_S, label) for _, period, shape in steps]
+            label = f"{pt.kind}:b{pt.batch}:c{pt.context}:p{pt.prompt}:k{pt.chunk}:g{pt.gap_s:g}"
+            samples += [
+                StepSample(r.shape, r.period_ns / NS_PER_S, label, r.idle_ns / NS_PER_S)
+                for r in steps
+            ]
             done += 1
             if progress is not None:
                 progress(done, total)
@@ -193,10 +210,12 @@ def probe(rt: RuntimeEngine, clock: str = "wall", repeats: int = 3) -> float:
             )
             for i in range(PROBE_REQUESTS)
         ]
-        steps: list[tuple[int, int, StepShape]] = []
+        steps: list[StepRecord] = []
         EngineDriver(rt).replay(reqs, steps=steps, clock=clock)
         periods += [
-            p for _, p, s in steps if s.num_decodes == PROBE_REQUESTS and not s.prefill_tokens
+            r.period_ns
+            for r in steps
+            if r.shape.num_decodes == PROBE_REQUESTS and not r.shape.prefill_tokens
         ]
     return float(np.mean(periods)) / NS_PER_S
 

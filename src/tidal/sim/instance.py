@@ -7,7 +7,9 @@ vectorised call and schedules a single step-end event for the whole run. If an a
 change the plan, the run stops at the first step that starts after the next arrival (a step
 starting exactly at an arrival does not see it: step ends are processed before arrivals at the
 same time). Step-by-step simulation (``fast_forward=False``) gives identical timestamps; a
-property test asserts it.
+property test asserts it. The first step after the instance sat idle may carry the performance
+model's idle penalty (:meth:`~tidal.hardware.perf.PerfModel.idle_penalty_ns`); it is always
+taken as a single step.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class SimInstance:
             )
         }
         self._plan: StepPlan | None = None
+        self._idle_since = 0
+        """When the instance last ran out of work (for the model's idle penalty)."""
         self._num_steps = 1
         self._start_ns = 0
         self._end_ns = 0
@@ -95,6 +99,8 @@ class SimInstance:
         plan = sched.schedule(now_ns)
         self.num_events += 1
         if plan.is_empty:
+            if self.busy:
+                self._idle_since = now_ns
             self.busy = False
             self._plan = None
             if len(sched.waiting) and not sched.running:
@@ -104,24 +110,28 @@ class SimInstance:
                     "gpu_memory_utilization or lower the token budget"
                 )
             return None
+        penalty = 0 if self.busy else self.perf.idle_penalty_ns(now_ns - self._idle_since)
         self.busy = True
         self._plan = plan
         self._start_ns = now_ns
         n_dec = plan.num_decodes
         if now_ns >= self._next_sample:
             self._sample(now_ns, plan)
-        if self.fast_forward and not plan.prefills and n_dec:
+        if self.fast_forward and not plan.prefills and n_dec and not penalty:
             k, sensitive = sched.repeatable_steps(plan)
             if k > 1:
                 horizon = self.next_event_ns() if sensitive else INF_NS
                 return self._start_run(plan, now_ns, k, horizon)
-        d = self.perf.step_ns(
-            n_dec,
-            plan.decode_ctx,
-            plan.prefill_tokens,
-            plan.prefill_attn,
-            plan.prefill_ctx,
-            len(plan.prefills),
+        d = (
+            self.perf.step_ns(
+                n_dec,
+                plan.decode_ctx,
+                plan.prefill_tokens,
+                plan.prefill_attn,
+                plan.prefill_ctx,
+                len(plan.prefills),
+            )
+            + penalty
         )
         self._num_steps = 1
         if n_dec:
