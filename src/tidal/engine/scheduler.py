@@ -59,6 +59,9 @@ class Scheduler(ABC):
         """Running requests still behind on computed tokens (not in the decode pool)."""
         self.pool = DecodePool(kv.block_size)
         self.on_finish: Callable[[Request], None] | None = None
+        self.on_pause: Callable[[Request, int], None] | None = None
+        """Set by the driver: a request paused on an external call that returns at the given
+        time (ns); the driver must then call :meth:`resume` (augmented requests)."""
         self.admission_blocked_by_kv = False
         self.num_preemptions = 0
         self.num_steps = 0
@@ -97,6 +100,10 @@ class Scheduler(ABC):
     def extra_tables(self) -> dict[str, dict[str, Any]]:
         """Policy-specific time series, written as ``DIR/<name>.parquet``."""
         return {}
+
+    def resume(self, req: Request, now_ns: int) -> None:
+        """An external call of ``req`` returned (policies that pause requests override)."""
+        raise NotImplementedError(f"{self.name} does not pause requests")
 
     # ------------------------------------------------------------------ apply
     def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
@@ -154,6 +161,8 @@ class Scheduler(ABC):
             chunk_need[req.request_id] = blocks
             need += blocks
         while need > kv.num_free_blocks:
+            if self._reclaim(need - kv.num_free_blocks):
+                continue
             victim = next(reversed(self.running.values()))
             if victim.in_pool:
                 need -= 1 if pool.needs_block(victim) else 0
@@ -175,6 +184,11 @@ class Scheduler(ABC):
         plan.num_decodes = len(pool)
         plan.decode_ctx = pool.decode_ctx()
         return budget
+
+    def _reclaim(self, num_blocks: int) -> bool:
+        """Free up to ``num_blocks`` KV blocks held outside the running set before a running
+        request is preempted; True if any were freed (default: nothing to reclaim)."""
+        return False
 
     def _admit_waiting(self, plan: StepPlan, budget: int, now_ns: int) -> int:
         """Admit from the queue head while under N, within budget, and above the KV watermark."""

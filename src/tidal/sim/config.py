@@ -12,6 +12,7 @@ from tidal.core.errors import ConfigError
 from tidal.hardware.calibration import PERF_MODELS
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
+from tidal.sim.augment import AugmentConfig
 from tidal.workload.config import WorkloadConfig
 
 
@@ -50,6 +51,8 @@ class SLOConfig(_Strict):
     """TTFT threshold in seconds (default 2 s, Vidur-Search's P90 SLO; ebplus.md §7 Q9)."""
     tpot_s: float = Field(default=0.2, gt=0)
     """TPOT threshold in seconds (default 200 ms)."""
+    norm_latency_s: float | None = Field(default=None, gt=0)
+    """Augmented workloads: normalized-latency threshold of effective throughput (off)."""
 
 
 class SimulationConfig(_Strict):
@@ -61,6 +64,8 @@ class SimulationConfig(_Strict):
     scheduler: SchedulerSettings = SchedulerSettings()
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
+    augment: AugmentConfig = AugmentConfig()
+    """Serving policy for augmented (tool-calling) workloads (``workload.augmented``)."""
     seed: int = Field(default=0, ge=0)
     fast_forward: bool = True
 

@@ -123,6 +123,8 @@ class SimInstance:
             plan.prefill_ctx,
             len(plan.prefills),
         )
+        if plan.stall_ns:
+            d = (d if n_dec or plan.prefills else 0) + plan.stall_ns
         self._num_steps = 1
         if n_dec:
             self.itl_ns.append(d)

@@ -61,9 +61,14 @@ def build_instance(
         min_tokens=max_request_tokens,
     )
     perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp)
-    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(s.token_budget, s.max_seqs, s.long_prefill_token_threshold)
+    if cfg.workload.augmented is not None:
+        from tidal.sim.augment import build_augmented
+
+        seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
+        return build_augmented(cfg, sched_cfg, plan, perf, seed), perf, plan
+    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     scheduler = BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
     return scheduler, perf, plan
 
@@ -86,7 +91,7 @@ def run_simulation(
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     t_load = time.perf_counter()
-    max_tokens = int((reqs.prompt_len + reqs.output_len).max())
+    max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
     scheduler, perf, mem = build_instance(cfg, max_tokens)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     recorder = RequestRecorder(reqs)
@@ -113,6 +118,10 @@ def run_simulation(
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
+    if "call_ns" in cols:
+        from tidal.core.augmented_metrics import augmented_metrics
+
+        metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
     metrics.update(scheduler.extra_metrics())
     t_end = time.perf_counter()
     run_info = {

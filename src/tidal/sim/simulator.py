@@ -92,13 +92,30 @@ class Simulation:
         self._seq = 0
         self._prompt = requests.prompt_len.tolist()
         self._output = requests.output_len.tolist()
+        self._payloads = requests.payloads
         self.make_request = make_request or self._default_request
-        for inst in instances:
+        for idx, inst in enumerate(instances):
             inst.scheduler.on_finish = self._on_finish
+            inst.scheduler.on_pause = self._pauser(idx)
             inst.next_event_ns = self.next_external_ns
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
-        return Request(rid, t_ns, self._prompt[rid], self._output[rid])
+        payload = self._payloads[rid] if self._payloads is not None else None
+        return Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+
+    def _pauser(self, idx: int) -> Callable[[Request, int], None]:
+        """Tool calls are timers (DESIGN.md §1): a paused request resumes at its return time,
+        then its instance is woken if idle."""
+        sched = self.instances[idx].scheduler
+
+        def on_pause(req: Request, resume_ns: int) -> None:
+            def fire(t: int) -> None:
+                sched.resume(req, t)
+                self.wake(idx, t)
+
+            self.call_at(resume_ns, fire, RESUME)
+
+        return on_pause
 
     def _on_finish(self, req: Request) -> None:
         self.recorder.on_finish(req)

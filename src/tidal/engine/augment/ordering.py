@@ -1,0 +1,161 @@
+"""Ready-queue orderings for augmented serving (registered in ``ORDERINGS``).
+
+* ``infercept`` — INFERCEPT serves running → swapped → waiting, each FCFS by the request's
+  *original* arrival (augserve.md §2.4, policy ``fcfs``): key ``(stage, arrival)`` with stage
+  0 for a request whose KV is already on the GPU (a returned Preserve/Swap request) and 1 for
+  one that needs a prefill (new, or returned after a Discard).
+* ``augserve`` — AugServe's Stage-II value, lower first, with anti-starvation (augserve.md
+  §3.3 [INF]/[DEF]): a request that has waited ``τ`` since it last became ready moves to a
+  top tier served FCFS by original arrival; the rest go by ``(value, arrival)``.
+
+Both read their keys through :meth:`KeyedQueue.bind` (the scheduler's per-request state);
+unbound they fall back to the arrival time, i.e. FCFS. Queues are sorted lists (``bisect``),
+O(log n) search and O(n) memmove per insertion, fast for the thousands a run queues.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from tidal.core.request import Request
+from tidal.engine.ordering import ORDERINGS, WaitingQueue
+
+Key = tuple[float, ...]
+
+
+class KeyedQueue(WaitingQueue):
+    """A waiting queue sorted by ``key(req)`` (ties by push order)."""
+
+    name = "keyed"
+    arrival_can_jump_head = True
+
+    def __init__(self) -> None:
+        self._q: list[tuple[Key, int, Request]] = []
+        self._where: dict[int, tuple[Key, int]] = {}
+        self._seq = 0
+        self.key: Callable[[Request], Key] = lambda r: (float(r.arrival_ns),)
+
+    def bind(self, key: Callable[[Request], Key]) -> None:
+        self.key = key
+
+    def _entry(self, req: Request) -> tuple[Key, int, Request]:
+        self._seq += 1
+        return (self.key(req), self._seq, req)
+
+    def push(self, req: Request) -> None:
+        e = self._entry(req)
+        self._where[req.request_id] = (e[0], e[1])
+        bisect.insort(self._q, e, key=lambda x: (x[0], x[1]))
+
+    def push_front(self, req: Request) -> None:
+        """Preempted requests keep their key's place (the key already ranks them)."""
+        self.push(req)
+
+    def peek(self) -> Request:
+        return self._q[0][2]
+
+    def pop(self) -> Request:
+        _, _, req = self._q.pop(0)
+        del self._where[req.request_id]
+        return req
+
+    def remove(self, req: Request) -> None:
+        key, seq = self._where.pop(req.request_id)
+        i = bisect.bisect_left(self._q, (key, seq), key=lambda x: (x[0], x[1]))
+        assert self._q[i][2] is req
+        del self._q[i]
+
+    def __contains__(self, req: object) -> bool:
+        return isinstance(req, Request) and req.request_id in self._where
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __iter__(self) -> Iterator[Request]:
+        return (e[2] for e in self._q)
+
+
+@ORDERINGS.register("infercept")
+class InterceptFCFSQueue(KeyedQueue):
+    """FCFS by original arrival, KV-resident requests first (the scheduler binds the key
+    ``(stage, arrival_ns)``). A new arrival is the latest of stage 1, so it never becomes the
+    head of a non-empty queue."""
+
+    name = "infercept"
+    arrival_can_jump_head = False
+
+
+@ORDERINGS.register("augserve")
+class ValueQueue(WaitingQueue):
+    """Value order with a starvation tier. The bound key returns ``(value, ready_ns)``."""
+
+    name = "augserve"
+    arrival_can_jump_head = True
+
+    def __init__(self, starvation_ns: int = 10_000_000_000) -> None:
+        self.starvation_ns = starvation_ns
+        self._main: list[tuple[float, int, int, Request]] = []  # value, arrival, seq, req
+        self._starving: list[tuple[int, int, Request]] = []  # arrival, seq, req
+        self._where: dict[int, tuple[bool, tuple[float, int, int] | tuple[int, int]]] = {}
+        self._age: deque[tuple[int, int, int]] = deque()  # ready_ns, seq, request id
+        self._seq = 0
+        self.key: Callable[[Request], tuple[float, int]] = lambda r: (0.0, r.arrival_ns)
+        self.num_promoted = 0
+
+    def bind(self, key: Callable[[Request], tuple[float, int]]) -> None:
+        self.key = key
+
+    def refresh(self, now_ns: int) -> None:
+        """Move every request that became ready at least ``τ`` ago to the starving tier."""
+        age, lim = self._age, now_ns - self.starvation_ns
+        while age and age[0][0] <= lim:
+            _, seq, rid = age.popleft()
+            where = self._where.get(rid)
+            if where is None or where[0] or where[1][2] != seq:
+                continue
+            value, arrival, _ = where[1]
+            i = bisect.bisect_left(self._main, (value, arrival, seq), key=lambda x: x[:3])
+            req = self._main.pop(i)[3]
+            bisect.insort(self._starving, (arrival, seq, req), key=lambda x: x[:2])
+            self._where[rid] = (True, (arrival, seq))
+            self.num_promoted += 1
+
+    def push(self, req: Request) -> None:
+        value, ready_ns = self.key(req)
+        self._seq += 1
+        seq = self._seq
+        bisect.insort(self._main, (value, req.arrival_ns, seq, req), key=lambda x: x[:3])
+        self._where[req.request_id] = (False, (value, req.arrival_ns, seq))
+        self._age.append((ready_ns, seq, req.request_id))
+
+    def push_front(self, req: Request) -> None:
+        self.push(req)
+
+    def peek(self) -> Request:
+        return self._starving[0][2] if self._starving else self._main[0][3]
+
+    def pop(self) -> Request:
+        req = self._starving.pop(0)[2] if self._starving else self._main.pop(0)[3]
+        del self._where[req.request_id]
+        return req
+
+    def remove(self, req: Request) -> None:
+        starving, key = self._where.pop(req.request_id)
+        if starving:
+            i = bisect.bisect_left(self._starving, key, key=lambda x: x[:2])
+            del self._starving[i]
+        else:
+            i = bisect.bisect_left(self._main, key, key=lambda x: x[:3])
+            del self._main[i]
+
+    def __contains__(self, req: object) -> bool:
+        return isinstance(req, Request) and req.request_id in self._where
+
+    def __len__(self) -> int:
+        return len(self._main) + len(self._starving)
+
+    def __iter__(self) -> Iterator[Request]:
+        yield from (e[2] for e in self._starving)
+        yield from (e[3] for e in self._main)
