@@ -81,6 +81,16 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
     ]
     extra = sorted({k for r in rows.values() for k in r} & {"mode_switches", "eb_time_share"})
     keys += [(k, k, "{:.3f}") for k in extra]
+    augmented = [
+        ("effective_throughput", "effective req/s", "{:.3f}"),
+        ("normalized_latency_p50_s", "norm. latency p50 ms/tok", "ms"),
+        ("normalized_latency_p99_s", "norm. latency p99 ms/tok", "ms"),
+        ("num_intercepts", "intercepts", "{:.0f}"),
+        ("waste_preserve_gb_s", "waste preserve GB·s", "{:,.0f}"),
+        ("waste_recompute_gb_s", "waste recompute GB·s", "{:,.0f}"),
+        ("waste_swap_gb_s", "waste swap GB·s", "{:,.0f}"),
+    ]
+    keys += [k for k in augmented if any(k[0] in r for r in rows.values())]
     t = Table(title=title)
     t.add_column("metric")
     for name in rows:

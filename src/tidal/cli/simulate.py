@@ -51,6 +51,26 @@ def simulate(
     max_prompt_len: Annotated[int | None, Opt(help="Cap prompt lengths.")] = None,
     max_output_len: Annotated[int | None, Opt(help="Cap output lengths.")] = None,
     concurrency: Annotated[int | None, Opt(help="Closed loop: requests kept in flight.")] = None,
+    workload: Annotated[
+        str | None,
+        Opt(
+            help="Augmented workload: infercept-mix | infercept:TYPE[,TYPE] | augmented:FILE.jsonl."
+        ),
+    ] = None,
+    call_time_dist: Annotated[
+        str | None, Opt(help="Augmented: call times per type, or N|U|R|L|B (INFERCEPT).")
+    ] = None,
+    serving_policy: Annotated[
+        str | None,
+        Opt(help="Augmented: vllm | infercept | augserve (| augserve-ordering | augserve-budget)."),
+    ] = None,
+    predictor: Annotated[
+        str | None, Opt(help="Augmented: oracle | noisy | mean | none (AugServe's predictions).")
+    ] = None,
+    slo_norm_latency: Annotated[
+        float | None,
+        Opt(help="Augmented: normalized-latency SLO (s/token) of effective throughput."),
+    ] = None,
     batching: Annotated[str | None, Opt(help="Batching policy (mb, ...).")] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
     token_budget: Annotated[int | None, Opt(help="Max tokens per step (B).")] = None,
@@ -86,6 +106,11 @@ def simulate(
             ("workload.max_prompt_len", max_prompt_len),
             ("workload.max_output_len", max_output_len),
             ("workload.concurrency", concurrency),
+            ("workload.augmented", workload),
+            ("workload.call_time_dist", call_time_dist),
+            ("augment.serving_policy", serving_policy),
+            ("augment.predictor", predictor),
+            ("slo.norm_latency_s", slo_norm_latency),
             ("scheduler.batching", batching),
             ("scheduler.ordering", ordering),
             ("scheduler.token_budget", token_budget),
@@ -106,6 +131,8 @@ def simulate(
         _fail(err)
         return
     title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.scheduler.batching}"
+    if cfg.workload.augmented is not None:
+        title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.augment.serving_policy}"
     console.print(metrics_table(title, {"this run": result.metrics}))
     info = result.run_info
     console.print(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from tidal.core.kv import KVBlockManager
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
@@ -57,31 +57,21 @@ class AugmentConfig(BaseModel):
     starvation_factor: float = Field(default=5.0, ge=0)
     """Anti-starvation threshold τ = factor × slo.ttft_s (0: off)."""
 
-    @field_validator("serving_policy")
+    @field_validator("serving_policy", "ordering", "intercept")
     @classmethod
-    def _policy(cls, v: str) -> str:
-        from tidal.engine.augment.bundles import SERVING_POLICIES
-
-        SERVING_POLICIES.get(v)
-        return v
-
-    @field_validator("ordering")
-    @classmethod
-    def _ordering(cls, v: str | None) -> str | None:
+    def _known(cls, v: str | None, info: ValidationInfo) -> str | None:
         import tidal.engine.policies  # noqa: F401
+        from tidal.engine.augment.bundles import SERVING_POLICIES
+        from tidal.engine.augment.intercept import INTERCEPTS
         from tidal.engine.ordering import ORDERINGS
 
-        if v is not None:
-            ORDERINGS.get(v)
-        return v
-
-    @field_validator("intercept")
-    @classmethod
-    def _intercept(cls, v: str | None) -> str | None:
-        from tidal.engine.augment.intercept import INTERCEPTS
-
-        if v is not None:
-            INTERCEPTS.get(v)
+        registry = {
+            "serving_policy": SERVING_POLICIES,
+            "ordering": ORDERINGS,
+            "intercept": INTERCEPTS,
+        }[str(info.field_name)]
+        if v is not None and v not in registry:
+            raise ValueError(f"unknown value {v!r} (valid: {', '.join(registry.names())})")
         return v
 
 

@@ -42,23 +42,27 @@ from tidal.workload.base import RequestSet
 from tidal.workload.paths import resolve_trace
 
 
-def _int(obj: dict[str, Any], key: str, where: str, line: int, minimum: int) -> int:
+def _int(
+    obj: dict[str, Any], key: str, where: str, line: int, minimum: int, prefix: str = ""
+) -> int:
+    field = prefix + key
     if key not in obj:
-        raise TraceError(where, line, key, "missing key")
+        raise TraceError(where, line, field, "missing key")
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise TraceError(where, line, key, f"expected an integer ≥ {minimum}, got {v!r}")
+        raise TraceError(where, line, field, f"expected an integer ≥ {minimum}, got {v!r}")
     if v != int(v) or v < minimum:
-        raise TraceError(where, line, key, f"expected an integer ≥ {minimum}, got {v!r}")
+        raise TraceError(where, line, field, f"expected an integer ≥ {minimum}, got {v!r}")
     return int(v)
 
 
-def _seconds(obj: dict[str, Any], key: str, where: str, line: int) -> int:
+def _seconds(obj: dict[str, Any], key: str, where: str, line: int, prefix: str = "") -> int:
+    field = prefix + key
     if key not in obj:
-        raise TraceError(where, line, key, "missing key")
+        raise TraceError(where, line, field, "missing key")
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-        raise TraceError(where, line, key, f"expected seconds ≥ 0, got {v!r}")
+        raise TraceError(where, line, field, f"expected seconds ≥ 0, got {v!r}")
     return round(float(v) * NS_PER_S)
 
 
@@ -74,9 +78,7 @@ def _segments(
         if not isinstance(seg, dict):
             raise TraceError(where, line, here, "expected a JSON object")
         last = i == len(items) - 1
-        g = _int(seg, dec, where, line, 1) if dec in seg else None
-        if g is None:
-            raise TraceError(where, line, f"{here}.{dec}", "missing key")
+        g = _int(seg, dec, where, line, 1, f"{here}.")
         if last:
             if call in seg and seg[call] not in (0, None):
                 raise TraceError(
@@ -91,8 +93,8 @@ def _segments(
                     f"{here}.{k}",
                     "missing key (every segment but the last is followed by a call)",
                 )
-        t = _seconds(seg, call, where, line)
-        a = _int(seg, ret, where, line, 0)
+        t = _seconds(seg, call, where, line, f"{here}.")
+        a = _int(seg, ret, where, line, 0, f"{here}.")
         calls.append(ToolCall(g, t, a))
     raise AssertionError("unreachable")
 
@@ -108,7 +110,7 @@ def parse_line(obj: Any, where: str, line: int) -> tuple[int, AugmentedSpec, flo
         exps = obj["experiments"]
         if not isinstance(exps, list) or not exps or not isinstance(exps[0], dict):
             raise TraceError(where, line, "experiments", "expected a non-empty list of objects")
-        prompt = _int(exps[0], "prompt_tokens", where, line, 1)
+        prompt = _int(exps[0], "prompt_tokens", where, line, 1, "experiments[0].")
         calls, final = _segments(
             exps, where, line, "experiments", ("completion_tokens", "api_time", "api_token_length")
         )

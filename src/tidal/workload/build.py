@@ -38,7 +38,11 @@ from tidal.workload.traces import detect_format, load_azure, load_mooncake
 def _with(rs: RequestSet, idx: np.ndarray | slice, note: str) -> RequestSet:
     sub = rs.take(idx)
     return RequestSet(
-        sub.arrival_ns, sub.prompt_len, sub.output_len, f"{rs.source}; {note}", sub.extra,
+        sub.arrival_ns,
+        sub.prompt_len,
+        sub.output_len,
+        f"{rs.source}; {note}",
+        sub.extra,
         sub.payloads,
     )
 
@@ -66,7 +70,11 @@ def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
         return rs
     t = np.rint(rs.arrival_ns / rate_scale).astype(np.int64)
     return RequestSet(
-        t, rs.prompt_len, rs.output_len, f"{rs.source}; rate x{rate_scale:g}", rs.extra,
+        t,
+        rs.prompt_len,
+        rs.output_len,
+        f"{rs.source}; rate x{rate_scale:g}",
+        rs.extra,
         rs.payloads,
     )
 

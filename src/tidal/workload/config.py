@@ -78,9 +78,9 @@ class WorkloadConfig(BaseModel):
                 raise ValueError("concurrency: augmented workloads are open loop (give a rate)")
             generated = not self.augmented.startswith("augmented:")
             if generated and (self.num_requests is None or self.rate is None):
-                    raise ValueError(
-                        "num_requests: a generated augmented workload needs num_requests and rate"
-                    )
+                raise ValueError(
+                    "num_requests: a generated augmented workload needs num_requests and rate"
+                )
         elif self.trace is None:
             if self.num_requests is None:
                 raise ValueError(
