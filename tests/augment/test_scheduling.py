@@ -34,7 +34,7 @@ def test_value_queue_orders_by_value_then_promotes_the_starving():
     values = {1: 5.0, 2: 1.0, 3: 3.0}
     q = ValueQueue(starvation_ns=100)
     ready = {1: 0, 2: 50, 3: 60}
-    q.bind(lambda r: (values[r.request_id], ready[r.request_id]))
+    q.bind(lambda r: (1.0, values[r.request_id], ready[r.request_id]))
     for rid in (1, 2, 3):
         q.push(_req(rid, arrival=rid))
     assert [r.request_id for r in q] == [2, 3, 1]
@@ -47,6 +47,18 @@ def test_value_queue_orders_by_value_then_promotes_the_starving():
     assert [r.request_id for r in q] == [1, 2, 3]
     q.remove(q.peek())
     assert [q.pop().request_id for _ in range(len(q))] == [2, 3]
+
+
+def test_value_queue_serves_kv_resident_requests_before_the_starving():
+    q = ValueQueue(starvation_ns=10)
+    stage = {1: 1.0, 2: 0.0, 3: 1.0}
+    q.bind(lambda r: (stage[r.request_id], float(r.request_id), 0))
+    for rid in (1, 2, 3):
+        q.push(_req(rid, arrival=rid))
+    q.refresh(10)  # 1 and 3 starve; 2 holds its KV on the GPU
+    assert [r.request_id for r in q] == [2, 1, 3]
+    assert q.pop().request_id == 2
+    assert q.peek().request_id == 1
 
 
 def _starvation_run(starvation_ns: int):

@@ -54,8 +54,12 @@ class AugmentConfig(BaseModel):
     value_form: Literal["memory", "time"] = "memory"
     stage2: bool = True
     """AugServe Stage II: recompute the value whenever a request re-enters the queue."""
-    starvation_factor: float = Field(default=5.0, ge=0)
-    """Anti-starvation threshold τ = factor × slo.ttft_s (0: off)."""
+    starvation_factor: float = Field(default=60.0, ge=0)
+    """Anti-starvation threshold τ = factor × slo.ttft_s (0: off). The spec's default is 5×
+    (augserve.md §3.3 [DEF]); measured (BENCHMARKS.d/issue4.md), 5× turns AugServe back into
+    FCFS under sustained overload — every queued request soon starves — so the default is
+    60× (τ = 60 s at a 1 s TTFT SLO): the p99 TTFT stays at INFERCEPT's while the effective
+    throughput keeps most of the value order's gain."""
 
     @field_validator("serving_policy", "ordering", "intercept")
     @classmethod

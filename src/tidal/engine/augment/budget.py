@@ -11,7 +11,11 @@
   requests (reclaimable by discard or swap), ``need`` the tokens this iteration's decodes add,
   ``reserve`` a safety margin (INFERCEPT's 1000). Lots of free memory → big prefill chunks
   (queued prompts drain fast); memory pressure → small ones (fewer requests admitted that
-  would soon be preempted).
+  would soon be preempted). The lower bound keeps the running set's own prefills (prompt
+  chunks, returned tokens) moving; *admitting* new work is limited by the unclipped memory
+  term itself (:meth:`TokenBudget.admission`), so no request is admitted into memory that is
+  not there [INF: without it a bounded-below budget keeps admitting at ``B_min`` into a full
+  GPU, and idle contexts are discarded to make room — recompute thrash under overload].
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ class TokenBudget:
 
     def budget(self, s: AugmentedScheduler) -> int:
         raise NotImplementedError
+
+    def admission(self, s: AugmentedScheduler) -> int | None:
+        """Tokens new admissions may take this step (None: only the budget limits them)."""
+        return None
 
 
 TOKEN_BUDGETS: Registry[type[TokenBudget]] = Registry("token_budget")
@@ -58,9 +66,15 @@ class DynamicBudget(TokenBudget):
             raise ValueError("dynamic budget: b_min must be <= b_max")
         self.b_min, self.b_max, self.reserve, self.rho = b_min, b_max, reserve, rho
 
-    def budget(self, s: AugmentedScheduler) -> int:
+    def headroom(self, s: AugmentedScheduler) -> float:
+        """``free − watermark + ρ·paused − need − reserve`` in tokens (unclipped)."""
         kv = s.kv
         free = (kv.num_free_blocks - kv.watermark_blocks) * kv.block_size
         paused = s.paused_gpu_blocks() * kv.block_size
-        raw = free + self.rho * paused - len(s.pool) - self.reserve
-        return int(min(max(raw, self.b_min), self.b_max))
+        return free + self.rho * paused - len(s.pool) - self.reserve
+
+    def budget(self, s: AugmentedScheduler) -> int:
+        return int(min(max(self.headroom(s), self.b_min), self.b_max))
+
+    def admission(self, s: AugmentedScheduler) -> int | None:
+        return max(int(min(self.headroom(s), self.b_max)), 0)

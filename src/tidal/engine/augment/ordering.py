@@ -6,7 +6,9 @@
   one that needs a prefill (new, or returned after a Discard).
 * ``augserve`` — AugServe's Stage-II value, lower first, with anti-starvation (augserve.md
   §3.3 [INF]/[DEF]): a request that has waited ``τ`` since it last became ready moves to a
-  top tier served FCFS by original arrival; the rest go by ``(value, arrival)``.
+  tier served FCFS by original arrival, ahead of all others except those whose KV is
+  already on the GPU (the running set keeps its requests, §3.4: a returned Preserve or
+  swapped-in request is served first, by value); the rest go by ``(value, arrival)``.
 
 Both read their keys through :meth:`KeyedQueue.bind` (the scheduler's per-request state);
 unbound they fall back to the arrival time, i.e. FCFS. Queues are sorted lists (``bisect``),
@@ -89,22 +91,29 @@ class InterceptFCFSQueue(KeyedQueue):
 
 @ORDERINGS.register("augserve")
 class ValueQueue(WaitingQueue):
-    """Value order with a starvation tier. The bound key returns ``(value, ready_ns)``."""
+    """Value order with a starvation tier. The bound key returns ``(stage, value, ready_ns)``;
+    the order is: stage-0 requests (KV already on the GPU: returned Preserve/Swap requests,
+    which INFERCEPT keeps in its running list and AugServe's running set keeps, augserve.md
+    §3.4) by value, then the starving tier by original arrival, then the rest by value."""
 
     name = "augserve"
     arrival_can_jump_head = True
 
     def __init__(self, starvation_ns: int = 10_000_000_000) -> None:
         self.starvation_ns = starvation_ns
-        self._main: list[tuple[float, int, int, Request]] = []  # value, arrival, seq, req
+        self._main: list[tuple[float, float, int, int, Request]] = []  # stage, value, arr, seq
         self._starving: list[tuple[int, int, Request]] = []  # arrival, seq, req
-        self._where: dict[int, tuple[bool, tuple[float, int, int] | tuple[int, int]]] = {}
+        self._where: dict[int, tuple[bool, tuple[float, ...]]] = {}
         self._age: deque[tuple[int, int, int]] = deque()  # ready_ns, seq, request id
         self._seq = 0
-        self.key: Callable[[Request], tuple[float, int]] = lambda r: (0.0, r.arrival_ns)
+        self.key: Callable[[Request], tuple[float, float, int]] = lambda r: (
+            1.0,
+            0.0,
+            r.arrival_ns,
+        )
         self.num_promoted = 0
 
-    def bind(self, key: Callable[[Request], tuple[float, int]]) -> None:
+    def bind(self, key: Callable[[Request], tuple[float, float, int]]) -> None:
         self.key = key
 
     def refresh(self, now_ns: int) -> None:
@@ -113,31 +122,36 @@ class ValueQueue(WaitingQueue):
         while age and age[0][0] <= lim:
             _, seq, rid = age.popleft()
             where = self._where.get(rid)
-            if where is None or where[0] or where[1][2] != seq:
+            if where is None or where[0] or where[1][3] != seq or where[1][0] == 0:
                 continue
-            value, arrival, _ = where[1]
-            i = bisect.bisect_left(self._main, (value, arrival, seq), key=lambda x: x[:3])
-            req = self._main.pop(i)[3]
+            key = where[1]
+            i = bisect.bisect_left(self._main, key, key=lambda x: x[:4])
+            req = self._main.pop(i)[4]
+            arrival = key[2]
             bisect.insort(self._starving, (arrival, seq, req), key=lambda x: x[:2])
             self._where[rid] = (True, (arrival, seq))
             self.num_promoted += 1
 
     def push(self, req: Request) -> None:
-        value, ready_ns = self.key(req)
+        stage, value, ready_ns = self.key(req)
         self._seq += 1
         seq = self._seq
-        bisect.insort(self._main, (value, req.arrival_ns, seq, req), key=lambda x: x[:3])
-        self._where[req.request_id] = (False, (value, req.arrival_ns, seq))
+        key = (stage, value, req.arrival_ns, seq)
+        bisect.insort(self._main, (*key, req), key=lambda x: x[:4])
+        self._where[req.request_id] = (False, key)
         self._age.append((ready_ns, seq, req.request_id))
 
     def push_front(self, req: Request) -> None:
         self.push(req)
 
+    def _main_first(self) -> bool:
+        return bool(self._main) and (self._main[0][0] == 0 or not self._starving)
+
     def peek(self) -> Request:
-        return self._starving[0][2] if self._starving else self._main[0][3]
+        return self._main[0][4] if self._main_first() else self._starving[0][2]
 
     def pop(self) -> Request:
-        req = self._starving.pop(0)[2] if self._starving else self._main.pop(0)[3]
+        req = self._main.pop(0)[4] if self._main_first() else self._starving.pop(0)[2]
         del self._where[req.request_id]
         return req
 
@@ -147,7 +161,7 @@ class ValueQueue(WaitingQueue):
             i = bisect.bisect_left(self._starving, key, key=lambda x: x[:2])
             del self._starving[i]
         else:
-            i = bisect.bisect_left(self._main, key, key=lambda x: x[:3])
+            i = bisect.bisect_left(self._main, key, key=lambda x: x[:4])
             del self._main[i]
 
     def __contains__(self, req: object) -> bool:
@@ -157,5 +171,8 @@ class ValueQueue(WaitingQueue):
         return len(self._main) + len(self._starving)
 
     def __iter__(self) -> Iterator[Request]:
+        main = self._main
+        n0 = bisect.bisect_left(main, (1,), key=lambda x: x[:1])
+        yield from (e[4] for e in main[:n0])
         yield from (e[2] for e in self._starving)
-        yield from (e[3] for e in self._main)
+        yield from (e[4] for e in main[n0:])

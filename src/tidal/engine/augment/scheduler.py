@@ -22,9 +22,10 @@ saturated iteration's worth.
 
 Memory shortage: before a running request is preempted, idle contexts are discarded — paused
 requests' first, the longest remaining (predicted) call first (INFERCEPT's preemption
-fallback), then queued and swapping-in ones; a queue head that cannot be admitted reclaims
-paused contexts, and everything idle when nothing runs. So the instance never deadlocks on
-memory held by idle requests.
+fallback), then queued and swapping-in ones. Admission never discards anything (a head that
+does not fit waits, as in vLLM and INFERCEPT's waiting stage), except when nothing runs: then
+idle contexts are reclaimed for it, so the instance never deadlocks on memory held by idle
+requests.
 
 GPU-memory waste is integrated exactly over time (block·ns, integers): idle KV of paused and
 queued requests ("preserve"), memory held by requests waiting for their swap-in plus every
@@ -146,9 +147,9 @@ class AugmentedScheduler(MixedBatchingScheduler):
     def _stage_key(self, req: Request) -> tuple[float, ...]:
         return (0.0 if req.num_blocks else 1.0, float(req.arrival_ns))
 
-    def _value_key(self, req: Request) -> tuple[float, int]:
+    def _value_key(self, req: Request) -> tuple[float, float, int]:
         run = self.runs[req.request_id]
-        return run.value, run.ready_ns
+        return (0.0 if req.num_blocks else 1.0), run.value, run.ready_ns
 
     def cost_env(self) -> CostEnv:
         return CostEnv(
@@ -354,10 +355,8 @@ class AugmentedScheduler(MixedBatchingScheduler):
     ) -> bool:
         """Discard idle contexts until ``num_blocks`` are freed: paused requests (longest
         remaining predicted call first); with ``aggressive`` also queued ones (lowest priority
-        first) and swapping-in ones, never ``keep``. A running request that needs blocks
-        reclaims aggressively (idle contexts go before a running one is preempted, as
-        INFERCEPT preempts its "delayed" requests first); admission only takes paused ones
-        unless nothing runs."""
+        first) and swapping-in ones, never ``keep``. Idle contexts go before a running request
+        is preempted (INFERCEPT preempts its targets and "delayed" requests first)."""
         freed = 0
         now = self._now
         pred = self.predictor
@@ -414,11 +413,13 @@ class AugmentedScheduler(MixedBatchingScheduler):
         self.waiting.push_front(req)
 
     def _admit_waiting(self, plan: StepPlan, budget: int, now_ns: int) -> int:
-        """Admission (vLLM v1); when the head is refused for KV, reclaim idle contexts."""
+        """Admission (vLLM v1: stop at the first request that does not fit, as INFERCEPT's
+        waiting stage does). Only when nothing runs are idle contexts reclaimed for the head
+        (else memory held by idle requests could block the instance forever)."""
         cap = self.config.long_prefill_token_threshold
         while True:
             budget = super()._admit_waiting(plan, budget, now_ns)
-            if not self.admission_blocked_by_kv or budget <= 0:
+            if not self.admission_blocked_by_kv or budget <= 0 or self.running:
                 return budget
             head = self.waiting.peek()
             n = min(head.num_tokens - head.num_computed_tokens, budget)
@@ -427,7 +428,7 @@ class AugmentedScheduler(MixedBatchingScheduler):
             kv = self.kv
             need = kv.blocks_for(head.num_computed_tokens + n) - head.num_blocks
             short = need + kv.watermark_blocks - kv.num_free_blocks
-            if short <= 0 or not self._reclaim(short, aggressive=not self.running, keep=head):
+            if short <= 0 or not self._reclaim(short, keep=head):
                 return budget
             self._changed = True
 
@@ -457,6 +458,9 @@ class AugmentedScheduler(MixedBatchingScheduler):
         plan = StepPlan()
         left = self._schedule_running(plan, budget)
         if not plan.preempted:
+            allowance = self.token_budget.admission(self) if self.running else None
+            if allowance is not None:
+                left = min(left, allowance)
             self._admit_waiting(plan, left, now_ns)
         self._transfer(plan)
         self._step_start = now_ns
