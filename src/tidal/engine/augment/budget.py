@@ -11,11 +11,9 @@
   requests (reclaimable by discard or swap), ``need`` the tokens this iteration's decodes add,
   ``reserve`` a safety margin (INFERCEPT's 1000). Lots of free memory → big prefill chunks
   (queued prompts drain fast); memory pressure → small ones (fewer requests admitted that
-  would soon be preempted). The lower bound keeps the running set's own prefills (prompt
-  chunks, returned tokens) moving; *admitting* new work is limited by the unclipped memory
-  term itself (:meth:`TokenBudget.admission`), so no request is admitted into memory that is
-  not there [INF: without it a bounded-below budget keeps admitting at ``B_min`` into a full
-  GPU, and idle contexts are discarded to make room — recompute thrash under overload].
+  would soon be preempted). Admission itself still needs the blocks to be free (vLLM's
+  watermark check): the paused memory counted here is reclaimable by the intercept policy,
+  not taken by force.
 """
 
 from __future__ import annotations
@@ -34,10 +32,6 @@ class TokenBudget:
 
     def budget(self, s: AugmentedScheduler) -> int:
         raise NotImplementedError
-
-    def admission(self, s: AugmentedScheduler) -> int | None:
-        """Tokens new admissions may take this step (None: only the budget limits them)."""
-        return None
 
 
 TOKEN_BUDGETS: Registry[type[TokenBudget]] = Registry("token_budget")
@@ -75,6 +69,3 @@ class DynamicBudget(TokenBudget):
 
     def budget(self, s: AugmentedScheduler) -> int:
         return int(min(max(self.headroom(s), self.b_min), self.b_max))
-
-    def admission(self, s: AugmentedScheduler) -> int | None:
-        return max(int(min(self.headroom(s), self.b_max)), 0)

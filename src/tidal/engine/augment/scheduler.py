@@ -458,9 +458,6 @@ class AugmentedScheduler(MixedBatchingScheduler):
         plan = StepPlan()
         left = self._schedule_running(plan, budget)
         if not plan.preempted:
-            allowance = self.token_budget.admission(self) if self.running else None
-            if allowance is not None:
-                left = min(left, allowance)
             self._admit_waiting(plan, left, now_ns)
         self._transfer(plan)
         self._step_start = now_ns
