@@ -141,3 +141,30 @@ def test_same_output_under_every_intercept_choice():
         outs.append(rec.output_tokens.tolist())
         assert s.kv.num_free_blocks == s.kv.num_blocks
     assert all(o == [5 + 7 + 9, 2 + 4] for o in outs)
+
+
+def test_abort_frees_a_request_in_a_call_and_ignores_its_return():
+    s = make("vllm", intercept="swap")
+    rs = workload([0.0, 0.0], [100, 50], [spec((3, 10.0, 5), final=2), spec(final=30)])
+    from tests.conftest import unit_perf
+    from tidal.sim.instance import SimInstance
+    from tidal.sim.recorder import RequestRecorder
+    from tidal.sim.simulator import Simulation
+
+    inst = SimInstance(0, s, unit_perf(), True)
+    sim = Simulation([inst], rs, RequestRecorder(rs))
+    victim = []
+    orig = s.on_pause
+
+    def on_pause(req, t):
+        victim.append(req)
+        orig(req, t)
+        sim.call_at(t + 1, lambda now: s.abort(req, now))  # abort during the call
+
+    s.on_pause = on_pause
+    sim.run()
+    assert victim[0].state.name == "ABORTED"
+    assert s.kv.num_free_blocks == s.kv.num_blocks
+    assert s.kv.num_free_host_blocks == s.kv.num_host_blocks
+    assert not s.paused
+    assert not s.runs

@@ -67,6 +67,9 @@ def simulate(
     predictor: Annotated[
         str | None, Opt(help="Augmented: oracle | noisy | mean | none (AugServe's predictions).")
     ] = None,
+    swap_space_gb: Annotated[
+        float | None, Opt(help="Augmented: host swap space per GPU for KV, GB.")
+    ] = None,
     slo_norm_latency: Annotated[
         float | None,
         Opt(help="Augmented: normalized-latency SLO (s/token) of effective throughput."),
@@ -110,6 +113,7 @@ def simulate(
             ("workload.call_time_dist", call_time_dist),
             ("augment.serving_policy", serving_policy),
             ("augment.predictor", predictor),
+            ("augment.swap_space_gb", swap_space_gb),
             ("slo.norm_latency_s", slo_norm_latency),
             ("scheduler.batching", batching),
             ("scheduler.ordering", ordering),

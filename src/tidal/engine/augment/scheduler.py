@@ -241,6 +241,8 @@ class AugmentedScheduler(MixedBatchingScheduler):
 
     def resume(self, req: Request, now_ns: int) -> None:
         """The call returned: append its tokens and make the request ready (or swap it in)."""
+        if req.state == RequestState.ABORTED:
+            return
         self._integrate(now_ns)
         run = self.runs[req.request_id]
         assert run.spec is not None
@@ -431,6 +433,23 @@ class AugmentedScheduler(MixedBatchingScheduler):
             if short <= 0 or not self._reclaim(short, keep=head):
                 return budget
             self._changed = True
+
+    def abort(self, req: Request, now_ns: int) -> None:
+        """Drop a request wherever it is (also in a call or swapping in); its GPU and host
+        blocks are freed; a pending call return is then ignored."""
+        self._integrate(now_ns)
+        rid = req.request_id
+        if rid in self.paused or rid in self.swap_in_q:
+            self.discard(req)
+            self.paused.pop(rid, None)
+        elif req.state == RequestState.WAITING:
+            self.waiting.remove(req)
+            self.discard(req)
+        else:
+            super().abort(req, now_ns)
+        req.state = RequestState.ABORTED
+        req.finish_ns = now_ns
+        self.runs.pop(rid, None)
 
     def _finish(self, req: Request, now_ns: int) -> None:
         self.predictor.observe_finish(req)
