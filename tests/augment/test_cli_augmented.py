@@ -72,3 +72,41 @@ def test_bad_jsonl_is_a_clear_error(tmp_path):
     assert res.exit_code == 2
     assert "line 1" in res.output
     assert "segments[0].decode_tokens" in res.output
+
+
+def test_same_config_and_seed_give_byte_identical_summaries(tmp_path):
+    args = [
+        "--workload",
+        "infercept-mix",
+        "--rate",
+        "3",
+        "--num-requests",
+        "40",
+        "--serving-policy",
+        "augserve",
+        "--token-budget",
+        "1024",
+    ]
+    _run(tmp_path / "a", *args)
+    _run(tmp_path / "b", *args)
+    a = (tmp_path / "a" / "o" / "summary.json").read_bytes()
+    assert a == (tmp_path / "b" / "o" / "summary.json").read_bytes()
+    m = json.loads(a)["metrics"]
+    assert m["token_budget_mean"] > 384  # dynamic: the static budget does not apply
+
+
+def test_token_budget_flag_sets_the_static_budget(tmp_path):
+    m = _run(
+        tmp_path,
+        "--workload",
+        "infercept-mix",
+        "--rate",
+        "1",
+        "--num-requests",
+        "10",
+        "--serving-policy",
+        "infercept",
+        "--token-budget",
+        "1024",
+    )["metrics"]
+    assert m["token_budget_mean"] == 1024

@@ -87,7 +87,9 @@ def build_augmented(
     policy_seed: int,
 ) -> Scheduler:
     """The augmented scheduler of a run: KV with host swap space, the cost environment, the
-    bundle of policies."""
+    bundle of policies (``scheduler.batching`` and ``scheduler.ordering`` do not apply; an
+    explicitly set ``scheduler.token_budget`` is the static budget unless
+    ``augment.static_budget`` is given)."""
     from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
     from tidal.engine.augment.scheduler import AugmentEnv
 
@@ -104,7 +106,12 @@ def build_augmented(
         ordering=a.ordering,
         intercept=a.intercept,
         token_budget=a.token_budget,
-        static_budget=a.static_budget,
+        static_budget=a.static_budget
+        or (
+            sched_cfg.max_num_batched_tokens
+            if "token_budget" in cfg.scheduler.model_fields_set
+            else None
+        ),
         budget_min=a.budget_min,
         budget_max=a.budget_max,
         budget_reserve=a.budget_reserve,
