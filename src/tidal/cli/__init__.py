@@ -131,6 +131,7 @@ def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> An
             result.run_info,
             extra_tables=result.extras.get("tables"),
             extra_json=result.extras.get("json"),
+            extra_summary=result.extras.get("summary"),
         )
     return result
 

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
 from tidal.hardware.calibration import PERF_MODELS
 from tidal.hardware.gpus import get_gpu
@@ -63,6 +64,10 @@ class SimulationConfig(_Strict):
     slo: SLOConfig = SLOConfig()
     seed: int = Field(default=0, ge=0)
     fast_forward: bool = True
+    cluster: ClusterConfig | None = None
+    """A multi-model cluster (``tidal.cluster``); None = one instance of ``model`` on ``tp``
+    GPUs. With a cluster, ``model``, ``gpu`` and ``tp`` are unused and the workload is the
+    cluster's mix of ``workload.trace``."""
 
     @field_validator("model")
     @classmethod

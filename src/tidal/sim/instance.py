@@ -59,6 +59,7 @@ class SimInstance:
         }
         self._plan: StepPlan | None = None
         self._num_steps = 1
+        self._sensitive = False
         self._start_ns = 0
         self._end_ns = 0
         self.busy_ns = 0
@@ -114,6 +115,7 @@ class SimInstance:
             k, sensitive = sched.repeatable_steps(plan)
             if k > 1:
                 horizon = self.next_event_ns() if sensitive else INF_NS
+                self._sensitive = sensitive
                 return self._start_run(plan, now_ns, k, horizon)
         d = self.perf.step_ns(
             n_dec,
@@ -128,6 +130,29 @@ class SimInstance:
             self.itl_ns.append(d)
             self.itl_weight.append(n_dec)
         self._end_ns = now_ns + d
+        return self._end_ns
+
+    def interrupt(self, now_ns: int) -> int | None:
+        """Work arrived by a path the run's horizon did not foresee (a cluster control event):
+        cut a fast-forwarded run so that it ends at its first step boundary after ``now_ns``,
+        where step-by-step simulation would first see the new work. Returns the new end time,
+        or None when the run already ends there (or cannot be affected: a run that no arrival
+        could change)."""
+        n = self._num_steps
+        if not self.busy or n <= 1 or not self._sensitive:
+            return None
+        d = self.itl_ns.view()[-n:]
+        ends = self._start_ns + np.cumsum(d)
+        j = int(np.searchsorted(ends, now_ns, side="right"))
+        if j >= n - 1:
+            return None
+        keep = j + 1
+        self.itl_ns.truncate(len(self.itl_ns) - (n - keep))
+        self.itl_weight.truncate(len(self.itl_weight) - (n - keep))
+        self._num_steps = keep
+        assert self._plan is not None
+        self._plan.num_steps = keep
+        self._end_ns = int(ends[j])
         return self._end_ns
 
     def _sample(self, now_ns: int, plan: StepPlan) -> None:

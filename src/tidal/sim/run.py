@@ -69,6 +69,10 @@ def build_instance(
 
 
 def load_requests(cfg: SimulationConfig) -> RequestSet:
+    if cfg.cluster is not None:
+        from tidal.sim.cluster_run import cluster_workload
+
+        return cluster_workload(cfg).requests
     rng = rng_streams(cfg.seed)["workload"]
     reqs = build_workload(cfg.workload, rng)
     if len(reqs) == 0:
@@ -83,6 +87,10 @@ def run_simulation(
     requests: RequestSet | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
+    if cfg.cluster is not None:
+        from tidal.sim.cluster_run import run_cluster
+
+        return run_cluster(cfg, requests, progress)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     t_load = time.perf_counter()
