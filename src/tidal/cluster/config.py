@@ -60,8 +60,9 @@ class StartupConfig(_Strict):
     """SSD → host bandwidth per node (shared by the node's loads)."""
     map_gbs: float = Field(default=50.0, gt=0)
     """CUDA VMM page-mapping throughput (≈0.2 s per 10 GB, warmserve.md §1.4)."""
-    lazy_kv_tokens: int = Field(default=32 * 2048, ge=0)
-    """With lazy KV mapping the first steps wait for this many tokens' blocks to be mapped."""
+    lazy_kv_tokens: int = Field(default=2048, ge=0)
+    """With lazy KV mapping the first step waits for the blocks of this many tokens (one
+    max-length request) to be mapped."""
     engine_pool: int = Field(default=32, ge=1)
     """Prewarmed engine processes (artifact: 32)."""
     engine_pool_refill_below: int = Field(default=10, ge=0)
@@ -84,6 +85,11 @@ class WarmServeConfig(_Strict):
     """Bandwidth in the prewarm score (a relative weight only, artifact PCIE_BANDWIDTH)."""
     max_slots: int = Field(default=30, ge=1)
     """Prewarm slots per GPU."""
+    kv_floor: Literal["batch", "request"] = "batch"
+    """How far KV reservation may shrink an instance: ``batch`` keeps room for B requests of
+    the maximum length (the router never sends more, so reservation never starves it);
+    ``request`` is the artifact's rule (target ⌊total · in-flight / B⌋ free blocks) with only a
+    one-request floor, which starves an instance whose load rises after it shrank."""
     min_free_blocks: int = Field(default=-1)
     """Floor of the KV reservation target (−1: the blocks of one max-length request; the
     artifact has no floor, which can leave an idle instance with no KV at all)."""

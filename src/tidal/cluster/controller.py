@@ -51,6 +51,7 @@ class ClusterController:
         prior_avg: list[np.ndarray] | None = None,
         prior_peak: list[np.ndarray] | None = None,
         demand: list[float] | None = None,
+        stats: list[dict[str, float]] | None = None,
         first_arrival_ns: int = 0,
     ) -> None:
         from tidal.cluster.policies import PLACEMENTS
@@ -74,6 +75,8 @@ class ClusterController:
         self.prior_avg, self.prior_peak = prior_avg, prior_peak
         self.demand = demand or [1.0] * len(self.models)
         """Expected average in-flight load per model (static policies size with it)."""
+        self.stats = stats or [{} for _ in self.models]
+        """Workload statistics per model (``rate``, ``mean_prompt``, ``mean_output``)."""
         self.first_arrival_ns = first_arrival_ns
         self.gpu_busy: list[ModelInstance | None] = [None] * n
         self.replicas: dict[int, Replica] = {}
@@ -86,7 +89,7 @@ class ClusterController:
         self.num_requests = len(model_of)
         self.num_finished = 0
         self._next_rid = 0
-        self._perf_cache: dict[tuple[int, float], PerfModel] = {}
+        self._perf_cache: dict[tuple[int, int, float], PerfModel] = {}
         self._busy_log: list[tuple[int, int]] = [(0, 0)]
         self._engine_pool = st.engine_pool
         self._pool_refill_at = -1
@@ -172,6 +175,7 @@ class ClusterController:
         share: float = 1.0,
         cap: int | None = None,
         min_free_blocks: int = 0,
+        min_total_blocks: int = 0,
     ) -> ModelInstance:
         """Create an instance of ``model`` on idle ``gpus`` and start its cold start.
 
@@ -205,7 +209,7 @@ class ClusterController:
             )
         inst.kv_pages = blocks * model.block_pages
         self.memory.alloc(now_ns, gpus, ("kv", inst.iid), inst.kv_pages, model.index, "kv")
-        inst.kv = ReservingKV(blocks, model.block_size, min_free_blocks)
+        inst.kv = ReservingKV(blocks, model.block_size, min_free_blocks, min_total_blocks)
         inst.kv.on_reserve = lambda n, inst=inst: self._kv_reserved(inst, n)
         self._run_plan(inst, plan, replica, now_ns)
         return inst
@@ -267,7 +271,7 @@ class ClusterController:
         self.policy.on_ready(inst, now_ns)
 
     def perf_for(self, inst: ModelInstance) -> PerfModel:
-        key = (inst.model.index, inst.share)
+        key = (inst.model.index, inst.model.tp, inst.share)
         perf = self._perf_cache.get(key)
         if perf is None:
             perf = build_perf_model(

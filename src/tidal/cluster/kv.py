@@ -6,6 +6,9 @@ go back to the GPU's pool (where other models can be prewarmed). So reservation 
 free events) and one-way. Here a free event is :meth:`free` (a request finishing or being
 preempted), which happens at step boundaries: identical with and without fast-forward.
 
+A floor ``min_total`` keeps the instance able to hold what its router may send it (B requests
+of the maximum length, by default: see ``WarmServeConfig.kv_floor``).
+
 Invariant: ``num_free_blocks + Σ held == num_blocks`` as in the base class, with ``num_blocks``
 shrinking by exactly the reserved count.
 """
@@ -19,13 +22,17 @@ from tidal.core.request import Request
 
 
 class ReservingKV(KVBlockManager):
-    def __init__(self, num_blocks: int, block_size: int, min_free: int = 0) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, min_free: int = 0, min_total: int = 0
+    ) -> None:
         super().__init__(num_blocks, block_size, watermark=0.0)
         self.initial_blocks = num_blocks
         self.target_free = 1 << 62
         """Free blocks to keep; more are reserved at the next free event (no reservation until
         a target is set)."""
         self.min_free = min_free
+        self.min_total = min_total
+        """Never shrink below this many blocks (in use or free)."""
         self.reserved = 0
         self.on_reserve: Callable[[int], None] | None = None
 
@@ -34,7 +41,7 @@ class ReservingKV(KVBlockManager):
 
     def free(self, req: Request) -> None:
         super().free(req)
-        extra = self.num_free_blocks - self.target_free
+        extra = min(self.num_free_blocks - self.target_free, self.num_blocks - self.min_total)
         if extra > 0:
             self.num_blocks -= extra
             self.num_free_blocks -= extra

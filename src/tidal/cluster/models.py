@@ -121,3 +121,17 @@ def served_models(
             )
         )
     return out
+
+
+def with_tp(model: ServedModel, tp: int) -> ServedModel:
+    """The same logical model sharded over ``tp`` GPUs (MuxServe meshes choose the degree)."""
+    from dataclasses import replace
+
+    spec = model.spec
+    blk = spec.kv_bytes_per_token_per_gpu(tp) * model.block_size
+    return replace(
+        model,
+        tp=tp,
+        weight_pages=cdiv(cdiv(spec.weight_bytes, tp), model.page_bytes),
+        block_pages=cdiv(math.ceil(blk), model.page_bytes),
+    )

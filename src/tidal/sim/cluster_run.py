@@ -81,8 +81,9 @@ def cluster_workload(cfg: SimulationConfig) -> MixWorkload:
     return _mix_cached(cfg.model_dump_json())
 
 
-def expected_load(cfg: ClusterConfig, rs: RequestSet, num_models: int) -> list[float]:
-    """Mean in-flight load per model over the replay (artifact service times, §2.1)."""
+def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]:
+    """Per model: request rate over the replay, mean prompt and output lengths, and mean
+    in-flight load with the artifact's service times (§2.1) — what static placements size by."""
     topo = parse_cluster(cfg.spec)
     models = served_models(
         cfg.models, topo.gpu, topo.gpus_per_node, cfg.page_mib * 2**20, cfg.block_size
@@ -96,7 +97,15 @@ def expected_load(cfg: ClusterConfig, rs: RequestSet, num_models: int) -> list[f
         pre, dec = service_ms(m.spec)
         svc = (pre + rs.output_len[sel] * dec) / 1000.0
         avg, _ = window_concurrency(t[sel] - t.min() if len(t) else t[sel], svc, span, 1)
-        out.append(float(avg[0]))
+        n = int(sel.sum())
+        out.append(
+            {
+                "rate": n / span,
+                "mean_prompt": float(rs.prompt_len[sel].mean()) if n else 0.0,
+                "mean_output": float(rs.output_len[sel].mean()) if n else 0.0,
+                "concurrency": float(avg[0]),
+            }
+        )
     return out
 
 
@@ -152,13 +161,15 @@ def run_cluster(
     sim = Simulation([], reqs, recorder, progress=cb)
     backend = SimBackend(cfg, sim)
     first = int(reqs.arrival_ns[0]) if n else 0
+    stats = workload_stats(c, reqs)
     ctl = ClusterController(
         c,
         backend,
         model_of,
         mix.prior_avg,
         mix.prior_peak,
-        expected_load(c, reqs, 0),
+        [s["concurrency"] for s in stats],
+        stats,
         first_arrival_ns=first,
     )
 
