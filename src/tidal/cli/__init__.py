@@ -79,7 +79,18 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("slo_attainment", "SLO attainment", "{:.1%}"),
         ("num_preemptions", "preemptions", "{:.0f}"),
     ]
-    extra = sorted({k for r in rows.values() for k in r} & {"mode_switches", "eb_time_share"})
+    extra = sorted(
+        {k for r in rows.values() for k in r}
+        & {
+            "mode_switches",
+            "eb_time_share",
+            "ttft_p90_s",
+            "ttft_p95_s",
+            "cold_starts",
+            "prewarm_hit_rate",
+            "gpu_seconds",
+        }
+    )
     keys += [(k, k, "{:.3f}") for k in extra]
     t = Table(title=title)
     t.add_column("metric")

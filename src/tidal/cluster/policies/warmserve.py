@@ -141,7 +141,7 @@ class WarmServe(ClusterPolicy):
     def _prewarm(self, now_ns: int) -> None:
         ctl = self.ctl
         scores = []
-        for m, model in enumerate(ctl.models):
+        for m in range(len(ctl.models)):
             f = self.forecasters[m]
             _, _, s = model_scores(
                 f.pred_avg, f.pred_peak, len(ctl.serving[m]), self.cfg.batch, self.tcold[m]
