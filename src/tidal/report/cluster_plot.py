@@ -57,9 +57,9 @@ def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) 
                 if not y.any():
                     continue
                 style = {
-                    "prewarm": dict(alpha=0.45, hatch="///"),
-                    "weights": dict(alpha=0.95),
-                    "kv": dict(alpha=0.25),
+                    "prewarm": {"alpha": 0.45, "hatch": "///"},
+                    "weights": {"alpha": 0.95},
+                    "kv": {"alpha": 0.25},
                 }[kind]
                 ax.fill_between(
                     times, base, base + y, step="post", color=colors[m % 10], linewidth=0, **style
