@@ -75,4 +75,5 @@ def test_unknown_feature_is_a_clear_error(tmp_path):
         ],
     )
     assert res.exit_code == 2
-    assert "warmserve.disable" in res.output and "kv-reservation" in res.output
+    assert "warmserve.disable" in res.output
+    assert "kv-reservation" in res.output

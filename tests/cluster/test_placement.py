@@ -82,7 +82,8 @@ def test_compat_rules():
     assert not compatible((3, 4), 1, 2, [big])  # straddles it
     assert not compatible((0, 1), 0, 2, [big])  # same model
     pair = PlanReplica(2, 2, (4, 5))
-    assert compatible((4, 5), 1, 2, [pair]) and not compatible((5, 6), 1, 2, [pair])
+    assert compatible((4, 5), 1, 2, [pair])
+    assert not compatible((5, 6), 1, 2, [pair])
     assert compatible((4, 5, 6, 7), 1, 4, [pair])  # contains the smaller one
 
 
@@ -99,4 +100,5 @@ def test_round_robin_ablation_places_models_in_turn():
     scores = [[1.0, 1.0], [1.0], [1.0], [1.0]]
     actions = plan_prewarm(scores, TPS, PAGES, [], [POOL] * 16, [30] * 16, NODES, smart=False)
     assert [m for m, _ in actions][:4] == [0, 1, 2, 3]
-    assert actions[0][1] == (0,) and actions[2][1] == (0, 1)  # first GPUs with room
+    assert actions[0][1] == (0,)
+    assert actions[2][1] == (0, 1)
