@@ -35,10 +35,14 @@ class FakeBackend(TimerLoop):
         super().__init__()
         self.engines: list[tuple[str, object, object]] = []
         self.delivered: list[tuple[int, int, int]] = []
+        self.released: list[int] = []
 
     def start_engine(self, name, kv, perf) -> int:
         self.engines.append((name, kv, perf))
         return len(self.engines) - 1
+
+    def release_engine(self, engine) -> None:
+        self.released.append(engine)
 
     def deliver(self, engine, req, now_ns) -> None:
         self.delivered.append((engine, req.request_id, now_ns))

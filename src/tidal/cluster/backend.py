@@ -24,6 +24,10 @@ class Backend(Protocol):
         """Create a serving engine with this KV cache and step-time model; returns its index."""
         ...
 
+    def release_engine(self, engine: int) -> None:
+        """The instance on ``engine`` stopped (drained); the backend may reuse the engine."""
+        ...
+
     def deliver(self, engine: int, req: Request, now_ns: int) -> None:
         """Hand ``req`` to ``engine``'s queue (only called from control events)."""
         ...

@@ -82,6 +82,8 @@ class ClusterController:
         self.replicas: dict[int, Replica] = {}
         self.gpu_replicas: list[list[Replica]] = [[] for _ in range(n)]
         self.instances: list[ModelInstance] = []
+        self.live: dict[int, ModelInstance] = {}
+        """Instances not yet stopped, by id (in creation order)."""
         self.serving: list[list[ModelInstance]] = [[] for _ in self.models]
         self.loads = [ModelLoad() for _ in self.models]
         self.dram: list[set[int]] = [set() for _ in range(self.topo.num_nodes)]
@@ -190,6 +192,7 @@ class ClusterController:
             len(self.instances), model, gpus, now_ns, kind, cap or self.cfg.batch, share=share
         )
         self.instances.append(inst)
+        self.live[inst.iid] = inst
         self.serving[model.index].append(inst)
         self._set_busy(now_ns, gpus, inst)
         wkey = ("w", inst.iid)
@@ -295,6 +298,9 @@ class ClusterController:
             return
         inst.state = State.STOPPED
         inst.stopped_ns = now_ns
+        del self.live[inst.iid]
+        if inst.engine >= 0:
+            self.backend.release_engine(inst.engine)
         self.memory.release(now_ns, inst.gpus, ("kv", inst.iid))
         wkey = ("w", inst.iid)
         partial = False
@@ -433,7 +439,7 @@ class ClusterController:
     # ------------------------------------------------------------------ teardown and results
     def shutdown(self, now_ns: int) -> None:
         """End of run: stop every instance and drop every replica (memory must be empty)."""
-        for inst in self.instances:
+        for inst in list(self.live.values()):
             if inst.state < State.STOPPING:
                 self.stop(inst, now_ns)
             elif inst.state == State.STOPPING:

@@ -119,6 +119,7 @@ class SimBackend:
         assert c is not None
         self.sched_cfg = SchedulerConfig(c.token_budget, max(256, c.batch))
         self.names: list[str] = []
+        self.free_engines: dict[str, list[int]] = {}
 
     def now_ns(self) -> int:
         return self.sim.now_ns
@@ -128,9 +129,20 @@ class SimBackend:
 
     def start_engine(self, name: str, kv: KVBlockManager, perf: PerfModel) -> int:
         sched = MixedBatchingScheduler(self.sched_cfg, kv)
-        inst = SimInstance(len(self.sim.instances), sched, perf, self.cfg.fast_forward)
+        free = self.free_engines.get(name)
+        if free:
+            idx = free.pop()
+            self.sim.replace_scheduler(idx, sched)
+            self.sim.instances[idx].perf = perf
+            return idx
+        inst = SimInstance(
+            len(self.sim.instances), sched, perf, self.cfg.fast_forward, buffer_capacity=16
+        )
         self.names.append(name)
         return self.sim.add_instance(inst)
+
+    def release_engine(self, engine: int) -> None:
+        self.free_engines.setdefault(self.names[engine], []).append(engine)
 
     def deliver(self, engine: int, req: Request, now_ns: int) -> None:
         self.sim.deliver(engine, req, now_ns)
@@ -200,12 +212,13 @@ def run_cluster(
     t_end = max(end_ns, first)
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
-    metrics["num_steps"] = sum(i.scheduler.num_steps for i in sim.instances)
     per_model: dict[str, dict[str, Any]] = {}
     engine_of_model = {}
     for inst in ctl.instances:
         if inst.engine >= 0:
-            engine_of_model.setdefault(inst.model.index, []).append(inst.engine)
+            engines = engine_of_model.setdefault(inst.model.index, [])
+            if inst.engine not in engines:
+                engines.append(inst.engine)
     for m in ctl.models:
         sel = model_of == m.index
         sub = {k: v[sel] for k, v in cols.items()}

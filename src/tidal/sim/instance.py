@@ -35,6 +35,7 @@ class SimInstance:
         perf: PerfModel,
         fast_forward: bool = True,
         timeline_interval_ns: int = 1_000_000_000,
+        buffer_capacity: int = 1024,
     ) -> None:
         self.index = index
         self.scheduler = scheduler
@@ -47,7 +48,7 @@ class SimInstance:
         self.timeline_interval_ns = timeline_interval_ns
         self._next_sample = 0
         self.timeline: dict[str, Int64Buffer] = {
-            k: Int64Buffer()
+            k: Int64Buffer(buffer_capacity)
             for k in (
                 "time_ns",
                 "running",
@@ -65,8 +66,8 @@ class SimInstance:
         self.busy_ns = 0
         self.num_events = 0
         # inter-token latency samples: a step's duration, weighted by its decode tokens
-        self.itl_ns = Int64Buffer()
-        self.itl_weight = Int64Buffer()
+        self.itl_ns = Int64Buffer(buffer_capacity)
+        self.itl_weight = Int64Buffer(buffer_capacity)
 
     # ------------------------------------------------------------------ events
     def on_arrival(self, req: Request, now_ns: int) -> int | None:

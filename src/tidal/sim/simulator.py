@@ -136,6 +136,13 @@ class Simulation:
         self._register(inst)
         return inst.index
 
+    def replace_scheduler(self, idx: int, scheduler: object) -> None:
+        """Give idle instance ``idx`` a fresh scheduler (a cluster reusing a stopped engine)."""
+        inst = self.instances[idx]
+        assert not inst.busy
+        inst.scheduler = scheduler  # type: ignore[assignment]
+        inst.scheduler.on_finish = self._on_finish
+
     def deliver(self, idx: int, req: Request, t_ns: int) -> None:
         """Hand ``req`` to instance ``idx`` at ``t_ns`` from a timer or an arrival (a cluster
         router). A busy instance in the middle of a fast-forwarded run is interrupted at its

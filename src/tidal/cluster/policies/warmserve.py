@@ -148,6 +148,13 @@ class WarmServe(ClusterPolicy):
             )
             scores.append(s)
         existing = self._existing()
+        have = [0] * len(scores)
+        for q in existing:
+            have[q.model] += 1
+        if self.on["placement"] and all(len(s) <= h for s, h in zip(scores, have, strict=True)):
+            return  # every model has its N replicas: nothing to place
+        if not any(scores):
+            return
         free = [ctl.memory.free(g) for g in range(ctl.topo.num_gpus)]
         slots = [self.ws.max_slots - len(ctl.gpu_replicas[g]) for g in range(ctl.topo.num_gpus)]
         nodes = [ctl.topo.gpus_of(k) for k in range(ctl.topo.num_nodes)]
@@ -171,7 +178,7 @@ class WarmServe(ClusterPolicy):
         items: list[tuple[int, PlanReplica]] = []
         for r in ctl.replicas.values():
             items.append((r.started_ns, PlanReplica(r.model.index, r.model.tp, r.gpus)))
-        for inst in ctl.instances:
+        for inst in ctl.live.values():
             if inst.state != State.STOPPED:
                 items.append(
                     (inst.created_ns, PlanReplica(inst.model.index, inst.model.tp, inst.gpus))
