@@ -145,11 +145,14 @@ def holt_winters(series: np.ndarray, period: int, train: int) -> np.ndarray:
     return out
 
 
-def mape(actual: np.ndarray, pred: np.ndarray, start: int = 0) -> float:
-    """Mean |pred − actual| / actual over windows ≥ ``start`` with actual > 0 and a prediction
-    (zero-rate windows of ServeGen are data gaps, not idle periods)."""
+def mape(actual: np.ndarray, pred: np.ndarray, start: int = 0, floor: float = 0.0) -> float:
+    """Mean |pred − actual| / actual over windows ≥ ``start`` with a prediction and an actual
+    value above ``floor`` × the median actual (and > 0): ServeGen's zero-rate windows are data
+    gaps, and the partial windows at their edges would dominate a relative error."""
     a, p = np.asarray(actual, float)[start:], np.asarray(pred, float)[start:]
     ok = (a > 0) & ~np.isnan(p)
+    if floor > 0 and ok.any():
+        ok &= a > floor * np.median(a[ok])
     return float(np.mean(np.abs(p[ok] - a[ok]) / a[ok])) if ok.any() else float("nan")
 
 
