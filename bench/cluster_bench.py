@@ -135,8 +135,9 @@ def long(args):
     res = run_simulation(c)
     wall = time.perf_counter() - t
     m = res.metrics
-    print(f"{args.placement}: {args.days:g} days, {m['num_requests']:,} requests, wall {wall:.0f} s "
-          f"({res.run_info['num_events']:,} events); P99 TTFT {fmt(m['ttft_p99_s'])} s, "
+    print(f"{args.placement}: {args.days:g} days, {m['num_requests']:,} requests, "
+          f"wall {wall:.0f} s ({res.run_info['num_events']:,} events); "
+          f"P99 TTFT {fmt(m['ttft_p99_s'])} s, "
           f"hit rate {fmt(m['prewarm_hit_rate'])}, cold starts {m['cold_starts']}, "
           f"GPU-s {m['gpu_seconds']:,.0f}")
     for k, v in res.extras["summary"]["per_model"].items():

@@ -11,7 +11,8 @@ pool's mean rate, artifact service times of a 7B model). One-step-ahead forecast
 * Holt-Winters (optional, statsmodels): additive, fitted on days 0–6, run one step ahead.
 
 Error: MAPE over days 7–13, leaving out windows below 10% of the median (ServeGen's zero-rate
-windows are data gaps; the partial windows at their edges would dominate a relative error). Usage: ``python bench/forecast_servegen.py``.
+windows are data gaps; the partial windows at their edges would dominate a relative error).
+Usage: ``python bench/forecast_servegen.py``.
 """
 
 from __future__ import annotations
