@@ -20,7 +20,6 @@ if something must react, schedules a control event at the same time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +32,7 @@ from tidal.cluster.instance import START_KINDS, ModelInstance, Replica, State
 from tidal.cluster.kv import ReservingKV
 from tidal.cluster.load import ModelLoad
 from tidal.cluster.memory import ClusterMemory
-from tidal.cluster.models import ServedModel, cdiv, served_models
+from tidal.cluster.models import ServedModel, served_models
 from tidal.cluster.topology import parse_cluster
 from tidal.cluster.transfer import TransferEngine
 from tidal.core.request import Request
@@ -511,9 +510,3 @@ class ClusterController:
             "stopped_ns": np.array([i.stopped_ns for i in insts], dtype=np.int64),
             "engine": np.array([i.engine for i in insts], dtype=np.int64),
         }
-
-    def blocks_for(self, tokens: int) -> int:
-        return cdiv(tokens, self.cfg.block_size)
-
-    def ceil_div(self, a: float, b: float) -> int:
-        return math.ceil(a / b)
