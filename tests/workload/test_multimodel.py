@@ -7,6 +7,7 @@ import pytest
 
 from tidal.workload.multimodel import (
     MixConfig,
+    _level_ratio,
     azure_mix,
     power_law_shares,
     read_aggregate_rates,
@@ -46,12 +47,17 @@ def test_azure_mix_splits_resamples_caps_and_replays():
         assert len(avg) == 1200 // 300 + 1
         assert np.all(peak >= avg)
         assert np.all(avg > 0)
-    # Little's law: the prior's average load ≈ rate_i × mean service time_i, up to the
-    # ServeGen day-to-day levels that scale it
+    # Little's law: the prior's average load ≈ rate_i × mean service time_i × the mean
+    # ServeGen level of the earlier days relative to the replayed one
     out = np.minimum(np.maximum(trace.output_len, 3), 1023)
+    rates = read_aggregate_rates()
     for i, (pre, dec) in enumerate(SERVICE):
         little = 4.0 * power_law_shares(4, 1.0)[i] * (pre + dec * out.mean()) / 1000
-        assert w.prior_avg[i].mean() == pytest.approx(little, rel=0.35)
+        pool = rates[cfg.pools[i % len(cfg.pools)]]
+        day = 3 + i
+        levels = [_level_ratio(pool, d, day, cfg, 5) for d in range(day)]
+        level = np.mean([x for x in levels if x is not None], axis=0)
+        np.testing.assert_allclose(w.prior_avg[i], little * level, rtol=0.35)
 
 
 @pytest.mark.parametrize("days", [1.0, 2.5])
