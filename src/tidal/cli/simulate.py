@@ -39,7 +39,9 @@ def simulate(
     start_s: Annotated[float | None, Opt(help="Trace window start (s from first arrival).")] = None,
     end_s: Annotated[float | None, Opt(help="Trace window end (s from first arrival).")] = None,
     num_requests: Annotated[int | None, Opt(help="Synthetic: number of requests.")] = None,
-    rate: Annotated[str | None, Opt(help="Synthetic: arrival rate in req/s, or inf.")] = None,
+    rate: Annotated[
+        str | None, Opt(help="Synthetic: arrival rate in req/s, or inf; cluster: the mix total.")
+    ] = None,
     arrival_cv: Annotated[
         float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson).")
     ] = None,
