@@ -13,13 +13,38 @@ from tidal.cli import app
 runner = CliRunner()
 
 CONTRACT_KEYS = {
-    "num_requests", "num_completed", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
-    "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "request_throughput", "token_throughput", "goodput",
-    "slo_attainment", "roofline_token_throughput",
+    "num_requests",
+    "num_completed",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "e2e_p50_s",
+    "e2e_p99_s",
+    "request_throughput",
+    "token_throughput",
+    "goodput",
+    "slo_attainment",
+    "roofline_token_throughput",
 }
 SYNTH = [
-    "--model", "qwen3-8b", "--gpu", "h100", "--num-requests", "300", "--rate", "20",
-    "--arrival-cv", "2", "--prompt-len", "400", "--output-len", "100", "--length-dist", "uniform",
+    "--model",
+    "qwen3-8b",
+    "--gpu",
+    "h100",
+    "--num-requests",
+    "300",
+    "--rate",
+    "20",
+    "--arrival-cv",
+    "2",
+    "--prompt-len",
+    "400",
+    "--output-len",
+    "100",
+    "--length-dist",
+    "uniform",
 ]
 
 

@@ -12,18 +12,20 @@ property test asserts it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from tidal.core.buffers import Int64Buffer
+from tidal.core.histogram import LogHistogram
 from tidal.core.request import Request
 from tidal.core.units import INF_NS
 from tidal.engine.plan import StepPlan
 from tidal.engine.scheduler import Scheduler
 from tidal.hardware.perf import PerfModel
 
-_SCALAR_STEPS = 8
+_SCALAR_STEPS = 64
 _FIRST_CHUNK = 64
 
 
@@ -63,9 +65,8 @@ class SimInstance:
         self._end_ns = 0
         self.busy_ns = 0
         self.num_events = 0
-        # inter-token latency samples: a step's duration, weighted by its decode tokens
-        self.itl_ns = Int64Buffer()
-        self.itl_weight = Int64Buffer()
+        self.itl = LogHistogram()
+        """Inter-token latencies: each step's duration, weighted by its decode tokens."""
 
     # ------------------------------------------------------------------ events
     def on_arrival(self, req: Request, now_ns: int) -> int | None:
@@ -125,8 +126,7 @@ class SimInstance:
         )
         self._num_steps = 1
         if n_dec:
-            self.itl_ns.append(d)
-            self.itl_weight.append(n_dec)
+            self.itl.add(d, n_dec)
         self._end_ns = now_ns + d
         return self._end_ns
 
@@ -148,22 +148,32 @@ class SimInstance:
 
     def _start_run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
         """Plan a run of up to ``k`` identical pure-decode steps, each starting no later than
-        ``horizon_ns`` (the first one starts now). Short runs are stepped in Python; long ones
-        in vectorised chunks (same formula, bit-identical results)."""
+        ``horizon_ns`` (the first one starts now). When the perf model is affine in the context
+        the steps are timed inline; otherwise (or for long runs) in vectorised chunks. Every
+        path evaluates the same float expression per step, so durations are bit-identical to
+        :meth:`PerfModel.step_ns`."""
         n = plan.num_decodes
         ctx0 = plan.decode_ctx
         perf = self.perf
-        itl, weight = self.itl_ns, self.itl_weight
+        itl = self.itl
         t = now_ns
         done = 0
-        while done < k and done < _SCALAR_STEPS and (done == 0 or t <= horizon_ns):
-            d = perf.step_ns(n, ctx0 + n * done)
-            itl.append(d)
-            weight.append(n)
-            t += d
-            done += 1
+        affine = perf.decode_affine(n)
+        if affine is not None:
+            c, a = affine
+            step = n
+            ctx = ctx0
+            limit = min(k, _SCALAR_STEPS)
+            while done < limit and (done == 0 or t <= horizon_ns):
+                d = math.floor((c + a * ctx) * 1e9 + 0.5)
+                if d < 1:
+                    d = 1
+                itl.add(d, n)
+                t += d
+                ctx += step
+                done += 1
         chunk = _FIRST_CHUNK
-        while done < k and t <= horizon_ns:
+        while done < k and (done == 0 or t <= horizon_ns):
             size = min(chunk, k - done)
             d = perf.decode_run_ns(n, ctx0 + n * done, size)
             ends = t + np.cumsum(d)
@@ -171,8 +181,7 @@ class SimInstance:
             take = size
             if ends[-1] > horizon_ns:
                 take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
-            itl.extend(d[:take])
-            weight.extend(np.full(take, n, dtype=np.int64))
+            itl.add_many(d[:take], n)
             t = int(ends[take - 1])
             done += take
             chunk *= 4

@@ -96,9 +96,7 @@ def run_simulation(
     sim.run()
     t_sim = time.perf_counter()
     cols = recorder.columns()
-    metrics = summarize(
-        cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl_ns.view(), inst.itl_weight.view()
-    )
+    metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
