@@ -131,3 +131,13 @@ def test_malformed_trace_names_file_line_and_column(tmp_path):
     assert "line 3" in res.output
     assert "ContextTokens" in res.output
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_requests_longer_than_the_context_window_are_refused_with_the_fix():
+    args = [a if a != "qwen3-8b" else "llama-2-7b" for a in SYNTH]
+    res = runner.invoke(app, ["simulate", *args, "--prompt-len", "5000"])
+    assert res.exit_code == 2
+    assert "context of 4096" in res.output
+    assert "--max-prompt-len" in res.output
+    ok = runner.invoke(app, ["simulate", *args, "--prompt-len", "5000", "--max-prompt-len", "3000"])
+    assert ok.exit_code == 0
