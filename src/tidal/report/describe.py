@@ -60,8 +60,8 @@ def describe(cfg: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
     hw = []
     if has("model"):
         hw.append(str(f.get("model")))
-    if has("gpu", "tp"):
-        dev = f"{f.get('tp', 1)}× {f.get('gpu')}"
+    if has("gpu"):
+        dev = f"{f.get('tp', 1)}× {f.get('gpu')}" if has("tp") else str(f.get("gpu"))
         hw.append(f"on {replicas}× ({dev})" if replicas and replicas > 1 else f"on {dev}")
     if hw:
         parts.append(" ".join(hw))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from tidal.core.metrics import request_latencies
 from tidal.report.collect import Results, RunDir
@@ -380,39 +381,58 @@ def roofline(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
 
 # ---------------------------------------------------------------------------- plans
 def plan_search(res: Results, out: Path) -> FigureFile | None:
-    """Every simulation the planner ran: the SLO metric against the replica count, one line per
-    per-replica configuration, with the SLO threshold."""
+    """Every simulation the planner ran: one row per configuration it simulated, a mark per
+    GPU count tried — green when the deployment met the SLO, red when it missed (hollow: the
+    run was stopped as soon as the miss was certain) — and a star on the best."""
     path = res.file("evaluations.parquet")
     if path is None or res.plan is None:
         return None
     ev = pl.read_parquet(path)
     if ev.height == 0:
         return None
-    slo = res.plan.get("slo", {})
-    metrics = [m for m in ("ttft_p99_s", "tpot_p99_s") if slo.get(m) is not None]
-    if not metrics:
-        return None
-    fig, ax = _new(1, len(metrics), w=4.5 * len(metrics) + 1.0)
-    groups = ev.partition_by("candidate", maintain_order=True)
-    shown = pick(groups, 10)
-    for g in shown:
-        g = g.sort("replicas")
-        for a, m in zip(ax[0], metrics, strict=True):
-            y = [np.nan if v is None else v for v in g[m].to_list()]
-            a.plot(g["num_gpus"].to_list(), y, marker="o", ms=3, label=g["candidate"][0])
-    for a, m in zip(ax[0], metrics, strict=True):
-        a.axhline(slo[m], color="k", ls=":", lw=1)
-        a.set_yscale("log")
-        a.set_xlabel("GPUs")
-        a.set_ylabel(m)
-        a.grid(alpha=0.3, which="both")
-    ax[0][-1].legend(fontsize=6)
+    options = list(dict.fromkeys(ev["candidate"].to_list()))
+    row = {o: i for i, o in enumerate(options)}
+    fig, ax = _new(1, 1, w=8.0, h=1.2 + 0.22 * len(options))
+    a = ax[0][0]
+    y = np.array([row[c] for c in ev["candidate"].to_list()])
+    x = ev["num_gpus"].to_numpy()
+    ok = ev["passed"].to_numpy()
+    early = ev["stopped_early"].to_numpy()
+    a.scatter(x[ok], y[ok], marker="o", color="C2", s=22, label="meets the SLO")
+    a.scatter(x[~ok & ~early], y[~ok & ~early], marker="x", color="C3", s=22, label="misses")
+    a.scatter(
+        x[early],
+        y[early],
+        marker="o",
+        facecolors="none",
+        edgecolors="C3",
+        s=22,
+        label="misses (stopped early)",
+    )
     best = res.plan.get("best") or {}
-    title = "Planner search — " + (describe(best.get("config", {})) if best else "no feasible plan")
+    if best.get("option") in row:
+        a.scatter(
+            [best["num_gpus"]],
+            [row[best["option"]]],
+            marker="*",
+            s=160,
+            color="gold",
+            edgecolors="k",
+            zorder=3,
+            label="best",
+        )
+    a.set_yticks(range(len(options)), options, fontsize=6)
+    a.invert_yaxis()
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a.set_xlabel("GPUs")
+    a.grid(alpha=0.3)
+    a.legend(fontsize=7, loc="lower right")
+    cfg = dict(best.get("config", {}), replicas=best.get("replicas"))
+    title = "Planner search — best: " + (describe(cfg) if best else "no feasible deployment")
     caption = (
-        f"The {res.plan.get('simulations_run')} simulations the planner ran (of "
-        f"{res.plan.get('exhaustive_simulations')} for the exhaustive grid): SLO metric against "
-        "GPUs, per configuration; dotted: the SLO." + _shown(len(groups), len(shown))
+        f"The {res.plan.get('simulations_run')} simulations the planner ran, of "
+        f"{res.plan.get('exhaustive_simulations')} for the exhaustive grid (every configuration "
+        "at every replica count); configurations pruned without a simulation are not shown."
     )
     return _save(fig, out / "plan_search.png", title, caption)
 
@@ -432,7 +452,8 @@ def plan_costs(res: Results, out: Path) -> FigureFile | None:
     a.set_xlabel(objective.replace("_", " "))
     a.grid(alpha=0.3, axis="x")
     best = res.plan.get("best") or {}
-    title = "Cheapest deployments meeting the SLO — best: " + describe(best.get("config", {}))
+    cfg = dict(best.get("config", {}), replicas=best.get("replicas"))
+    title = "Cheapest deployments meeting the SLO — best: " + describe(cfg)
     caption = f"Feasible deployments by {objective} (green: the best)."
     return _save(fig, out / "plan_costs.png", title, caption)
 
