@@ -213,3 +213,42 @@ def test_cli_plan_on_a_real_trace_window(tmp_path):
     bad = CliRunner().invoke(app, ["plan", "--out", str(tmp_path), "--slo-ttft-p99", "1"])
     assert bad.exit_code == 2
     assert "--trace" in bad.output
+
+
+def test_policy_names_in_the_search_space_are_checked_against_the_registries():
+    spec = load_plan_spec(
+        dict(SPEC, search=dict(SPEC["search"], **{"scheduler.batching": ["mb", "nope"]}))
+    )
+    with pytest.raises(ConfigError, match=r"search\.scheduler\.batching: unknown value 'nope'"):
+        plan(spec)
+    bad_key = load_plan_spec(dict(SPEC, search={"schedular.token_budget": [512]}))
+    with pytest.raises(ConfigError, match="no option of the search space is valid"):
+        plan(bad_key)
+
+
+def test_a_capacity_key_with_a_template_is_searched_through_the_config():
+    """Any monotone config value can be the capacity: here the memory bandwidth of a what-if
+    GPU (``h100@{n}TBs``), one instance. The planner's answer is the smallest passing n."""
+    spec = dict(
+        SPEC,
+        search={
+            "gpu": ["h100"],
+            "tp": [1],
+            "scheduler.token_budget": [2048],
+            "scheduler.max_seqs": [256],
+        },
+        slo={"tpot_p99_s": 0.02},
+        capacity_key="gpu",
+        capacity_template="{gpu}@{n}TBs",
+        gpus_per_unit=1,
+        max_replicas=12,
+        top=1,
+    )
+    spec["base"] = dict(SPEC["base"], workload=dict(SPEC["base"]["workload"], rate=4))
+    out = plan(load_plan_spec(spec))
+    exh = plan(load_plan_spec(spec), exhaustive=True)
+    passing = sorted(ev.capacity for ev in exh.evaluations if ev.passed)
+    assert passing
+    assert passing == list(range(passing[0], 13))  # monotone in bandwidth
+    assert out.best["replicas"] == passing[0] > 1
+    assert out.simulations_run < 12

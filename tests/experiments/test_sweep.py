@@ -208,3 +208,17 @@ def test_cli_sweep_writes_one_row_per_cell_and_reuses_on_rerun(tmp_path):
     bad = CliRunner().invoke(app, [*args, "--grid", "scheduler.batching=nope"])
     assert bad.exit_code == 2
     assert "valid: mb" in bad.output
+
+
+@pytest.mark.slow
+def test_ray_backend_gives_the_serial_results(tmp_path):
+    ray = pytest.importorskip("ray")
+    try:
+        serial = run_sweep(BASE, GRID, tmp_path / "serial", backend="serial")
+        remote = run_sweep(BASE, GRID, tmp_path / "ray", backend="ray", workers=2)
+    finally:
+        ray.shutdown()
+    assert sorted(remote.ran) == sorted(serial.ran)
+    a = (tmp_path / "serial" / "results.parquet").read_bytes()
+    assert a == (tmp_path / "ray" / "results.parquet").read_bytes()
+    assert _cell_files(tmp_path / "serial") == _cell_files(tmp_path / "ray")

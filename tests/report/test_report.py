@@ -139,3 +139,31 @@ def test_report_refuses_a_directory_without_results(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"config": {}, "metrics": {}}))
     with pytest.raises(ConfigError, match="format"):
         render_report(tmp_path, "pdf")
+
+
+def test_a_cluster_memory_log_gives_the_per_gpu_timeline_by_model(tmp_path):
+    _write(BASE, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary["models"] = ["llama-2-7b", "llama-2-13b"]
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    ns = 1_000_000_000
+    log = {
+        "time_ns": [0, 0, 2 * ns, 5 * ns, 7 * ns],
+        "gpu": [0, 1, 0, 1, 0],
+        "model": [0, 1, 0, 1, 1],
+        "kind": [1, 1, 2, 2, 0],
+        "pages": [6000, 12000, 20000, 9000, 3000],
+    }
+    write_parquet(tmp_path / "gpu_memory.parquet", log)
+    _, figs = render_report(tmp_path)
+    (fig,) = [f for f in figs if f.path.name == "gpu_timeline.png"]
+    assert "memory log" in fig.caption
+    _pngs([fig])
+
+
+def test_cluster_configs_are_described_by_placement_and_spec():
+    cfg = load_config(BASE).model_dump(mode="json")
+    cfg["cluster"] = {"spec": "2x8:h100", "placement": "warmserve", "models": ["a", "b"]}
+    title = describe(cfg)
+    assert title.startswith("warmserve on 2x8:h100 (a, b)")
+    assert "qwen3-8b" not in title

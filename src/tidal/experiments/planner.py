@@ -193,6 +193,10 @@ def build_options(spec: PlanSpec, max_tokens: int) -> list[Option]:
         except ConfigError as err:
             opt.error = str(err)
         out.append(opt)
+    if out and all(o.config is None for o in out):
+        raise ConfigError(
+            "search", f"no option of the search space is valid; the first: {out[0].error}"
+        )
     return out
 
 
@@ -269,7 +273,9 @@ class Planner:
         if self.spec.capacity_key == "replicas":
             return run_replicated(cfg, capacity, self.spec.router, self.requests, stop)
         data = cfg.model_dump(mode="json")
-        set_dotted(data, self.spec.capacity_key, capacity)
+        tmpl = self.spec.capacity_template
+        value = tmpl.format(n=capacity, gpu=cfg.gpu, tp=cfg.tp) if tmpl else capacity
+        set_dotted(data, self.spec.capacity_key, value)
         return run_simulation(load_config(data), self.requests)
 
     # capacity search --------------------------------------------------------

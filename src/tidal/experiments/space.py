@@ -60,6 +60,9 @@ class PlanSpec(BaseModel):
     prices: dict[str, float] = Field(default_factory=dict)
     """USD per GPU-hour, overriding the catalog's ``price_per_hour``."""
     capacity_key: str = "replicas"
+    capacity_template: str | None = None
+    """How a capacity n is written into ``capacity_key``: e.g. ``"1x{n}:{gpu}"`` for a
+    cluster spec string (``{gpu}``, ``{tp}``: the option's values); None: the integer n."""
     gpus_per_unit: int | None = Field(default=None, ge=1)
 
     @field_validator("router")
@@ -98,14 +101,49 @@ class PlanSpec(BaseModel):
         from tidal.engine.ordering import ORDERINGS
         from tidal.engine.scheduler import BATCHING
 
-        axes = dict(self.search)
+        axes = {k: list(v) for k, v in self.search.items()}
         axes.setdefault("gpu", [self.base.get("gpu", "h100")])
         axes.setdefault("tp", list(DEFAULT_TP))
         axes.setdefault("scheduler.batching", BATCHING.names())
         axes.setdefault("scheduler.ordering", ORDERINGS.names())
         axes.setdefault("scheduler.token_budget", list(DEFAULT_TOKEN_BUDGETS))
         axes.setdefault("scheduler.max_seqs", list(DEFAULT_MAX_SEQS))
+        placements = _registry("cluster.placement")
+        if placements is not None and self.base.get("cluster") is not None:
+            axes.setdefault("cluster.placement", placements.names())
+        for key, values in axes.items():
+            reg = _registry(key)
+            if reg is None:
+                continue
+            for v in values:
+                if v not in reg:
+                    raise ConfigError(
+                        f"search.{key}", f"unknown value {v!r}", f"valid: {', '.join(reg.names())}"
+                    )
         return axes
+
+
+REGISTRY_AXES = {
+    "scheduler.batching": ("tidal.engine.scheduler", "BATCHING"),
+    "scheduler.ordering": ("tidal.engine.ordering", "ORDERINGS"),
+    "cluster.placement": ("tidal.cluster.policies", "PLACEMENTS"),
+}
+"""Axes whose values are policy names, checked against their registry up front (a registry
+whose package is not installed yet is skipped)."""
+
+
+def _registry(key: str) -> Any:
+    import importlib
+
+    if key not in REGISTRY_AXES:
+        return None
+    module, name = REGISTRY_AXES[key]
+    try:
+        import tidal.engine.policies  # noqa: F401  (registers every policy)
+
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
 
 
 def load_plan_spec(data: dict[str, Any]) -> PlanSpec:

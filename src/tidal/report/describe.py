@@ -58,6 +58,11 @@ def describe(cfg: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
 
     parts = []
     hw = []
+    if f.get("cluster.spec"):  # a multi-model cluster: model, gpu and tp are unused
+        models = f.get("cluster.models")
+        names = ", ".join(models) if isinstance(models, list) else str(models)
+        parts.append(f"{f.get('cluster.placement')} on {f['cluster.spec']} ({names})")
+        skip = [*skip, "model", "gpu", "tp"]
     if has("model"):
         hw.append(str(f.get("model")))
     if has("gpu"):

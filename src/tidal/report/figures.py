@@ -223,17 +223,69 @@ def queue_timeline(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
     return _save(fig, out / "queue.png", title, caption)
 
 
-def _gpu_table(run: RunDir) -> tuple[pl.DataFrame, str] | None:
-    """A per-GPU timeline: a cluster table with a ``gpu`` column (multi-model clusters) if the
-    run has one, else the instance timeline."""
+def _memory_log(run: RunDir) -> pl.DataFrame | None:
+    """A cluster's GPU memory log, if the run has one: a table with ``time_ns``, ``gpu``,
+    ``model`` and ``pages`` columns, each row setting the pages a model (of a ``kind``:
+    weights, KV, prewarmed copy) holds on a GPU from that time on (``gpu_memory.parquet``
+    of multi-model cluster runs)."""
     for name in run.tables():
-        if name in ("timeline", "requests"):
-            continue
         path = run.table(name)
         assert path is not None
-        df = pl.read_parquet(path)
-        if "gpu" in df.columns and _time_col(df) is not None:
-            return df, "gpu"
+        cols = set(pl.read_parquet_schema(path))
+        if {"time_ns", "gpu", "model", "pages"} <= cols:
+            return pl.read_parquet(path)
+    return None
+
+
+def cluster_memory_timeline(run: RunDir, log: pl.DataFrame, out: Path) -> FigureFile | None:
+    """One row per GPU: the memory each model holds over time (stacked steps, one colour per
+    model, all kinds summed), from a cluster memory log (see :func:`_memory_log`)."""
+    if log.height == 0:
+        return None
+    log = log.sort("time_ns", maintain_order=True)
+    if "kind" not in log.columns:
+        log = log.with_columns(pl.lit(0).alias("kind"))
+    gpus = sorted(log["gpu"].unique().to_list())[:16]
+    models = sorted(log["model"].unique().to_list())
+    names = run.summary.get("models")
+    page_mib = run.config.get("cluster", {}) or {}
+    page_mib = page_mib.get("page_mib") if isinstance(page_mib, dict) else None
+    scale, unit = (page_mib / 1024, "GiB") if page_mib else (1.0, "pages")
+    end = float(log["time_ns"].max()) / 1e9
+    fig, ax = _new(len(gpus), 1, w=8.0, h=1.0 + 0.55 * len(gpus))
+    for a, g in zip(ax[:, 0], gpus, strict=True):
+        part = log.filter(pl.col("gpu") == g)
+        t = np.concatenate([[0.0], part["time_ns"].to_numpy() / 1e9, [end]])
+        state: dict[tuple[Any, Any], float] = {}
+        series = {m: [0.0] for m in models}
+        for m, k, pages in part.select("model", "kind", "pages").iter_rows():
+            state[(m, k)] = float(pages)
+            for mm in models:
+                series[mm].append(sum(v for (x, _), v in state.items() if x == mm))
+        base = np.zeros(len(t))
+        for i, m in enumerate(models):
+            y = np.append(series[m], series[m][-1]) * scale
+            label = (
+                names[m]
+                if isinstance(names, list) and isinstance(m, int) and m < len(names)
+                else str(m)
+            )
+            a.fill_between(t, base, base + y, step="post", color=f"C{i % 10}", lw=0, label=label)
+            base = base + y
+        a.set_ylabel(f"GPU {g}", rotation=0, ha="right", va="center", fontsize=7)
+        a.tick_params(labelsize=6)
+    ax[0][0].legend(fontsize=6, ncol=min(len(models), 6), loc="lower left", bbox_to_anchor=(0, 1.0))
+    ax[-1][0].set_xlabel("time (s)")
+    title = describe(run_config(run))
+    caption = (
+        f"Per-GPU timeline: memory ({unit}) each model holds on each GPU — weights, prewarmed "
+        f"copies and KV cache summed — from the cluster's memory log ({run.name})."
+    )
+    return _save(fig, out / "gpu_timeline.png", title, caption)
+
+
+def _gpu_table(run: RunDir) -> tuple[pl.DataFrame, str] | None:
+    """The instance timeline, one row per instance."""
     path = run.table("timeline")
     if path is None:
         return None
@@ -242,8 +294,11 @@ def _gpu_table(run: RunDir) -> tuple[pl.DataFrame, str] | None:
 
 
 def gpu_timeline(run: RunDir, out: Path) -> FigureFile | None:
-    """Heatmaps per GPU (instance) over time: KV-cache occupancy, running requests, and the
-    model served when the table names one."""
+    """The per-GPU timeline: a cluster's memory by model when the run has a memory log, else
+    heatmaps per instance over time of KV-cache occupancy and running requests."""
+    log = _memory_log(run)
+    if log is not None:
+        return cluster_memory_timeline(run, log, out)
     found = _gpu_table(run)
     if found is None:
         return None
@@ -271,9 +326,6 @@ def gpu_timeline(run: RunDir, out: Path) -> FigureFile | None:
         panels.append(("KV occupancy", df["kv_used_blocks"].to_numpy() / np.maximum(cap, 1)))
     if "running" in df.columns:
         panels.append(("running requests", df["running"].to_numpy().astype(np.float64)))
-    if "model" in df.columns:
-        models = sorted(df["model"].unique().to_list(), key=str)
-        panels.append(("model", np.array([models.index(m) for m in df["model"].to_list()], float)))
     if not panels:
         return None
     fig, ax = _new(len(panels), 1, w=8.0, h=1.0 + (0.35 * len(rows) + 0.8) * len(panels))
