@@ -221,6 +221,8 @@ def test_policy_names_in_the_search_space_are_checked_against_the_registries():
     )
     with pytest.raises(ConfigError, match=r"search\.scheduler\.batching: unknown value 'nope'"):
         plan(spec)
+    with pytest.raises(ConfigError, match=r"search\.workload\.rate: the planner sizes"):
+        plan(load_plan_spec(dict(SPEC, search={"workload.rate": [1, 2]})))
     bad_key = load_plan_spec(dict(SPEC, search={"schedular.token_budget": [512]}))
     with pytest.raises(ConfigError, match="no option of the search space is valid"):
         plan(bad_key)
@@ -252,3 +254,29 @@ def test_a_capacity_key_with_a_template_is_searched_through_the_config():
     assert passing == list(range(passing[0], 13))  # monotone in bandwidth
     assert out.best["replicas"] == passing[0] > 1
     assert out.simulations_run < 12
+
+
+def test_an_unreachable_slo_gives_no_best_and_says_so(tmp_path):
+    spec = dict(
+        SPEC,
+        search={
+            "gpu": ["h100"],
+            "tp": [1],
+            "scheduler.token_budget": [2048],
+            "scheduler.max_seqs": [256],
+        },
+        slo={"ttft_p99_s": 1e-6},
+        max_replicas=2,
+    )
+    out = plan(load_plan_spec(spec))
+    assert out.best is None
+    assert [o.status for o in out.outcomes] == ["infeasible"]
+    write_plan(out, tmp_path)
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert doc["best"] is None
+    assert doc["candidates"] == []
+    _, figs = render_report(tmp_path)
+    assert "plan_search.png" in {f.path.name for f in figs}
+    assert (
+        "No deployment in the search space meets the SLO" in (tmp_path / "report.html").read_text()
+    )

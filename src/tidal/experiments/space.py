@@ -112,6 +112,12 @@ class PlanSpec(BaseModel):
         if placements is not None and self.base.get("cluster") is not None:
             axes.setdefault("cluster.placement", placements.names())
         for key, values in axes.items():
+            if key == "seed" or key == "workload" or key.startswith("workload."):
+                raise ConfigError(
+                    f"search.{key}",
+                    "the planner sizes deployments for one workload",
+                    "set it in base; compare workloads with tidal sweep",
+                )
             reg = _registry(key)
             if reg is None:
                 continue
