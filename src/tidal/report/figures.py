@@ -207,7 +207,7 @@ def queue_timeline(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
             continue
         if "instance" not in tl.columns:
             tl = tl.with_columns(pl.lit(0).alias("instance"))
-        end = tl["time_ns"].max() / 1e9
+        end = float(tl["time_ns"].to_numpy().max()) / 1e9
         grid = np.linspace(0.0, end, 600) if end > 0 else np.zeros(1)
         a.step(grid, _ffill_sum(tl, "waiting", grid), where="post", label="waiting", lw=1.1)
         a.step(grid, _ffill_sum(tl, "running", grid), where="post", label="running", lw=1.1)
@@ -251,7 +251,7 @@ def cluster_memory_timeline(run: RunDir, log: pl.DataFrame, out: Path) -> Figure
     page_mib = run.config.get("cluster", {}) or {}
     page_mib = page_mib.get("page_mib") if isinstance(page_mib, dict) else None
     scale, unit = (page_mib / 1024, "GiB") if page_mib else (1.0, "pages")
-    end = float(log["time_ns"].max()) / 1e9
+    end = float(log["time_ns"].to_numpy().max()) / 1e9
     fig, ax = _new(len(gpus), 1, w=8.0, h=1.0 + 0.55 * len(gpus))
     for a, g in zip(ax[:, 0], gpus, strict=True):
         part = log.filter(pl.col("gpu") == g)

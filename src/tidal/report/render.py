@@ -210,5 +210,9 @@ def render_report(path: str | Path, fmt: str = "html") -> tuple[Path, list[Figur
     figs = all_figures(res, res.path / "figures")
     text = to_html(res, figs) if fmt == "html" else to_markdown(res, figs)
     target = res.path / f"report.{fmt}"
-    atomic_write(target, lambda p: p.write_text(text))
+
+    def write(p: Path) -> None:
+        p.write_text(text)
+
+    atomic_write(target, write)
     return target, figs
