@@ -116,7 +116,15 @@ def test_ebplus_mode_figure_appears_only_when_its_table_exists(tmp_path):
     assert "ebplus_modes.png" not in {f.path.name for f in figs}
     t = np.arange(0, 20_000_000_000, 1_000_000_000, dtype=np.int64)
     modes = np.where((t // 5_000_000_000) % 2 == 0, "mb", "eb")
-    write_parquet(tmp_path / "ebplus.parquet", {"time_ns": t, "mode": modes, "rho": t / t.max()})
+    table = {
+        "time_ns": t,
+        "mode": modes,
+        "event": np.where(t % 2 == 0, "evaluate", "step"),
+        "demand": (t // 1_000_000_000) * 3,
+        "n_obs": t / t.max() * 50,
+        "theta": np.full(len(t), 0.01),
+    }
+    write_parquet(tmp_path / "ebplus.parquet", table)
     _, figs = render_report(tmp_path)
     (fig,) = [f for f in figs if f.path.name == "ebplus_modes.png"]
     _pngs([fig])

@@ -381,11 +381,13 @@ def ebplus_modes(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
             levels = sorted(set(modes))
             a.step(t, [levels.index(m) for m in modes], where="post", lw=1.2, color="C0")
             a.set_yticks(range(len(levels)), levels)
-        side = [
+        numeric = [
             c
             for c in df.columns
             if c not in (tcol, mode_col) and df.schema[c].is_numeric() and not c.endswith("_ns")
-        ][:3]
+        ]
+        # the selector's load signals when present (EB+ writes demand and its EMA, n_obs)
+        side = [c for c in ("demand", "n_obs") if c in numeric] or numeric[:2]
         if side:
             b = a.twinx()
             for i, c in enumerate(side):
