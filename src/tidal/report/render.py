@@ -56,7 +56,6 @@ def runs_table(res: Results) -> Table:
 
 
 def plan_table(plan: dict[str, Any]) -> Table:
-    obj = plan.get("objective", "gpu_hours")
     head = ["#", "deployment", "GPUs", "GPU-hours", "$", "TTFT p99 s", "TPOT p99 ms"]
     rows = []
     for i, c in enumerate(plan.get("candidates", [])[:MAX_TABLE_ROWS]):
@@ -72,7 +71,6 @@ def plan_table(plan: dict[str, Any]) -> Table:
                 _cell(m.get("tpot_p99_s"), "ms"),
             ]
         )
-    del obj
     return head, rows
 
 
