@@ -44,5 +44,9 @@ def test_delivery_mid_run_matches_stepping(out_b):
     for col in ("first_scheduled_ns", "first_token_ns", "finish_ns"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
     assert sb.num_events < sa.num_events
+    # the steps cut from the run leave the ITL histogram too
+    for ia, ib in zip(sa.instances, sb.instances, strict=True):
+        assert ia.itl.total_weight == ib.itl.total_weight
+        assert ia.itl.percentiles((50, 90, 99)) == ib.itl.percentiles((50, 90, 99))
     # the held request really waited for the other instance
     assert b.first_scheduled_ns[2] >= b.finish_ns[1]

@@ -22,6 +22,7 @@ from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
 from tidal.cluster.models import served_models, service_ms
 from tidal.cluster.topology import parse_cluster
+from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import request_latencies, summarize
 from tidal.core.request import Request
@@ -199,13 +200,16 @@ def run_cluster(
     t_sim = time.perf_counter()
 
     cols = recorder.columns()
-    itl_all = [inst.itl_ns.view() for inst in sim.instances]
-    itl_w = [inst.itl_weight.view() for inst in sim.instances]
 
-    def cat(xs):
-        return np.concatenate(xs) if xs else np.zeros(0, np.int64)
+    def merged(engines: list[int]) -> LogHistogram:
+        h = LogHistogram()
+        for e in engines:
+            h.merge(sim.instances[e].itl)
+        return h
 
-    metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, cat(itl_all), cat(itl_w))
+    metrics = summarize(
+        cols, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(list(range(len(sim.instances))))
+    )
     lat = request_latencies(cols)
     metrics["ttft_p95_s"] = _p95(lat["ttft_s"])
     metrics["tpot_p95_s"] = _p95(lat["tpot_s"])
@@ -223,13 +227,7 @@ def run_cluster(
         sel = model_of == m.index
         sub = {k: v[sel] for k, v in cols.items()}
         engines = engine_of_model.get(m.index, [])
-        pm = summarize(
-            sub,
-            cfg.slo.ttft_s,
-            cfg.slo.tpot_s,
-            cat([sim.instances[e].itl_ns.view() for e in engines]),
-            cat([sim.instances[e].itl_weight.view() for e in engines]),
-        )
+        pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
         lat_m = request_latencies(sub)
         pm["ttft_p95_s"] = _p95(lat_m["ttft_s"])
         pm["tpot_p95_s"] = _p95(lat_m["tpot_s"])

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 import tidal.engine.policies  # noqa: F401
+from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
 from tidal.engine.ordering import ORDERINGS
@@ -17,7 +18,7 @@ from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.memory import MemoryPlan, plan_memory
-from tidal.hardware.models import get_model
+from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
@@ -44,6 +45,20 @@ class SimResult:
     run_info: dict[str, Any]
     """Wall-clock and event counts: not deterministic, kept out of ``summary.json``."""
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+def check_context(model: ModelSpec, reqs: RequestSet) -> None:
+    """Refuse requests longer than the model's context window (vLLM's ``max_model_len``)."""
+    total = reqs.prompt_len + reqs.output_len
+    over = int((total > model.max_context).sum())
+    if over:
+        raise ConfigError(
+            "workload",
+            f"{over} of {len(reqs)} requests exceed {model.name}'s context of "
+            f"{model.max_context} tokens (longest: {int(total.max())} prompt + output tokens)",
+            "cap them with max_prompt_len / max_output_len (--max-prompt-len, --max-output-len) "
+            "or pick a model with a longer context",
+        )
 
 
 def build_instance(
@@ -76,8 +91,6 @@ def load_requests(cfg: SimulationConfig) -> RequestSet:
     rng = rng_streams(cfg.seed)["workload"]
     reqs = build_workload(cfg.workload, rng)
     if len(reqs) == 0:
-        from tidal.core.errors import ConfigError
-
         raise ConfigError("workload", "the workload has no requests", "widen the time window")
     return reqs
 
@@ -94,6 +107,7 @@ def run_simulation(
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     t_load = time.perf_counter()
+    check_context(get_model(cfg.model), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len).max())
     scheduler, perf, mem = build_instance(cfg, max_tokens)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
@@ -104,9 +118,7 @@ def run_simulation(
     sim.run()
     t_sim = time.perf_counter()
     cols = recorder.columns()
-    metrics = summarize(
-        cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl_ns.view(), inst.itl_weight.view()
-    )
+    metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
