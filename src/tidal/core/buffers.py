@@ -33,10 +33,6 @@ class Int64Buffer:
         self._a[self._n : self._n + k] = xs
         self._n += k
 
-    def truncate(self, n: int) -> None:
-        """Keep the first ``n`` values."""
-        self._n = max(0, min(n, self._n))
-
     def __len__(self) -> int:
         return self._n
 
