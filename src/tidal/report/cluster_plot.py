@@ -13,6 +13,13 @@ from tidal.cluster.memory import KINDS
 from tidal.report.io import atomic_write
 
 
+_STYLE: dict[str, dict[str, Any]] = {
+    "prewarm": {"alpha": 0.45, "hatch": "///"},
+    "weights": {"alpha": 0.95},
+    "kv": {"alpha": 0.25},
+}
+
+
 def gpu_series(
     log: dict[str, np.ndarray], gpu: int, num_models: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -41,7 +48,7 @@ def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) 
     names = [m.name for m in ctl.models]
     n_gpu = ctl.topo.num_gpus
     n_k = len(KINDS)
-    colors = plt.get_cmap("tab10").colors
+    colors = [plt.get_cmap("tab10")(i) for i in range(10)]
     fig, axes = plt.subplots(n_gpu, 1, figsize=(12, 0.55 * n_gpu + 1.2), sharex=True)
     axes = np.atleast_1d(axes)
     end = float(log["time_ns"].max()) / 1e9 if len(log["time_ns"]) else 1.0
@@ -56,11 +63,7 @@ def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) 
                 y = rows[:, m * n_k + k] / ctl.pages_per_gpu
                 if not y.any():
                     continue
-                style = {
-                    "prewarm": {"alpha": 0.45, "hatch": "///"},
-                    "weights": {"alpha": 0.95},
-                    "kv": {"alpha": 0.25},
-                }[kind]
+                style = _STYLE[kind]
                 ax.fill_between(
                     times, base, base + y, step="post", color=colors[m % 10], linewidth=0, **style
                 )

@@ -217,7 +217,7 @@ def run_cluster(
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
     per_model: dict[str, dict[str, Any]] = {}
-    engine_of_model = {}
+    engine_of_model: dict[int, list[int]] = {}
     for inst in ctl.instances:
         if inst.engine >= 0:
             engines = engine_of_model.setdefault(inst.model.index, [])
