@@ -12,7 +12,6 @@ import numpy as np
 from tidal.cluster.memory import KINDS
 from tidal.report.io import atomic_write
 
-
 _STYLE: dict[str, dict[str, Any]] = {
     "prewarm": {"alpha": 0.45, "hatch": "///"},
     "weights": {"alpha": 0.95},
