@@ -77,8 +77,10 @@ def ttft(args):
                     r = sl[name] / ws[name] if ws[name] else float("nan")
                     if r > best[0]:
                         best = (r, f"{trace} rate {rate} α {alpha} {name}")
-                    print(f"| {trace} | {rate:g} | {alpha:g} | {name} | {fmt(sl[name])} | "
-                          f"{fmt(ws[name])} | {r:.1f}× |")
+                    print(
+                        f"| {trace} | {rate:g} | {alpha:g} | {name} | {fmt(sl[name])} | "
+                        f"{fmt(ws[name])} | {r:.1f}× |"
+                    )
                 sys.stdout.flush()
     print(f"\nlargest ratio: {best[0]:.1f}× ({best[1]})")
 
@@ -106,43 +108,66 @@ def capacity(args):
 
 
 def ablation(args):
-    names = {"a": "vanilla autoscaling", "b": "device+engine prewarm", "c": "unified memory, "
-             "no forecast", "d": "no KV reservation", "e": "round-robin placement",
-             "f": "full WarmServe"}
+    names = {
+        "a": "vanilla autoscaling",
+        "b": "device+engine prewarm",
+        "c": "unified memory, no forecast",
+        "d": "no KV reservation",
+        "e": "round-robin placement",
+        "f": "full WarmServe",
+    }
     print(f"Setting: {args.trace}, rate {args.rate:g}, α {args.alpha:g}\n")
-    print("| config | P99 TTFT all s | P99 TTFT per model s | hit rate | cold starts | "
-          "GPU-s | replicas loaded/evicted |")
+    print(
+        "| config | P99 TTFT all s | P99 TTFT per model s | hit rate | cold starts | "
+        "GPU-s | replicas loaded/evicted |"
+    )
     print("|---|---|---|---|---|---|---|")
     for key in "abcdef":
         res = run_simulation(cfg("warmserve", args.trace, args.rate, args.alpha, ABLATIONS[key]))
         m = res.metrics
         per = " / ".join(fmt(v) for v in p99_per_model(res).values())
         hit = m["prewarm_hit_rate"]
-        print(f"| ({key}) {names[key]} | {fmt(m['ttft_p99_s'])} | {per} | "
-              f"{'—' if hit is None else f'{hit:.0%}'} | {m['cold_starts']} | "
-              f"{m['gpu_seconds']:,.0f} | {m['replicas_loaded']}/{m['replicas_evicted']} |")
+        print(
+            f"| ({key}) {names[key]} | {fmt(m['ttft_p99_s'])} | {per} | "
+            f"{'—' if hit is None else f'{hit:.0%}'} | {m['cold_starts']} | "
+            f"{m['gpu_seconds']:,.0f} | {m['replicas_loaded']}/{m['replicas_evicted']} |"
+        )
         sys.stdout.flush()
 
 
 def long(args):
-    c = load_config({
-        "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
-        "cluster": {"spec": "2x8:h100", "models": MODELS, "placement": args.placement,
-                    "mix": {"kind": "servegen", "days": args.days, "rate": args.rate,
-                            "alpha": args.alpha}},
-    })
+    c = load_config(
+        {
+            "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
+            "cluster": {
+                "spec": "2x8:h100",
+                "models": MODELS,
+                "placement": args.placement,
+                "mix": {
+                    "kind": "servegen",
+                    "days": args.days,
+                    "rate": args.rate,
+                    "alpha": args.alpha,
+                },
+            },
+        }
+    )
     t = time.perf_counter()
     res = run_simulation(c)
     wall = time.perf_counter() - t
     m = res.metrics
-    print(f"{args.placement}: {args.days:g} days, {m['num_requests']:,} requests, "
-          f"wall {wall:.0f} s ({res.run_info['num_events']:,} events); "
-          f"P99 TTFT {fmt(m['ttft_p99_s'])} s, "
-          f"hit rate {fmt(m['prewarm_hit_rate'])}, cold starts {m['cold_starts']}, "
-          f"GPU-s {m['gpu_seconds']:,.0f}")
+    print(
+        f"{args.placement}: {args.days:g} days, {m['num_requests']:,} requests, "
+        f"wall {wall:.0f} s ({res.run_info['num_events']:,} events); "
+        f"P99 TTFT {fmt(m['ttft_p99_s'])} s, "
+        f"hit rate {fmt(m['prewarm_hit_rate'])}, cold starts {m['cold_starts']}, "
+        f"GPU-s {m['gpu_seconds']:,.0f}"
+    )
     for k, v in res.extras["summary"]["per_model"].items():
-        print(f"  {k}: {v['num_requests']:,} req, P50/P99 TTFT {fmt(v['ttft_p50_s'])}/"
-              f"{fmt(v['ttft_p99_s'])} s, starts {v['instance_starts']}, cold {v['cold_starts']}")
+        print(
+            f"  {k}: {v['num_requests']:,} req, P50/P99 TTFT {fmt(v['ttft_p50_s'])}/"
+            f"{fmt(v['ttft_p99_s'])} s, starts {v['instance_starts']}, cold {v['cold_starts']}"
+        )
 
 
 def main():

@@ -73,8 +73,10 @@ def main() -> None:
         rows["peak in-flight (5 min)"] = (peak, 288)
         for name, (series, period) in rows.items():
             e = evaluate(series, period)
-            print(f"| {pool} | {name} | {e['warmserve']:.1%} | {e['seasonal-naive']:.1%} | "
-                  f"{e['holt-winters']:.1%} |")
+            print(
+                f"| {pool} | {name} | {e['warmserve']:.1%} | {e['seasonal-naive']:.1%} | "
+                f"{e['holt-winters']:.1%} |"
+            )
 
 
 if __name__ == "__main__":

@@ -69,6 +69,8 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("token_throughput", "tok/s (in+out)", "{:,.0f}"),
         ("roofline_token_throughput", "roofline tok/s", "{:,.0f}"),
         ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
+        ("ttft_p90_s", "TTFT p90 s", "{:.3f}"),
+        ("ttft_p95_s", "TTFT p95 s", "{:.3f}"),
         ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
         ("tpot_p50_s", "TPOT p50 ms", "ms"),
         ("tpot_p99_s", "TPOT p99 ms", "ms"),
@@ -78,20 +80,14 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("goodput", "goodput req/s", "{:.3f}"),
         ("slo_attainment", "SLO attainment", "{:.1%}"),
         ("num_preemptions", "preemptions", "{:.0f}"),
+        ("mode_switches", "EB+ mode switches", "{:.0f}"),
+        ("eb_time_share", "EB time share", "{:.1%}"),
+        ("cold_starts", "cold starts", "{:.0f}"),
+        ("prewarm_hit_rate", "prewarm hit rate", "{:.1%}"),
+        ("gpu_seconds", "GPU-seconds", "{:,.0f}"),
     ]
-    extra = sorted(
-        {k for r in rows.values() for k in r}
-        & {
-            "mode_switches",
-            "eb_time_share",
-            "ttft_p90_s",
-            "ttft_p95_s",
-            "cold_starts",
-            "prewarm_hit_rate",
-            "gpu_seconds",
-        }
-    )
-    keys += [(k, k, "{:.3f}") for k in extra]
+    present = {k for r in rows.values() for k in r}
+    keys = [k for k in keys if k[0] in present]
     t = Table(title=title)
     t.add_column("metric")
     for name in rows:
