@@ -92,7 +92,9 @@ def test_ifr_correction_by_hand():
     theta0, p0, eta, rho = 0.05, 0.002, 1e-7, 5.0
     lam = -math.log(1 - theta0)
     expected = (
-        eta * (1 - theta0) ** 2 / (p0**2 * theta0)
+        eta
+        * (1 - theta0) ** 2
+        / (p0**2 * theta0)
         * (lam * (theta0 / (1 - theta0) - lam / 2) + rho * (lam - theta0))
     )
     assert ebt.ifr_correction(theta0, p0, eta, rho) == pytest.approx(expected)

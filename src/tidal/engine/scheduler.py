@@ -15,15 +15,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
 from tidal.core.request import Request, RequestState
 from tidal.engine.decode_pool import DecodePool
+from tidal.engine.eb_options import EBOptions
 from tidal.engine.ordering import FCFSQueue, WaitingQueue
 from tidal.engine.plan import StepPlan
+
+if TYPE_CHECKING:
+    from tidal.hardware.interference import StepCosts
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,10 @@ class SchedulerConfig:
     """Running-request cap N."""
     long_prefill_token_threshold: int = 0
     """Cap on one request's prefill chunk per step (0: only the budget caps it)."""
+    costs: StepCosts | None = None
+    """The deployment's linear step costs (policies that reason about step cost: ``eb``)."""
+    eb: EBOptions = field(default_factory=EBOptions)
+    """Options of the exclusive-batching policies (``eb``, ``ebplus``)."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
