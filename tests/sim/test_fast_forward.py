@@ -78,7 +78,7 @@ def test_fast_forward_skips_most_events_on_a_decode_heavy_run():
     max_seqs=st.integers(1, 32),
     perf_idx=st.integers(0, len(PERFS) - 1),
     concurrency=st.one_of(st.none(), st.integers(1, 8)),
-    batching=st.sampled_from(["eb"]),
+    batching=st.sampled_from(["eb", "ebplus"]),
     cadence=st.integers(1, 6),
     cooldown=st.integers(0, 2),
     n_cooldown_s=st.sampled_from([0.0, 0.02, 2.0]),
@@ -99,6 +99,7 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     """EB's phase machine and EB⁺'s per-step demand EMA, surge test and mode switches must
     give the same timestamps whether decode runs are fast-forwarded or stepped."""
     from tests.engine.eb_helpers import make_eb
+    from tidal.engine.ebplus import EBPlusScheduler
     from tidal.hardware.interference import step_costs
 
     longest = int((rs.prompt_len + rs.output_len).max())
@@ -108,7 +109,7 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     perf = build_perf_model(kind, model, gpu, interference=True)
     costs = step_costs(model, gpu, 1, perf)
     budget = max(budget, max_seqs)
-    cls = None
+    cls = EBPlusScheduler if batching == "ebplus" else None
     runs = []
     for ff in (False, True):
         s = make_eb(
