@@ -69,6 +69,10 @@ class EBOptions(BaseModel):
     surge_factor: float = Field(default=2.0, gt=1)
     """Evaluate at once when demand exceeds surge_factor·N_obs (outside cooldown)."""
     cold_mode: Literal["mb", "eb"] = "mb"
+    mb_memory_safe: bool = False
+    """In MB mode, admit at most the memory-safe N̂* requests too. Off: MB mode runs at N_max
+    and relies on recompute preemption, as the reference does (capping trades ≈1–2 % of MB
+    throughput for no preemption; see BENCHMARKS.d/issue3.md)."""
     mb_cost: Literal["step", "paper"] = "step"
     """β_MB^e used by the selector: ``step`` = β_EB^w + the simulator's step interference
     (self-calibrated, Q14); ``paper`` = the paper's measured quadratic where one exists."""

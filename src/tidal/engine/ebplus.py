@@ -15,6 +15,9 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
 * a decision needs the estimator initialised, no cooldown (3 evaluations after a switch) and
   ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties).
 
+With ``mb_memory_safe`` the MB mode's running set is capped by the memory-safe N̂* as well (off by
+default: the reference runs MB at N_max and relies on recompute preemption).
+
 MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
 ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, EB starts a fresh fill. EB → MB:
 EB's phase state is dropped and the mixed scheduler takes over the same running set.
@@ -203,7 +206,8 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
-            self._admit_waiting(plan, budget, now_ns)
+            cap = self._n_target() if self.opts.mb_memory_safe else None
+            self._admit_waiting(plan, budget, now_ns, cap)
         return plan
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:

@@ -184,11 +184,15 @@ class Scheduler(ABC):
         plan.decode_ctx = pool.decode_ctx()
         return budget
 
-    def _admit_waiting(self, plan: StepPlan, budget: int, now_ns: int) -> int:
-        """Admit from the queue head while under N, within budget, and above the KV watermark."""
+    def _admit_waiting(
+        self, plan: StepPlan, budget: int, now_ns: int, max_seqs: int | None = None
+    ) -> int:
+        """Admit from the queue head while under N (``max_seqs``, default the configured N),
+        within budget, and above the KV watermark."""
         self.admission_blocked_by_kv = False
         waiting, kv = self.waiting, self.kv
-        max_seqs = self.config.max_num_seqs
+        if max_seqs is None:
+            max_seqs = self.config.max_num_seqs
         cap = self.config.long_prefill_token_threshold
         while len(waiting) and len(self.running) < max_seqs and budget > 0:
             req = waiting.peek()

@@ -103,6 +103,10 @@ def run_simulation(
     requests: RequestSet | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
+    if cfg.workload.warmup_requests:
+        from tidal.sim.warmup import run_with_warmup
+
+        return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     t_load = time.perf_counter()
