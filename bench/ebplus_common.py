@@ -10,7 +10,7 @@ from typing import Any
 from tidal.hardware import interference
 from tidal.hardware.interference import Quadratic
 from tidal.sim.config import load_config
-from tidal.sim.warmup import run_with_warmup
+from tidal.sim.phased import run_with_warmup
 
 MIXES = {"DH": (128, 1024), "BAL": (512, 512), "PH": (1024, 128)}
 """The three synthetic mixes (μ_L, μ_O): decode-heavy, balanced, prefill-heavy (§5.1)."""

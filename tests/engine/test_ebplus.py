@@ -30,17 +30,24 @@ def primed(s, mu_l=512.0, mu_o=256.0, theta=0.7, n_obs=2048.0):
 
 
 def signal_of(s) -> float:
+    """Δ(N) by hand: MB at min(N_obs, N_max), EB's k̂ = θ·min(N_obs, N̂*, N_max) (the default
+    ``crossover_n: effective``), or N_obs for both (``demand``, the reference)."""
     c = H200_COSTS
+    n_mb = n_eb = s.n_obs
+    if s.opts.crossover_n == "effective":
+        n_mb = min(s.n_obs, s.config.max_num_seqs)
+        n_eb = min(s.n_obs, s.n_hat, s.config.max_num_seqs)
     x = eb_theory.crossover(
         s.stats.mu_l,
         s.stats.mu_o,
-        s.n_obs,
+        n_mb,
         s.theta,
         c.alpha_p,
         c.beta_p,
         c.alpha_d,
         c.beta_d,
         c.beta_mb_e,
+        k=s.theta * n_eb,
     )
     return x.delta
 
@@ -54,6 +61,19 @@ def test_the_signal_is_the_closed_form_crossover():
     # H200, (512, 256), N_obs = 2048, θ = 0.7: contention > amortised fixed cost → EB
     assert row["lhs"][-2] > row["rhs"][-2] > 0
     assert s.mode == "eb"
+
+
+def test_effective_batch_sizes_credit_eb_only_with_the_memory_safe_n():
+    ref = primed(make_plus(delta=0.0, crossover_n="demand"))
+    eff = primed(make_plus(delta=0.0))
+    eff.n_hat = 300  # memory caps EB far below the demand of 2048
+    ref.evaluate(0)
+    eff.evaluate(0)
+    s_ref = ref.extra_tables()["ebplus"]["signal"][1]
+    s_eff = eff.extra_tables()["ebplus"]["signal"][1]
+    assert s_ref == pytest.approx(signal_of(ref))
+    assert s_eff == pytest.approx(signal_of(eff))
+    assert s_eff < s_ref  # EB amortises its refills over fewer requests
 
 
 def test_hysteresis_sticky_exit_and_cooldown():

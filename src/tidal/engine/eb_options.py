@@ -73,6 +73,9 @@ class EBOptions(BaseModel):
     """In MB mode, admit at most the memory-safe N̂* requests too. Off: MB mode runs at N_max
     and relies on recompute preemption, as the reference does (capping trades ≈1–2 % of MB
     throughput for no preemption; see BENCHMARKS.d/issue3.md)."""
+    crossover_n: Literal["effective", "demand"] = "effective"
+    """Batch sizes in the crossover test: ``demand`` = N_obs for both (reference);
+    ``effective`` = min(N_obs, N_max) for MB and min(N_obs, N̂*, N_max) for EB's k̂."""
     mb_cost: Literal["step", "paper"] = "step"
     """β_MB^e used by the selector: ``step`` = β_EB^w + the simulator's step interference
     (self-calibrated, Q14); ``paper`` = the paper's measured quadratic where one exists."""

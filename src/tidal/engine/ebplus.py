@@ -9,7 +9,10 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
   rises above N_obs and 0.03 otherwise (fast up, slow down); a surge ``D > 2·N_obs`` outside
   the cooldown triggers an evaluation at once;
 * every 100 completions (after the estimator's μ̂_O/p̂ update): an evaluation with
-  ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p``;
+  ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p`` — or,
+  with ``crossover_n: effective`` (default), at the batch sizes each policy can actually run:
+  ``N = min(N_obs, N_max)`` for MB and ``k̂ = θ0·min(N_obs, N̂*, N_max)`` for EB (the reference
+  credits EB with N_obs even when memory caps it far lower);
   ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference, Q14) or, with
   ``mb_cost: paper``, the paper's measured quadratic;
 * a decision needs the estimator initialised, no cooldown (3 evaluations after a switch) and
@@ -103,16 +106,21 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             return
         paper = opts.mb_cost == "paper"
         n_obs = max(1.0, self.n_obs)
+        n_mb, n_eb = n_obs, n_obs
+        if opts.crossover_n == "effective":
+            n_mb = min(n_obs, float(self.config.max_num_seqs))
+            n_eb = min(n_obs, float(self._n_target()))
         x = theory.crossover(
             stats.mu_l,
             stats.mu_o,
-            n_obs,
+            n_mb,
             theta0,
             c.alpha_p,
             c.beta_p,
             c.alpha_d,
             c.beta_d,
             lambda r: c.beta_mb_e(r, paper_fit=paper),
+            k=theta0 * n_eb,
         )
         signal = x.delta
         if n_obs >= opts.drain_n:

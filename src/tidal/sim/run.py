@@ -104,7 +104,7 @@ def run_simulation(
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     if cfg.workload.warmup_requests:
-        from tidal.sim.warmup import run_with_warmup
+        from tidal.sim.phased import run_with_warmup
 
         return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Runs with warm-up requests, the way ``vllm bench serve --num-warmups W`` measures a server.
+"""Runs in phases on one instance: warm-up requests, the way ``vllm bench serve --num-warmups W``
+measures a server, and consecutive measured phases (non-stationary workloads, EB paper §4.4).
 
 W warm-up requests are sent first (closed loop at the run's concurrency, or all at once) and
 complete before the measured workload starts; their completions are not measured. The instance
@@ -75,66 +76,91 @@ def run_with_warmup(
     """:func:`tidal.sim.run.run_simulation` after ``warmup`` warm-up requests (0: identical)."""
     if warmup <= 0:
         return run_simulation(cfg, requests)
-    t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     warm = warmup_requests(cfg, warmup, reqs)
+    return run_phases(cfg, [(reqs, cfg.workload.concurrency)], warm)
+
+
+def run_phases(
+    cfg: SimulationConfig,
+    phases: list[tuple[RequestSet, int | None]],
+    warmup: RequestSet | None = None,
+) -> SimResult:
+    """Measured phases back to back on one instance (its state carries over), each a request
+    set with its own closed-loop concurrency (None: open loop, arrival times shifted to the
+    phase start); a phase starts when the previous one has drained — as consecutive
+    ``vllm bench serve`` runs against one server. Metrics cover all measured phases together;
+    ``warmup`` (if any) runs first, unmeasured, at the first phase's concurrency."""
+    t0 = time.perf_counter()
     model = get_model(cfg.model)
-    check_context(model, reqs)
-    check_context(model, warm)
-    max_tokens = int(max((r.prompt_len + r.output_len).max() for r in (reqs, warm)))
+    sets = [r for r, _ in phases] + ([warmup] if warmup is not None else [])
+    for r in sets:
+        check_context(model, r)
+    max_tokens = int(max((r.prompt_len + r.output_len).max() for r in sets))
     scheduler, perf, mem = build_instance(cfg, max_tokens)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
-    conc = cfg.workload.concurrency or len(warm)
-    warm_sim = Simulation([inst], warm, RequestRecorder(warm), conc)
-    warm_sim.run()
-    t_start = warm_sim.now_ns
+    now = 0
+    events = 0
     before = _counters(scheduler)
-    # measured phase: same instance, clock continues from the end of the warm-up
-    inst.itl = LogHistogram()
-    inst.busy_ns = 0
-    closed = cfg.workload.concurrency is not None
-    shifted = (
-        reqs
-        if closed
-        else RequestSet(
-            reqs.arrival_ns - reqs.arrival_ns.min() + t_start,
-            reqs.prompt_len,
-            reqs.output_len,
-            reqs.source,
-            reqs.extra,
+    if warmup is not None:
+        conc = phases[0][1] or len(warmup)
+        warm_sim = Simulation([inst], warmup, RequestRecorder(warmup), conc)
+        warm_sim.run()
+        now, events = warm_sim.now_ns, warm_sim.num_events
+        inst.itl = LogHistogram()
+        inst.busy_ns = 0
+        before = _counters(scheduler)
+    t_measured = now
+    parts = []
+    t_sim = 0.0
+    for reqs, conc in phases:
+        shifted = (
+            reqs
+            if conc is not None
+            else RequestSet(
+                reqs.arrival_ns - reqs.arrival_ns.min() + now,
+                reqs.prompt_len,
+                reqs.output_len,
+                reqs.source,
+                reqs.extra,
+            )
         )
-    )
-    recorder = RequestRecorder(shifted)
-    sim = Simulation([inst], shifted, recorder, cfg.workload.concurrency)
-    sim.now_ns = t_start
-    if closed:
-        sim.arrivals._ready = deque([t_start] * len(sim.arrivals._ready))
-    t_load = time.perf_counter()
-    sim.run()
-    t_sim = time.perf_counter()
-    cols = recorder.columns()
+        recorder = RequestRecorder(shifted)
+        sim = Simulation([inst], shifted, recorder, conc)
+        sim.now_ns = now
+        if conc is not None:
+            sim.arrivals._ready = deque([now] * len(sim.arrivals._ready))
+        t1 = time.perf_counter()
+        sim.run()
+        t_sim += time.perf_counter() - t1
+        now = sim.now_ns
+        events += sim.num_events
+        parts.append(recorder.columns())
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
+    all_reqs = [r for r, _ in phases]
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         get_gpu(cfg.gpu),
         cfg.tp,
-        reqs.prompt_len,
-        reqs.output_len,
+        np.concatenate([r.prompt_len for r in all_reqs]),
+        np.concatenate([r.output_len for r in all_reqs]),
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
     metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
     metrics["num_steps"] = scheduler.num_steps
-    metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns - t_start, 1)
+    metrics["busy_fraction"] = inst.busy_ns / max(now - t_measured, 1)
     metrics["perf_model"] = perf.name
-    metrics["warmup_requests"] = len(warm)
+    metrics["warmup_requests"] = 0 if warmup is None else len(warmup)
     metrics.update(scheduler.extra_metrics())
     metrics.update(_measured_only(scheduler, before))
+    n = sum(len(r) for r in all_reqs)
     run_info = {
         "wall_s": time.perf_counter() - t0,
-        "simulate_s": t_sim - t_load,
-        "num_events": sim.num_events + warm_sim.num_events,
-        "simulated_requests_per_s": len(reqs) / max(t_sim - t_load, 1e-9),
+        "simulate_s": t_sim,
+        "num_events": events,
+        "simulated_requests_per_s": n / max(t_sim, 1e-9),
     }
     tables = {"timeline": inst.timeline_columns(), **scheduler.extra_tables()}
     return SimResult(cfg, metrics, cols, run_info, {"tables": tables})
