@@ -36,14 +36,17 @@ from ebplus_common import (
     best_of_grid,
     fig4_tokps,
     run_cell,
+    with_step_interference,
 )
 
-from tidal.hardware.interference import MB_COST_FITS
+from tidal.hardware.interference import MB_COST_FITS, paper_interference
 from tidal.sim.config import load_config
 from tidal.sim.phased import run_phases
 from tidal.workload.base import RequestSet
 
 SCHEDS = ("mb", "eb", "ebplus")
+BMB_SCALE = {"h200": 1.452, "rtx-pro-6000": 1.499}
+"""``nice python bench/ebplus_calibrate.py --target bmb`` (one factor on the paper's ΔI)."""
 PAPER_T4_H200 = {  # ebplus.md §5.5, camera-ready: tok/s, TTFT s, TPOT ms (v1 / EB / EB⁺)
     32: ((11584, 8609, 11586), (0.049, 1.046, 0.050), (8.2, 7.1, 8.2)),
     512: ((27464, 27207, 27460), (0.7, 4.6, 0.7), (52.7, 36.8, 52.7)),
@@ -379,14 +382,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sections", nargs="+", default=["fig4", "table4", "table5", "bandwidth"])
     ap.add_argument("--quick", action="store_true", help="reduced grids and request counts")
+    ap.add_argument(
+        "--interference",
+        choices=["fig4", "bmb"],
+        default="fig4",
+        help="step interference calibrated to Fig. 4 v1 (default, the library's) or to 1/β_MB^e "
+        "(the scales `ebplus_calibrate.py --target bmb` finds), as a sensitivity check",
+    )
     args = ap.parse_args()
+    if args.interference == "bmb":
+        for gpu, scale in BMB_SCALE.items():
+            q = paper_interference("qwen3-8b", gpu)
+            assert q is not None
+            with_step_interference(gpu, q.scaled(scale))
     fns = {"fig4": fig4, "table4": table4, "table5": table5, "bandwidth": bandwidth}
     result: dict[str, Any] = {}
     for sec in args.sections:
         t0 = time.perf_counter()
         result[sec] = fns[sec](args.quick)
         print(f"\n({sec}: {time.perf_counter() - t0:.0f} s wall)")
-    save("ebplus_tables" + ("_quick" if args.quick else ""), result)
+    suffix = ("_quick" if args.quick else "") + ("_bmb" if args.interference == "bmb" else "")
+    save("ebplus_tables" + suffix, result)
 
 
 if __name__ == "__main__":
