@@ -65,6 +65,8 @@ class Cell:
                 "model": self.model,
                 "gpu": self.gpu,
                 "perf_model": self.perf_model,
+                # measured where it exists, bandwidth-derived elsewhere (what-if GPUs, L40S, B200)
+                "interference": True,
                 "seed": self.seed,
                 "scheduler": sched,
                 "workload": {

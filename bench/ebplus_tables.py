@@ -248,6 +248,7 @@ def _t5_config(gpu: str, s: str, floor: float | None) -> Any:
         {
             "model": "qwen3-8b",
             "gpu": gpu,
+            "interference": True,
             "scheduler": sched,
             "workload": {"num_requests": 1, "concurrency": 2048},
         }

@@ -65,10 +65,14 @@ def simulate(
     slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
     seed: Annotated[int | None, Opt(help="Run seed.")] = None,
     no_fast_forward: Annotated[bool, Opt("--no-fast-forward", help="Simulate every step.")] = False,
-    no_interference: Annotated[
-        bool,
-        Opt("--no-interference", help="Do not charge mixed steps the EB paper's interference."),
-    ] = False,
+    interference: Annotated[
+        bool | None,
+        Opt(
+            "--interference/--no-interference",
+            help="Charge mixed steps the EB paper's prefill/decode interference (default: only "
+            "where measured, Qwen3-8B on H200 and RTX PRO 6000; on: bandwidth-derived elsewhere).",
+        ),
+    ] = None,
 ) -> None:
     """Simulate one serving instance on a trace or a synthetic workload."""
     from tidal.sim.config import load_config, load_yaml
@@ -108,8 +112,8 @@ def simulate(
             _set(flags, key, val)
         if no_fast_forward:
             flags["fast_forward"] = False
-        if no_interference:
-            flags["interference"] = False
+        if interference is not None:
+            flags["interference"] = interference
         data = _deep_merge(data, flags)
         data.setdefault("workload", {})
         cfg = load_config(data)

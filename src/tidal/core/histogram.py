@@ -47,6 +47,12 @@ class LogHistogram:
             self._values.clear()
             self._weights.clear()
 
+    def merge(self, other: LogHistogram) -> None:
+        """Add ``other``'s samples (the histogram of the union of both sample sets)."""
+        other._flush()
+        self._flush()
+        self._counts += other._counts
+
     @property
     def total_weight(self) -> float:
         self._flush()

@@ -166,9 +166,8 @@ class Scheduler(ABC):
             if victim.in_pool:
                 need -= 1 if pool.needs_block(victim) else 0
             else:
-                blocks = chunk_need.pop(victim.request_id, None)
-                if blocks is not None:
-                    need -= blocks
+                if victim.request_id in chunk_need:
+                    need -= chunk_need.pop(victim.request_id)
                     for i, (r, n) in enumerate(chunks):
                         if r is victim:
                             budget += n

@@ -147,6 +147,11 @@ def derived_interference(
     return q
 
 
+def has_measured_interference(model: ModelSpec, gpu: GPUSpec, tp: int = 1) -> bool:
+    """Whether the interference of this deployment was measured (and calibrated, Q2)."""
+    return (model.name, gpu.name, tp) in STEP_INTERFERENCE
+
+
 def step_interference(model: ModelSpec, gpu: GPUSpec, tp: int = 1) -> tuple[Quadratic, str]:
     """The ``ΔI_step`` the simulator charges, and where it comes from."""
     key = (model.name, gpu.name, tp)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -60,8 +60,10 @@ class SimulationConfig(_Strict):
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
     perf_model: str = "auto"
-    interference: bool = True
-    """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2)."""
+    interference: bool | Literal["auto"] = "auto"
+    """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2).
+    ``auto``: where it was measured (Qwen3-8B on H200 and RTX PRO 6000); ``true``: everywhere,
+    with the bandwidth-derived defaults elsewhere; ``false``: never."""
     memory: MemoryConfig = MemoryConfig()
     scheduler: SchedulerSettings = SchedulerSettings()
     workload: WorkloadConfig

@@ -175,13 +175,13 @@ class SimInstance:
         chunk = _FIRST_CHUNK
         while done < k and (done == 0 or t <= horizon_ns):
             size = min(chunk, k - done)
-            d = perf.decode_run_ns(n, ctx0 + n * done, size)
-            ends = t + np.cumsum(d)
+            run = perf.decode_run_ns(n, ctx0 + n * done, size)
+            ends = t + np.cumsum(run)
             # Step j ≥ 1 of the chunk starts at ends[j - 1]; its first starts at t ≤ horizon.
             take = size
             if ends[-1] > horizon_ns:
                 take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
-            itl.add_many(d[:take], n)
+            itl.add_many(run[:take], n)
             t = int(ends[take - 1])
             done += take
             chunk *= 4

@@ -103,8 +103,8 @@ def run_phases(
     events = 0
     before = _counters(scheduler)
     if warmup is not None:
-        conc = phases[0][1] or len(warmup)
-        warm_sim = Simulation([inst], warmup, RequestRecorder(warmup), conc)
+        warm_conc = phases[0][1] or len(warmup)
+        warm_sim = Simulation([inst], warmup, RequestRecorder(warmup), warm_conc)
         warm_sim.run()
         now, events = warm_sim.now_ns, warm_sim.num_events
         inst.itl = LogHistogram()

@@ -17,7 +17,7 @@ from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.interference import step_costs
+from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
 from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
@@ -76,7 +76,10 @@ def build_instance(
         mem.activation_reserve_gb,
         min_tokens=max_request_tokens,
     )
-    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=cfg.interference)
+    interference = cfg.interference
+    if interference == "auto":
+        interference = has_measured_interference(model, gpu, cfg.tp)
+    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
     kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
