@@ -148,4 +148,4 @@ def main() -> None:  # pragma: no cover
 
 
 # Command modules register themselves on ``app`` when imported.
-from tidal.cli import demo, plan, report, simulate, sweep, trace  # noqa: E402, F401
+from tidal.cli import demo, ebplus, plan, report, simulate, sweep, trace  # noqa: E402, F401

@@ -53,7 +53,12 @@ def simulate(
     max_prompt_len: Annotated[int | None, Opt(help="Cap prompt lengths.")] = None,
     max_output_len: Annotated[int | None, Opt(help="Cap output lengths.")] = None,
     concurrency: Annotated[int | None, Opt(help="Closed loop: requests kept in flight.")] = None,
-    batching: Annotated[str | None, Opt(help="Batching policy (mb, ...).")] = None,
+    warmup: Annotated[
+        int | None, Opt(help="Warm-up requests sent first and not measured (--num-warmups).")
+    ] = None,
+    batching: Annotated[
+        str | None, Opt(help="Batching policy: mb (mixed), eb (exclusive), ebplus (EB⁺).")
+    ] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
     token_budget: Annotated[int | None, Opt(help="Max tokens per step (B).")] = None,
     max_seqs: Annotated[int | None, Opt(help="Max running requests (N).")] = None,
@@ -85,6 +90,14 @@ def simulate(
     ] = None,
     days: Annotated[float | None, Opt(help="Cluster servegen mix: days to simulate.")] = None,
     plot: Annotated[bool, Opt("--plot/--no-plot", help="Cluster: write gpu_timeline.png.")] = True,
+    interference: Annotated[
+        bool | None,
+        Opt(
+            "--interference/--no-interference",
+            help="Charge mixed steps the EB paper's prefill/decode interference (default: only "
+            "where measured, Qwen3-8B on H200 and RTX PRO 6000; on: bandwidth-derived elsewhere).",
+        ),
+    ] = None,
 ) -> None:
     """Simulate one serving instance, or a multi-model cluster (--cluster), on a trace or a
     synthetic workload."""
@@ -112,6 +125,7 @@ def simulate(
             ("workload.max_prompt_len", max_prompt_len),
             ("workload.max_output_len", max_output_len),
             ("workload.concurrency", concurrency),
+            ("workload.warmup_requests", warmup),
             ("scheduler.batching", batching),
             ("scheduler.ordering", ordering),
             ("scheduler.token_budget", token_budget),
@@ -138,10 +152,21 @@ def simulate(
             flags.setdefault("cluster", {})
             if mix == "servegen" and trace is None and not data.get("workload", {}).get("trace"):
                 _set(flags, "workload.trace", "servegen/servegen_aggregate_rate_10min.csv.gz")
+        if interference is not None:
+            flags["interference"] = interference
         data = _deep_merge(data, flags)
         data.setdefault("workload", {})
         cfg = load_config(data)
         result = _run_and_write(cfg, out)
+        if out is not None and "ebplus" in result.extras.get("tables", {}):
+            from tidal.report.ebplus_plot import plot_ebplus
+
+            plot_ebplus(
+                result.extras["tables"]["ebplus"],
+                Path(out) / "ebplus_mode.png",
+                f"EB⁺: {cfg.model} on {cfg.gpu}",
+                cfg.scheduler.eb.sticky,
+            )
     except TidalError as err:
         _fail(err)
         return

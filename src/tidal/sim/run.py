@@ -17,6 +17,7 @@ from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
+from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
 from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
@@ -75,10 +76,19 @@ def build_instance(
         mem.activation_reserve_gb,
         min_tokens=max_request_tokens,
     )
-    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp)
+    interference = cfg.interference
+    if interference == "auto":
+        interference = has_measured_interference(model, gpu, cfg.tp)
+    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
     kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     s = cfg.scheduler
-    sched_cfg = SchedulerConfig(s.token_budget, s.max_seqs, s.long_prefill_token_threshold)
+    sched_cfg = SchedulerConfig(
+        s.token_budget,
+        s.max_seqs,
+        s.long_prefill_token_threshold,
+        costs=step_costs(model, gpu, cfg.tp, perf),
+        eb=s.eb,
+    )
     scheduler = BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
     return scheduler, perf, plan
 
@@ -104,6 +114,10 @@ def run_simulation(
         from tidal.sim.cluster_run import run_cluster
 
         return run_cluster(cfg, requests, progress)
+    if cfg.workload.warmup_requests:
+        from tidal.sim.phased import run_with_warmup
+
+        return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     t_load = time.perf_counter()
