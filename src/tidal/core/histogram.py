@@ -26,6 +26,13 @@ class LogHistogram:
         if len(self._values) >= 65_536:
             self._flush()
 
+    def extend(self, values: list[int], weight: int) -> None:
+        """Add Python-int samples sharing one weight (buffered, binned in bulk)."""
+        self._values.extend(values)
+        self._weights.extend([weight] * len(values))
+        if len(self._values) >= 65_536:
+            self._flush()
+
     def add_many(self, values: np.ndarray, weight: int) -> None:
         self._flush()
         self._bin(

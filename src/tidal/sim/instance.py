@@ -192,14 +192,16 @@ class SimInstance:
             step = n
             ctx = ctx0
             limit = min(k, _SCALAR_STEPS)
+            durations: list[int] = []
             while done < limit and (done == 0 or t <= horizon_ns):
                 d = math.floor((c + a * ctx) * 1e9 + 0.5)
                 if d < 1:
                     d = 1
-                itl.add(d, n)
+                durations.append(d)
                 t += d
                 ctx += step
                 done += 1
+            itl.extend(durations, n)
         chunk = _FIRST_CHUNK
         while done < k and (done == 0 or t <= horizon_ns):
             size = min(chunk, k - done)
