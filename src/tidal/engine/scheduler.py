@@ -15,15 +15,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
 from tidal.core.request import Request, RequestState
 from tidal.engine.decode_pool import DecodePool
+from tidal.engine.eb_options import EBOptions
 from tidal.engine.ordering import FCFSQueue, WaitingQueue
 from tidal.engine.plan import StepPlan
+
+if TYPE_CHECKING:
+    from tidal.hardware.interference import StepCosts
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,10 @@ class SchedulerConfig:
     """Running-request cap N."""
     long_prefill_token_threshold: int = 0
     """Cap on one request's prefill chunk per step (0: only the budget caps it)."""
+    costs: StepCosts | None = None
+    """The deployment's linear step costs (policies that reason about step cost: ``eb``)."""
+    eb: EBOptions = field(default_factory=EBOptions)
+    """Options of the exclusive-batching policies (``eb``, ``ebplus``)."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -167,9 +175,8 @@ class Scheduler(ABC):
             if victim.in_pool:
                 need -= 1 if pool.needs_block(victim) else 0
             else:
-                blocks = chunk_need.pop(victim.request_id, None)
-                if blocks is not None:
-                    need -= blocks
+                if victim.request_id in chunk_need:
+                    need -= chunk_need.pop(victim.request_id)
                     for i, (r, n) in enumerate(chunks):
                         if r is victim:
                             budget += n
@@ -190,11 +197,15 @@ class Scheduler(ABC):
         request is preempted; True if any were freed (default: nothing to reclaim)."""
         return False
 
-    def _admit_waiting(self, plan: StepPlan, budget: int, now_ns: int) -> int:
-        """Admit from the queue head while under N, within budget, and above the KV watermark."""
+    def _admit_waiting(
+        self, plan: StepPlan, budget: int, now_ns: int, max_seqs: int | None = None
+    ) -> int:
+        """Admit from the queue head while under N (``max_seqs``, default the configured N),
+        within budget, and above the KV watermark."""
         self.admission_blocked_by_kv = False
         waiting, kv = self.waiting, self.kv
-        max_seqs = self.config.max_num_seqs
+        if max_seqs is None:
+            max_seqs = self.config.max_num_seqs
         cap = self.config.long_prefill_token_threshold
         while len(waiting) and len(self.running) < max_seqs and budget > 0:
             req = waiting.peek()

@@ -51,12 +51,26 @@ def build_perf_model(
     gpu: GPUSpec,
     tp: int = 1,
     eff_bw: float = 0.8,
+    interference: bool = False,
     **roofline_kw: float,
 ) -> PerfModel:
     """``auto``: the measured linear model where one exists for (model, GPU, TP), else the
     roofline. ``linear``: measured constants, or constants derived from the roofline (α from a
     one-token step, β from the marginal cost of a 512-token-context decode and of a prefill
-    token) when none were measured."""
+    token) when none were measured. ``interference`` adds the mixed-step interference term of
+    :mod:`tidal.hardware.interference` (EB paper §1.2) on top of either."""
+    base = _build_base(kind, model, gpu, tp, eff_bw, **roofline_kw)
+    if not interference:
+        return base
+    from tidal.hardware.interference import InterferencePerfModel, step_interference
+
+    q, source = step_interference(model, gpu, tp)
+    return InterferencePerfModel(base, q, source)
+
+
+def _build_base(
+    kind: str, model: ModelSpec, gpu: GPUSpec, tp: int, eff_bw: float, **roofline_kw: float
+) -> PerfModel:
     if kind not in PERF_MODELS:
         raise ConfigError(
             "perf_model", f"unknown value {kind!r}", f"valid: {', '.join(PERF_MODELS)}"

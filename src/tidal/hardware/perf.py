@@ -81,6 +81,13 @@ class PerfModel(ABC):
         ns = np.floor(s * 1e9 + 0.5).astype(np.int64)
         return np.maximum(ns, 1)
 
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        """``(c, a)`` such that a pure-decode step of ``num_decodes`` requests with total
+        context ``x`` takes exactly ``c + a * x`` seconds — the same float operations, in the
+        same order, as :meth:`step_seconds` — or None when the model is not affine in the
+        context. Lets the simulator time long decode runs without calling the model per step."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
 
@@ -170,6 +177,11 @@ class RooflinePerfModel(PerfModel):
         rest = self._kv_write * tokens + (self._comm0 + self._comm * tokens if self.tp > 1 else 0.0)
         return fixed + lin + attn_p + rest + self._attn_d * decode_ctx
 
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        # step_seconds ends with "+ self._attn_d * decode_ctx"; with a context of 0 the sum
+        # before it is returned unchanged (x + 0.0 == x), so c + a·x repeats it exactly.
+        return self.step_seconds(num_decodes, 0, 0, 0, 0, 0), self._attn_d
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -225,6 +237,11 @@ class LinearPerfModel(PerfModel):
         if num_decodes == 0:
             return base
         return base + self.beta_d0 * num_decodes + self.kappa * decode_ctx
+
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        if num_decodes == 0:
+            return None
+        return self.alpha_d + self.beta_d0 * num_decodes, self.kappa
 
     def describe(self) -> dict[str, Any]:
         return {

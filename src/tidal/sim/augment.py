@@ -64,14 +64,13 @@ class AugmentConfig(BaseModel):
     @field_validator("serving_policy", "ordering", "intercept")
     @classmethod
     def _known(cls, v: str | None, info: ValidationInfo) -> str | None:
-        import tidal.engine.policies  # noqa: F401
         from tidal.engine.augment.bundles import SERVING_POLICIES
         from tidal.engine.augment.intercept import INTERCEPTS
-        from tidal.engine.ordering import ORDERINGS
+        from tidal.engine.augment.ordering import AUGMENT_ORDERINGS
 
         registry = {
             "serving_policy": SERVING_POLICIES,
-            "ordering": ORDERINGS,
+            "ordering": AUGMENT_ORDERINGS,
             "intercept": INTERCEPTS,
         }[str(info.field_name)]
         if v is not None and v not in registry:

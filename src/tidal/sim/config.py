@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
+from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import PERF_MODELS
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
@@ -35,6 +37,8 @@ class SchedulerSettings(_Strict):
     max_seqs: int = Field(default=256, ge=1)
     """Max running requests (vLLM ``max_num_seqs``)."""
     long_prefill_token_threshold: int = Field(default=0, ge=0)
+    eb: EBOptions = EBOptions()
+    """Options of the exclusive-batching policies ``eb`` and ``ebplus``."""
 
     @model_validator(mode="after")
     def _budget(self) -> SchedulerSettings:
@@ -60,6 +64,10 @@ class SimulationConfig(_Strict):
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
     perf_model: str = "auto"
+    interference: bool | Literal["auto"] = "auto"
+    """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2).
+    ``auto``: where it was measured (Qwen3-8B on H200 and RTX PRO 6000); ``true``: everywhere,
+    with the bandwidth-derived defaults elsewhere; ``false``: never."""
     memory: MemoryConfig = MemoryConfig()
     scheduler: SchedulerSettings = SchedulerSettings()
     workload: WorkloadConfig
@@ -68,6 +76,10 @@ class SimulationConfig(_Strict):
     """Serving policy for augmented (tool-calling) workloads (``workload.augmented``)."""
     seed: int = Field(default=0, ge=0)
     fast_forward: bool = True
+    cluster: ClusterConfig | None = None
+    """A multi-model cluster (``tidal.cluster``); None = one instance of ``model`` on ``tp``
+    GPUs. With a cluster, ``model``, ``gpu`` and ``tp`` are unused and the workload is the
+    cluster's mix of ``workload.trace``."""
 
     @field_validator("model")
     @classmethod

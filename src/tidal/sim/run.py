@@ -10,14 +10,16 @@ from typing import Any
 import numpy as np
 
 import tidal.engine.policies  # noqa: F401
+from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
+from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
-from tidal.hardware.models import get_model
+from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
@@ -46,6 +48,20 @@ class SimResult:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+def check_context(model: ModelSpec, reqs: RequestSet) -> None:
+    """Refuse requests longer than the model's context window (vLLM's ``max_model_len``)."""
+    total = reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)
+    over = int((total > model.max_context).sum())
+    if over:
+        raise ConfigError(
+            "workload",
+            f"{over} of {len(reqs)} requests exceed {model.name}'s context of "
+            f"{model.max_context} tokens (longest: {int(total.max())} prompt + output tokens)",
+            "cap them with max_prompt_len / max_output_len (--max-prompt-len, --max-output-len; "
+            "augmented workloads: workload.max_context) or pick a model with a longer context",
+        )
+
+
 def build_instance(
     cfg: SimulationConfig, max_request_tokens: int
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
@@ -60,25 +76,36 @@ def build_instance(
         mem.activation_reserve_gb,
         min_tokens=max_request_tokens,
     )
-    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp)
+    interference = cfg.interference
+    if interference == "auto":
+        interference = has_measured_interference(model, gpu, cfg.tp)
+    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
+    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     s = cfg.scheduler
-    sched_cfg = SchedulerConfig(s.token_budget, s.max_seqs, s.long_prefill_token_threshold)
+    sched_cfg = SchedulerConfig(
+        s.token_budget,
+        s.max_seqs,
+        s.long_prefill_token_threshold,
+        costs=step_costs(model, gpu, cfg.tp, perf),
+        eb=s.eb,
+    )
     if cfg.workload.augmented is not None:
         from tidal.sim.augment import build_augmented
 
         seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         return build_augmented(cfg, sched_cfg, plan, perf, seed), perf, plan
-    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     scheduler = BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
     return scheduler, perf, plan
 
 
 def load_requests(cfg: SimulationConfig) -> RequestSet:
+    if cfg.cluster is not None:
+        from tidal.sim.cluster_run import cluster_workload
+
+        return cluster_workload(cfg).requests
     rng = rng_streams(cfg.seed)["workload"]
     reqs = build_workload(cfg.workload, rng)
     if len(reqs) == 0:
-        from tidal.core.errors import ConfigError
-
         raise ConfigError("workload", "the workload has no requests", "widen the time window")
     return reqs
 
@@ -88,9 +115,18 @@ def run_simulation(
     requests: RequestSet | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
+    if cfg.cluster is not None:
+        from tidal.sim.cluster_run import run_cluster
+
+        return run_cluster(cfg, requests, progress)
+    if cfg.workload.warmup_requests:
+        from tidal.sim.phased import run_with_warmup
+
+        return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     t_load = time.perf_counter()
+    check_context(get_model(cfg.model), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
     scheduler, perf, mem = build_instance(cfg, max_tokens)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
@@ -101,9 +137,7 @@ def run_simulation(
     sim.run()
     t_sim = time.perf_counter()
     cols = recorder.columns()
-    metrics = summarize(
-        cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl_ns.view(), inst.itl_weight.view()
-    )
+    metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,

@@ -68,6 +68,9 @@ class WorkloadConfig(BaseModel):
     concurrency: int | None = Field(default=None, ge=1)
     """Closed loop: keep this many requests in flight; a new one is sent when one finishes
     (``vllm bench serve --max-concurrency``). Arrival times of the workload are then ignored."""
+    warmup_requests: int = Field(default=0, ge=0)
+    """Requests sent (and completed) before the measured workload and left out of the metrics
+    (``vllm bench serve --num-warmups``); the instance keeps its state, e.g. online estimators."""
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:

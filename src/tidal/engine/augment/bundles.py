@@ -28,10 +28,9 @@ from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
 from tidal.engine.augment.budget import DynamicBudget, StaticBudget, TokenBudget
 from tidal.engine.augment.intercept import INTERCEPTS
-from tidal.engine.augment.ordering import ValueQueue
+from tidal.engine.augment.ordering import AUGMENT_ORDERINGS, ValueQueue
 from tidal.engine.augment.predictor import PREDICTORS
 from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
-from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import SchedulerConfig
 
 
@@ -95,7 +94,7 @@ def build_augmented_scheduler(
         tau = spec.starvation_ns if spec.starvation_ns > 0 else 1 << 62
         waiting = ValueQueue(tau)
     else:
-        waiting = ORDERINGS.get(ordering)()
+        waiting = AUGMENT_ORDERINGS.get(ordering)()
     predictor = PREDICTORS.get(spec.predictor)(
         spec.predictor_seed, spec.predictor_p, spec.predictor_sigma
     )

@@ -1,4 +1,4 @@
-"""Ready-queue orderings for augmented serving (registered in ``ORDERINGS``).
+"""Ready-queue orderings for augmented serving (registry ``AUGMENT_ORDERINGS``).
 
 * ``infercept`` — INFERCEPT serves running → swapped → waiting, each FCFS by the request's
   *original* arrival (augserve.md §2.4, policy ``fcfs``): key ``(stage, arrival)`` with stage
@@ -10,8 +10,10 @@
   already on the GPU (the running set keeps its requests, §3.4: a returned Preserve or
   swapped-in request is served first, by value); the rest go by ``(value, arrival)``.
 
-Both read their keys through :meth:`KeyedQueue.bind` (the scheduler's per-request state);
-unbound they fall back to the arrival time, i.e. FCFS. Queues are sorted lists (``bisect``),
+Both read their keys through :meth:`KeyedQueue.bind` (the scheduler's per-request state), so
+they live in their own registry ``AUGMENT_ORDERINGS`` (with ``fcfs``), not in ``ORDERINGS``:
+they mean nothing to a scheduler that keeps no such state, and the deployment planner
+searches every name of ``ORDERINGS``. Queues are sorted lists (``bisect``),
 O(log n) search and O(n) memmove per insertion, fast for the thousands a run queues.
 """
 
@@ -21,10 +23,14 @@ import bisect
 from collections import deque
 from collections.abc import Callable, Iterator
 
+from tidal.core.registry import Registry
 from tidal.core.request import Request
-from tidal.engine.ordering import ORDERINGS, WaitingQueue
+from tidal.engine.ordering import FCFSQueue, WaitingQueue
 
 Key = tuple[float, ...]
+
+AUGMENT_ORDERINGS: Registry[type[WaitingQueue]] = Registry("augment ordering")
+AUGMENT_ORDERINGS.register("fcfs")(FCFSQueue)
 
 
 class KeyedQueue(WaitingQueue):
@@ -79,7 +85,7 @@ class KeyedQueue(WaitingQueue):
         return (e[2] for e in self._q)
 
 
-@ORDERINGS.register("infercept")
+@AUGMENT_ORDERINGS.register("infercept")
 class InterceptFCFSQueue(KeyedQueue):
     """FCFS by original arrival, KV-resident requests first (the scheduler binds the key
     ``(stage, arrival_ns)``). A new arrival is the latest of stage 1, so it never becomes the
@@ -89,7 +95,7 @@ class InterceptFCFSQueue(KeyedQueue):
     arrival_can_jump_head = False
 
 
-@ORDERINGS.register("augserve")
+@AUGMENT_ORDERINGS.register("augserve")
 class ValueQueue(WaitingQueue):
     """Value order with a starvation tier. The bound key returns ``(stage, value, ready_ns)``;
     the order is: stage-0 requests (KV already on the GPU: returned Preserve/Swap requests,

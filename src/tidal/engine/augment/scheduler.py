@@ -1,4 +1,8 @@
-"""The augmented-request scheduler: mixed batching plus interception (batching ``augmented``).
+"""The augmented-request scheduler: mixed batching plus interception.
+
+Not in ``BATCHING``: it needs its cost environment and policies, so runs build it through
+:func:`tidal.engine.augment.bundles.build_augmented_scheduler` (selected by the workload,
+``workload.augmented``, and ``augment.serving_policy``).
 
 A request whose :class:`~tidal.core.augmented.AugmentedSpec` says it calls a tool after
 output token ``N_k`` joins the decode pool with ``N_k`` as its departure target; when it
@@ -52,7 +56,7 @@ from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.mb import MixedBatchingScheduler
 from tidal.engine.ordering import WaitingQueue
 from tidal.engine.plan import StepPlan
-from tidal.engine.scheduler import BATCHING, SchedulerConfig
+from tidal.engine.scheduler import SchedulerConfig
 from tidal.hardware.perf import PerfModel
 
 
@@ -83,7 +87,6 @@ class AugmentEnv:
         )
 
 
-@BATCHING.register("augmented")
 class AugmentedScheduler(MixedBatchingScheduler):
     name = "augmented"
 
@@ -414,13 +417,15 @@ class AugmentedScheduler(MixedBatchingScheduler):
             run.value = self._value(req, run)
         self.waiting.push_front(req)
 
-    def _admit_waiting(self, plan: StepPlan, budget: int, now_ns: int) -> int:
+    def _admit_waiting(
+        self, plan: StepPlan, budget: int, now_ns: int, max_seqs: int | None = None
+    ) -> int:
         """Admission (vLLM v1: stop at the first request that does not fit, as INFERCEPT's
         waiting stage does). Only when nothing runs are idle contexts reclaimed for the head
         (else memory held by idle requests could block the instance forever)."""
         cap = self.config.long_prefill_token_threshold
         while True:
-            budget = super()._admit_waiting(plan, budget, now_ns)
+            budget = super()._admit_waiting(plan, budget, now_ns, max_seqs)
             if not self.admission_blocked_by_kv or budget <= 0 or self.running:
                 return budget
             head = self.waiting.peek()
