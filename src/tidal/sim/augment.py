@@ -68,13 +68,13 @@ class AugmentConfig(BaseModel):
         from tidal.engine.augment.intercept import INTERCEPTS
         from tidal.engine.augment.ordering import AUGMENT_ORDERINGS
 
-        registry = {
-            "serving_policy": SERVING_POLICIES,
-            "ordering": AUGMENT_ORDERINGS,
-            "intercept": INTERCEPTS,
-        }[str(info.field_name)]
-        if v is not None and v not in registry:
-            raise ValueError(f"unknown value {v!r} (valid: {', '.join(registry.names())})")
+        names = {
+            "serving_policy": SERVING_POLICIES.names,
+            "ordering": AUGMENT_ORDERINGS.names,
+            "intercept": INTERCEPTS.names,
+        }[str(info.field_name)]()
+        if v is not None and v not in names:
+            raise ValueError(f"unknown value {v!r} (valid: {', '.join(names)})")
         return v
 
 

@@ -72,7 +72,7 @@ def _segments(
     dec, call, ret = keys
     if not isinstance(items, list) or not items:
         raise TraceError(where, line, field, "expected a non-empty list of segments")
-    calls = []
+    calls: list[ToolCall] = []
     for i, seg in enumerate(items):
         here = f"{field}[{i}]"
         if not isinstance(seg, dict):

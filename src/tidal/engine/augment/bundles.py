@@ -31,6 +31,7 @@ from tidal.engine.augment.intercept import INTERCEPTS
 from tidal.engine.augment.ordering import AUGMENT_ORDERINGS, ValueQueue
 from tidal.engine.augment.predictor import PREDICTORS
 from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
+from tidal.engine.ordering import WaitingQueue
 from tidal.engine.scheduler import SchedulerConfig
 
 
@@ -90,6 +91,7 @@ def build_augmented_scheduler(
         budget = StaticBudget(spec.static_budget or policy.static_budget)
     else:
         raise ValueError(f"unknown token budget {budget_kind!r} (valid: static, dynamic)")
+    waiting: WaitingQueue
     if ordering == "augserve":
         tau = spec.starvation_ns if spec.starvation_ns > 0 else 1 << 62
         waiting = ValueQueue(tau)

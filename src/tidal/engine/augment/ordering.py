@@ -95,6 +95,14 @@ class InterceptFCFSQueue(KeyedQueue):
     arrival_can_jump_head = False
 
 
+def _main_key(e: tuple[float, float, int, int, Request]) -> tuple[float, ...]:
+    return e[:4]
+
+
+def _starving_key(e: tuple[int, int, Request]) -> tuple[float, ...]:
+    return e[:2]
+
+
 @AUGMENT_ORDERINGS.register("augserve")
 class ValueQueue(WaitingQueue):
     """Value order with a starvation tier. The bound key returns ``(stage, value, ready_ns)``;
@@ -131,10 +139,10 @@ class ValueQueue(WaitingQueue):
             if where is None or where[0] or where[1][3] != seq or where[1][0] == 0:
                 continue
             key = where[1]
-            i = bisect.bisect_left(self._main, key, key=lambda x: x[:4])
+            i = bisect.bisect_left(self._main, key, key=_main_key)
             req = self._main.pop(i)[4]
-            arrival = key[2]
-            bisect.insort(self._starving, (arrival, seq, req), key=lambda x: x[:2])
+            arrival = int(key[2])
+            bisect.insort(self._starving, (arrival, seq, req), key=_starving_key)
             self._where[rid] = (True, (arrival, seq))
             self.num_promoted += 1
 
@@ -143,7 +151,7 @@ class ValueQueue(WaitingQueue):
         self._seq += 1
         seq = self._seq
         key = (stage, value, req.arrival_ns, seq)
-        bisect.insort(self._main, (*key, req), key=lambda x: x[:4])
+        bisect.insort(self._main, (*key, req), key=_main_key)
         self._where[req.request_id] = (False, key)
         self._age.append((ready_ns, seq, req.request_id))
 
@@ -164,10 +172,10 @@ class ValueQueue(WaitingQueue):
     def remove(self, req: Request) -> None:
         starving, key = self._where.pop(req.request_id)
         if starving:
-            i = bisect.bisect_left(self._starving, key, key=lambda x: x[:2])
+            i = bisect.bisect_left(self._starving, key, key=_starving_key)
             del self._starving[i]
         else:
-            i = bisect.bisect_left(self._main, key, key=lambda x: x[:4])
+            i = bisect.bisect_left(self._main, key, key=_main_key)
             del self._main[i]
 
     def __contains__(self, req: object) -> bool:
@@ -178,7 +186,7 @@ class ValueQueue(WaitingQueue):
 
     def __iter__(self) -> Iterator[Request]:
         main = self._main
-        n0 = bisect.bisect_left(main, (1,), key=lambda x: x[:1])
+        n0 = bisect.bisect_left(main, 1.0, key=lambda x: x[0])
         yield from (e[4] for e in main[:n0])
         yield from (e[2] for e in self._starving)
         yield from (e[4] for e in main[n0:])
