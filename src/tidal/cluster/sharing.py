@@ -9,37 +9,24 @@ numpy arrays alike, so vectorised decode runs stay bit-identical (DESIGN.md §2)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from tidal.hardware.perf import PerfModel
+from tidal.hardware.perf import PerfModel, WrappedPerfModel
 
 
-class SharedPerfModel(PerfModel):
+class SharedPerfModel(WrappedPerfModel):
     name = "sm-share"
 
     def __init__(self, base: PerfModel, share: float, k_prefill: float, k_decode: float) -> None:
         if not 0 < share <= 1:
             raise ValueError("SM share must be in (0, 1]")
-        self.base = base
+        super().__init__(base)
         self.share = share
         self.f_prefill = 1.0 / min(1.0, share * k_prefill)
         self.f_decode = 1.0 / min(1.0, share * k_decode)
 
-    def step_seconds(
-        self,
-        num_decodes: int,
-        decode_ctx: Any,
-        prefill_tokens: int,
-        prefill_attn: int,
-        prefill_ctx: int,
-        num_prefills: int,
-        mx: Callable[[Any, Any], Any] = max,
-    ) -> Any:
-        s = self.base.step_seconds(
-            num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
-        )
-        return s * (self.f_prefill if prefill_tokens else self.f_decode)
+    def adjust(self, seconds: Any, num_decodes: int, prefill_tokens: int) -> Any:
+        return seconds * (self.f_prefill if prefill_tokens else self.f_decode)
 
     def describe(self) -> dict[str, Any]:
         return {**self.base.describe(), "sm_share": self.share}

@@ -34,14 +34,13 @@ Where the coefficients come from:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tidal.hardware.calibration import CALIBRATIONS
 from tidal.hardware.gpus import GPUS, GPUSpec
 from tidal.hardware.models import ModelSpec, get_model
-from tidal.hardware.perf import LinearPerfModel, PerfModel, RooflinePerfModel
+from tidal.hardware.perf import LinearPerfModel, PerfModel, RooflinePerfModel, WrappedPerfModel
 
 
 @dataclass(frozen=True)
@@ -160,35 +159,23 @@ def step_interference(model: ModelSpec, gpu: GPUSpec, tp: int = 1) -> tuple[Quad
     return derived_interference(model, gpu, tp), "derived from bandwidth (power law) and roofline"
 
 
-class InterferencePerfModel(PerfModel):
+class InterferencePerfModel(WrappedPerfModel):
     """A base model plus ``ΔI(r)·(n_p + n_d)`` on mixed steps (prefill and decode together).
 
     Exclusive steps return the base model's value unchanged, and ``decode_run_ns`` is the
     base's, so the fast-forward exactness contract of :mod:`tidal.hardware.perf` holds."""
 
     def __init__(self, base: PerfModel, interference: Quadratic, source: str = "") -> None:
-        self.base = base
+        super().__init__(base)
         self.interference = interference
         self.source = source
         self.name = f"{base.name}+interference"
 
-    def step_seconds(
-        self,
-        num_decodes: int,
-        decode_ctx: Any,
-        prefill_tokens: int,
-        prefill_attn: int,
-        prefill_ctx: int,
-        num_prefills: int,
-        mx: Callable[[Any, Any], Any] = max,
-    ) -> Any:
-        s = self.base.step_seconds(
-            num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
-        )
+    def adjust(self, seconds: Any, num_decodes: int, prefill_tokens: int) -> Any:
         if prefill_tokens > 0 and num_decodes > 0:
             tokens = prefill_tokens + num_decodes
-            s = s + self.interference(num_decodes / tokens) * tokens
-        return s
+            return seconds + self.interference(num_decodes / tokens) * tokens
+        return seconds
 
     def decode_run_ns(self, num_decodes: int, decode_ctx: int, num_steps: int) -> Any:
         return self.base.decode_run_ns(num_decodes, decode_ctx, num_steps)

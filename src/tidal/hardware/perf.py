@@ -92,6 +92,34 @@ class PerfModel(ABC):
         return {"name": self.name}
 
 
+class WrappedPerfModel(PerfModel):
+    """A perf model that adjusts another's step time (SM sharing, mixed-step interference).
+
+    ``adjust`` receives the base model's seconds (a float, or an array of a decode run) and
+    must keep the exactness contract: the same IEEE operations on scalars and arrays."""
+
+    def __init__(self, base: PerfModel) -> None:
+        self.base = base
+
+    @abstractmethod
+    def adjust(self, seconds: Any, num_decodes: int, prefill_tokens: int) -> Any: ...
+
+    def step_seconds(
+        self,
+        num_decodes: int,
+        decode_ctx: Any,
+        prefill_tokens: int,
+        prefill_attn: int,
+        prefill_ctx: int,
+        num_prefills: int,
+        mx: Callable[[Any, Any], Any] = max,
+    ) -> Any:
+        s = self.base.step_seconds(
+            num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
+        )
+        return self.adjust(s, num_decodes, prefill_tokens)
+
+
 class RooflinePerfModel(PerfModel):
     """Roofline: per layer group, time = max(FLOPs / (η_F·F), bytes / (η_B·BW)).
 
