@@ -51,3 +51,22 @@ def test_weighted_percentiles_invert_the_cdf():
     v = np.array([10, 20, 30])
     w = np.array([1, 1, 8])
     assert weighted_percentiles(v, w, (10, 20, 50, 99)) == [10.0, 20.0, 30.0, 30.0]
+
+
+def test_log_histogram_percentiles_within_bin_width():
+    import numpy as np
+
+    from tidal.core.histogram import LogHistogram
+
+    rng = np.random.default_rng(0)
+    values = rng.integers(1_000_000, 200_000_000, 50_000)
+    weights = rng.integers(1, 300, 50_000)
+    h = LogHistogram()
+    for v, w in zip(values[:1000].tolist(), weights[:1000].tolist(), strict=True):
+        h.add(v, w)
+    for w in np.unique(weights[1000:]):
+        h.add_many(values[1000:][weights[1000:] == w], int(w))
+    exact = weighted_percentiles(values, weights, (50, 90, 99))
+    for got, want in zip(h.percentiles((50, 90, 99)), exact, strict=True):
+        assert abs(got - want) / want < 1 / 256
+    assert h.total_weight == weights.sum()

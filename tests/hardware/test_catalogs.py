@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,10 @@ def test_decode_run_is_bit_identical_to_stepwise_calls():
     ):
         run = p.decode_run_ns(37, 37 * 900, 500)
         assert run.tolist() == [p.step_ns(37, 37 * 900 + 37 * i) for i in range(500)]
+        c, a = p.decode_affine(37)
+        assert [
+            max(1, math.floor((c + a * (37 * 900 + 37 * i)) * 1e9 + 0.5)) for i in range(500)
+        ] == run.tolist()
 
 
 def test_model_that_does_not_fit_states_the_numbers():

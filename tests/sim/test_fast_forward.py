@@ -68,3 +68,77 @@ def test_fast_forward_skips_most_events_on_a_decode_heavy_run():
     _, fast, _ = simulate(rs, make_scheduler(num_blocks=2000), perf, fast_forward=True)
     assert slow.num_events > 2000
     assert fast.num_events < 20
+
+
+@given(
+    rs=workloads(),
+    blocks=st.integers(60, 400),
+    block_size=st.sampled_from([4, 16]),
+    budget=st.sampled_from([64, 256, 2048]),
+    max_seqs=st.integers(1, 32),
+    perf_idx=st.integers(0, len(PERFS) - 1),
+    concurrency=st.one_of(st.none(), st.integers(1, 8)),
+    batching=st.sampled_from(["eb", "ebplus"]),
+    cadence=st.integers(1, 6),
+    cooldown=st.integers(0, 2),
+    n_cooldown_s=st.sampled_from([0.0, 0.02, 2.0]),
+)
+def test_fast_forward_is_exact_for_exclusive_batching(
+    rs,
+    blocks,
+    block_size,
+    budget,
+    max_seqs,
+    perf_idx,
+    concurrency,
+    batching,
+    cadence,
+    cooldown,
+    n_cooldown_s,
+):
+    """EB's phase machine and EB⁺'s per-step demand EMA, surge test and mode switches must
+    give the same timestamps whether decode runs are fast-forwarded or stepped."""
+    from tests.engine.eb_helpers import make_eb
+    from tidal.engine.ebplus import EBPlusScheduler
+    from tidal.hardware.interference import step_costs
+
+    longest = int((rs.prompt_len + rs.output_len).max())
+    blocks = max(blocks, -(-longest // block_size) + 2)
+    m, g, kind = PERFS[perf_idx]
+    model, gpu = get_model(m), get_gpu(g)
+    perf = build_perf_model(kind, model, gpu, interference=True)
+    costs = step_costs(model, gpu, 1, perf)
+    budget = max(budget, max_seqs)
+    cls = EBPlusScheduler if batching == "ebplus" else None
+    runs = []
+    for ff in (False, True):
+        s = make_eb(
+            blocks,
+            block_size,
+            budget,
+            max_seqs,
+            **({"cls": cls} if cls else {}),
+            costs=costs,
+            update_every=cadence,
+            min_samples=1,
+            window=8,
+            drain_n=1,
+            delta=0.0,
+            cooldown=cooldown,
+            n_update_cooldown_s=n_cooldown_s,
+        )
+        rec, sim, _ = simulate(rs, s, perf, fast_forward=ff, concurrency=concurrency)
+        runs.append((rec, sim, s))
+    (a, sa, s1), (b, sb, s2) = runs
+    for col in ("first_scheduled_ns", "first_token_ns", "finish_ns", "num_preemptions"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+    assert s1.num_steps == s2.num_steps
+    assert s1.extra_metrics() == s2.extra_metrics()
+    if batching == "ebplus":
+        assert s1.n_obs == s2.n_obs
+        assert (
+            s1.extra_tables()["ebplus"]["n_obs"].tolist()
+            == s2.extra_tables()["ebplus"]["n_obs"].tolist()
+        )
+    assert sb.num_events <= sa.num_events
+    assert s2.kv.num_free_blocks == s2.kv.num_blocks

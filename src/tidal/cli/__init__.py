@@ -69,6 +69,8 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("token_throughput", "tok/s (in+out)", "{:,.0f}"),
         ("roofline_token_throughput", "roofline tok/s", "{:,.0f}"),
         ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
+        ("ttft_p90_s", "TTFT p90 s", "{:.3f}"),
+        ("ttft_p95_s", "TTFT p95 s", "{:.3f}"),
         ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
         ("tpot_p50_s", "TPOT p50 ms", "ms"),
         ("tpot_p99_s", "TPOT p99 ms", "ms"),
@@ -78,9 +80,24 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("goodput", "goodput req/s", "{:.3f}"),
         ("slo_attainment", "SLO attainment", "{:.1%}"),
         ("num_preemptions", "preemptions", "{:.0f}"),
+        ("mode_switches", "EB+ mode switches", "{:.0f}"),
+        ("eb_time_share", "EB time share", "{:.1%}"),
+        ("cold_starts", "cold starts", "{:.0f}"),
+        ("prewarm_hit_rate", "prewarm hit rate", "{:.1%}"),
+        ("gpu_seconds", "GPU-seconds", "{:,.0f}"),
     ]
-    extra = sorted({k for r in rows.values() for k in r} & {"mode_switches", "eb_time_share"})
-    keys += [(k, k, "{:.3f}") for k in extra]
+    augmented = [
+        ("effective_throughput", "effective req/s", "{:.3f}"),
+        ("normalized_latency_p50_s", "norm. latency p50 ms/tok", "ms"),
+        ("normalized_latency_p99_s", "norm. latency p99 ms/tok", "ms"),
+        ("num_intercepts", "intercepts", "{:.0f}"),
+        ("waste_preserve_gb_s", "waste preserve GB·s", "{:,.0f}"),
+        ("waste_recompute_gb_s", "waste recompute GB·s", "{:,.0f}"),
+        ("waste_swap_gb_s", "waste swap GB·s", "{:,.0f}"),
+    ]
+    keys += augmented
+    present = {k for r in rows.values() for k in r}
+    keys = [k for k in keys if k[0] in present]
     t = Table(title=title)
     t.add_column("metric")
     for name in rows:
@@ -131,6 +148,7 @@ def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> An
             result.run_info,
             extra_tables=result.extras.get("tables"),
             extra_json=result.extras.get("json"),
+            extra_summary=result.extras.get("summary"),
         )
     return result
 
@@ -140,4 +158,15 @@ def main() -> None:  # pragma: no cover
 
 
 # Command modules register themselves on ``app`` when imported.
-from tidal.cli import calibrate, demo, fidelity, serve, simulate, trace  # noqa: E402, F401
+from tidal.cli import (  # noqa: E402, F401
+    calibrate,
+    demo,
+    ebplus,
+    fidelity,
+    plan,
+    report,
+    serve,
+    simulate,
+    sweep,
+    trace,
+)

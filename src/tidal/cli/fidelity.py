@@ -247,6 +247,7 @@ def _mean_columns(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _real_run(
     rt_cfg: Any, reqs: Any, prompts: list[list[int]], sim_cfg: Any, clock: str
 ) -> dict[str, Any]:
+    from tidal.core.histogram import LogHistogram
     from tidal.core.metrics import summarize
     from tidal.core.request import Request
     from tidal.runtime.config import build_engine
@@ -275,10 +276,13 @@ def _real_run(
     import numpy as np
 
     periods = np.array([r.period_ns for r in steps], dtype=np.int64)
-    decodes = np.array([r.shape.num_decodes for r in steps], dtype=np.int64)
+    itl = LogHistogram()  # a step's duration, weighted by its decode tokens (as the simulator)
+    for r in steps:
+        if r.shape.num_decodes:
+            itl.add(r.period_ns, r.shape.num_decodes)
     cols = recorder.columns()
     slo = sim_cfg.slo
-    metrics = summarize(cols, slo.ttft_s, slo.tpot_s, periods[decodes > 0], decodes[decodes > 0])
+    metrics = summarize(cols, slo.ttft_s, slo.tpot_s, itl)
     n = max(len(steps), 1)
     step_ns = eng.schedule_ns + eng.execute_ns + eng.update_ns
     overhead = {

@@ -41,7 +41,9 @@ def simulate(
     start_s: Annotated[float | None, Opt(help="Trace window start (s from first arrival).")] = None,
     end_s: Annotated[float | None, Opt(help="Trace window end (s from first arrival).")] = None,
     num_requests: Annotated[int | None, Opt(help="Synthetic: number of requests.")] = None,
-    rate: Annotated[str | None, Opt(help="Synthetic: arrival rate in req/s, or inf.")] = None,
+    rate: Annotated[
+        str | None, Opt(help="Synthetic: arrival rate in req/s, or inf; cluster: the mix total.")
+    ] = None,
     arrival_cv: Annotated[
         float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson).")
     ] = None,
@@ -53,7 +55,35 @@ def simulate(
     max_prompt_len: Annotated[int | None, Opt(help="Cap prompt lengths.")] = None,
     max_output_len: Annotated[int | None, Opt(help="Cap output lengths.")] = None,
     concurrency: Annotated[int | None, Opt(help="Closed loop: requests kept in flight.")] = None,
-    batching: Annotated[str | None, Opt(help="Batching policy (mb, ...).")] = None,
+    workload: Annotated[
+        str | None,
+        Opt(
+            help="Augmented workload: infercept-mix | infercept:TYPE[,TYPE] | augmented:FILE.jsonl."
+        ),
+    ] = None,
+    call_time_dist: Annotated[
+        str | None, Opt(help="Augmented: call times per type, or N|U|R|L|B (INFERCEPT).")
+    ] = None,
+    serving_policy: Annotated[
+        str | None,
+        Opt(help="Augmented: vllm | infercept | augserve (| augserve-ordering | augserve-budget)."),
+    ] = None,
+    predictor: Annotated[
+        str | None, Opt(help="Augmented: oracle | noisy | mean | none (AugServe's predictions).")
+    ] = None,
+    swap_space_gb: Annotated[
+        float | None, Opt(help="Augmented: host swap space per GPU for KV, GB.")
+    ] = None,
+    slo_norm_latency: Annotated[
+        float | None,
+        Opt(help="Augmented: normalized-latency SLO (s/token) of effective throughput."),
+    ] = None,
+    warmup: Annotated[
+        int | None, Opt(help="Warm-up requests sent first and not measured (--num-warmups).")
+    ] = None,
+    batching: Annotated[
+        str | None, Opt(help="Batching policy: mb (mixed), eb (exclusive), ebplus (EB⁺).")
+    ] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
     token_budget: Annotated[int | None, Opt(help="Max tokens per step (B).")] = None,
     max_seqs: Annotated[int | None, Opt(help="Max running requests (N).")] = None,
@@ -62,8 +92,40 @@ def simulate(
     slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
     seed: Annotated[int | None, Opt(help="Run seed.")] = None,
     no_fast_forward: Annotated[bool, Opt("--no-fast-forward", help="Simulate every step.")] = False,
+    cluster: Annotated[
+        str | None, Opt(help="Multi-model cluster NODESxGPUS:GPU, e.g. 2x8:h100.")
+    ] = None,
+    models: Annotated[
+        str | None, Opt(help="Cluster: comma list of model ids (repeats allowed; id:tp).")
+    ] = None,
+    placement: Annotated[
+        str | None, Opt(help="Cluster: dedicated | serverlessllm | muxserve | warmserve.")
+    ] = None,
+    alpha: Annotated[float | None, Opt(help="Cluster: power-law skew of model shares.")] = None,
+    warmserve_disable: Annotated[
+        list[str] | None,
+        Opt(
+            help="Cluster: WarmServe features to turn off (repeatable or comma list): "
+            "forecast, placement, kv-reservation, memory-switching, unified-memory, "
+            "engine-prewarm, device-prewarm, all."
+        ),
+    ] = None,
+    mix: Annotated[
+        str | None, Opt(help="Cluster workload: azure (trace mapping) | servegen (14-day rates).")
+    ] = None,
+    days: Annotated[float | None, Opt(help="Cluster servegen mix: days to simulate.")] = None,
+    plot: Annotated[bool, Opt("--plot/--no-plot", help="Cluster: write gpu_timeline.png.")] = True,
+    interference: Annotated[
+        bool | None,
+        Opt(
+            "--interference/--no-interference",
+            help="Charge mixed steps the EB paper's prefill/decode interference (default: only "
+            "where measured, Qwen3-8B on H200 and RTX PRO 6000; on: bandwidth-derived elsewhere).",
+        ),
+    ] = None,
 ) -> None:
-    """Simulate one serving instance on a trace or a synthetic workload."""
+    """Simulate one serving instance, or a multi-model cluster (--cluster), on a trace or a
+    synthetic workload."""
     from tidal.sim.config import load_config, load_yaml
 
     try:
@@ -88,6 +150,13 @@ def simulate(
             ("workload.max_prompt_len", max_prompt_len),
             ("workload.max_output_len", max_output_len),
             ("workload.concurrency", concurrency),
+            ("workload.augmented", workload),
+            ("workload.call_time_dist", call_time_dist),
+            ("augment.serving_policy", serving_policy),
+            ("augment.predictor", predictor),
+            ("augment.swap_space_gb", swap_space_gb),
+            ("slo.norm_latency_s", slo_norm_latency),
+            ("workload.warmup_requests", warmup),
             ("scheduler.batching", batching),
             ("scheduler.ordering", ordering),
             ("scheduler.token_budget", token_budget),
@@ -100,14 +169,44 @@ def simulate(
             _set(flags, key, val)
         if no_fast_forward:
             flags["fast_forward"] = False
+        in_cluster = cluster is not None or models is not None or placement is not None
+        if in_cluster or "cluster" in data:
+            _set(flags, "cluster.spec", cluster)
+            _set(flags, "cluster.models", models)
+            _set(flags, "cluster.placement", placement)
+            _set(flags, "cluster.mix.alpha", alpha)
+            _set(flags, "cluster.mix.kind", mix)
+            _set(flags, "cluster.mix.days", days)
+            _set(flags, "cluster.warmserve.disable", warmserve_disable)
+            rate_value = flags.get("workload", {}).pop("rate", None)
+            _set(flags, "cluster.mix.rate", rate_value)
+            flags.setdefault("cluster", {})
+            if mix == "servegen" and trace is None and not data.get("workload", {}).get("trace"):
+                _set(flags, "workload.trace", "servegen/servegen_aggregate_rate_10min.csv.gz")
+        if interference is not None:
+            flags["interference"] = interference
         data = _deep_merge(data, flags)
         data.setdefault("workload", {})
         cfg = load_config(data)
         result = _run_and_write(cfg, out)
+        if out is not None and "ebplus" in result.extras.get("tables", {}):
+            from tidal.report.ebplus_plot import plot_ebplus
+
+            plot_ebplus(
+                result.extras["tables"]["ebplus"],
+                Path(out) / "ebplus_mode.png",
+                f"EB⁺: {cfg.model} on {cfg.gpu}",
+                cfg.scheduler.eb.sticky,
+            )
     except TidalError as err:
         _fail(err)
         return
+    if cfg.cluster is not None:
+        _print_cluster(cfg, result, out, plot)
+        return
     title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.scheduler.batching}"
+    if cfg.workload.augmented is not None:
+        title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.augment.serving_policy}"
     if cfg.perf_model.startswith("profile:"):
         title = f"{cfg.model}, measured {cfg.perf_model}, {cfg.scheduler.batching}"
     console.print(metrics_table(title, {"this run": result.metrics}))
@@ -116,4 +215,27 @@ def simulate(
         f"simulated {result.metrics['num_requests']:,} requests in {info['simulate_s']:.2f} s "
         f"({info['simulated_requests_per_s']:,.0f} req/s, {info['num_events']:,} events)"
         + (f"; results in {out}" if out else "")
+    )
+
+
+def _print_cluster(cfg: Any, result: Any, out: Path | None, plot: bool) -> None:
+    c = cfg.cluster
+    per_model = result.extras["summary"]["per_model"]
+    rows = {"all": result.metrics, **per_model}
+    title = f"{c.placement} on {c.spec}: {', '.join(per_model)}"
+    console.print(metrics_table(title, rows))
+    m = result.metrics
+    hit = m.get("prewarm_hit_rate")
+    console.print(
+        f"instance starts {m['instance_starts']}, cold starts {m['cold_starts']}, prewarm hit "
+        f"rate {'—' if hit is None else f'{hit:.1%}'}, GPU-seconds {m['gpu_seconds']:,.0f}"
+    )
+    if out is not None and plot:
+        from tidal.report.cluster_plot import plot_gpu_timeline
+
+        plot_gpu_timeline(result, out / "gpu_timeline.png")
+    info = result.run_info
+    console.print(
+        f"simulated {m['num_requests']:,} requests in {info['simulate_s']:.2f} s "
+        f"({info['num_events']:,} events)" + (f"; results in {out}" if out else "")
     )

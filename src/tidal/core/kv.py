@@ -101,6 +101,37 @@ class KVBlockManager:
         req.num_blocks = n
         return True
 
+    def swap_out_blocks(self, req: Request, n: int) -> int:
+        """Chunked swap-out: move up to ``n`` of ``req``'s GPU blocks to host memory (bounded
+        by its GPU blocks and the free host blocks). Returns the number moved. Counting only
+        (no block ids): the simulator's budgeted, pipelined swapping (augserve.md §2.2)."""
+        if self.track_ids:
+            raise RuntimeError("partial swaps are not supported with block ids")
+        m = max(0, min(n, req.num_blocks, self.num_free_host_blocks))
+        if m:
+            req.num_blocks -= m
+            self.num_free_blocks += m
+            self.num_free_host_blocks -= m
+            self._host[req.request_id] = self._host.get(req.request_id, 0) + m
+        return m
+
+    def swap_in_blocks(self, req: Request, n: int, keep_free: int = 0) -> int:
+        """Chunked swap-in: move up to ``n`` of ``req``'s host blocks back to the GPU, leaving
+        at least ``keep_free`` GPU blocks free. Returns the number moved."""
+        if self.track_ids:
+            raise RuntimeError("partial swaps are not supported with block ids")
+        have = self._host.get(req.request_id, 0)
+        m = max(0, min(n, have, self.num_free_blocks - keep_free))
+        if m:
+            req.num_blocks += m
+            self.num_free_blocks -= m
+            self.num_free_host_blocks += m
+            if m == have:
+                del self._host[req.request_id]
+            else:
+                self._host[req.request_id] = have - m
+        return m
+
     def host_blocks_of(self, req: Request) -> int:
         return self._host.get(req.request_id, 0)
 

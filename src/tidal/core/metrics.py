@@ -3,10 +3,11 @@
 Definitions (vLLM ``bench serve`` conventions): TTFT = first token − arrival; E2E = finish −
 arrival; TPOT = (finish − first token)/(output tokens − 1), for requests with > 1 output token;
 queueing delay = first scheduled − arrival; inter-token latency (ITL) samples are step durations
-weighted by the decode tokens they produced. Throughputs divide by the makespan (first arrival
-to last completion). A request meets the SLO when TTFT ≤ ``slo_ttft_s`` and TPOT ≤
-``slo_tpot_s`` (TPOT counts as met for one-token outputs); goodput = such completed requests per
-second; SLO attainment = their share of *all* requests (unfinished ones count as misses).
+weighted by the decode tokens they produced (kept in a log histogram with 0.4% bins).
+Throughputs divide by the makespan (first arrival to last completion). A request meets the SLO
+when TTFT ≤ ``slo_ttft_s`` and TPOT ≤ ``slo_tpot_s`` (TPOT counts as met for one-token
+outputs); goodput = such completed requests per second; SLO attainment = their share of *all*
+requests (unfinished ones count as misses).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from tidal.core.histogram import LogHistogram
 
 PCTS = (50, 90, 99)
 
@@ -67,8 +70,7 @@ def summarize(
     cols: dict[str, np.ndarray],
     slo_ttft_s: float,
     slo_tpot_s: float,
-    itl_ns: np.ndarray | None = None,
-    itl_weight: np.ndarray | None = None,
+    itl: LogHistogram | None = None,
 ) -> dict[str, Any]:
     lat = request_latencies(cols)
     done = cols["finish_ns"] >= 0
@@ -84,12 +86,9 @@ def summarize(
     _pcts("tpot", tpot, m)
     _pcts("e2e", e2e, m)
     _pcts("queue", queue, m)
-    if itl_ns is not None and itl_weight is not None and len(itl_ns) and itl_weight.sum() > 0:
-        for p, v in zip(PCTS, weighted_percentiles(itl_ns, itl_weight, PCTS), strict=True):
-            m[f"itl_p{p}_s"] = v / 1e9
-    else:
-        for p in PCTS:
-            m[f"itl_p{p}_s"] = None
+    itl_pcts = itl.percentiles(PCTS) if itl is not None else [None] * len(PCTS)
+    for p, v in zip(PCTS, itl_pcts, strict=True):
+        m[f"itl_p{p}_s"] = v / 1e9 if v is not None else None
     if n_done:
         start = int(cols["arrival_ns"].min())
         end = int(cols["finish_ns"][done].max())

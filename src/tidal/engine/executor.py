@@ -27,4 +27,5 @@ class ModelledExecutor:
         self.perf = perf
 
     def execute(self, plan: StepPlan, scheduler: Scheduler) -> StepResult:
-        return StepResult(self.perf.shape_ns(plan.shape()))
+        d = self.perf.shape_ns(plan.shape()) if plan.num_tokens else 0
+        return StepResult(d + plan.stall_ns)

@@ -23,6 +23,9 @@ class StepPlan:
     preempted: list[Request] = field(default_factory=list)
     num_steps: int = 1
     """>1 when the simulator fast-forwards identical pure-decode steps in one event."""
+    stall_ns: int = 0
+    """Time the step spends on top of its compute (e.g. a KV swap that no compute hides);
+    a step may consist of a stall alone."""
 
     @property
     def prefill_tokens(self) -> int:
@@ -34,7 +37,7 @@ class StepPlan:
 
     @property
     def is_empty(self) -> bool:
-        return self.num_decodes == 0 and not self.prefills
+        return self.num_decodes == 0 and not self.prefills and self.stall_ns == 0
 
     @property
     def is_pure_decode(self) -> bool:

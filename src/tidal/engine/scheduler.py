@@ -15,15 +15,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
 from tidal.core.request import Request, RequestState
 from tidal.engine.decode_pool import DecodePool
+from tidal.engine.eb_options import EBOptions
 from tidal.engine.ordering import FCFSQueue, WaitingQueue
 from tidal.engine.plan import StepPlan
+
+if TYPE_CHECKING:
+    from tidal.hardware.interference import StepCosts
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,10 @@ class SchedulerConfig:
     """Running-request cap N."""
     long_prefill_token_threshold: int = 0
     """Cap on one request's prefill chunk per step (0: only the budget caps it)."""
+    costs: StepCosts | None = None
+    """The deployment's linear step costs (policies that reason about step cost: ``eb``)."""
+    eb: EBOptions = field(default_factory=EBOptions)
+    """Options of the exclusive-batching policies (``eb``, ``ebplus``)."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -59,6 +67,9 @@ class Scheduler(ABC):
         """Running requests still behind on computed tokens (not in the decode pool)."""
         self.pool = DecodePool(kv.block_size)
         self.on_finish: Callable[[Request], None] | None = None
+        self.on_pause: Callable[[Request, int], None] | None = None
+        """Set by the driver: a request paused on an external call that returns at the given
+        time (ns); the driver must then call :meth:`resume` (augmented requests)."""
         self.admission_blocked_by_kv = False
         self.num_preemptions = 0
         self.num_steps = 0
@@ -97,6 +108,10 @@ class Scheduler(ABC):
     def extra_tables(self) -> dict[str, dict[str, Any]]:
         """Policy-specific time series, written as ``DIR/<name>.parquet``."""
         return {}
+
+    def resume(self, req: Request, now_ns: int) -> None:
+        """An external call of ``req`` returned (policies that pause requests override)."""
+        raise NotImplementedError(f"{self.name} does not pause requests")
 
     # ------------------------------------------------------------------ apply
     def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
@@ -154,13 +169,14 @@ class Scheduler(ABC):
             chunk_need[req.request_id] = blocks
             need += blocks
         while need > kv.num_free_blocks:
+            if self._reclaim(need - kv.num_free_blocks):
+                continue
             victim = next(reversed(self.running.values()))
             if victim.in_pool:
                 need -= 1 if pool.needs_block(victim) else 0
             else:
-                blocks = chunk_need.pop(victim.request_id, None)
-                if blocks is not None:
-                    need -= blocks
+                if victim.request_id in chunk_need:
+                    need -= chunk_need.pop(victim.request_id)
                     for i, (r, n) in enumerate(chunks):
                         if r is victim:
                             budget += n
@@ -176,11 +192,20 @@ class Scheduler(ABC):
         plan.decode_ctx = pool.decode_ctx()
         return budget
 
-    def _admit_waiting(self, plan: StepPlan, budget: int, now_ns: int) -> int:
-        """Admit from the queue head while under N, within budget, and above the KV watermark."""
+    def _reclaim(self, num_blocks: int) -> bool:
+        """Free up to ``num_blocks`` KV blocks held outside the running set before a running
+        request is preempted; True if any were freed (default: nothing to reclaim)."""
+        return False
+
+    def _admit_waiting(
+        self, plan: StepPlan, budget: int, now_ns: int, max_seqs: int | None = None
+    ) -> int:
+        """Admit from the queue head while under N (``max_seqs``, default the configured N),
+        within budget, and above the KV watermark."""
         self.admission_blocked_by_kv = False
         waiting, kv = self.waiting, self.kv
-        max_seqs = self.config.max_num_seqs
+        if max_seqs is None:
+            max_seqs = self.config.max_num_seqs
         cap = self.config.long_prefill_token_threshold
         while len(waiting) and len(self.running) < max_seqs and budget > 0:
             req = waiting.peek()

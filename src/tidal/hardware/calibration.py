@@ -68,13 +68,27 @@ def build_perf_model(
     gpu: GPUSpec,
     tp: int = 1,
     eff_bw: float = 0.8,
+    interference: bool = False,
     **roofline_kw: float,
 ) -> PerfModel:
     """``profile:PATH``: the profile measured on the real engine (``tidal calibrate``).
     ``auto``: the measured linear model where one exists for (model, GPU, TP), else the
     roofline. ``linear``: measured constants, or constants derived from the roofline (α from a
     one-token step, β from the marginal cost of a 512-token-context decode and of a prefill
-    token) when none were measured."""
+    token) when none were measured. ``interference`` adds the mixed-step interference term of
+    :mod:`tidal.hardware.interference` (EB paper §1.2) on top of either."""
+    base = _build_base(kind, model, gpu, tp, eff_bw, **roofline_kw)
+    if not interference:
+        return base
+    from tidal.hardware.interference import InterferencePerfModel, step_interference
+
+    q, source = step_interference(model, gpu, tp)
+    return InterferencePerfModel(base, q, source)
+
+
+def _build_base(
+    kind: str, model: ModelSpec, gpu: GPUSpec, tp: int, eff_bw: float, **roofline_kw: float
+) -> PerfModel:
     check_perf_model(kind)
     if kind.startswith(PROFILE_PREFIX):
         from tidal.hardware.profiled import ProfiledPerfModel
@@ -93,9 +107,10 @@ def build_perf_model(
     )
 
 
-def derive_linear(roof: RooflinePerfModel, ctx_ref: int = 512) -> LinearCalibration:
-    """Fit α/β to the roofline the way the paper fits its GPU measurements: prefill sizes
-    256…4096, decode batches 16…1024 at ``ctx_ref`` context (ebplus.md §1.1), least squares."""
+def derive_linear(roof: PerfModel, ctx_ref: int = 512) -> LinearCalibration:
+    """Fit α/β to the roofline (or any step-time model, e.g. a measured profile) the way the
+    paper fits its GPU measurements: prefill sizes 256…4096, decode batches 16…1024 at
+    ``ctx_ref`` context (ebplus.md §1.1), least squares."""
     import numpy as np
 
     p = np.array([256, 512, 1024, 2048, 4096])
@@ -109,5 +124,7 @@ def derive_linear(roof: RooflinePerfModel, ctx_ref: int = 512) -> LinearCalibrat
         float(beta_p),
         float(max(alpha_d, 1e-6, 0.01 * beta_d)),
         float(beta_d),
-        f"derived from the roofline of {roof.model.name} on {roof.gpu.name}",
+        f"derived from the roofline of {roof.model.name} on {roof.gpu.name}"
+        if isinstance(roof, RooflinePerfModel)
+        else f"derived from the {roof.name} model",
     )

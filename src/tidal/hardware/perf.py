@@ -86,8 +86,46 @@ class PerfModel(ABC):
         ns = np.floor(s * 1e9 + 0.5).astype(np.int64)
         return np.maximum(ns, 1)
 
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        """``(c, a)`` such that a pure-decode step of ``num_decodes`` requests with total
+        context ``x`` takes exactly ``c + a * x`` seconds — the same float operations, in the
+        same order, as :meth:`step_seconds` — or None when the model is not affine in the
+        context. Lets the simulator time long decode runs without calling the model per step."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
+
+
+class WrappedPerfModel(PerfModel):
+    """A perf model that adjusts another's step time (SM sharing, mixed-step interference).
+
+    ``adjust`` receives the base model's seconds (a float, or an array of a decode run) and
+    must keep the exactness contract: the same IEEE operations on scalars and arrays."""
+
+    def __init__(self, base: PerfModel) -> None:
+        self.base = base
+
+    @abstractmethod
+    def adjust(self, seconds: Any, num_decodes: int, prefill_tokens: int) -> Any: ...
+
+    def step_seconds(
+        self,
+        num_decodes: int,
+        decode_ctx: Any,
+        prefill_tokens: int,
+        prefill_attn: int,
+        prefill_ctx: int,
+        num_prefills: int,
+        mx: Callable[[Any, Any], Any] = max,
+    ) -> Any:
+        s = self.base.step_seconds(
+            num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
+        )
+        return self.adjust(s, num_decodes, prefill_tokens)
+
+    def idle_penalty_ns(self, idle_ns: int) -> int:
+        return self.base.idle_penalty_ns(idle_ns)
 
 
 class RooflinePerfModel(PerfModel):
@@ -175,6 +213,11 @@ class RooflinePerfModel(PerfModel):
         rest = self._kv_write * tokens + (self._comm0 + self._comm * tokens if self.tp > 1 else 0.0)
         return fixed + lin + attn_p + rest + self._attn_d * decode_ctx
 
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        # step_seconds ends with "+ self._attn_d * decode_ctx"; with a context of 0 the sum
+        # before it is returned unchanged (x + 0.0 == x), so c + a·x repeats it exactly.
+        return self.step_seconds(num_decodes, 0, 0, 0, 0, 0), self._attn_d
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -230,6 +273,11 @@ class LinearPerfModel(PerfModel):
         if num_decodes == 0:
             return base
         return base + self.beta_d0 * num_decodes + self.kappa * decode_ctx
+
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        if num_decodes == 0:
+            return None
+        return self.alpha_d + self.beta_d0 * num_decodes, self.kappa
 
     def describe(self) -> dict[str, Any]:
         return {

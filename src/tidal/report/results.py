@@ -29,10 +29,15 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def summary_dict(config: dict[str, Any], seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
-    return _clean(
-        {"config": config, "seed": seed, "tidal_version": tidal.__version__, "metrics": metrics}
-    )
+def summary_dict(
+    config: dict[str, Any],
+    seed: int,
+    metrics: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    out = {"config": config, "seed": seed, "tidal_version": tidal.__version__, "metrics": metrics}
+    out.update(extra or {})
+    return _clean(out)
 
 
 def write_run(
@@ -44,6 +49,7 @@ def write_run(
     run_info: dict[str, Any],
     extra_tables: dict[str, dict[str, Any]] | None = None,
     extra_json: dict[str, Any] | None = None,
+    extra_summary: dict[str, Any] | None = None,
 ) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -53,5 +59,5 @@ def write_run(
     for name, obj in (extra_json or {}).items():
         write_json(out / f"{name}.json", _clean(obj))
     write_json(out / "run.json", _clean(run_info))
-    write_json(out / "summary.json", summary_dict(config, seed, metrics))
+    write_json(out / "summary.json", summary_dict(config, seed, metrics, extra_summary))
     return out

@@ -27,7 +27,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -176,7 +176,7 @@ class EngineDriver:
         async for ev in self.events(handle):
             yield ev
 
-    async def events(self, handle: RequestHandle) -> AsyncIterator[TokenEvent]:
+    async def events(self, handle: RequestHandle) -> AsyncGenerator[TokenEvent, None]:
         assert handle.queue is not None, "submit with loop= to consume events asynchronously"
         try:
             while True:
@@ -200,8 +200,13 @@ class EngineDriver:
         to be prefilled, prompt and output so far included. ``handle.extra["external_calls"]``
         records ``(position, number of tokens)`` of each call's result.
 
-        Hook for the interception policies of issue 4 (Preserve / Swap / value scheduling): once
-        the scheduler has pause/resume mechanisms, the two commands below map onto them.
+        Hook for the interception policies of issue 4 (Preserve / Swap / value scheduling,
+        :class:`tidal.engine.augment.scheduler.AugmentedScheduler`): there the scheduler pauses
+        a request itself at a call point and reports ``on_pause(req, return_time)``; a runtime
+        driving it would start this await from ``on_pause`` instead of the "pause" command, and
+        map the "resume" command onto ``scheduler.resume(req, now)`` after appending the
+        returned token ids to ``token_ids`` (the scheduler counts ``num_extra_tokens`` itself).
+        The runtime builds ``BATCHING`` schedulers today, hence the discard fallback here.
         """
         self._post("pause", handle)
         tokens = list(await call())
@@ -231,8 +236,8 @@ class EngineDriver:
         if self._thread is not None:
             raise RuntimeError("replay needs the driver's thread to be stopped")
         sched, engine = self.scheduler, self.engine
-        clock = make_clock(clock)
-        engine.clock = self.clock = clock
+        clk = make_clock(clock)
+        engine.clock = self.clock = clk
         prev = sched.on_finish
         sched.on_finish = on_finish
         order = sorted(requests, key=lambda r: r.arrival_ns)
@@ -244,7 +249,7 @@ class EngineDriver:
         idle_since = -1  # when the engine ran out of work (-1: it has work)
         try:
             while i < n or sched.has_work():
-                now = clock.now_ns()
+                now = clk.now_ns()
                 while i < n and order[i].arrival_ns <= now:
                     sched.add_request(order[i])
                     i += 1
@@ -254,12 +259,12 @@ class EngineDriver:
                     last = None
                     if idle_since < 0:
                         idle_since = now
-                    if isinstance(clock, ThreadCPUClock):
-                        clock.advance_to(order[i].arrival_ns)
+                    if isinstance(clk, ThreadCPUClock):
+                        clk.advance_to(order[i].arrival_ns)
                     else:
-                        _sleep_until(clock, order[i].arrival_ns)
+                        _sleep_until(clk, order[i].arrival_ns)
                     continue
-                start = clock.now_ns()
+                start = clk.now_ns()
                 idle = start - idle_since if idle_since >= 0 else 0
                 plan = engine.step()
                 self.num_steps += 1
@@ -277,7 +282,7 @@ class EngineDriver:
                         steps.append(StepRecord(last[0], start - last[0], last[1], last[2]))
                     last = (start, plan.shape(), idle)
             if last is not None and steps is not None:
-                steps.append(StepRecord(last[0], clock.now_ns() - last[0], last[1], last[2]))
+                steps.append(StepRecord(last[0], clk.now_ns() - last[0], last[1], last[2]))
         finally:
             sched.on_finish = prev
             for r in order:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -112,6 +113,9 @@ class RMSNorm(nn.Module):
 
 class Rotary(nn.Module):
     """cos/sin tables for positions ``0 … max_position − 1`` (rotate-half convention)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
 
     def __init__(self, head_dim: int, max_position: int, base: float) -> None:
         super().__init__()
@@ -227,7 +231,8 @@ class LlamaForCausalLM(nn.Module):
         """Logits of the rows in ``batch.sample_rows`` (``[rows, vocab]``, float32)."""
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.rotary.tables(batch.positions, x.dtype)
-        for layer, (k_cache, v_cache) in zip(self.model.layers, kv_layers, strict=True):
+        layers = cast("list[DecoderLayer]", self.model.layers)
+        for layer, (k_cache, v_cache) in zip(layers, kv_layers, strict=True):
             x = x + layer.self_attn(layer.input_layernorm(x), batch, rope, k_cache, v_cache)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         x = self.model.norm(x.index_select(0, batch.sample_rows))

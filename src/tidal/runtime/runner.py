@@ -97,12 +97,12 @@ class ModelRunner:
                 raise RuntimeError(f"request {req.request_id} has no token ids")
             s = req.num_computed_tokens
             ctx = s + n
-            table = torch.tensor(kv.block_table(req)[: -(-ctx // bs)], dtype=torch.long)
+            blocks = torch.tensor(kv.block_table(req)[: -(-ctx // bs)], dtype=torch.long)
             pos = torch.arange(s, ctx, dtype=torch.long)
             ids.extend(toks[s:ctx])
             pos_parts.append(pos)
-            blk_parts.append(table[pos // bs])
-            prefills.append(PrefillSegment(row, n, ctx, table))
+            blk_parts.append(blocks[pos // bs])
+            prefills.append(PrefillSegment(row, n, ctx, blocks))
             row += n
             if ctx >= len(toks):
                 sample_rows.append(row - 1)
@@ -149,13 +149,13 @@ class ModelRunner:
             row += num
         dev = self.device
         positions = torch.cat(pos_parts) if len(pos_parts) > 1 else pos_parts[0]
-        blocks = torch.cat(blk_parts) if len(blk_parts) > 1 else blk_parts[0]
+        write_blocks = torch.cat(blk_parts) if len(blk_parts) > 1 else blk_parts[0]
         for p in prefills:
             p.blocks = p.blocks.to(dev)
         batch = ForwardBatch(
             torch.tensor(ids, dtype=torch.long, device=dev),
             positions.to(dev),
-            blocks.to(dev),
+            write_blocks.to(dev),
             (positions % bs).to(dev),
             prefills,
             decode,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
+from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
+from tidal.sim.augment import AugmentConfig
 from tidal.workload.config import WorkloadConfig
 
 
@@ -36,6 +39,8 @@ class SchedulerSettings(_Strict):
     max_seqs: int = Field(default=256, ge=1)
     """Max running requests (vLLM ``max_num_seqs``)."""
     long_prefill_token_threshold: int = Field(default=0, ge=0)
+    eb: EBOptions = EBOptions()
+    """Options of the exclusive-batching policies ``eb`` and ``ebplus``."""
 
     @model_validator(mode="after")
     def _budget(self) -> SchedulerSettings:
@@ -52,6 +57,8 @@ class SLOConfig(_Strict):
     """TTFT threshold in seconds (default 2 s, Vidur-Search's P90 SLO; ebplus.md §7 Q9)."""
     tpot_s: float = Field(default=0.2, gt=0)
     """TPOT threshold in seconds (default 200 ms)."""
+    norm_latency_s: float | None = Field(default=None, gt=0)
+    """Augmented workloads: normalized-latency threshold of effective throughput (off)."""
 
 
 class SimulationConfig(_Strict):
@@ -59,12 +66,22 @@ class SimulationConfig(_Strict):
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
     perf_model: str = "auto"
+    interference: bool | Literal["auto"] = "auto"
+    """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2).
+    ``auto``: where it was measured (Qwen3-8B on H200 and RTX PRO 6000); ``true``: everywhere,
+    with the bandwidth-derived defaults elsewhere; ``false``: never."""
     memory: MemoryConfig = MemoryConfig()
     scheduler: SchedulerSettings = SchedulerSettings()
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
+    augment: AugmentConfig = AugmentConfig()
+    """Serving policy for augmented (tool-calling) workloads (``workload.augmented``)."""
     seed: int = Field(default=0, ge=0)
     fast_forward: bool = True
+    cluster: ClusterConfig | None = None
+    """A multi-model cluster (``tidal.cluster``); None = one instance of ``model`` on ``tp``
+    GPUs. With a cluster, ``model``, ``gpu`` and ``tp`` are unused and the workload is the
+    cluster's mix of ``workload.trace``."""
 
     @field_validator("model")
     @classmethod

@@ -14,18 +14,20 @@ taken as a single step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from tidal.core.buffers import Int64Buffer
+from tidal.core.histogram import LogHistogram
 from tidal.core.request import Request
 from tidal.core.units import INF_NS
 from tidal.engine.plan import StepPlan
 from tidal.engine.scheduler import Scheduler
 from tidal.hardware.perf import PerfModel
 
-_SCALAR_STEPS = 8
+_SCALAR_STEPS = 64
 _FIRST_CHUNK = 64
 
 
@@ -37,6 +39,7 @@ class SimInstance:
         perf: PerfModel,
         fast_forward: bool = True,
         timeline_interval_ns: int = 1_000_000_000,
+        buffer_capacity: int = 1024,
     ) -> None:
         self.index = index
         self.scheduler = scheduler
@@ -49,7 +52,7 @@ class SimInstance:
         self.timeline_interval_ns = timeline_interval_ns
         self._next_sample = 0
         self.timeline: dict[str, Int64Buffer] = {
-            k: Int64Buffer()
+            k: Int64Buffer(buffer_capacity)
             for k in (
                 "time_ns",
                 "running",
@@ -63,13 +66,13 @@ class SimInstance:
         self._idle_since = 0
         """When the instance last ran out of work (for the model's idle penalty)."""
         self._num_steps = 1
+        self._sensitive = False
         self._start_ns = 0
         self._end_ns = 0
         self.busy_ns = 0
         self.num_events = 0
-        # inter-token latency samples: a step's duration, weighted by its decode tokens
-        self.itl_ns = Int64Buffer()
-        self.itl_weight = Int64Buffer()
+        self.itl = LogHistogram()
+        """Inter-token latencies: each step's duration, weighted by its decode tokens."""
 
     # ------------------------------------------------------------------ events
     def on_arrival(self, req: Request, now_ns: int) -> int | None:
@@ -121,6 +124,7 @@ class SimInstance:
             k, sensitive = sched.repeatable_steps(plan)
             if k > 1:
                 horizon = self.next_event_ns() if sensitive else INF_NS
+                self._sensitive = sensitive
                 return self._start_run(plan, now_ns, k, horizon)
         d = (
             self.perf.step_ns(
@@ -133,11 +137,37 @@ class SimInstance:
             )
             + penalty
         )
+        if plan.stall_ns:
+            d = (d if n_dec or plan.prefills else 0) + plan.stall_ns
         self._num_steps = 1
         if n_dec:
-            self.itl_ns.append(d)
-            self.itl_weight.append(n_dec)
+            self.itl.add(d, n_dec)
         self._end_ns = now_ns + d
+        return self._end_ns
+
+    def interrupt(self, now_ns: int) -> int | None:
+        """Work arrived by a path the run's horizon did not foresee (a cluster control event):
+        cut a fast-forwarded run so that it ends at its first step boundary after ``now_ns``,
+        where step-by-step simulation would first see the new work. Returns the new end time,
+        or None when the run already ends there (or cannot be affected: a run that no arrival
+        could change). The run's durations are recomputed with the same expression
+        (:meth:`PerfModel.decode_run_ns`, bit-identical to every path of :meth:`_start_run`);
+        the cut steps leave the ITL histogram with negative weights (exact integer counts)."""
+        n_steps = self._num_steps
+        plan = self._plan
+        if not self.busy or n_steps <= 1 or not self._sensitive or plan is None:
+            return None
+        n = plan.num_decodes
+        d = self.perf.decode_run_ns(n, plan.decode_ctx, n_steps)
+        ends = self._start_ns + np.cumsum(d)
+        j = int(np.searchsorted(ends, now_ns, side="right"))
+        if j >= n_steps - 1:
+            return None
+        keep = j + 1
+        self.itl.add_many(d[keep:], -n)
+        self._num_steps = keep
+        plan.num_steps = keep
+        self._end_ns = int(ends[j])
         return self._end_ns
 
     def _sample(self, now_ns: int, plan: StepPlan) -> None:
@@ -158,31 +188,42 @@ class SimInstance:
 
     def _start_run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
         """Plan a run of up to ``k`` identical pure-decode steps, each starting no later than
-        ``horizon_ns`` (the first one starts now). Short runs are stepped in Python; long ones
-        in vectorised chunks (same formula, bit-identical results)."""
+        ``horizon_ns`` (the first one starts now). When the perf model is affine in the context
+        the steps are timed inline; otherwise (or for long runs) in vectorised chunks. Every
+        path evaluates the same float expression per step, so durations are bit-identical to
+        :meth:`PerfModel.step_ns`."""
         n = plan.num_decodes
         ctx0 = plan.decode_ctx
         perf = self.perf
-        itl, weight = self.itl_ns, self.itl_weight
+        itl = self.itl
         t = now_ns
         done = 0
-        while done < k and done < _SCALAR_STEPS and (done == 0 or t <= horizon_ns):
-            d = perf.step_ns(n, ctx0 + n * done)
-            itl.append(d)
-            weight.append(n)
-            t += d
-            done += 1
+        affine = perf.decode_affine(n)
+        if affine is not None:
+            c, a = affine
+            step = n
+            ctx = ctx0
+            limit = min(k, _SCALAR_STEPS)
+            durations: list[int] = []
+            while done < limit and (done == 0 or t <= horizon_ns):
+                d = math.floor((c + a * ctx) * 1e9 + 0.5)
+                if d < 1:
+                    d = 1
+                durations.append(d)
+                t += d
+                ctx += step
+                done += 1
+            itl.extend(durations, n)
         chunk = _FIRST_CHUNK
-        while done < k and t <= horizon_ns:
+        while done < k and (done == 0 or t <= horizon_ns):
             size = min(chunk, k - done)
-            d = perf.decode_run_ns(n, ctx0 + n * done, size)
-            ends = t + np.cumsum(d)
+            run = perf.decode_run_ns(n, ctx0 + n * done, size)
+            ends = t + np.cumsum(run)
             # Step j ≥ 1 of the chunk starts at ends[j - 1]; its first starts at t ≤ horizon.
             take = size
             if ends[-1] > horizon_ns:
                 take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
-            itl.extend(d[:take])
-            weight.extend(np.full(take, n, dtype=np.int64))
+            itl.add_many(run[:take], n)
             t = int(ends[take - 1])
             done += take
             chunk *= 4

@@ -11,14 +11,16 @@ from typing import Any
 import numpy as np
 
 import tidal.engine.policies  # noqa: F401
+from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
+from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
-from tidal.hardware.models import get_model
+from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
@@ -47,6 +49,20 @@ class SimResult:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+def check_context(model: ModelSpec, reqs: RequestSet) -> None:
+    """Refuse requests longer than the model's context window (vLLM's ``max_model_len``)."""
+    total = reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)
+    over = int((total > model.max_context).sum())
+    if over:
+        raise ConfigError(
+            "workload",
+            f"{over} of {len(reqs)} requests exceed {model.name}'s context of "
+            f"{model.max_context} tokens (longest: {int(total.max())} prompt + output tokens)",
+            "cap them with max_prompt_len / max_output_len (--max-prompt-len, --max-output-len; "
+            "augmented workloads: workload.max_context) or pick a model with a longer context",
+        )
+
+
 def build_instance(
     cfg: SimulationConfig, max_request_tokens: int
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
@@ -63,20 +79,36 @@ def build_instance(
     )
     if mem.num_blocks is not None:
         plan = dataclasses.replace(plan, num_blocks=mem.num_blocks)
-    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp)
+    interference = cfg.interference
+    if interference == "auto":
+        interference = has_measured_interference(model, gpu, cfg.tp)
+    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
     kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     s = cfg.scheduler
-    sched_cfg = SchedulerConfig(s.token_budget, s.max_seqs, s.long_prefill_token_threshold)
+    sched_cfg = SchedulerConfig(
+        s.token_budget,
+        s.max_seqs,
+        s.long_prefill_token_threshold,
+        costs=step_costs(model, gpu, cfg.tp, perf),
+        eb=s.eb,
+    )
+    if cfg.workload.augmented is not None:
+        from tidal.sim.augment import build_augmented
+
+        seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
+        return build_augmented(cfg, sched_cfg, plan, perf, seed), perf, plan
     scheduler = BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
     return scheduler, perf, plan
 
 
 def load_requests(cfg: SimulationConfig) -> RequestSet:
+    if cfg.cluster is not None:
+        from tidal.sim.cluster_run import cluster_workload
+
+        return cluster_workload(cfg).requests
     rng = rng_streams(cfg.seed)["workload"]
     reqs = build_workload(cfg.workload, rng)
     if len(reqs) == 0:
-        from tidal.core.errors import ConfigError
-
         raise ConfigError("workload", "the workload has no requests", "widen the time window")
     return reqs
 
@@ -86,10 +118,19 @@ def run_simulation(
     requests: RequestSet | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
+    if cfg.cluster is not None:
+        from tidal.sim.cluster_run import run_cluster
+
+        return run_cluster(cfg, requests, progress)
+    if cfg.workload.warmup_requests:
+        from tidal.sim.phased import run_with_warmup
+
+        return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     t_load = time.perf_counter()
-    max_tokens = int((reqs.prompt_len + reqs.output_len).max())
+    check_context(get_model(cfg.model), reqs)
+    max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
     scheduler, perf, mem = build_instance(cfg, max_tokens)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     recorder = RequestRecorder(reqs)
@@ -99,9 +140,7 @@ def run_simulation(
     sim.run()
     t_sim = time.perf_counter()
     cols = recorder.columns()
-    metrics = summarize(
-        cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl_ns.view(), inst.itl_weight.view()
-    )
+    metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
@@ -116,6 +155,10 @@ def run_simulation(
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
+    if "call_ns" in cols:
+        from tidal.core.augmented_metrics import augmented_metrics
+
+        metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
     metrics.update(scheduler.extra_metrics())
     t_end = time.perf_counter()
     run_info = {

@@ -6,7 +6,8 @@ Three sources of events, merged by ``(time_ns, priority, seq)``:
 * timers — callbacks scheduled with :meth:`Simulation.call_at` (tool-call returns at priority 1,
   cluster control ticks at priority 3);
 * arrivals, priority 2 — a sorted stream (open loop) or released by completions (closed loop),
-  merged in without going through the heap.
+  merged in without going through the heap. A router may return −1: the request is then held
+  outside the instances (a cluster's queue) and handed over later with :meth:`deliver`.
 
 So at equal times: step ends, then resumes, then arrivals, then control ticks, each group in
 insertion order (``seq`` is a per-run counter; no event object has ``__lt__``). A step that starts
@@ -92,17 +93,43 @@ class Simulation:
         self._seq = 0
         self._prompt = requests.prompt_len.tolist()
         self._output = requests.output_len.tolist()
+        self._payloads = requests.payloads
         self.make_request = make_request or self._default_request
+        self.on_request_finish: Callable[[Request], None] | None = None
+        """Called after a request finishes (the cluster's in-flight accounting)."""
+        self._cur_seq: list[int] = []
+        self._stale: set[int] = set()
         for inst in instances:
-            inst.scheduler.on_finish = self._on_finish
-            inst.next_event_ns = self.next_external_ns
+            self._register(inst)
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
-        return Request(rid, t_ns, self._prompt[rid], self._output[rid])
+        payload = self._payloads[rid] if self._payloads is not None else None
+        return Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+
+    def _pauser(self, idx: int) -> Callable[[Request, int], None]:
+        """Tool calls are timers (DESIGN.md §1): a paused request resumes at its return time,
+        then its instance is woken if idle."""
+
+        def on_pause(req: Request, resume_ns: int) -> None:
+            def fire(t: int) -> None:
+                self.instances[idx].scheduler.resume(req, t)
+                self.wake(idx, t)
+
+            self.call_at(resume_ns, fire, RESUME)
+
+        return on_pause
+
+    def _register(self, inst: SimInstance) -> None:
+        inst.scheduler.on_finish = self._on_finish
+        inst.scheduler.on_pause = self._pauser(len(self._cur_seq))
+        inst.next_event_ns = self.next_external_ns
+        self._cur_seq.append(-1)
 
     def _on_finish(self, req: Request) -> None:
         self.recorder.on_finish(req)
         self.arrivals.on_finish(req.finish_ns)
+        if self.on_request_finish is not None:
+            self.on_request_finish(req)
 
     # ------------------------------------------------------------------ API for policies
     def call_at(self, t_ns: int, fn: Callable[[int], None], priority: int = RESUME) -> None:
@@ -118,6 +145,38 @@ class Simulation:
         if end is not None:
             self._push_step(end, idx)
 
+    def add_instance(self, inst: SimInstance) -> int:
+        """Add an instance while running (a cluster starts engines); returns its index."""
+        inst.index = len(self.instances)
+        self.instances.append(inst)
+        self._register(inst)
+        return inst.index
+
+    def replace_scheduler(self, idx: int, scheduler: object) -> None:
+        """Give idle instance ``idx`` a fresh scheduler (a cluster reusing a stopped engine)."""
+        inst = self.instances[idx]
+        assert not inst.busy
+        inst.scheduler = scheduler  # type: ignore[assignment]
+        inst.scheduler.on_finish = self._on_finish
+        inst.scheduler.on_pause = self._pauser(idx)
+
+    def deliver(self, idx: int, req: Request, t_ns: int) -> None:
+        """Hand ``req`` to instance ``idx`` at ``t_ns`` from a timer or an arrival (a cluster
+        router). A busy instance in the middle of a fast-forwarded run is interrupted at its
+        first step boundary after ``t_ns``, as step-by-step simulation would see it."""
+        inst = self.instances[idx]
+        self.recorder.instance[req.request_id] = idx
+        if not inst.busy:
+            end = inst.on_arrival(req, t_ns)
+            if end is not None:
+                self._push_step(end, idx)
+            return
+        inst.scheduler.add_request(req)
+        end = inst.interrupt(t_ns)
+        if end is not None:
+            self._stale.add(self._cur_seq[idx])
+            self._push_step(end, idx)
+
     def next_external_ns(self) -> int:
         """The next time something outside an instance may change its schedule."""
         t = self.arrivals.peek()
@@ -127,6 +186,7 @@ class Simulation:
 
     def _push_step(self, end: int, idx: int) -> None:
         self._seq += 1
+        self._cur_seq[idx] = self._seq
         heapq.heappush(self._steps, (end, self._seq, idx))
 
     # ------------------------------------------------------------------ loop
@@ -142,6 +202,8 @@ class Simulation:
         next_progress = 4096
         push = heapq.heappush
         pop = heapq.heappop
+        cur_seq = self._cur_seq
+        stale = self._stale
         while True:
             t_arr = arrivals.peek()
             t_step = steps[0][0] if steps else INF_NS
@@ -150,11 +212,15 @@ class Simulation:
             else:
                 t_tim, prio = INF_NS, CONTROL
             if t_step <= t_arr and t_step <= t_tim and t_step < INF_NS:
-                t, _, idx = pop(steps)
+                t, seq, idx = pop(steps)
+                if stale and seq in stale:
+                    stale.discard(seq)
+                    continue
                 self.now_ns = t
                 end = instances[idx].on_step_end(t)
                 if end is not None:
                     self._seq += 1
+                    cur_seq[idx] = self._seq
                     push(steps, (end, self._seq, idx))
             elif t_tim < INF_NS and (t_tim < t_arr or (t_tim == t_arr and prio < ARRIVAL)):
                 t, _, _, fn = pop(timers)
@@ -166,11 +232,13 @@ class Simulation:
                 req = make_request(rid, t)
                 recorder.arrival_ns[rid] = t
                 idx = route(req) if route is not None else 0
-                recorder.instance[rid] = idx
-                end = instances[idx].on_arrival(req, t)
-                if end is not None:
-                    self._seq += 1
-                    push(steps, (end, self._seq, idx))
+                if idx >= 0:
+                    recorder.instance[rid] = idx
+                    end = instances[idx].on_arrival(req, t)
+                    if end is not None:
+                        self._seq += 1
+                        cur_seq[idx] = self._seq
+                        push(steps, (end, self._seq, idx))
             else:
                 break
             events += 1

@@ -23,6 +23,9 @@ class RequestSet:
     """Human-readable origin (trace path or generator description)."""
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     """Optional per-request columns (e.g. ``model`` index, ``client``), same length."""
+    payloads: tuple[object, ...] | None = None
+    """Optional per-request objects handed to ``Request.payload`` (e.g. the segments of an
+    augmented request, :class:`tidal.core.augmented.AugmentedSpec`), same length."""
 
     def __post_init__(self) -> None:
         n = len(self.arrival_ns)
@@ -31,6 +34,8 @@ class RequestSet:
         for k, v in self.extra.items():
             if len(v) != n:
                 raise ValueError(f"RequestSet column {k!r} differs in length")
+        if self.payloads is not None and len(self.payloads) != n:
+            raise ValueError("RequestSet payloads differ in length")
 
     def __len__(self) -> int:
         return len(self.arrival_ns)
@@ -42,6 +47,7 @@ class RequestSet:
             self.output_len[idx],
             self.source,
             {k: v[idx] for k, v in self.extra.items()},
+            _take_payloads(self.payloads, idx),
         )
 
     @property
@@ -49,3 +55,16 @@ class RequestSet:
         if len(self) < 2:
             return 0.0
         return float(self.arrival_ns[-1] - self.arrival_ns[0]) / 1e9
+
+
+def _take_payloads(
+    payloads: tuple[object, ...] | None, idx: np.ndarray | slice
+) -> tuple[object, ...] | None:
+    if payloads is None:
+        return None
+    if isinstance(idx, slice):
+        return payloads[idx]
+    arr = np.asarray(idx)
+    if arr.dtype == bool:
+        arr = np.flatnonzero(arr)
+    return tuple(payloads[int(i)] for i in arr)

@@ -38,7 +38,12 @@ from tidal.workload.traces import detect_format, load_azure, load_mooncake
 def _with(rs: RequestSet, idx: np.ndarray | slice, note: str) -> RequestSet:
     sub = rs.take(idx)
     return RequestSet(
-        sub.arrival_ns, sub.prompt_len, sub.output_len, f"{rs.source}; {note}", sub.extra
+        sub.arrival_ns,
+        sub.prompt_len,
+        sub.output_len,
+        f"{rs.source}; {note}",
+        sub.extra,
+        sub.payloads,
     )
 
 
@@ -54,7 +59,9 @@ def time_window(rs: RequestSet, start_s: float, end_s: float | None) -> RequestS
         j = int(np.searchsorted(rs.arrival_ns, t0 + round(end_s * NS_PER_S), side="left"))
     end = "end" if end_s is None else f"{end_s:g}"
     out = _with(rs, slice(i, j), f"window [{start_s:g}, {end}) s")
-    return RequestSet(out.arrival_ns - lo, out.prompt_len, out.output_len, out.source, out.extra)
+    return RequestSet(
+        out.arrival_ns - lo, out.prompt_len, out.output_len, out.source, out.extra, out.payloads
+    )
 
 
 def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
@@ -63,7 +70,12 @@ def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
         return rs
     t = np.rint(rs.arrival_ns / rate_scale).astype(np.int64)
     return RequestSet(
-        t, rs.prompt_len, rs.output_len, f"{rs.source}; rate x{rate_scale:g}", rs.extra
+        t,
+        rs.prompt_len,
+        rs.output_len,
+        f"{rs.source}; rate x{rate_scale:g}",
+        rs.extra,
+        rs.payloads,
     )
 
 
@@ -125,8 +137,44 @@ def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     return RequestSet(rs.arrival_ns, rs.prompt_len, rs.output_len, f"{rs.source}; {note}", rs.extra)
 
 
+def _augmented(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
+    """Augmented workloads (:mod:`tidal.workload.augmented`): generated or a JSONL file; the
+    time window and ``max_requests`` apply, length caps do not (use ``max_context``)."""
+    from tidal.workload.augmented import generate_mixture, parse_types
+    from tidal.workload.augmented_jsonl import load_augmented_jsonl
+
+    name = cfg.augmented
+    assert name is not None
+    if name.startswith("augmented:"):
+        rs = load_augmented_jsonl(
+            name.split(":", 1)[1],
+            rng,
+            rate=cfg.rate,
+            num_requests=cfg.num_requests,
+            rate_scale=cfg.rate_scale,
+            arrival_cv=cfg.arrival_cv,
+            max_context=cfg.max_context,
+        )
+    else:
+        assert cfg.num_requests is not None
+        assert cfg.rate is not None
+        rs = generate_mixture(
+            parse_types(name),
+            cfg.num_requests,
+            cfg.rate * cfg.rate_scale,
+            rng,
+            arrival_cv=cfg.arrival_cv,
+            call_time_dist=cfg.call_time_dist,
+            max_context=cfg.max_context,
+        )
+    rs = time_window(rs, cfg.start_s, cfg.end_s)
+    return first_n(rs, cfg.max_requests)
+
+
 def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     """The request set described by ``cfg`` (module docstring gives the order of the steps)."""
+    if cfg.augmented is not None:
+        return _augmented(cfg, rng)
     if cfg.trace is None:
         rs = synthetic(cfg, rng)
         rs = time_window(rs, cfg.start_s, cfg.end_s)

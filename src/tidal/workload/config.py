@@ -55,13 +55,36 @@ class WorkloadConfig(BaseModel):
     """Cap prompt lengths (longer prompts are truncated)."""
     max_output_len: int | None = Field(default=None, ge=1)
     """Cap output lengths."""
+    augmented: str | None = None
+    """An augmented (tool-calling) workload: ``infercept-mix`` (INFERCEPT's six augmentation
+    types, uniformly mixed), ``infercept:TYPE[,TYPE…]`` (some of them), or
+    ``augmented:FILE.jsonl`` (a user's segments, :mod:`tidal.workload.augmented_jsonl`).
+    Generated ones need ``num_requests`` and ``rate``."""
+    call_time_dist: Literal["type", "N", "U", "R", "L", "B"] = "type"
+    """Augmented workloads: call durations from each type's statistics, or one of
+    INFERCEPT's synthetic families (:mod:`tidal.workload.augmented`)."""
+    max_context: int | None = Field(default=2048, ge=2)
+    """Augmented workloads: cap on a request's final context (INFERCEPT caps at 2048)."""
     concurrency: int | None = Field(default=None, ge=1)
     """Closed loop: keep this many requests in flight; a new one is sent when one finishes
     (``vllm bench serve --max-concurrency``). Arrival times of the workload are then ignored."""
+    warmup_requests: int = Field(default=0, ge=0)
+    """Requests sent (and completed) before the measured workload and left out of the metrics
+    (``vllm bench serve --num-warmups``); the instance keeps its state, e.g. online estimators."""
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
-        if self.trace is None:
+        if self.augmented is not None:
+            if self.trace is not None:
+                raise ValueError("augmented: give either a trace or an augmented workload")
+            if self.concurrency is not None:
+                raise ValueError("concurrency: augmented workloads are open loop (give a rate)")
+            generated = not self.augmented.startswith("augmented:")
+            if generated and (self.num_requests is None or self.rate is None):
+                raise ValueError(
+                    "num_requests: a generated augmented workload needs num_requests and rate"
+                )
+        elif self.trace is None:
             if self.num_requests is None:
                 raise ValueError(
                     "num_requests: a synthetic workload needs a request count (or give a trace)"

@@ -7,7 +7,9 @@ Search order of :func:`traces_dir`:
 3. a ``shared/traces`` directory beside any parent of this package's file.
 
 In this workplace the repository is ``/work/main`` and the traces are ``/work/shared/traces``,
-so both walks find them from inside the repository.
+so both walks find them from inside the repository. :func:`resolve_trace` finally falls back to
+the traces bundled with the package (``tidal/data/traces``: the Azure 2023 conversation trace,
+so that ``tidal demo`` runs from any checkout).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tidal.core.errors import ConfigError
 
 ENV_VAR = "TIDAL_TRACES_DIR"
 _REL = Path("shared") / "traces"
+BUNDLED = Path(__file__).resolve().parent.parent / "data" / "traces"
 
 
 def _walk_up(start: Path) -> Path | None:
@@ -77,6 +80,9 @@ def resolve_trace(name_or_path: str | os.PathLike[str], field: str = "trace") ->
                     hits = sorted(root.rglob(pattern))
                     if hits:
                         return hits[0]
+        for candidate in (BUNDLED / path, BUNDLED / f"{path}.gz"):
+            if candidate.exists():
+                return candidate
     raise ConfigError(
         field,
         f"no such trace file {str(name_or_path)!r}",

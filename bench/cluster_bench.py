@@ -1,0 +1,188 @@
+"""Multi-model cluster benchmarks (issue 5, warmserve.md §3.6–3.7). Prints Markdown tables.
+
+    python bench/cluster_bench.py ttft      # WarmServe vs ServerlessLLM P99 TTFT per model
+    python bench/cluster_bench.py capacity  # highest rate within the SLO, WarmServe vs MuxServe
+    python bench/cluster_bench.py ablation  # ablations (a)-(f)
+    python bench/cluster_bench.py long --days 14 --rate 0.5   # ServeGen-driven multi-day run
+
+All runs: 2x8 H100, Llama-2 7B/7B/13B/70B (TP 1/1/2/4), the artifact's Azure mix (20-minute
+replay of the 2023 trace, see tidal.workload.multimodel), seed 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from tidal.cluster.config import ABLATIONS
+from tidal.core.metrics import request_latencies
+from tidal.sim.config import load_config
+from tidal.sim.run import run_simulation
+
+MODELS = ["llama-2-7b", "llama-2-7b", "llama-2-13b", "llama-2-70b"]
+TRACES = {
+    "conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv.gz",
+    "code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz",
+}
+SLO_TTFT = {"llama-2-7b": 2.0, "llama-2-13b": 2.0, "llama-2-70b": 5.0}
+SLO_TPOT = 0.1
+
+
+def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), **mix):
+    return load_config(
+        {
+            "workload": {"trace": TRACES.get(trace, trace)},
+            "cluster": {
+                "spec": "2x8:h100",
+                "models": MODELS,
+                "placement": placement,
+                "warmserve": {"disable": list(disable)},
+                "mix": {"rate": rate, "alpha": alpha, **mix},
+            },
+        }
+    )
+
+
+def p99_per_model(res):
+    return {k: v["ttft_p99_s"] for k, v in res.extras["summary"]["per_model"].items()}
+
+
+def slo_attainment(res):
+    """Share of all requests with TTFT ≤ the model's SLO (2 s; 5 s for 70B) and TPOT ≤ 0.1 s."""
+    cols = res.columns
+    lat = request_latencies(cols)
+    names = res.extras["summary"]["models"]
+    thr = np.array([SLO_TTFT[n.split("#")[0]] for n in names])[cols["model"]]
+    ok = (lat["ttft_s"] <= thr) & (np.nan_to_num(lat["tpot_s"], nan=0.0) <= SLO_TPOT)
+    return float(ok.mean())
+
+
+def fmt(x):
+    return "—" if x is None else f"{x:.3g}"
+
+
+def ttft(args):
+    print("| trace | rate | α | model | ServerlessLLM P99 TTFT s | WarmServe P99 TTFT s | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    best = (0.0, "")
+    for trace in ("conv", "code"):
+        for rate in args.rates:
+            for alpha in args.alphas:
+                sl = p99_per_model(run_simulation(cfg("serverlessllm", trace, rate, alpha)))
+                ws = p99_per_model(run_simulation(cfg("warmserve", trace, rate, alpha)))
+                for name in sl:
+                    r = sl[name] / ws[name] if ws[name] else float("nan")
+                    if r > best[0]:
+                        best = (r, f"{trace} rate {rate} α {alpha} {name}")
+                    print(
+                        f"| {trace} | {rate:g} | {alpha:g} | {name} | {fmt(sl[name])} | "
+                        f"{fmt(ws[name])} | {r:.1f}× |"
+                    )
+                sys.stdout.flush()
+    print(f"\nlargest ratio: {best[0]:.1f}× ({best[1]})")
+
+
+def capacity(args):
+    print("| trace | α | system | rate → SLO attainment (≥ 90% sustains) | highest rate |")
+    print("|---|---|---|---|---|")
+    for trace in ("conv", "code"):
+        for alpha in args.alphas:
+            highest = {}
+            for system in ("muxserve", "warmserve"):
+                cells, top = [], 0.0
+                for rate in args.rates:
+                    att = slo_attainment(run_simulation(cfg(system, trace, rate, alpha)))
+                    cells.append(f"{rate:g}: {att:.0%}")
+                    if att >= 0.9:
+                        top = rate
+                    else:
+                        break
+                highest[system] = top
+                print(f"| {trace} | {alpha:g} | {system} | {', '.join(cells)} | {top:g} |")
+                sys.stdout.flush()
+            if highest["muxserve"]:
+                print(f"| | | ratio | | {highest['warmserve'] / highest['muxserve']:.2f}× |")
+
+
+def ablation(args):
+    names = {
+        "a": "vanilla autoscaling",
+        "b": "device+engine prewarm",
+        "c": "unified memory, no forecast",
+        "d": "no KV reservation",
+        "e": "round-robin placement",
+        "f": "full WarmServe",
+    }
+    print(f"Setting: {args.trace}, rate {args.rate:g}, α {args.alpha:g}\n")
+    print(
+        "| config | P99 TTFT all s | P99 TTFT per model s | hit rate | cold starts | "
+        "GPU-s | replicas loaded/evicted |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for key in "abcdef":
+        res = run_simulation(cfg("warmserve", args.trace, args.rate, args.alpha, ABLATIONS[key]))
+        m = res.metrics
+        per = " / ".join(fmt(v) for v in p99_per_model(res).values())
+        hit = m["prewarm_hit_rate"]
+        print(
+            f"| ({key}) {names[key]} | {fmt(m['ttft_p99_s'])} | {per} | "
+            f"{'—' if hit is None else f'{hit:.0%}'} | {m['cold_starts']} | "
+            f"{m['gpu_seconds']:,.0f} | {m['replicas_loaded']}/{m['replicas_evicted']} |"
+        )
+        sys.stdout.flush()
+
+
+def long(args):
+    c = load_config(
+        {
+            "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
+            "cluster": {
+                "spec": "2x8:h100",
+                "models": MODELS,
+                "placement": args.placement,
+                "mix": {
+                    "kind": "servegen",
+                    "days": args.days,
+                    "rate": args.rate,
+                    "alpha": args.alpha,
+                },
+            },
+        }
+    )
+    t = time.perf_counter()
+    res = run_simulation(c)
+    wall = time.perf_counter() - t
+    m = res.metrics
+    print(
+        f"{args.placement}: {args.days:g} days, {m['num_requests']:,} requests, "
+        f"wall {wall:.0f} s ({res.run_info['num_events']:,} events); "
+        f"P99 TTFT {fmt(m['ttft_p99_s'])} s, "
+        f"hit rate {fmt(m['prewarm_hit_rate'])}, cold starts {m['cold_starts']}, "
+        f"GPU-s {m['gpu_seconds']:,.0f}"
+    )
+    for k, v in res.extras["summary"]["per_model"].items():
+        print(
+            f"  {k}: {v['num_requests']:,} req, P50/P99 TTFT {fmt(v['ttft_p50_s'])}/"
+            f"{fmt(v['ttft_p99_s'])} s, starts {v['instance_starts']}, cold {v['cold_starts']}"
+        )
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["ttft", "capacity", "ablation", "long"])
+    ap.add_argument("--rates", type=float, nargs="+", default=[0.5, 1, 2, 4])
+    ap.add_argument("--alphas", type=float, nargs="+", default=[0.5, 1, 2])
+    ap.add_argument("--trace", default="conv")
+    ap.add_argument("--rate", type=float, default=2.0)
+    ap.add_argument("--alpha", type=float, default=1.0)
+    ap.add_argument("--days", type=float, default=14)
+    ap.add_argument("--placement", default="warmserve")
+    args = ap.parse_args()
+    {"ttft": ttft, "capacity": capacity, "ablation": ablation, "long": long}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()

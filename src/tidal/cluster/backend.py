@@ -1,0 +1,33 @@
+"""What the cluster needs from a backend (the simulator implements it; a real multi-instance
+runtime would too). The cluster never imports a backend (docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from tidal.core.kv import KVBlockManager
+from tidal.core.request import Request
+from tidal.hardware.perf import PerfModel
+
+
+class Backend(Protocol):
+    def now_ns(self) -> int:
+        """Current time."""
+        ...
+
+    def call_at(self, t_ns: int, fn: Callable[[int], None]) -> None:
+        """Run ``fn(t)`` at ``t`` (a control event: after step ends and arrivals at ``t``)."""
+        ...
+
+    def start_engine(self, name: str, kv: KVBlockManager, perf: PerfModel) -> int:
+        """Create a serving engine with this KV cache and step-time model; returns its index."""
+        ...
+
+    def release_engine(self, engine: int) -> None:
+        """The instance on ``engine`` stopped (drained); the backend may reuse the engine."""
+        ...
+
+    def deliver(self, engine: int, req: Request, now_ns: int) -> None:
+        """Hand ``req`` to ``engine``'s queue (only called from control events)."""
+        ...

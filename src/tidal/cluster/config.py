@@ -1,0 +1,194 @@
+"""Typed configuration of a multi-model cluster run (YAML section ``cluster:`` of
+:class:`tidal.sim.config.SimulationConfig`). Every constant names its source: the WarmServe
+artifact (warmserve.md Appendix B), ServerlessLLM/MuxServe (§3.5) or an assumed default (§4.3).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tidal.workload.multimodel import MixConfig
+
+WARMSERVE_FEATURES = (
+    "device-prewarm",
+    "engine-prewarm",
+    "unified-memory",
+    "forecast",
+    "placement",
+    "kv-reservation",
+    "memory-switching",
+)
+"""What ``--warmserve-disable`` can turn off (``all`` = every one). Dependencies: without
+unified memory there are no prewarmed weights, hence no forecast-driven prewarming, no KV
+reservation and no memory switching; without the forecast, KV reservation has nothing to serve."""
+
+ABLATIONS: dict[str, tuple[str, ...]] = {
+    "a": WARMSERVE_FEATURES,
+    "b": ("unified-memory",),
+    "c": ("forecast",),
+    "d": ("kv-reservation",),
+    "e": ("placement",),
+    "f": (),
+}
+"""warmserve.md §3.5: (a) vanilla vLLM autoscaling, (b) device+engine prewarm only, (c) unified
+memory without forecast-driven prewarming, (d) no KV reservation, (e) round-robin placement,
+(f) full WarmServe."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartupConfig(_Strict):
+    """Cold-start stage durations and bandwidths [ASSUMED, warmserve.md §4.3]."""
+
+    worker_s: float = Field(default=4.0, ge=0)
+    """Worker (Ray actor) and CUDA context creation; 0 when device-prewarmed."""
+    engine_s: float = Field(default=8.0, ge=0)
+    """Engine process start (imports, API server); replaced by ``handoff_s`` from the pool."""
+    handoff_s: float = Field(default=0.5, ge=0)
+    """Argument handoff and engine init of a prewarmed engine process."""
+    nccl_s: float = Field(default=2.0, ge=0)
+    """Communication-group creation for TP > 1 (0 when created during prewarm)."""
+    kv_init_s: float = Field(default=2.0, ge=0)
+    """vLLM memory profiling and KV allocation (vanilla engines)."""
+    host_to_gpu_gbs: float = Field(default=20.0, gt=0)
+    """Effective host-DRAM → GPU bandwidth per GPU (capped by the GPU's PCIe link)."""
+    ssd_gbs: float = Field(default=3.0, gt=0)
+    """SSD → host bandwidth per node (shared by the node's loads)."""
+    map_gbs: float = Field(default=50.0, gt=0)
+    """CUDA VMM page-mapping throughput (≈0.2 s per 10 GB, warmserve.md §1.4)."""
+    lazy_kv_tokens: int = Field(default=2048, ge=0)
+    """With lazy KV mapping the first step waits for the blocks of this many tokens (one
+    max-length request) to be mapped."""
+    engine_pool: int = Field(default=32, ge=1)
+    """Prewarmed engine processes (artifact: 32)."""
+    engine_pool_refill_below: int = Field(default=10, ge=0)
+    """Refill the pool (another ``engine_pool`` processes, ``engine_s`` later) below this."""
+
+
+class WarmServeConfig(_Strict):
+    disable: list[str] = Field(default_factory=list)
+    """Features to turn off (see ``WARMSERVE_FEATURES``; ``all`` for every one)."""
+    scale_down: float = 0.5
+    scale_up: float = 0.8
+    scale_window_s: float = 5.0
+    protect_s: float = 5.0
+    control_period_s: float = Field(default=0.5, gt=0)
+    window_s: float = Field(default=300.0, gt=0)
+    """Forecast window W."""
+    history: int = Field(default=10, ge=1)
+    """Windows of error correction, weights 2^-d."""
+    score_gbs: float = 32.0
+    """Bandwidth in the prewarm score (a relative weight only, artifact PCIE_BANDWIDTH)."""
+    max_slots: int = Field(default=30, ge=1)
+    """Prewarm slots per GPU."""
+    kv_floor: Literal["batch", "request"] = "batch"
+    """How far KV reservation may shrink an instance: ``batch`` keeps room for B requests of
+    the maximum length (the router never sends more, so reservation never starves it);
+    ``request`` is the artifact's rule (target ⌊total · in-flight / B⌋ free blocks) with only a
+    one-request floor, which starves an instance whose load rises after it shrank."""
+    min_free_blocks: int = Field(default=-1)
+    """Floor of the KV reservation target (−1: the blocks of one max-length request; the
+    artifact has no floor, which can leave an idle instance with no KV at all)."""
+
+    @field_validator("disable")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        out: list[str] = []
+        for item in v:
+            for name in item.split(","):
+                name = name.strip()
+                if not name:
+                    continue
+                if name == "all":
+                    out.extend(WARMSERVE_FEATURES)
+                elif name not in WARMSERVE_FEATURES:
+                    raise ValueError(
+                        f"unknown feature {name!r} (valid: all, {', '.join(WARMSERVE_FEATURES)})"
+                    )
+                else:
+                    out.append(name)
+        return sorted(set(out), key=WARMSERVE_FEATURES.index)
+
+    def enabled(self, feature: str) -> bool:
+        d = set(self.disable)
+        if feature in d:
+            return False
+        needs_unified = ("forecast", "kv-reservation", "memory-switching", "placement")
+        if feature in needs_unified and "unified-memory" in d:
+            return False
+        return not (feature == "kv-reservation" and "forecast" in d)
+
+
+class ServerlessLLMConfig(_Strict):
+    """ServerlessLLM's autoscaler and router (warmserve.md §3.5 B-SL, Appendix A)."""
+
+    target: int = Field(default=32, ge=1)
+    """Target ongoing requests per instance (ServerlessLLM default 2; 32 matches WarmServe's B)."""
+    keep_alive_s: float = Field(default=5.0, ge=0)
+    min_instances: int = Field(default=0, ge=0)
+    max_instances: int = Field(default=16, ge=1)
+    loop_s: float = Field(default=1.0, gt=0)
+    instance_cap: int = Field(default=32, ge=1)
+    """Outstanding requests one instance accepts."""
+    checkpoints: Literal["dram", "ssd"] = "dram"
+    """Where checkpoints start: preloaded in every node's DRAM pool, or on SSD (first load per
+    node goes SSD → DRAM → GPU and stays cached in DRAM)."""
+
+
+class MuxServeConfig(_Strict):
+    """MuxServe's static placement and SM sharing (warmserve.md §3.5 B-MX, §4.1 item 8)."""
+
+    mps_overload: float = Field(default=0.2, ge=0)
+    k_prefill: float = Field(default=1.0, gt=0)
+    """Prefill runs ``1 / min(1, share · k_prefill)`` times slower [ASSUMED]."""
+    k_decode: float = Field(default=2.0, gt=0)
+    """Decode runs ``1 / min(1, share · k_decode)`` times slower (weaker) [ASSUMED]."""
+    retry_s: float = Field(default=1.0, gt=0)
+
+
+class ClusterConfig(_Strict):
+    spec: str = "2x8:h100"
+    """``NODESxGPUS:GPU``."""
+    models: list[str] = Field(
+        default_factory=lambda: ["llama-2-7b", "llama-2-7b", "llama-2-13b", "llama-2-70b"]
+    )
+    placement: str = "warmserve"
+    """``dedicated``, ``serverlessllm``, ``muxserve`` or ``warmserve``."""
+    page_mib: int = Field(default=2, ge=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    block_size: int = Field(default=256, ge=1)
+    max_model_len: int = Field(default=2048, ge=1)
+    batch: int = Field(default=32, ge=1)
+    """B: the router's cap of concurrent requests per instance (artifact BATCH_SIZE)."""
+    token_budget: int = Field(default=100_000, ge=1)
+    """Engine ``max_num_batched_tokens`` (artifact engine args)."""
+    retry_s: float = Field(default=1.0, gt=0)
+    """A request that finds no instance retries this often (artifact: 1 s)."""
+    warmup_s: float = Field(default=60.0, ge=0)
+    """Control time before the first request (initial prewarming, static loads)."""
+    perf_model: str = "auto"
+    startup: StartupConfig = StartupConfig()
+    warmserve: WarmServeConfig = WarmServeConfig()
+    serverlessllm: ServerlessLLMConfig = ServerlessLLMConfig()
+    muxserve: MuxServeConfig = MuxServeConfig()
+    mix: MixConfig = MixConfig()
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [s.strip() for s in v.split(",") if s.strip()]
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterConfig:
+        from tidal.cluster.policies import PLACEMENTS
+        from tidal.cluster.topology import parse_cluster
+
+        parse_cluster(self.spec)
+        PLACEMENTS.get(self.placement)
+        return self

@@ -1,0 +1,512 @@
+"""The cluster controller: shared mechanisms every placement policy uses (warmserve.md §2.5,
+§4.1). A policy (``tidal.cluster.policies``) decides *where* and *when*; the controller does it:
+
+* GPU grants: an instance takes a group of idle GPUs; its weights come from a warm replica
+  (zero-copy retag), a loading replica, or a new load; its KV cache takes the pages it is given
+  (by default every page left free on its GPUs after weights);
+* cold starts: runs a :class:`StartupPlan` with timers and transfers, then asks the backend for
+  an engine and hands it the requests that were assigned meanwhile;
+* replicas: loads of weight shards as transfers over each GPU's host link (and the node's SSD
+  link when the checkpoint is not in host DRAM), holding their pages from the start;
+  cancellation frees the pages;
+* stopping: an instance leaves routing, drains, then frees its KV (and its weights, unless the
+  policy keeps them as a warm replica: warm scale-down);
+* load and accounting: per-model in-flight load, GPU-seconds, start kinds, memory log.
+
+Event discipline (exactness, DESIGN.md §2): the controller changes an engine's work only from
+control events or arrivals (``backend.deliver``); a request finishing only updates counters and,
+if something must react, schedules a control event at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tidal.cluster.backend import Backend
+from tidal.cluster.coldstart import StartupPlan
+from tidal.cluster.config import ClusterConfig
+from tidal.cluster.instance import START_KINDS, ModelInstance, Replica, State
+from tidal.cluster.kv import ReservingKV
+from tidal.cluster.load import ModelLoad
+from tidal.cluster.memory import ClusterMemory
+from tidal.cluster.models import ServedModel, served_models
+from tidal.cluster.topology import parse_cluster
+from tidal.cluster.transfer import TransferEngine
+from tidal.core.request import Request
+from tidal.core.units import NS_PER_S, s_to_ns
+from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.perf import PerfModel
+
+
+class ClusterController:
+    def __init__(
+        self,
+        cfg: ClusterConfig,
+        backend: Backend,
+        model_of: np.ndarray,
+        prior_avg: list[np.ndarray] | None = None,
+        prior_peak: list[np.ndarray] | None = None,
+        demand: list[float] | None = None,
+        stats: list[dict[str, float]] | None = None,
+        first_arrival_ns: int = 0,
+    ) -> None:
+        from tidal.cluster.policies import PLACEMENTS
+
+        self.cfg = cfg
+        self.backend = backend
+        self.topo = parse_cluster(cfg.spec)
+        gpu = self.topo.gpu
+        self.page_bytes = cfg.page_mib * 2**20
+        self.models: list[ServedModel] = served_models(
+            cfg.models, gpu, self.topo.gpus_per_node, self.page_bytes, cfg.block_size
+        )
+        self.pages_per_gpu = int(cfg.gpu_memory_utilization * gpu.mem_bytes // self.page_bytes)
+        n = self.topo.num_gpus
+        self.memory = ClusterMemory(n, self.pages_per_gpu, len(self.models))
+        st = cfg.startup
+        links = {f"pcie:{g}": min(st.host_to_gpu_gbs, gpu.pcie_gbs) * 1e9 for g in range(n)}
+        links.update({f"ssd:{k}": st.ssd_gbs * 1e9 for k in range(self.topo.num_nodes)})
+        self.transfers = TransferEngine(links, backend.call_at)
+        self.model_of = model_of
+        self.prior_avg, self.prior_peak = prior_avg, prior_peak
+        self.demand = demand or [1.0] * len(self.models)
+        """Expected average in-flight load per model (static policies size with it)."""
+        self.stats = stats or [{} for _ in self.models]
+        """Workload statistics per model (``rate``, ``mean_prompt``, ``mean_output``)."""
+        self.first_arrival_ns = first_arrival_ns
+        self.gpu_busy: list[ModelInstance | None] = [None] * n
+        self.replicas: dict[int, Replica] = {}
+        self.gpu_replicas: list[list[Replica]] = [[] for _ in range(n)]
+        self.instances: list[ModelInstance] = []
+        self.live: dict[int, ModelInstance] = {}
+        """Instances not yet stopped, by id (in creation order)."""
+        self.serving: list[list[ModelInstance]] = [[] for _ in self.models]
+        self.loads = [ModelLoad() for _ in self.models]
+        self.dram: list[set[int]] = [set() for _ in range(self.topo.num_nodes)]
+        """Models whose checkpoint sits in each node's host DRAM (the rest come from SSD)."""
+        self.num_requests = len(model_of)
+        self.num_finished = 0
+        self._next_rid = 0
+        self._perf_cache: dict[tuple[int, int, float], PerfModel] = {}
+        self._busy_log: list[tuple[int, int]] = [(0, 0)]
+        self._engine_pool = st.engine_pool
+        self._pool_refill_at = -1
+        self.replicas_loaded = 0
+        self.replicas_evicted = 0
+        self.loads_cancelled = 0
+        self.policy = PLACEMENTS.get(cfg.placement)(self)
+        for load in self.loads:
+            load.keep_stamps = self.policy.uses_load_stamps
+
+    # ------------------------------------------------------------------ time
+    def now(self) -> int:
+        return self.backend.now_ns()
+
+    def at(self, t_ns: int, fn: Callable[[int], None]) -> None:
+        self.backend.call_at(t_ns, fn)
+
+    def every(self, period_s: float, fn: Callable[[int], None], start_ns: int = 0) -> None:
+        """Call ``fn`` at ``start, start + period, …`` while requests remain."""
+        step = s_to_ns(period_s)
+
+        def tick(t: int) -> None:
+            if self.num_finished >= self.num_requests:
+                return
+            fn(t)
+            self.at(t + step, tick)
+
+        self.at(start_ns, tick)
+
+    # ------------------------------------------------------------------ requests
+    def start(self) -> None:
+        self.policy.setup(self.now())
+
+    def on_arrival(self, req: Request, now_ns: int) -> None:
+        m = int(self.model_of[req.request_id])
+        self.loads[m].change(now_ns, +1)
+        req.payload = None
+        self.policy.route(req, m, now_ns)
+
+    def assign(self, req: Request, inst: ModelInstance, now_ns: int) -> None:
+        """Send ``req`` to ``inst`` (it waits there if the instance is still starting)."""
+        inst.inflight += 1
+        req.payload = inst
+        if inst.state == State.READY:
+            self.backend.deliver(inst.engine, req, now_ns)
+        else:
+            inst.pending.append(req)
+
+    def retry_later(self, req: Request, m: int, now_ns: int, delay_s: float) -> None:
+        """The request found no instance: route it again after ``delay_s`` (artifact: 1 s)."""
+        self.at(now_ns + s_to_ns(delay_s), lambda t: self.policy.route(req, m, t))
+
+    def on_finish(self, req: Request, now_ns: int) -> None:
+        """Called at a step end: counters only; reactions go through control events."""
+        m = int(self.model_of[req.request_id])
+        self.loads[m].change(now_ns, -1)
+        self.num_finished += 1
+        inst: ModelInstance = req.payload  # type: ignore[assignment]
+        inst.inflight -= 1
+        if inst.state == State.STOPPING and inst.inflight == 0:
+            self.at(now_ns, lambda t: self._retire(inst, t))
+        self.policy.on_finish(inst, now_ns)
+
+    # ------------------------------------------------------------------ GPUs and instances
+    def idle_gpus(self, node: int) -> list[int]:
+        return [g for g in self.topo.gpus_of(node) if self.gpu_busy[g] is None]
+
+    def _set_busy(self, now_ns: int, gpus: tuple[int, ...], inst: ModelInstance | None) -> None:
+        for g in gpus:
+            self.gpu_busy[g] = inst
+        busy = sum(1 for x in self.gpu_busy if x is not None)
+        self._busy_log.append((now_ns, busy))
+
+    def launch(
+        self,
+        model: ServedModel,
+        gpus: tuple[int, ...],
+        plan: StartupPlan,
+        now_ns: int,
+        kind: str,
+        replica: Replica | None = None,
+        kv_pages: int | None = None,
+        share: float = 1.0,
+        cap: int | None = None,
+        min_free_blocks: int = 0,
+        min_total_blocks: int = 0,
+    ) -> ModelInstance:
+        """Create an instance of ``model`` on idle ``gpus`` and start its cold start.
+
+        Weights: ``replica`` (warm or loading) is taken over; otherwise, with ``plan.load``, a
+        new load starts (now, or after the engine track for sequential plans). KV: ``kv_pages``
+        per GPU, default every page still free on the group (minimum over its GPUs)."""
+        assert kind in START_KINDS
+        for g in gpus:
+            if self.gpu_busy[g] is not None:
+                raise RuntimeError(f"GPU {g} is busy")
+        inst = ModelInstance(
+            len(self.instances), model, gpus, now_ns, kind, cap or self.cfg.batch, share=share
+        )
+        self.instances.append(inst)
+        self.live[inst.iid] = inst
+        self.serving[model.index].append(inst)
+        self._set_busy(now_ns, gpus, inst)
+        wkey = ("w", inst.iid)
+        if replica is not None:
+            self._detach_replica(replica)
+            self.memory.retag(now_ns, gpus, replica.owner, wkey, "weights")
+            if not replica.warm:
+                replica.consumer = inst
+        elif plan.load:
+            self.memory.alloc(now_ns, gpus, wkey, model.weight_pages, model.index, "weights")
+        free = min(self.memory.free(g) for g in gpus) if kv_pages is None else kv_pages
+        blocks = free // model.block_pages
+        if blocks * model.block_size < self.cfg.max_model_len:
+            raise RuntimeError(
+                f"{model.name} on GPUs {gpus}: {blocks} KV blocks cannot hold one "
+                f"{self.cfg.max_model_len}-token request"
+            )
+        inst.kv_pages = blocks * model.block_pages
+        self.memory.alloc(now_ns, gpus, ("kv", inst.iid), inst.kv_pages, model.index, "kv")
+        inst.kv = ReservingKV(blocks, model.block_size, min_free_blocks, min_total_blocks)
+        inst.kv.on_reserve = lambda n, inst=inst: self._kv_reserved(inst, n)
+        self._run_plan(inst, plan, replica, now_ns)
+        return inst
+
+    def _run_plan(
+        self, inst: ModelInstance, plan: StartupPlan, replica: Replica | None, now_ns: int
+    ) -> None:
+        kv_ns = s_to_ns(plan.kv_s)
+
+        def track_done(name: str, t: int) -> None:
+            inst.waiting_for.discard(name)
+            if not inst.waiting_for and inst.state != State.STOPPED:
+                self.at(t + kv_ns, lambda t2: self._ready(inst, t2))
+
+        if plan.sequential:
+            inst.waiting_for = {"seq"}
+
+            def after_proc(t: int) -> None:
+                if inst.state == State.STOPPED:
+                    return
+                if plan.load:
+                    inst.transfers = self._load_weights(
+                        inst.model,
+                        inst.gpus,
+                        ("w", inst.iid),
+                        t,
+                        lambda t2: track_done("seq", t2),
+                    )
+                else:
+                    track_done("seq", t)
+
+            self.at(now_ns + s_to_ns(plan.proc_s + plan.group_s), after_proc)
+            return
+        inst.waiting_for = {"proc", "weights"}
+        self.at(now_ns + s_to_ns(plan.proc_s), lambda t: track_done("proc", t))
+        if replica is not None and not replica.warm:
+            replica.on_warm = lambda t: track_done("weights", t)
+            inst.transfers = replica.transfers
+        elif replica is None and plan.load:
+            r = self._new_replica(inst.model, inst.gpus, now_ns, owner=("w", inst.iid))
+            r.consumer = inst
+            r.on_warm = lambda t: track_done("weights", t)
+            inst.transfers = r.transfers
+        else:
+            track_done("weights", now_ns)
+
+    def _ready(self, inst: ModelInstance, now_ns: int) -> None:
+        if inst.state == State.STOPPED or inst.ready_ns >= 0:
+            return
+        if inst.state == State.STARTING:
+            inst.state = State.READY
+        inst.ready_ns = now_ns
+        perf = self.perf_for(inst)
+        assert inst.kv is not None
+        inst.engine = self.backend.start_engine(inst.model.name, inst.kv, perf)
+        pending, inst.pending = inst.pending, []
+        for req in pending:
+            self.backend.deliver(inst.engine, req, now_ns)
+        self.policy.on_ready(inst, now_ns)
+
+    def perf_for(self, inst: ModelInstance) -> PerfModel:
+        key = (inst.model.index, inst.model.tp, inst.share)
+        perf = self._perf_cache.get(key)
+        if perf is None:
+            perf = build_perf_model(
+                self.cfg.perf_model, inst.model.spec, self.topo.gpu, inst.model.tp
+            )
+            perf = self.policy.wrap_perf(inst, perf)
+            self._perf_cache[key] = perf
+        return perf
+
+    def stop(self, inst: ModelInstance, now_ns: int) -> None:
+        """Take ``inst`` out of routing; it frees its GPUs once drained."""
+        if inst.state >= State.STOPPING:
+            return
+        inst.state = State.STOPPING
+        self.serving[inst.model.index].remove(inst)
+        if inst.inflight == 0:
+            self._retire(inst, now_ns)
+
+    def _retire(self, inst: ModelInstance, now_ns: int) -> None:
+        if inst.state == State.STOPPED or inst.inflight:
+            return
+        inst.state = State.STOPPED
+        inst.stopped_ns = now_ns
+        del self.live[inst.iid]
+        if inst.engine >= 0:
+            self.backend.release_engine(inst.engine)
+        self.memory.release(now_ns, inst.gpus, ("kv", inst.iid))
+        wkey = ("w", inst.iid)
+        partial = False
+        for tr in inst.transfers:
+            if tr.active:
+                self.transfers.cancel(now_ns, tr)
+                self.loads_cancelled += 1
+                partial = True
+        self._set_busy(now_ns, inst.gpus, None)
+        if (
+            not partial
+            and inst.ready_ns >= 0
+            and self.policy.keep_weights(inst)
+            and self.memory.holds(inst.gpus[0], wkey)
+        ):
+            r = Replica(self._next_rid, inst.model, inst.gpus, now_ns, warm=True, warm_ns=now_ns)
+            self._next_rid += 1
+            self.memory.retag(now_ns, inst.gpus, wkey, r.owner, "prewarm")
+            self._attach_replica(r)
+        else:
+            self.memory.release(now_ns, inst.gpus, wkey)
+        self.policy.on_stopped(inst, now_ns)
+
+    def _kv_reserved(self, inst: ModelInstance, blocks: int) -> None:
+        pages = blocks * inst.model.block_pages
+        inst.kv_pages -= pages
+        self.memory.release(self.now(), inst.gpus, ("kv", inst.iid), pages)
+
+    # ------------------------------------------------------------------ engine pool
+    def engine_handoff_s(self, now_ns: int) -> float:
+        """Seconds until a prewarmed engine process is ready for ``now``'s activation: the
+        handoff, plus the wait for a refill when the pool is empty (32 processes, refilled
+        ``engine_s`` after falling below 10)."""
+        st = self.cfg.startup
+        if self._pool_refill_at >= 0 and now_ns >= self._pool_refill_at:
+            self._engine_pool += st.engine_pool
+            self._pool_refill_at = -1
+        wait = 0.0
+        if self._engine_pool == 0 and self._pool_refill_at < 0:
+            self._pool_refill_at = now_ns + s_to_ns(st.engine_s)
+        if self._engine_pool == 0:
+            wait = (self._pool_refill_at - now_ns) / NS_PER_S
+            self._engine_pool += st.engine_pool
+            self._pool_refill_at = -1
+        self._engine_pool -= 1
+        if self._engine_pool < st.engine_pool_refill_below and self._pool_refill_at < 0:
+            self._pool_refill_at = now_ns + s_to_ns(st.engine_s)
+        return wait + st.handoff_s
+
+    # ------------------------------------------------------------------ replicas and loads
+    def _attach_replica(self, r: Replica) -> None:
+        self.replicas[r.rid] = r
+        for g in r.gpus:
+            self.gpu_replicas[g].append(r)
+
+    def _detach_replica(self, r: Replica) -> None:
+        self.replicas.pop(r.rid, None)
+        for g in r.gpus:
+            lst = self.gpu_replicas[g]
+            if r in lst:
+                lst.remove(r)
+
+    def prewarm(self, model: ServedModel, gpus: tuple[int, ...], now_ns: int) -> Replica:
+        """Start loading a replica of ``model`` on ``gpus`` (pages held from now)."""
+        r = self._new_replica(model, gpus, now_ns)
+        r.background = any(self.gpu_busy[g] is not None for g in gpus)
+        return r
+
+    def _new_replica(
+        self,
+        model: ServedModel,
+        gpus: tuple[int, ...],
+        now_ns: int,
+        owner: tuple[str, int] | None = None,
+    ) -> Replica:
+        r = Replica(self._next_rid, model, gpus, now_ns)
+        self._next_rid += 1
+        key = owner or r.owner
+        if owner is None:
+            self.memory.alloc(now_ns, gpus, key, model.weight_pages, model.index, "prewarm")
+            self._attach_replica(r)
+        r.transfers = self._load_weights(model, gpus, key, now_ns, lambda t: self._warm(r, t))
+        return r
+
+    def _load_weights(
+        self,
+        model: ServedModel,
+        gpus: tuple[int, ...],
+        owner: tuple[str, int],
+        now_ns: int,
+        on_done: Callable[[int], None],
+    ) -> list:
+        """One transfer per shard over the GPU's host link (after the node's SSD link when the
+        checkpoint is not in its DRAM); ``on_done`` after the slowest shard plus the serial
+        extras of the policy (group creation, page mapping without memory switching)."""
+        node = self.topo.node_of(gpus[0])
+        from_ssd = not self.policy.in_dram(model, node)
+        extra_s = self.policy.load_extra_s(model)
+        left = [len(gpus)]
+        cap = self.policy.load_rate_cap()
+
+        def shard_done(t: int) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                if from_ssd:
+                    self.dram[node].add(model.index)
+                self.at(t + s_to_ns(extra_s), on_done)
+
+        out = []
+        for g in gpus:
+            links = (f"ssd:{node}", f"pcie:{g}") if from_ssd else (f"pcie:{g}",)
+            out.append(self.transfers.start(now_ns, model.shard_bytes, links, shard_done, cap))
+        return out
+
+    def _warm(self, r: Replica, now_ns: int) -> None:
+        if r.warm:
+            return
+        r.warm = True
+        r.warm_ns = now_ns
+        self.replicas_loaded += 1
+        if r.on_warm is not None:
+            r.on_warm(now_ns)
+
+    def evict(self, r: Replica, now_ns: int) -> None:
+        """Destroy a replica: cancel its loads, free its pages."""
+        for tr in r.transfers:
+            if tr.active:
+                self.transfers.cancel(now_ns, tr)
+                self.loads_cancelled += 1
+        r.warm = False
+        r.on_warm = None
+        self._detach_replica(r)
+        self.memory.release(now_ns, r.gpus, r.owner)
+        self.replicas_evicted += 1
+
+    # ------------------------------------------------------------------ teardown and results
+    def shutdown(self, now_ns: int) -> None:
+        """End of run: stop every instance and drop every replica (memory must be empty)."""
+        for inst in list(self.live.values()):
+            if inst.state < State.STOPPING:
+                self.stop(inst, now_ns)
+            elif inst.state == State.STOPPING:
+                self._retire(inst, now_ns)
+        for r in list(self.replicas.values()):
+            self.evict(r, now_ns)
+
+    def gpu_seconds(self, t0_ns: int, t1_ns: int) -> float:
+        """∫ (GPUs held by instances) dt over [t0, t1]."""
+        log = self._busy_log
+        total = 0.0
+        for (t, busy), (t_next, _) in zip(
+            log, [*log[1:], (max(t1_ns, log[-1][0]), 0)], strict=True
+        ):
+            a, b = max(t, t0_ns), min(t_next, t1_ns)
+            if b > a:
+                total += busy * (b - a)
+        return total / NS_PER_S
+
+    def start_counts(self, model: int | None = None) -> dict[str, int]:
+        out = dict.fromkeys(START_KINDS, 0)
+        for inst in self.instances:
+            if model is None or inst.model.index == model:
+                out[inst.kind] += 1
+        return out
+
+    def cluster_metrics(self, model: int | None, t0_ns: int, t1_ns: int) -> dict[str, Any]:
+        c = self.start_counts(model)
+        dynamic = c["hit"] + c["partial"] + c["miss"]
+        m: dict[str, Any] = {
+            "instance_starts": dynamic + c["static"],
+            "cold_starts": c["partial"] + c["miss"],
+            "prewarm_hits": c["hit"],
+            "prewarm_hit_rate": c["hit"] / dynamic if dynamic else None,
+        }
+        if model is None:
+            m["gpu_seconds"] = self.gpu_seconds(t0_ns, t1_ns)
+            m["replicas_loaded"] = self.replicas_loaded
+            m["replicas_evicted"] = self.replicas_evicted
+            m["loads_cancelled"] = self.loads_cancelled
+            m["peak_pages_used"] = max(self.memory.peak_used)
+            m["pages_per_gpu"] = self.pages_per_gpu
+        else:
+            m["gpu_seconds"] = (
+                sum(
+                    len(i.gpus)
+                    * max(
+                        0,
+                        min(i.stopped_ns if i.stopped_ns >= 0 else t1_ns, t1_ns)
+                        - max(i.created_ns, t0_ns),
+                    )
+                    for i in self.instances
+                    if i.model.index == model
+                )
+                / NS_PER_S
+            )
+        return m
+
+    def instance_table(self) -> dict[str, np.ndarray]:
+        insts = self.instances
+        return {
+            "instance": np.array([i.iid for i in insts], dtype=np.int64),
+            "model": np.array([i.model.index for i in insts], dtype=np.int64),
+            "first_gpu": np.array([i.gpus[0] for i in insts], dtype=np.int64),
+            "num_gpus": np.array([len(i.gpus) for i in insts], dtype=np.int64),
+            "kind": np.array([START_KINDS.index(i.kind) for i in insts], dtype=np.int64),
+            "created_ns": np.array([i.created_ns for i in insts], dtype=np.int64),
+            "ready_ns": np.array([i.ready_ns for i in insts], dtype=np.int64),
+            "stopped_ns": np.array([i.stopped_ns for i in insts], dtype=np.int64),
+            "engine": np.array([i.engine for i in insts], dtype=np.int64),
+        }

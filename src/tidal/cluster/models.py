@@ -1,0 +1,137 @@
+"""The logical models a cluster serves (warmserve.md §1.3).
+
+The same catalog model may appear several times (the artifact serves two "virtual" Llama-2-7B
+models with their own traffic); repeated ids are named ``id#k`` in order of appearance. Each
+entry may give its tensor-parallel degree as ``id:tp``; otherwise the artifact's choice for the
+Llama-2 family (7B→1, 13B→2, 70B→4), else the smallest power of two whose weight shard fits in
+40% of a GPU.
+
+Per-GPU sizes are counted in memory pages: weights take ``align_up(bytes / tp, page)``
+(``align_up`` as the artifact's ``MEM_GRANULARITY``), a KV block of ``block_size`` tokens takes
+``ceil(block_bytes_per_gpu / page)`` pages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from tidal.core.errors import ConfigError
+from tidal.hardware.gpus import GPUSpec
+from tidal.hardware.models import ModelSpec, get_model
+
+ARTIFACT_TP = {"llama-2-7b": 1, "llama-2-13b": 2, "llama-2-70b": 4}
+
+ARTIFACT_SERVICE_MS = {
+    "llama-2-7b": (35.0, 15.0),
+    "llama-2-13b": (70.0, 20.0),
+    "llama-2-70b": (100.0, 30.0),
+}
+"""(prefill ms, decode ms per token) the artifact uses to turn a trace into concurrency
+(warmserve.md §2.1). Other models use the row of the nearest size (see :func:`service_ms`)."""
+
+
+def service_ms(spec: ModelSpec) -> tuple[float, float]:
+    if spec.name in ARTIFACT_SERVICE_MS:
+        return ARTIFACT_SERVICE_MS[spec.name]
+    b = spec.num_params / 1e9
+    key = "llama-2-7b" if b < 10 else "llama-2-13b" if b < 30 else "llama-2-70b"
+    return ARTIFACT_SERVICE_MS[key]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    index: int
+    name: str
+    """Unique name in results (``llama-2-7b#0``)."""
+    spec: ModelSpec
+    tp: int
+    weight_pages: int
+    """Pages per GPU for one shard of the weights."""
+    block_pages: int
+    """Pages per GPU for one KV block."""
+    block_size: int
+    page_bytes: int
+
+    @property
+    def shard_bytes(self) -> int:
+        return self.weight_pages * self.page_bytes
+
+    @property
+    def kv_block_bytes(self) -> float:
+        """Bytes of one KV block on one GPU (the exact, unrounded value)."""
+        return self.spec.kv_bytes_per_token_per_gpu(self.tp) * self.block_size
+
+
+def _default_tp(spec: ModelSpec, gpu: GPUSpec, gpus_per_node: int) -> int:
+    if spec.name in ARTIFACT_TP:
+        return ARTIFACT_TP[spec.name]
+    tp = 1
+    while spec.weight_bytes / tp > 0.4 * gpu.mem_bytes and tp < gpus_per_node:
+        tp *= 2
+    return tp
+
+
+def served_models(
+    entries: list[str], gpu: GPUSpec, gpus_per_node: int, page_bytes: int, block_size: int
+) -> list[ServedModel]:
+    if not entries:
+        raise ConfigError("cluster.models", "no models given", "e.g. llama-2-7b,llama-2-13b")
+    ids = [e.split(":")[0].strip() for e in entries]
+    counts = Counter(ids)
+    seen: Counter[str] = Counter()
+    out = []
+    for i, (entry, mid) in enumerate(zip(entries, ids, strict=True)):
+        spec = get_model(mid)
+        _, _, tp_s = entry.partition(":")
+        if tp_s:
+            try:
+                tp = int(tp_s)
+            except ValueError:
+                raise ConfigError(
+                    "cluster.models", f"bad tensor-parallel degree in {entry!r}", "write id:tp"
+                ) from None
+        else:
+            tp = _default_tp(spec, gpu, gpus_per_node)
+        if tp < 1 or tp > gpus_per_node or tp & (tp - 1):
+            raise ConfigError(
+                "cluster.models",
+                f"{entry!r}: tp {tp} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
+                "TP groups stay inside one node",
+            )
+        name = f"{mid}#{seen[mid]}" if counts[mid] > 1 else mid
+        seen[mid] += 1
+        w = cdiv(spec.weight_bytes, tp)
+        blk = spec.kv_bytes_per_token_per_gpu(tp) * block_size
+        out.append(
+            ServedModel(
+                i,
+                name,
+                spec,
+                tp,
+                cdiv(w, page_bytes),
+                cdiv(math.ceil(blk), page_bytes),
+                block_size,
+                page_bytes,
+            )
+        )
+    return out
+
+
+def with_tp(model: ServedModel, tp: int) -> ServedModel:
+    """The same logical model sharded over ``tp`` GPUs (MuxServe meshes choose the degree)."""
+    from dataclasses import replace
+
+    spec = model.spec
+    blk = spec.kv_bytes_per_token_per_gpu(tp) * model.block_size
+    return replace(
+        model,
+        tp=tp,
+        weight_pages=cdiv(cdiv(spec.weight_bytes, tp), model.page_bytes),
+        block_pages=cdiv(math.ceil(blk), model.page_bytes),
+    )

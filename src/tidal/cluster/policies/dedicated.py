@@ -1,0 +1,65 @@
+"""``dedicated``: each model owns a fixed set of instances on its own GPUs for the whole run.
+
+Sizing: one instance per model (largest TP first, so aligned groups fit), then one more at a time
+to the model with the highest expected load per instance (``demand / instances``, demand = the
+workload's mean in-flight load) while an aligned group is free. Routing: the least-loaded
+instance below B, else retry every second (the artifact's router without creation).
+"""
+
+from __future__ import annotations
+
+from tidal.cluster.coldstart import vanilla_plan
+from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
+from tidal.cluster.policies.common import aligned_group, least_loaded
+from tidal.core.errors import ConfigError
+from tidal.core.request import Request
+
+
+def size_dedicated(ctl, demand: list[float]) -> list[tuple[int, tuple[int, ...]]]:
+    """(model index, GPU group) of every dedicated instance."""
+    free = set(range(ctl.topo.num_gpus))
+    out: list[tuple[int, tuple[int, ...]]] = []
+    count = [0] * len(ctl.models)
+    for m in sorted(ctl.models, key=lambda m: (-m.tp, m.index)):
+        group = aligned_group(ctl, m.tp, free)
+        if group is None:
+            raise ConfigError(
+                "cluster.models",
+                f"dedicated placement cannot give {m.name} its {m.tp} GPUs on {ctl.cfg.spec}",
+                "use fewer models or a larger cluster",
+            )
+        free -= set(group)
+        out.append((m.index, group))
+        count[m.index] += 1
+    while True:
+        order = sorted(ctl.models, key=lambda m: (-demand[m.index] / count[m.index], m.index))
+        for m in order:
+            group = aligned_group(ctl, m.tp, free)
+            if group is not None:
+                free -= set(group)
+                out.append((m.index, group))
+                count[m.index] += 1
+                break
+        else:
+            return out
+
+
+@PLACEMENTS.register("dedicated")
+class Dedicated(ClusterPolicy):
+    name = "dedicated"
+
+    def setup(self, now_ns: int) -> None:
+        st = self.cfg.startup
+        for m, group in size_dedicated(self.ctl, self.ctl.demand):
+            model = self.ctl.models[m]
+            plan = vanilla_plan(
+                st.worker_s, st.engine_s, st.nccl_s if model.tp > 1 else 0.0, st.kv_init_s
+            )
+            self.ctl.launch(model, group, plan, now_ns, "static")
+
+    def route(self, req: Request, m: int, now_ns: int) -> None:
+        inst = least_loaded(self.ctl.serving[m])
+        if inst is None:
+            self.ctl.retry_later(req, m, now_ns, self.cfg.retry_s)
+        else:
+            self.ctl.assign(req, inst, now_ns)

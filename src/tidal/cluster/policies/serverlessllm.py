@@ -1,0 +1,126 @@
+"""``serverlessllm``: ServerlessLLM-style autoscaling (OSDI'24; warmserve.md §3.5 B-SL and
+Appendix A), as its open-source router and storage-aware scheduler do it.
+
+* Autoscaler, every ``loop_s`` (1 s) per model: desired = clamp(⌈in-flight / target⌉, min,
+  max); one instance is created per tick while desired exceeds the instances running or
+  starting; one is stopped per tick when desired is lower and no request arrived for
+  ``keep_alive_s`` (the idle timer grows by one loop per tick and resets at every arrival).
+* Startup-time-aware server choice: among nodes with ``tp`` idle GPUs, the lowest estimated load
+  time — ``bytes / host-link bandwidth`` when the checkpoint is in the node's DRAM pool, else the
+  node's SSD queue plus ``bytes / SSD bandwidth``; the first ``tp`` idle GPUs there.
+* Cold start: nothing is prewarmed — worker, engine, group (TP > 1), weights through the
+  node's tiers, KV allocation, in sequence (§1.4 vanilla column). A checkpoint read from SSD
+  stays in that node's DRAM.
+* Router: a FIFO queue per model; the head goes round-robin to a ready instance with fewer than
+  ``instance_cap`` outstanding requests, re-checked whenever an instance frees a slot, becomes
+  ready, or every loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from tidal.cluster.coldstart import vanilla_plan
+from tidal.cluster.instance import ModelInstance, State
+from tidal.cluster.models import ServedModel
+from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
+from tidal.core.request import Request
+
+
+@PLACEMENTS.register("serverlessllm")
+class ServerlessLLM(ClusterPolicy):
+    name = "serverlessllm"
+
+    def __init__(self, ctl) -> None:
+        super().__init__(ctl)
+        self.sl = self.cfg.serverlessllm
+        m = len(ctl.models)
+        self.queues: list[deque[Request]] = [deque() for _ in range(m)]
+        self.rr = [0] * m
+        self.idle_s = [0.0] * m
+        self.last_arrival = [-1] * m
+        if self.sl.checkpoints == "dram":
+            for node in range(ctl.topo.num_nodes):
+                ctl.dram[node].update(range(m))
+        self._dispatch_pending = [False] * m
+
+    def setup(self, now_ns: int) -> None:
+        self.ctl.every(self.sl.loop_s, self.tick, now_ns)
+
+    def in_dram(self, model: ServedModel, node: int) -> bool:
+        return model.index in self.ctl.dram[node]
+
+    # ------------------------------------------------------------------ routing
+    def route(self, req: Request, m: int, now_ns: int) -> None:
+        self.queues[m].append(req)
+        self.idle_s[m] = 0.0
+        self._dispatch(m, now_ns)
+
+    def _dispatch(self, m: int, now_ns: int) -> None:
+        self._dispatch_pending[m] = False
+        q = self.queues[m]
+        ready = [i for i in self.ctl.serving[m] if i.state == State.READY]
+        while q and ready:
+            n = len(ready)
+            for k in range(n):
+                inst = ready[(self.rr[m] + k) % n]
+                if inst.inflight < self.sl.instance_cap:
+                    self.rr[m] = (self.rr[m] + k + 1) % n
+                    self.ctl.assign(q.popleft(), inst, now_ns)
+                    break
+            else:
+                return
+
+    def on_finish(self, inst: ModelInstance, now_ns: int) -> None:
+        m = inst.model.index
+        if self.queues[m] and not self._dispatch_pending[m]:
+            self._dispatch_pending[m] = True
+            self.ctl.at(now_ns, lambda t: self._dispatch(m, t))
+
+    def on_ready(self, inst: ModelInstance, now_ns: int) -> None:
+        self._dispatch(inst.model.index, now_ns)
+
+    # ------------------------------------------------------------------ autoscaler
+    def tick(self, now_ns: int) -> None:
+        ctl, sl = self.ctl, self.sl
+        for m, model in enumerate(ctl.models):
+            count = ctl.loads[m].inflight
+            desired = min(sl.max_instances, max(sl.min_instances, math.ceil(count / sl.target)))
+            current = len(ctl.serving[m])
+            if desired > current:
+                self._create(model, now_ns)
+            elif desired < current:
+                if self.idle_s[m] >= sl.keep_alive_s:
+                    ready = [i for i in ctl.serving[m] if i.state == State.READY]
+                    if ready:
+                        ctl.stop(ready[-1], now_ns)
+                    self.idle_s[m] = 0.0
+                else:
+                    self.idle_s[m] += sl.loop_s
+            self._dispatch(m, now_ns)
+
+    def _create(self, model: ServedModel, now_ns: int) -> ModelInstance | None:
+        ctl = self.ctl
+        st = self.cfg.startup
+        host_bw = min(st.host_to_gpu_gbs, ctl.topo.gpu.pcie_gbs) * 1e9
+        best = None
+        for node in range(ctl.topo.num_nodes):
+            idle = ctl.idle_gpus(node)
+            if len(idle) < model.tp:
+                continue
+            if self.in_dram(model, node):
+                est = model.shard_bytes / host_bw
+            else:
+                queued = sum(
+                    t.remaining for t in ctl.transfers.active.values() if f"ssd:{node}" in t.links
+                )
+                est = (queued + model.shard_bytes * model.tp) / (st.ssd_gbs * 1e9)
+            if best is None or est < best[0]:
+                best = (est, tuple(idle[: model.tp]))
+        if best is None:
+            return None
+        plan = vanilla_plan(
+            st.worker_s, st.engine_s, st.nccl_s if model.tp > 1 else 0.0, st.kv_init_s
+        )
+        return ctl.launch(model, best[1], plan, now_ns, "miss")

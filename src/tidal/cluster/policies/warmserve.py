@@ -1,0 +1,286 @@
+"""``warmserve``: WarmServe (arXiv 2512.09472) as its artifact implements it, each part behind
+a flag (``cluster.warmserve.disable``) so the ablations (a)–(f) of warmserve.md §3.5 are one
+config each (:data:`tidal.cluster.config.ABLATIONS`).
+
+* **Universal GPU workers** (``device-prewarm``): the per-GPU worker and CUDA context exist
+  from the start, so no instance pays stage (a).
+* **Engine pool** (``engine-prewarm``): 32 prewarmed engine processes; an activation pays the
+  argument handoff (stage (b) otherwise).
+* **Unified memory** (``unified-memory``): each GPU's memory is one page pool; weights of any
+  model can sit in it as replicas; a stopped instance keeps its weights as a warm replica (warm
+  scale-down); an activation evicts other replicas on its GPUs and hands the weights over with
+  zero copy.
+* **Forecast-driven prewarming** (``forecast``): every 0.5 s the planner (§2.2–2.4) places new
+  replicas by score from the window forecaster (§2.1).
+* **Evict-aware placement** (``placement``): laminar, score-aware groups (§2.3) and, on a miss,
+  the idle GPUs that overlap the fewest replicas (§2.5); off: round-robin first fit.
+* **KV reservation** (``kv-reservation``): every 0.5 s a running instance's target of free KV
+  blocks is ``⌊total · in-flight / B⌋``; extra free blocks are reserved at free events and their
+  pages return to the GPU pool for background prewarming (§2.7).
+* **Memory switching** (``memory-switching``): page mapping overlaps the weight copy and KV is
+  mapped lazily; off: a load pays copy + mapping (0.2 s per 10 GB) and an activation maps all of
+  its KV before serving (§2.8).
+
+Autoscaler and router (§2.6), shared by all variants: every 0.5 s, on the 5-s average in-flight
+load, scale down below 0.5·capacity (instances older than 5 s, fewest in flight first) and up
+above 0.8·capacity; a request goes to the least-loaded instance below B, else creates one
+(ACQUIRE: hit, partial, miss) and waits for it, else retries every second.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tidal.cluster.coldstart import StartupPlan, unified_plan
+from tidal.cluster.forecast import WindowForecaster
+from tidal.cluster.instance import ModelInstance, Replica, State
+from tidal.cluster.models import ServedModel
+from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
+from tidal.cluster.policies.common import least_loaded
+from tidal.cluster.policies.warmserve_plan import PlanReplica, model_scores, plan_prewarm
+from tidal.core.request import Request
+from tidal.core.units import s_to_ns
+
+
+@PLACEMENTS.register("warmserve")
+class WarmServe(ClusterPolicy):
+    name = "warmserve"
+    uses_load_stamps = True
+
+    def __init__(self, ctl) -> None:
+        super().__init__(ctl)
+        ws = self.cfg.warmserve
+        self.ws = ws
+        self.on = {
+            f: ws.enabled(f)
+            for f in (
+                "device-prewarm",
+                "engine-prewarm",
+                "unified-memory",
+                "forecast",
+                "placement",
+                "kv-reservation",
+                "memory-switching",
+            )
+        }
+        self.unified = self.on["unified-memory"]
+        self.window_ns = s_to_ns(ws.window_s)
+        self.window_k = 0
+        per_day = max(1, round(86400 / ws.window_s))
+        pa, pp = ctl.prior_avg, ctl.prior_peak
+        self.forecasters = [
+            WindowForecaster(
+                None if pa is None else pa[m.index],
+                None if pp is None else pp[m.index],
+                ws.history,
+                per_day,
+            )
+            for m in ctl.models
+        ]
+        mcfg = self.cfg
+        self.min_free = (
+            ws.min_free_blocks
+            if ws.min_free_blocks >= 0
+            else -(-mcfg.max_model_len // mcfg.block_size)
+        )
+        per_req = -(-mcfg.max_model_len // mcfg.block_size)
+        self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
+        self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in ctl.models]
+
+    # ------------------------------------------------------------------ loops
+    def setup(self, now_ns: int) -> None:
+        self.ctl.every(self.ws.control_period_s, self.tick, now_ns)
+
+    def tick(self, now_ns: int) -> None:
+        self._autoscale(now_ns)
+        if self.on["forecast"]:
+            self._forecast(now_ns)
+            self._prewarm(now_ns)
+
+    def _forecast(self, now_ns: int) -> None:
+        start = self.ctl.first_arrival_ns
+        while now_ns >= start + (self.window_k + 1) * self.window_ns:
+            for m, f in enumerate(self.forecasters):
+                avg, peak = self.ctl.loads[m].close_window(now_ns, self.window_ns)
+                f.observe(avg, peak)
+            self.window_k += 1
+        if now_ns < start:
+            # before traffic: discard the empty warm-up from the window statistics
+            for load in self.ctl.loads:
+                load.close_window(now_ns, self.window_ns)
+
+    def _autoscale(self, now_ns: int) -> None:
+        ctl, ws, b = self.ctl, self.ws, self.cfg.batch
+        window = s_to_ns(ws.scale_window_s)
+        protect = s_to_ns(ws.protect_s)
+        can_create = True
+        for m, model in enumerate(ctl.models):
+            insts = ctl.serving[m]
+            n = len(insts)
+            load = ctl.loads[m].avg_load(now_ns, window)
+            cap = n * b
+            if load < cap * ws.scale_down:
+                n_stop = n - math.ceil(load / ws.scale_down / b)
+                old = [i for i in insts if now_ns - i.created_ns > protect]
+                if n_stop > 0 and old:
+                    old.sort(key=lambda i: i.inflight)
+                    for inst in old[:n_stop]:
+                        ctl.stop(inst, now_ns)
+            elif load > cap * ws.scale_up and can_create:
+                for _ in range(math.ceil(load / ws.scale_up / b) - n):
+                    if self.acquire(model, now_ns) is None:
+                        can_create = False
+                        break
+        if self.on["kv-reservation"]:
+            for insts in ctl.serving:
+                for inst in insts:
+                    if inst.kv is not None and inst.state == State.READY:
+                        inst.kv.set_target(int(inst.kv.initial_blocks * inst.inflight / b))
+
+    # ------------------------------------------------------------------ prewarming
+    def _prewarm(self, now_ns: int) -> None:
+        ctl = self.ctl
+        scores = []
+        for m in range(len(ctl.models)):
+            f = self.forecasters[m]
+            _, _, s = model_scores(
+                f.pred_avg, f.pred_peak, len(ctl.serving[m]), self.cfg.batch, self.tcold[m]
+            )
+            scores.append(s)
+        existing = self._existing()
+        have = [0] * len(scores)
+        for q in existing:
+            have[q.model] += 1
+        if self.on["placement"] and all(len(s) <= h for s, h in zip(scores, have, strict=True)):
+            return  # every model has its N replicas: nothing to place
+        if not any(scores):
+            return
+        free = [ctl.memory.free(g) for g in range(ctl.topo.num_gpus)]
+        slots = [self.ws.max_slots - len(ctl.gpu_replicas[g]) for g in range(ctl.topo.num_gpus)]
+        nodes = [ctl.topo.gpus_of(k) for k in range(ctl.topo.num_nodes)]
+        actions = plan_prewarm(
+            scores,
+            [m.tp for m in ctl.models],
+            [m.weight_pages for m in ctl.models],
+            existing,
+            free,
+            slots,
+            nodes,
+            smart=self.on["placement"],
+        )
+        for m, group in actions:
+            ctl.prewarm(ctl.models[m], group, now_ns)
+
+    def _existing(self) -> list[PlanReplica]:
+        """Replicas as the artifact's planner sees them: warm and loading replicas and the
+        weights backing live instances (which stay registered as replicas), by creation time."""
+        ctl = self.ctl
+        items: list[tuple[int, PlanReplica]] = []
+        for r in ctl.replicas.values():
+            items.append((r.started_ns, PlanReplica(r.model.index, r.model.tp, r.gpus)))
+        for inst in ctl.live.values():
+            if inst.state != State.STOPPED:
+                items.append(
+                    (inst.created_ns, PlanReplica(inst.model.index, inst.model.tp, inst.gpus))
+                )
+        items.sort(key=lambda x: x[0])
+        return [p for _, p in items]
+
+    # ------------------------------------------------------------------ activation
+    def acquire(self, model: ServedModel, now_ns: int) -> ModelInstance | None:
+        """ACQUIRE (§2.5): a warm replica on idle GPUs, a loading one, or idle GPUs."""
+        ctl = self.ctl
+        busy = ctl.gpu_busy
+        replica: Replica | None = None
+        kind = "miss"
+        if self.unified:
+            mine = [r for r in ctl.replicas.values() if r.model is model]
+            for want_warm in (True, False):
+                for r in mine:
+                    if r.warm == want_warm and all(busy[g] is None for g in r.gpus):
+                        replica, kind = r, ("hit" if want_warm else "partial")
+                        break
+                if replica is not None:
+                    break
+        gpus = replica.gpus if replica is not None else self._miss_gpus(model)
+        if gpus is None:
+            return None
+        if self.unified:
+            for g in gpus:
+                for r in list(ctl.gpu_replicas[g]):
+                    if r is not replica:
+                        ctl.evict(r, now_ns)
+        return ctl.launch(
+            model,
+            gpus,
+            self._plan(model, kind, gpus, now_ns),
+            now_ns,
+            kind,
+            replica=replica,
+            min_free_blocks=self.min_free,
+            min_total_blocks=self.min_total,
+        )
+
+    def _miss_gpus(self, model: ServedModel) -> tuple[int, ...] | None:
+        ctl = self.ctl
+        for node in range(ctl.topo.num_nodes):
+            idle = ctl.idle_gpus(node)
+            if len(idle) < model.tp:
+                continue
+            if not self.on["placement"] or not self.unified or len(idle) == model.tp:
+                return tuple(idle[: model.tp])
+            overlap = sorted((len(ctl.gpu_replicas[g]), g) for g in idle)
+            return tuple(sorted(g for _, g in overlap[: model.tp]))
+        return None
+
+    def _plan(
+        self, model: ServedModel, kind: str, gpus: tuple[int, ...], now_ns: int
+    ) -> StartupPlan:
+        st = self.cfg.startup
+        if self.on["engine-prewarm"]:
+            proc = self.ctl.engine_handoff_s(now_ns)
+        else:
+            proc = st.engine_s
+        if not self.on["device-prewarm"]:
+            proc += st.worker_s
+        if not self.unified:
+            group = st.nccl_s if model.tp > 1 else 0.0
+            return StartupPlan(proc, True, group, st.kv_init_s)
+        blocks = -(-st.lazy_kv_tokens // self.cfg.block_size)
+        if self.on["memory-switching"]:
+            kv_bytes = blocks * model.block_pages * self.ctl.page_bytes
+        else:
+            free = min(self.ctl.memory.free(g) for g in gpus)
+            if kind == "miss":
+                free -= model.weight_pages
+            kv_bytes = max(free, 0) * self.ctl.page_bytes
+        return unified_plan(proc, kv_bytes / (st.map_gbs * 1e9), load=kind == "miss")
+
+    # ------------------------------------------------------------------ routing
+    def route(self, req: Request, m: int, now_ns: int) -> None:
+        ctl = self.ctl
+        inst = least_loaded(ctl.serving[m])
+        if inst is None:
+            inst = self.acquire(ctl.models[m], now_ns)
+        if inst is None:
+            ctl.retry_later(req, m, now_ns, self.cfg.retry_s)
+        else:
+            ctl.assign(req, inst, now_ns)
+
+    # ------------------------------------------------------------------ mechanisms
+    def keep_weights(self, inst: ModelInstance) -> bool:
+        return self.unified
+
+    def load_extra_s(self, model: ServedModel) -> float:
+        if not self.unified:
+            return 0.0
+        st = self.cfg.startup
+        extra = st.nccl_s if model.tp > 1 else 0.0
+        if not self.on["memory-switching"]:
+            extra += model.shard_bytes / (st.map_gbs * 1e9)
+        return extra
+
+    def load_rate_cap(self) -> float:
+        if self.unified and self.on["memory-switching"]:
+            return self.cfg.startup.map_gbs * 1e9
+        return math.inf

@@ -1,0 +1,113 @@
+"""Serving policies for augmented requests: named bundles of ordering, intercept handling and
+token budget, so that a baseline and the paper's method differ by one flag, and each AugServe
+mechanism can be ablated alone (augserve.md §4.2).
+
+=====================  ===========  ===========  ==========================
+name                   ordering     intercept    token budget
+=====================  ===========  ===========  ==========================
+vllm                   fcfs         vllm         static 2048
+infercept              infercept    infercept    static 384 (N_sat)
+augserve               augserve     infercept    dynamic [384, 8192]
+augserve-ordering      augserve     infercept    static 384   (ordering only)
+augserve-budget        infercept    infercept    dynamic      (budget only)
+=====================  ===========  ===========  ==========================
+
+vLLM as INFERCEPT ran it: a call ends the request and its return is a new request (whole
+context + returned tokens) at the queue tail; ``max_num_batched_tokens`` static (2048, the
+spec's [DEF]). INFERCEPT: min-waste interception, FCFS by original arrival across
+KV-resident → waiting, one 384-token budget shared by every token kind (its released code,
+augserve.md §2.4). AugServe keeps INFERCEPT's context handling and replaces the ordering and
+the budget (augserve.md §3.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidal.core.kv import KVBlockManager
+from tidal.core.registry import Registry
+from tidal.engine.augment.budget import DynamicBudget, StaticBudget, TokenBudget
+from tidal.engine.augment.intercept import INTERCEPTS
+from tidal.engine.augment.ordering import AUGMENT_ORDERINGS, ValueQueue
+from tidal.engine.augment.predictor import PREDICTORS
+from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
+from tidal.engine.ordering import WaitingQueue
+from tidal.engine.scheduler import SchedulerConfig
+
+
+@dataclass(frozen=True)
+class ServingPolicy:
+    ordering: str
+    intercept: str
+    budget: str
+    static_budget: int
+
+
+SERVING_POLICIES: Registry[ServingPolicy] = Registry("serving_policy")
+for _name, _policy in (
+    ("vllm", ServingPolicy("fcfs", "vllm", "static", 2048)),
+    ("infercept", ServingPolicy("infercept", "infercept", "static", 384)),
+    ("augserve", ServingPolicy("augserve", "infercept", "dynamic", 384)),
+    ("augserve-ordering", ServingPolicy("augserve", "infercept", "static", 384)),
+    ("augserve-budget", ServingPolicy("infercept", "infercept", "dynamic", 384)),
+):
+    SERVING_POLICIES.register(_name)(_policy)
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    """Everything needed to build the scheduler (plain values; the sim layer fills it from
+    its pydantic config)."""
+
+    serving_policy: str = "vllm"
+    ordering: str | None = None
+    intercept: str | None = None
+    token_budget: str | None = None
+    static_budget: int | None = None
+    budget_min: int = 384
+    budget_max: int = 8192
+    budget_reserve: int = 1000
+    predictor: str = "noisy"
+    predictor_p: float = 0.8
+    predictor_sigma: float = 0.3
+    predictor_seed: int = 0
+    value_form: str = "memory"
+    stage2: bool = True
+    starvation_ns: int = 10_000_000_000
+    """Anti-starvation threshold τ (0: off)."""
+
+
+def build_augmented_scheduler(
+    config: SchedulerConfig, kv: KVBlockManager, env: AugmentEnv, spec: AugmentSpec
+) -> AugmentedScheduler:
+    policy = SERVING_POLICIES.get(spec.serving_policy)
+    ordering = spec.ordering or policy.ordering
+    intercept = INTERCEPTS.get(spec.intercept or policy.intercept)()
+    budget_kind = spec.token_budget or policy.budget
+    budget: TokenBudget
+    if budget_kind == "dynamic":
+        budget = DynamicBudget(spec.budget_min, spec.budget_max, spec.budget_reserve)
+    elif budget_kind == "static":
+        budget = StaticBudget(spec.static_budget or policy.static_budget)
+    else:
+        raise ValueError(f"unknown token budget {budget_kind!r} (valid: static, dynamic)")
+    waiting: WaitingQueue
+    if ordering == "augserve":
+        tau = spec.starvation_ns if spec.starvation_ns > 0 else 1 << 62
+        waiting = ValueQueue(tau)
+    else:
+        waiting = AUGMENT_ORDERINGS.get(ordering)()
+    predictor = PREDICTORS.get(spec.predictor)(
+        spec.predictor_seed, spec.predictor_p, spec.predictor_sigma
+    )
+    return AugmentedScheduler(
+        config,
+        kv,
+        waiting,
+        env=env,
+        intercept=intercept,
+        budget=budget,
+        predictor=predictor,
+        value_form=spec.value_form,
+        stage2=spec.stage2,
+    )

@@ -1,0 +1,89 @@
+"""Knobs of the exclusive-batching policies ``eb`` and ``ebplus`` (YAML: ``scheduler.eb``).
+
+Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4), except ``delta``:
+the code's default 1e-4 is ten times the |Δ(N)| of a typical decision on H200 (§2.6 worked
+table), so it would never switch there; the paper's own runs used 1e-5, which is the default
+here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class EBOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # -- threshold controller (Algorithm 1, §3.1)
+    theta_cold: float = Field(default=0.70, gt=0, lt=1)
+    """θ̂ before the first estimate (cold start)."""
+    theta_floor: float = Field(default=0.01, ge=0, lt=1)
+    """Lower clip of θ̂ (the paper's non-stationary runs use 0.7; Q1)."""
+    theta_max: float = Field(default=0.80, gt=0, lt=1)
+    theta_ema: float = Field(default=0.3, gt=0, le=1)
+    """EMA weight of a new θ* on the smoothed θ̂."""
+    theta_form: Literal["camera", "exact"] = "camera"
+    """Right side of the θ equation: ``p0·α_p/α_d`` (camera-ready, the code's IFR path) or
+    ``−ln(1−p0)·α_p/α_d`` (exact CFR)."""
+    ifr: bool = True
+    """Apply the IFR correction Δθ when the fitted hazard slope η̂ > 0 (§2.4)."""
+    theta_fixed: float | None = Field(default=None, gt=0, lt=1)
+    """Pin θ (no online threshold; the paper's ``eb_kratio`` baseline)."""
+    k_fixed: int | None = Field(default=None, ge=1)
+    """Pin k (fixed-k sweeps of the paper's Fig. 3)."""
+    window: int = Field(default=500, ge=1)
+    update_every: int = Field(default=100, ge=1)
+    min_samples: int = Field(default=30, ge=1)
+
+    # -- memory-safe batch size (§2.5)
+    auto_n: bool = True
+    """Cap N by the memory-safe N̂* (CLT form) after each estimate."""
+    eps: float = Field(default=0.01, gt=0, lt=1)
+    """Target KV-overflow probability ε of N̂*."""
+
+    # -- phase machine (§3.2)
+    kv_gate: bool = True
+    """Post-camera-ready KV-aware gate: no Phase 1→2 refill while the KV cache is 'full'."""
+    kv_threshold_max: float = Field(default=0.6, gt=0, le=1)
+    output_margin: float = Field(default=0.5, gt=0)
+    n_update_cooldown_s: float = Field(default=2.0, ge=0)
+    """Minimum time between an N change and an N recovery."""
+
+    # -- EB+ selector (§3.3)
+    delta: float = Field(default=1e-5, ge=0)
+    """Hysteresis δ of the crossover test (s/token)."""
+    delta_adaptive: bool = False
+    """δ = max(δ, delta_k·stdev of the last ``signal_window`` signals) once ≥ 4 are known."""
+    delta_k: float = Field(default=2.0, ge=0)
+    signal_window: int = Field(default=10, ge=1)
+    sticky: float = Field(default=3.0, ge=1)
+    """Leaving EB needs ``sticky``·δ of evidence."""
+    cooldown: int = Field(default=3, ge=0)
+    """Evaluations skipped after a switch."""
+    drain_n: float = Field(default=16, ge=0)
+    """No decision while the demand EMA N_obs is below this (drain filter)."""
+    n_obs_up: float = Field(default=0.3, gt=0, le=1)
+    n_obs_down: float = Field(default=0.03, gt=0, le=1)
+    surge_factor: float = Field(default=2.0, gt=1)
+    """Evaluate at once when demand exceeds surge_factor·N_obs (outside cooldown)."""
+    cold_mode: Literal["mb", "eb"] = "mb"
+    mb_memory_safe: bool = False
+    """In MB mode, admit at most the memory-safe N̂* requests too. Off: MB mode runs at N_max
+    and relies on recompute preemption, as the reference does (capping trades ≈1–2 % of MB
+    throughput for no preemption; see BENCHMARKS.d/issue3.md)."""
+    crossover_n: Literal["effective", "demand"] = "effective"
+    """Batch sizes in the crossover test: ``demand`` = N_obs for both (reference);
+    ``effective`` = min(N_obs, N_max) for MB and min(N_obs, N̂*, N_max) for EB's k̂."""
+    mb_cost: Literal["step", "paper"] = "step"
+    """β_MB^e used by the selector: ``step`` = β_EB^w + the simulator's step interference
+    (self-calibrated, Q14); ``paper`` = the paper's measured quadratic where one exists."""
+
+    @model_validator(mode="after")
+    def _theta_range(self) -> EBOptions:
+        if self.theta_floor > self.theta_max:
+            raise ValueError(
+                f"theta_floor ({self.theta_floor}) must not exceed theta_max ({self.theta_max})"
+            )
+        return self

@@ -1,0 +1,265 @@
+"""Closed forms of exclusive batching (EB) and of the EB/MB crossover.
+
+Source: "Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516), as specified
+in ``shared/research/ebplus.md`` §2 (formulas as implemented by the authors' eb-vllm scheduler;
+proposition names are the ones its docstrings use). Pure functions of floats, no state.
+
+Notation: prefill step ``α_p + β_p·L``, decode step ``α_d + β_d·j`` (§1.1); ``p`` (``p0``) the
+per-step completion probability of a decoding request (CFR: geometric outputs, ``p ≈ 1/μ_O``);
+``N`` the EB batch size, ``k`` the completions that trigger a refill, ``θ = k/N``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+THETA_HARD_MIN = 0.01
+"""Floor of every θ the controller computes (eb-vllm ``_PD_THETA_HARD_MIN``)."""
+
+
+# --------------------------------------------------------------------------- §2.2 exact k*
+def tau(j: int, p: float, alpha_d: float, beta_d: float) -> float:
+    """Expected time to the next completion while ``j`` requests decode (§2.2):
+    ``τ(j) = (α_d + β_d·j) / (1 − (1−p)^j)``, ``τ(0) = ∞``."""
+    if j <= 0:
+        return math.inf
+    denom = 1.0 - (1.0 - p) ** j
+    return (alpha_d + beta_d * j) / denom if denom > 0 else math.inf
+
+
+def optimal_k(n: int, p: float, alpha_p: float, alpha_d: float, beta_d: float) -> int:
+    """Exact finite-N threshold (Proposition 1, §2.2): the least ``k ≥ 1`` with
+    ``k·τ(N−k) − Σ_{j=N−k+1..N} τ(j) ≥ α_p``; ``⌊N/5⌋`` (at least 1) if none. O(N).
+
+    Keep decoding while one more completion is cheaper than paying a refill's fixed cost."""
+    taus = [tau(j, p, alpha_d, beta_d) for j in range(n + 1)]
+    tail = 0.0
+    for k in range(1, n + 1):
+        tail += taus[n - k + 1]
+        if k * taus[n - k] >= tail + alpha_p:
+            return k
+    return max(1, n // 5)
+
+
+# --------------------------------------------------------------------------- §2.3 asymptotic θ
+def theta_lhs(theta: float) -> float:
+    """``g(θ) = θ/(1−θ) + ln(1−θ)``: increasing from g(0) = 0 to g(1⁻) = ∞; g(θ) ≈ θ²/2."""
+    return theta / (1.0 - theta) + math.log(1.0 - theta)
+
+
+def theta_rhs(p0: float, alpha_p: float, alpha_d: float, exact: bool = False) -> float:
+    """Right side of the θ equation: ``p0·α_p/α_d`` (camera-ready form) or, with ``exact``,
+    ``−ln(1−p0)·α_p/α_d`` (the "exact CFR" form, ``Eq. theta_base``)."""
+    rate = -math.log1p(-p0) if exact else p0
+    return rate * alpha_p / alpha_d
+
+
+def theta_cfr(p0: float, alpha_p: float, alpha_d: float, exact: bool = False) -> float:
+    """Asymptotically optimal switching fraction θ* (CFR base, §2.3): the root of
+    ``θ/(1−θ) + ln(1−θ) = p0·α_p/α_d`` (or the exact-CFR right side), by bisection on
+    [0.001, 0.999]; clamped to [0.01, 0.99]; 0.01 when the right side is ≤ 1e-6."""
+    if p0 <= 0.0:
+        return THETA_HARD_MIN
+    if p0 >= 1.0:
+        return 0.99
+    rhs = theta_rhs(p0, alpha_p, alpha_d, exact)
+    if rhs <= 1e-6:
+        return THETA_HARD_MIN
+    lo, hi = 0.001, 0.999
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        g = theta_lhs(mid)
+        if abs(g - rhs) < 1e-12:
+            lo = hi = mid
+            break
+        if g < rhs:
+            lo = mid
+        else:
+            hi = mid
+    return max(THETA_HARD_MIN, min(0.99, 0.5 * (lo + hi)))
+
+
+def theta_small(p0: float, alpha_p: float, alpha_d: float) -> float:
+    """Small-θ approximation of the CFR threshold: ``θ* ≈ sqrt(2·p0·α_p/α_d)`` (§2.3)."""
+    return math.sqrt(2.0 * p0 * alpha_p / alpha_d)
+
+
+# --------------------------------------------------------------------------- §2.4 IFR
+def ifr_correction(theta0: float, p0: float, eta: float, rho: float) -> float:
+    """First-order correction for an increasing hazard ``h(t) = p0 + η·t`` (Theorem
+    ``thm:threshold_ifr``, §2.4): ``Δθ = η(1−θ0)²/(p0²·θ0) · [Λ(θ0/(1−θ0) − Λ/2) + ρ(Λ − θ0)]``
+    with ``Λ = −ln(1−θ0)`` and ``ρ = β_d·N/α_d``. Guards: 0 ≤ Δθ ≤ 5·θ0; 0 when η ≤ 0."""
+    if eta <= 0.0 or not 0.0 < theta0 < 1.0:
+        return 0.0
+    lam = -math.log(1.0 - theta0)
+    duration = lam * (theta0 / (1.0 - theta0) - lam / 2.0)
+    per_token = rho * (lam - theta0)
+    denom = p0 * p0 * theta0
+    if denom < 1e-12:
+        return 0.0
+    delta = eta * (1.0 - theta0) ** 2 / denom * (duration + per_token)
+    return min(max(0.0, delta), 5.0 * theta0)
+
+
+# --------------------------------------------------------------------------- §2.5 memory-safe N
+def kv_per_slot(theta: float, p0: float, mu_l: float) -> float:
+    """Expected KV occupancy of one EB slot in steady state (Proposition 3):
+    ``D(θ) = μ_L + (1−θ)/(θ·p0) · ln(1/(1−θ))``; D(θ→0) → μ_L + 1/p0."""
+    lam = -math.log(1.0 - theta)
+    return mu_l + (1.0 - theta) / (theta * p0) * lam
+
+
+def memory_safe_n_paper(capacity: float, theta: float, p0: float, mu_l: float, eps: float) -> int:
+    """Paper closed form (Eq. ``eq:Nstar``): ``N̂* = ⌊(C − ν·ln(1/ε)) / D(θ)⌋`` with
+    ``ν = 1/(p0²·μ_L)`` — keeps P(KV overflow) ≤ ε. At least 1."""
+    nu = 1.0 / (p0 * p0 * mu_l)
+    return max(1, math.floor((capacity - nu * math.log(1.0 / eps)) / kv_per_slot(theta, p0, mu_l)))
+
+
+def memory_safe_n(
+    capacity: float, theta: float, p0: float, mu_l: float, eps: float = 0.01, n_cap: int = 1 << 30
+) -> int:
+    """CLT form the authors' code uses for all paper results (§2.5): the largest N with
+    ``N·D(θ) + σ(θ)·sqrt(N·ln(1/ε)) ≤ C``, ``σ² = 2Λ(1 + (p0·μ_L + Λ/θ)²)/p0²``, solved as
+    ``√N = (−σ√ℓ + sqrt(σ²ℓ + 4DC)) / (2D)``, ℓ = ln(1/ε); clamped to [1, ``n_cap``].
+    ε is clamped to [1e-6, 0.5]; invalid θ or p0 return ``n_cap``."""
+    if not 0.0 < theta < 1.0 or p0 <= 0.0 or capacity <= 0:
+        return n_cap
+    eps = min(max(eps, 1e-6), 0.5)
+    ell = math.log(1.0 / eps)
+    lam = -math.log(1.0 - theta)
+    d = mu_l + (1.0 - theta) / (theta * p0) * lam
+    sigma_sq = 2.0 * lam * (1.0 + (p0 * mu_l + lam / theta) ** 2) / max(p0 * p0, 1e-18)
+    sigma = math.sqrt(sigma_sq)
+    root = (-sigma * math.sqrt(ell) + math.sqrt(sigma_sq * ell + 4.0 * d * capacity)) / (2.0 * d)
+    n = math.floor(max(0.0, root) ** 2)
+    return max(1, min(n_cap, n))
+
+
+# --------------------------------------------------------------------------- §2.6 crossover
+def beta_eb_w(r: float, beta_p: float, beta_d: float) -> float:
+    """EB's workload-weighted marginal cost per token: ``β_p·(1−r) + β_d·r`` (§1.2)."""
+    return beta_p * (1.0 - r) + beta_d * r
+
+
+def decode_share(mu_l: float, mu_o: float) -> float:
+    """Steady-state decode-token share of a workload: ``r = μ_O/(μ_L + μ_O)``."""
+    return mu_o / (mu_l + mu_o)
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Proposition 4 (``prop:comparison``, §2.6) evaluated at one operating point."""
+
+    r: float
+    theta0: float
+    k: float
+    n: float
+    lhs: float
+    """β_MB^e(r) − β_EB^w(r): the per-token contention MB pays (s/token)."""
+    rhs: float
+    """EB's extra amortised fixed cost per token (s/token)."""
+    c_eb: float
+    c_mb: float
+
+    @property
+    def delta(self) -> float:
+        """Δ(N) = LHS − RHS; > 0 ⇒ EB wins, < 0 ⇒ MB wins."""
+        return self.lhs - self.rhs
+
+    @property
+    def winner(self) -> str:
+        return "eb" if self.delta > 0 else "mb"
+
+    @property
+    def margin(self) -> float:
+        """Throughput of the winner over the loser, minus 1 (from the per-token costs)."""
+        return max(self.c_eb, self.c_mb) / min(self.c_eb, self.c_mb) - 1.0
+
+
+def crossover(
+    mu_l: float,
+    mu_o: float,
+    n: float,
+    theta0: float,
+    alpha_p: float,
+    beta_p: float,
+    alpha_d: float,
+    beta_d: float,
+    beta_mb_e: Callable[[float], float],
+    alpha_mb: float | None = None,
+    k: float | None = None,
+) -> Crossover:
+    """The EB–MB crossover (§2.6). Per-token costs:
+
+    * EB: ``c_EB = β_EB^w + (α_p + α_d·Λ·μ_O)/(k·(μ_L+μ_O))``, Λ = −ln(1−θ0);
+    * MB: ``c_MB = β_MB^e(r) + α_MB·(1+μ_O)/(N·(μ_L+μ_O))``;
+
+    EB wins iff ``LHS = β_MB^e − β_EB^w > RHS = [(α_p − α_d·ln(1−θ0)·μ_O)/k − α_MB(1+μ_O)/N]
+    / (μ_L+μ_O)``. ``k`` defaults to θ0·N (EB⁺ online form) and ``α_MB`` to α_p."""
+    r = decode_share(mu_l, mu_o)
+    a_mb = alpha_p if alpha_mb is None else alpha_mb
+    kk = theta0 * n if k is None else k
+    tokens = mu_l + mu_o
+    lam = -math.log(1.0 - theta0)
+    bw = beta_eb_w(r, beta_p, beta_d)
+    bm = beta_mb_e(r)
+    eb_fixed = (alpha_p + alpha_d * lam * mu_o) / (kk * tokens)
+    mb_fixed = a_mb * (1.0 + mu_o) / (n * tokens)
+    return Crossover(
+        r=r,
+        theta0=theta0,
+        k=kk,
+        n=n,
+        lhs=bm - bw,
+        rhs=eb_fixed - mb_fixed,
+        c_eb=bw + eb_fixed,
+        c_mb=bm + mb_fixed,
+    )
+
+
+def threshold_decode_share(beta_mb_e: Callable[[float], float], beta_d: float) -> float | None:
+    """The decode-token share r at which MB's effective per-token cost ``β_MB^e(r)`` first
+    reaches the pure-decode marginal cost ``β_d`` (the abstract's "≈20 % on RTX PRO 6000"),
+    found by bisection on [0, 1]; None if MB stays below β_d on the whole range, 0.0 if it
+    starts above."""
+    f0 = beta_mb_e(0.0) - beta_d
+    if f0 >= 0:
+        return 0.0
+    if beta_mb_e(1.0) - beta_d < 0:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if beta_mb_e(mid) - beta_d < 0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def crossover_concurrency(
+    mu_l: float,
+    mu_o: float,
+    theta0: float,
+    alpha_p: float,
+    beta_p: float,
+    alpha_d: float,
+    beta_d: float,
+    beta_mb_e: Callable[[float], float],
+    alpha_mb: float | None = None,
+) -> float | None:
+    """The batch size N above which EB wins when ``k = θ0·N`` (RHS ∝ 1/N, §2.6):
+    ``N_x = [(α_p − α_d ln(1−θ0) μ_O)/θ0 − α_MB(1+μ_O)] / ((μ_L+μ_O)·LHS)``.
+    None when LHS ≤ 0 (MB wins at every N); 0 when the bracket is ≤ 0 (EB wins at every N)."""
+    r = decode_share(mu_l, mu_o)
+    lhs = beta_mb_e(r) - beta_eb_w(r, beta_p, beta_d)
+    a_mb = alpha_p if alpha_mb is None else alpha_mb
+    bracket = (alpha_p - alpha_d * math.log(1.0 - theta0) * mu_o) / theta0 - a_mb * (1.0 + mu_o)
+    if lhs <= 0:
+        return None
+    if bracket <= 0:
+        return 0.0
+    return bracket / ((mu_l + mu_o) * lhs)

@@ -1,0 +1,273 @@
+"""EB⁺: the online selector between exclusive (EB) and mixed (MB) batching.
+
+"Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516) §4.4, as specified in
+``shared/research/ebplus.md`` §3.3. The two policies share the running set; the selector
+evaluates the closed-form crossover Δ(N) = LHS − RHS (Proposition 4, §2.6) on live estimates
+and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −sticky·δ``:
+
+* every step: demand D = running + waiting; ``N_obs ← a·D + (1−a)·N_obs`` with a = 0.3 when D
+  rises above N_obs and 0.03 otherwise (fast up, slow down); a surge ``D > 2·N_obs`` outside
+  the cooldown triggers an evaluation at once;
+* every 100 completions (after the estimator's μ̂_O/p̂ update): an evaluation with
+  ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p`` — or,
+  with ``crossover_n: effective`` (default), at the batch sizes each policy can actually run:
+  ``N = min(N_obs, N_max)`` for MB and ``k̂ = θ0·min(N_obs, N̂*, N_max)`` for EB (the reference
+  credits EB with N_obs even when memory caps it far lower);
+  ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference, Q14) or, with
+  ``mb_cost: paper``, the paper's measured quadratic;
+* a decision needs the estimator initialised, no cooldown (3 evaluations after a switch) and
+  ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties).
+
+With ``mb_memory_safe`` the MB mode's running set is capped by the memory-safe N̂* as well (off by
+default: the reference runs MB at N_max and relies on recompute preemption).
+
+MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
+``N = min(#decoding + #waiting, N cap)``; with nothing decoding, EB starts a fresh fill. EB → MB:
+EB's phase state is dropped and the mixed scheduler takes over the same running set.
+
+Exactness: the N_obs EMA changes every step, so a fast-forwarded run applies the same per-step
+updates (:meth:`update` loops ``num_steps − 1`` times with the identical arithmetic), arrivals
+always end a run (demand must stay constant inside it), and a run stops before the first step
+whose surge check could fire.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from typing import Any
+
+from tidal.core.kv import KVBlockManager
+from tidal.engine import eb_theory as theory
+from tidal.engine.eb import DECODE, INITIAL_FILL, ExclusiveBatchingScheduler
+from tidal.engine.mb import MixedBatchingScheduler
+from tidal.engine.ordering import WaitingQueue
+from tidal.engine.plan import StepPlan
+from tidal.engine.scheduler import BATCHING, SchedulerConfig
+
+
+@BATCHING.register("ebplus")
+class EBPlusScheduler(ExclusiveBatchingScheduler):
+    name = "ebplus"
+
+    def __init__(
+        self, config: SchedulerConfig, kv: KVBlockManager, waiting: WaitingQueue | None = None
+    ) -> None:
+        super().__init__(config, kv, waiting)
+        self.mode = self.opts.cold_mode
+        self.n_obs = float(config.max_num_seqs)
+        self.cooldown_left = 0
+        self.num_switches = 0
+        self.time_in_mode = {"mb": 0, "eb": 0}
+        self._signals: deque[float] = deque(maxlen=self.opts.signal_window)
+        self._demand = 0
+        self._series: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "time_ns",
+                "event",
+                "mode",
+                "demand",
+                "n_obs",
+                "r",
+                "mu_l",
+                "mu_o",
+                "theta",
+                "k_hat",
+                "n_hat",
+                "lhs",
+                "rhs",
+                "signal",
+                "delta",
+                "cooldown",
+            )
+        }
+        self._log(0, "start", float("nan"), float("nan"), float("nan"), self.opts.delta)
+
+    # ------------------------------------------------------------------ selector
+    def _ema_step(self, demand: int, n_obs: float) -> float:
+        a = self.opts.n_obs_up if demand > n_obs else self.opts.n_obs_down
+        return a * demand + (1.0 - a) * n_obs
+
+    def _surge(self, demand: int) -> bool:
+        return (
+            demand > self.opts.surge_factor * self.n_obs
+            and self.cooldown_left == 0
+            and self.stats.initialized
+        )
+
+    def evaluate(self, now_ns: int, event: str = "evaluate") -> None:
+        """The EB⁺ decision (ebplus.md §3.3 ``evaluate_mode_switch``)."""
+        stats, c, opts = self.stats, self.costs, self.opts
+        if not stats.initialized:
+            return
+        theta0 = self.theta
+        if not 0.0 < theta0 < 1.0:
+            return
+        paper = opts.mb_cost == "paper"
+        n_obs = max(1.0, self.n_obs)
+        n_mb, n_eb = n_obs, n_obs
+        if opts.crossover_n == "effective":
+            n_mb = min(n_obs, float(self.config.max_num_seqs))
+            n_eb = min(n_obs, float(self._n_target()))
+        x = theory.crossover(
+            stats.mu_l,
+            stats.mu_o,
+            n_mb,
+            theta0,
+            c.alpha_p,
+            c.beta_p,
+            c.alpha_d,
+            c.beta_d,
+            lambda r: c.beta_mb_e(r, paper_fit=paper),
+            k=theta0 * n_eb,
+        )
+        signal = x.delta
+        if n_obs >= opts.drain_n:
+            self._signals.append(signal)
+        delta = opts.delta
+        if opts.delta_adaptive and len(self._signals) >= 4:
+            delta = max(delta, opts.delta_k * statistics.stdev(self._signals))
+        self._log(now_ns, event, x.lhs, x.rhs, signal, delta)
+        if self.cooldown_left > 0:
+            self.cooldown_left -= 1
+            return
+        if n_obs < opts.drain_n:
+            return
+        if signal > delta and self.mode != "eb":
+            self._to_eb(now_ns)
+        elif signal < -opts.sticky * delta and self.mode != "mb":
+            self._to_mb(now_ns)
+
+    def _to_eb(self, now_ns: int) -> None:
+        self.mode = "eb"
+        self.cooldown_left = self.opts.cooldown
+        self.num_switches += 1
+        n_dec = len(self.pool)
+        if n_dec:
+            self.phase = DECODE
+            self.prefilled = n_dec
+            self.refill_target = 0
+            self.n = min(n_dec + len(self.waiting), self._n_target())
+            self._set_k()
+        elif len(self.waiting) or self.prefilling:
+            self._reset_to_initial(now_ns)
+        else:
+            self.phase = INITIAL_FILL
+            self.prefilled = 0
+            self.refill_target = 0
+        self._log(now_ns, "to_eb", float("nan"), float("nan"), float("nan"), self.opts.delta)
+
+    def _to_mb(self, now_ns: int) -> None:
+        self.mode = "mb"
+        self.cooldown_left = self.opts.cooldown
+        self.num_switches += 1
+        self.phase = INITIAL_FILL
+        self.prefilled = 0
+        self.refill_target = 0
+        self._log(now_ns, "to_mb", float("nan"), float("nan"), float("nan"), self.opts.delta)
+
+    def _on_batch(self, now_ns: int) -> None:
+        self.evaluate(now_ns)
+
+    def _refit(self, now_ns: int) -> None:
+        super()._refit(now_ns)
+        self._log(now_ns, "estimate", float("nan"), float("nan"), float("nan"), self.opts.delta)
+
+    def _log(
+        self, now_ns: int, event: str, lhs: float, rhs: float, signal: float, delta: float
+    ) -> None:
+        s = self.stats
+        row = (
+            now_ns,
+            event,
+            self.mode,
+            self._demand,
+            self.n_obs,
+            s.mu_o / (s.mu_l + s.mu_o),
+            s.mu_l,
+            s.mu_o,
+            self.theta,
+            self.theta * max(1.0, self.n_obs),
+            self.n_hat,
+            lhs,
+            rhs,
+            signal,
+            delta,
+            self.cooldown_left,
+        )
+        for key, v in zip(self._series, row, strict=True):
+            self._series[key].append(v)
+
+    # ------------------------------------------------------------------ steps
+    def schedule(self, now_ns: int) -> StepPlan:
+        demand = len(self.running) + len(self.waiting)
+        self._demand = demand
+        self.n_obs = self._ema_step(demand, self.n_obs)
+        if self._surge(demand):
+            self.evaluate(now_ns, "surge")
+        if self.mode == "eb":
+            return super().schedule(now_ns)
+        self.waiting.refresh(now_ns)
+        self._sched_ns = now_ns
+        self._plan_phase = None
+        plan = StepPlan()
+        budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
+        if not plan.preempted:
+            cap = self._n_target() if self.opts.mb_memory_safe else None
+            self._admit_waiting(plan, budget, now_ns, cap)
+        return plan
+
+    def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
+        if self.mode == "eb":
+            m, _ = super().repeatable_steps(plan)
+        else:
+            m, _ = MixedBatchingScheduler.repeatable_steps(self, plan)  # type: ignore[arg-type]
+        if m <= 1:
+            return 1, True
+        # The step i of the run would update N_obs and could fire the surge test: stop before
+        # the first i where it would. N_obs moves monotonically towards the (constant) demand,
+        # so once N_obs ≥ D/surge_factor it never fires again.
+        if self.cooldown_left == 0 and self.stats.initialized:
+            d, n_obs, f = self._demand, self.n_obs, self.opts.surge_factor
+            for i in range(1, m):
+                if d <= f * n_obs:
+                    break
+                n_obs = self._ema_step(d, n_obs)
+                if d > f * n_obs:
+                    m = i
+                    break
+        return m, True
+
+    def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
+        # the schedule() calls a fast-forwarded run skipped: same demand, same arithmetic
+        d = self._demand
+        for _ in range(num_steps - 1):
+            self.n_obs = self._ema_step(d, self.n_obs)
+        super().update(plan, end_ns, num_steps)
+
+    def _account(self, plan: StepPlan, end_ns: int) -> None:
+        self.time_in_mode[self.mode] += end_ns - self._sched_ns
+
+    # ------------------------------------------------------------------ results
+    def extra_metrics(self) -> dict[str, Any]:
+        busy = self.time_in_mode["mb"] + self.time_in_mode["eb"]
+        return {
+            "mode_switches": self.num_switches,
+            "eb_time_share": self.time_in_mode["eb"] / busy if busy else 0.0,
+            "ebplus_final_mode": self.mode,
+            **self._eb_metrics(),
+        }
+
+    def extra_tables(self) -> dict[str, dict[str, Any]]:
+        import numpy as np
+
+        cols: dict[str, Any] = {}
+        for key, vals in self._series.items():
+            if key in ("event", "mode"):
+                cols[key] = list(vals)
+            elif key in ("time_ns", "demand", "n_hat", "cooldown"):
+                cols[key] = np.asarray(vals, dtype=np.int64)
+            else:
+                cols[key] = np.asarray(vals, dtype=np.float64)
+        return {"ebplus": cols, "eb": self._history_columns()}

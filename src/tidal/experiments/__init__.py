@@ -1,0 +1,6 @@
+"""Experiments built from many simulations: parameter sweeps and the capacity planner.
+
+Layer: above the simulator backend (``tidal.sim``), below the command line. Nothing here knows
+a policy by name: search spaces come from the policy registries and from dotted config keys, so a
+policy registered by another package is one value in a grid away.
+"""

@@ -1,0 +1,108 @@
+"""Where the cells of an experiment run: in this process, on a local process pool, or on Ray.
+
+Every executor maps a picklable top-level function over a list of inputs and yields
+``(index, result)`` as results arrive (completion order); callers order the results themselves,
+so what is written never depends on the executor. Simulations are deterministic functions of
+their config, hence a cell gives the same result wherever it runs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+from tidal.core.errors import ConfigError
+
+BACKENDS = ("process", "serial", "ray")
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run_serial(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    for i, item in enumerate(items):
+        yield i, fn(item)
+
+
+def run_process_pool(
+    fn: Callable[[Any], Any], items: Sequence[Any], workers: int
+) -> Iterator[tuple[int, Any]]:
+    """A ``ProcessPoolExecutor`` with the ``spawn`` start method: forking a parent whose polars
+    and BLAS thread pools are running can deadlock the child. At most ``2 × workers`` tasks are
+    in flight, so an interrupted sweep leaves little queued work to cancel."""
+    if not items:
+        return
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx)
+    pending: dict[Future[Any], int] = {}
+    nxt = 0
+    try:
+        while nxt < len(items) or pending:
+            while nxt < len(items) and len(pending) < 2 * workers:
+                pending[pool.submit(fn, items[nxt])] = nxt
+                nxt += 1
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                yield pending.pop(fut), fut.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_ray(
+    fn: Callable[[Any], Any], items: Sequence[Any], workers: int | None
+) -> Iterator[tuple[int, Any]]:
+    """Ray tasks, one per item. ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` when
+    it is set (workers need tidal installed, and traces at the same path); otherwise it starts a
+    local Ray with ``workers`` CPUs."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "backend",
+            "ray is not installed",
+            "pip install 'tidal[ray]', or use --backend process",
+        ) from None
+    if not items:
+        return
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, log_to_driver=False, include_dashboard=False)
+    remote = ray.remote(num_cpus=1)(fn)
+    pending = {remote.remote(item): i for i, item in enumerate(items)}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                yield pending.pop(ref), ray.get(ref)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+
+
+def run_cells(
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    backend: str = "process",
+    workers: int | None = None,
+) -> Iterator[tuple[int, Any]]:
+    """Dispatch to a backend; ``process`` with one worker (or one item) runs in this process."""
+    if backend not in BACKENDS:
+        raise ConfigError("backend", f"unknown value {backend!r}", f"valid: {', '.join(BACKENDS)}")
+    if workers is not None and workers < 1:
+        raise ConfigError("workers", f"must be >= 1, got {workers}")
+    n = workers or default_workers()
+    if backend == "ray":
+        return run_ray(fn, items, workers)
+    if backend == "serial" or n == 1 or len(items) <= 1:
+        return run_serial(fn, items)
+    return run_process_pool(fn, items, n)

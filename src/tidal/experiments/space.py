@@ -1,0 +1,161 @@
+"""The planner's input: a base config, a search space over dotted keys, SLO targets and costs.
+
+A plan file is YAML::
+
+    base:                          # a SimulationConfig: model, workload, memory, ...
+      model: llama-3.1-8b
+      workload: {trace: azure_llm_2023/AzureLLMInferenceTrace_conv.csv.gz, rate_scale: 4}
+    search:                        # dotted config key -> values; the cartesian product is searched
+      gpu: [h100, h200, l40s]
+      tp: [1, 2]
+      scheduler.batching: [mb, eb, ebplus]        # any names registered in BATCHING
+      scheduler.ordering: [fcfs, augserve]        # any names registered in ORDERINGS
+      scheduler.token_budget: [512, 2048, 8192]
+      scheduler.max_seqs: [128, 256]
+    slo: {ttft_p99_s: 2.0, tpot_p99_s: 0.1}
+    max_replicas: 16
+    router: round-robin
+    objective: gpu_hours           # or dollars
+
+Keys of the search block that the base config does not know yet (``cluster.placement`` once
+multi-model clusters land) are passed through like any other: the search space is data, so a
+policy registered later is one value in a list away. Unset axes default to every registered
+batching policy and ordering, and to ``gpu``/``tp``/``token_budget``/``max_seqs`` lists below.
+
+The capacity dimension is searched by the planner, not listed: by default the number of
+replicas of the per-replica config (each ``tp`` GPUs, see :mod:`tidal.experiments.replicas`).
+``capacity_key`` names an integer config key to search instead (e.g. a cluster's GPU count),
+each unit of it costing ``gpus_per_unit`` GPUs; the run is then a plain ``run_simulation``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tidal.core.errors import ConfigError
+from tidal.experiments.replicas import ROUTERS
+
+DEFAULT_TP = [1, 2, 4]
+DEFAULT_TOKEN_BUDGETS = [512, 2048, 8192]
+DEFAULT_MAX_SEQS = [128, 256]
+SLO_METRICS = tuple(f"{m}_p{p}_s" for m in ("ttft", "tpot", "e2e") for p in (50, 90, 99))
+
+
+class PlanSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base: dict[str, Any] = Field(default_factory=dict)
+    search: dict[str, list[Any]] = Field(default_factory=dict)
+    slo: dict[str, float | None] = Field(default_factory=dict)
+    """SLO targets on summary metrics (``ttft_p99_s``, ``tpot_p99_s``, any ``*_p{50,90,99}_s``);
+    a deployment meets the SLO when every request completes and every target holds."""
+    max_replicas: int = Field(default=16, ge=1)
+    router: str = "round-robin"
+    objective: Literal["gpu_hours", "dollars"] = "gpu_hours"
+    top: int = Field(default=5, ge=1)
+    """How many of the cheapest deployments to return (found exactly: the pruning bound is
+    the ``top``-th best cost)."""
+    prices: dict[str, float] = Field(default_factory=dict)
+    """USD per GPU-hour, overriding the catalog's ``price_per_hour``."""
+    capacity_key: str = "replicas"
+    capacity_template: str | None = None
+    """How a capacity n is written into ``capacity_key``: e.g. ``"1x{n}:{gpu}"`` for a
+    cluster spec string (``{gpu}``, ``{tp}``: the option's values); None: the integer n."""
+    gpus_per_unit: int | None = Field(default=None, ge=1)
+
+    @field_validator("router")
+    @classmethod
+    def _router(cls, v: str) -> str:
+        if v not in ROUTERS:
+            raise ValueError(f"unknown value {v!r} (valid: {', '.join(ROUTERS)})")
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: dict[str, float | None]) -> dict[str, float | None]:
+        for k, x in v.items():
+            if k not in SLO_METRICS:
+                raise ValueError(f"unknown target {k!r} (valid: {', '.join(SLO_METRICS)})")
+            if x is not None and x <= 0:
+                raise ValueError(f"{k} must be > 0 seconds")
+        if not any(x is not None for x in v.values()):
+            raise ValueError("give at least one target, e.g. ttft_p99_s: 2.0")
+        return v
+
+    @field_validator("search")
+    @classmethod
+    def _search(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for k, vals in v.items():
+            if not vals:
+                raise ValueError(f"{k}: no values")
+        return v
+
+    def targets(self) -> dict[str, float]:
+        return {k: float(x) for k, x in self.slo.items() if x is not None}
+
+    def axes(self) -> dict[str, list[Any]]:
+        """The search block with the defaults filled in (registered policies, TP, budgets)."""
+        import tidal.engine.policies  # noqa: F401  (registers every policy)
+        from tidal.engine.ordering import ORDERINGS
+        from tidal.engine.scheduler import BATCHING
+
+        axes = {k: list(v) for k, v in self.search.items()}
+        axes.setdefault("gpu", [self.base.get("gpu", "h100")])
+        axes.setdefault("tp", list(DEFAULT_TP))
+        axes.setdefault("scheduler.batching", BATCHING.names())
+        axes.setdefault("scheduler.ordering", ORDERINGS.names())
+        axes.setdefault("scheduler.token_budget", list(DEFAULT_TOKEN_BUDGETS))
+        axes.setdefault("scheduler.max_seqs", list(DEFAULT_MAX_SEQS))
+        placements = _registry("cluster.placement")
+        if placements is not None and self.base.get("cluster") is not None:
+            axes.setdefault("cluster.placement", placements.names())
+        for key, values in axes.items():
+            if key == "seed" or key == "workload" or key.startswith("workload."):
+                raise ConfigError(
+                    f"search.{key}",
+                    "the planner sizes deployments for one workload",
+                    "set it in base; compare workloads with tidal sweep",
+                )
+            reg = _registry(key)
+            if reg is None:
+                continue
+            for v in values:
+                if v not in reg:
+                    raise ConfigError(
+                        f"search.{key}", f"unknown value {v!r}", f"valid: {', '.join(reg.names())}"
+                    )
+        return axes
+
+
+REGISTRY_AXES = {
+    "scheduler.batching": ("tidal.engine.scheduler", "BATCHING"),
+    "scheduler.ordering": ("tidal.engine.ordering", "ORDERINGS"),
+    "cluster.placement": ("tidal.cluster.policies", "PLACEMENTS"),
+}
+"""Axes whose values are policy names, checked against their registry up front (a registry
+whose package is not installed yet is skipped)."""
+
+
+def _registry(key: str) -> Any:
+    import importlib
+
+    if key not in REGISTRY_AXES:
+        return None
+    module, name = REGISTRY_AXES[key]
+    try:
+        import tidal.engine.policies  # noqa: F401  (registers every policy)
+
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def load_plan_spec(data: dict[str, Any]) -> PlanSpec:
+    from tidal.sim.config import format_validation_error
+
+    try:
+        return PlanSpec.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError("plan", "\n" + format_validation_error(err)) from None

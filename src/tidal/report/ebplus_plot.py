@@ -1,0 +1,72 @@
+"""Plot of an EB⁺ run's selector trace (``DIR/ebplus.parquet``): mode, demand, the crossover
+signal Δ(N) against its hysteresis band, and the controller's θ̂, k̂ and N̂* over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tidal.report.io import atomic_write
+
+
+def _col(table: Any, key: str) -> np.ndarray:
+    v = table[key]
+    return np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v)
+
+
+def plot_ebplus(
+    table: Any, path: str | Path, title: str = "EB⁺ selector", sticky: float = 3.0
+) -> Path:
+    """Write a 4-panel PNG of the selector trace. ``table`` is the ``ebplus`` table (a dict of
+    columns or a polars DataFrame) as :meth:`EBPlusScheduler.extra_tables` returns it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = _col(table, "time_ns") / 1e9
+    mode = np.array([1 if m == "eb" else 0 for m in _col(table, "mode")])
+    events = _col(table, "event")
+    ev = np.isin(events, ["evaluate", "surge"])
+    fig, axes = plt.subplots(4, 1, figsize=(9, 9), sharex=True, constrained_layout=True)
+
+    ax = axes[0]
+    ax.step(t, mode, where="post", color="tab:red", label="mode (1 = EB)")
+    ax.set_yticks([0, 1], ["MB", "EB"])
+    ax.set_ylim(-0.2, 1.2)
+    ax2 = ax.twinx()
+    ax2.plot(t, _col(table, "demand"), ".", ms=2, color="0.6", label="demand")
+    ax2.plot(t, _col(table, "n_obs"), color="tab:blue", lw=1, label="N_obs (EMA)")
+    ax2.set_ylabel("requests")
+    ax2.legend(loc="upper right", fontsize=8)
+    ax.set_title(title)
+
+    ax = axes[1]
+    sig = _col(table, "signal")
+    delta = _col(table, "delta")
+    ax.plot(t[ev], sig[ev] * 1e6, ".-", ms=3, lw=0.8, label="Δ(N) = LHS − RHS")
+    ax.plot(t[ev], delta[ev] * 1e6, "--", color="tab:green", lw=0.8, label="δ (→ EB)")
+    ax.plot(
+        t[ev], -sticky * delta[ev] * 1e6, "--", color="tab:orange", lw=0.8, label="−sticky·δ (→ MB)"
+    )
+    ax.axhline(0, color="0.5", lw=0.5)
+    ax.set_ylabel("µs / token")
+    ax.legend(loc="upper right", fontsize=8)
+
+    ax = axes[2]
+    ax.plot(t, _col(table, "theta"), color="tab:purple")
+    ax.set_ylabel("θ̂")
+
+    ax = axes[3]
+    ax.plot(t, _col(table, "k_hat"), label="k̂ = θ̂·N_obs")
+    ax.plot(t, _col(table, "n_hat"), label="N̂* (memory-safe)")
+    ax.set_ylabel("requests")
+    ax.set_xlabel("time (s)")
+    ax.legend(loc="upper right", fontsize=8)
+
+    out = Path(path)
+    atomic_write(out, lambda p: fig.savefig(p, dpi=110, format="png"))
+    plt.close(fig)
+    return out

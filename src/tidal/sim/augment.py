@@ -1,0 +1,125 @@
+"""Augmented serving in the simulator: the typed settings (``augment:`` in the YAML config,
+``--serving-policy`` and ``--predictor`` on the command line) and the scheduler they build.
+
+Host swap space is a resource: ``swap_space_gb`` per GPU of host memory holds swapped-out KV
+blocks (INFERCEPT's experiment scripts use 128 GiB for the 6B model and 64 GiB for the 13B,
+augserve.md §2.4). The host link carries ``host_link_efficiency`` × the GPU's PCIe bandwidth
+per direction; with tensor parallelism each GPU moves its own shard, so the per-token
+transfer time is ``KV bytes per token per GPU / (efficiency · PCIe bandwidth)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from tidal.core.kv import KVBlockManager
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.memory import MemoryPlan
+from tidal.hardware.models import get_model
+from tidal.hardware.perf import PerfModel
+
+if TYPE_CHECKING:
+    from tidal.sim.config import SimulationConfig
+
+
+class AugmentConfig(BaseModel):
+    """Serving policy for augmented workloads (:mod:`tidal.engine.augment.bundles`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    serving_policy: str = "vllm"
+    """vllm | infercept | augserve | augserve-ordering | augserve-budget."""
+    predictor: Literal["oracle", "noisy", "mean", "none"] = "noisy"
+    predictor_p: float = Field(default=0.8, ge=0, le=1)
+    """noisy: probability that the output-length bucket is right."""
+    predictor_sigma: float = Field(default=0.3, ge=0)
+    """noisy: σ of the LogNormal(0, σ) factor on call durations."""
+    ordering: str | None = None
+    """Override the bundle's ready-queue ordering (fcfs | infercept | augserve)."""
+    intercept: str | None = None
+    """Override the bundle's intercept handling (vllm | infercept | preserve | discard | swap)."""
+    token_budget: Literal["static", "dynamic"] | None = None
+    static_budget: int | None = Field(default=None, ge=1)
+    """Tokens per step of the static budget (bundle default: vllm 2048, infercept 384)."""
+    budget_min: int = Field(default=384, ge=1)
+    budget_max: int = Field(default=8192, ge=1)
+    budget_reserve: int = Field(default=1000, ge=0)
+    saturation_tokens: int = Field(default=384, ge=1)
+    """INFERCEPT's saturation point N_sat (its chunked-recompute waste and swap budget)."""
+    swap_space_gb: float = Field(default=64.0, ge=0)
+    host_link_efficiency: float = Field(default=0.8, gt=0, le=1)
+    value_form: Literal["memory", "time"] = "memory"
+    stage2: bool = True
+    """AugServe Stage II: recompute the value whenever a request re-enters the queue."""
+    starvation_factor: float = Field(default=60.0, ge=0)
+    """Anti-starvation threshold τ = factor × slo.ttft_s (0: off). The spec's default is 5×
+    (augserve.md §3.3 [DEF]); measured (BENCHMARKS.d/issue4.md), 5× turns AugServe back into
+    FCFS under sustained overload — every queued request soon starves — so the default is
+    60× (τ = 60 s at a 1 s TTFT SLO): the p99 TTFT stays at INFERCEPT's while the effective
+    throughput keeps most of the value order's gain."""
+
+    @field_validator("serving_policy", "ordering", "intercept")
+    @classmethod
+    def _known(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from tidal.engine.augment.bundles import SERVING_POLICIES
+        from tidal.engine.augment.intercept import INTERCEPTS
+        from tidal.engine.augment.ordering import AUGMENT_ORDERINGS
+
+        names = {
+            "serving_policy": SERVING_POLICIES.names,
+            "ordering": AUGMENT_ORDERINGS.names,
+            "intercept": INTERCEPTS.names,
+        }[str(info.field_name)]()
+        if v is not None and v not in names:
+            raise ValueError(f"unknown value {v!r} (valid: {', '.join(names)})")
+        return v
+
+
+def build_augmented(
+    cfg: SimulationConfig,
+    sched_cfg: SchedulerConfig,
+    mem: MemoryPlan,
+    perf: PerfModel,
+    policy_seed: int,
+) -> Scheduler:
+    """The augmented scheduler of a run: KV with host swap space, the cost environment, the
+    bundle of policies (``scheduler.batching`` and ``scheduler.ordering`` do not apply; an
+    explicitly set ``scheduler.token_budget`` is the static budget unless
+    ``augment.static_budget`` is given)."""
+    from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
+    from tidal.engine.augment.scheduler import AugmentEnv
+
+    a = cfg.augment
+    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    per_tok = model.kv_bytes_per_token_per_gpu(cfg.tp)
+    host_blocks = int(a.swap_space_gb * 1e9 // (per_tok * mem.block_size))
+    kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, host_blocks)
+    env = AugmentEnv.build(
+        perf, int(per_tok), a.host_link_efficiency * gpu.pcie_gbs * 1e9, a.saturation_tokens
+    )
+    spec = AugmentSpec(
+        serving_policy=a.serving_policy,
+        ordering=a.ordering,
+        intercept=a.intercept,
+        token_budget=a.token_budget,
+        static_budget=a.static_budget
+        or (
+            sched_cfg.max_num_batched_tokens
+            if "token_budget" in cfg.scheduler.model_fields_set
+            else None
+        ),
+        budget_min=a.budget_min,
+        budget_max=a.budget_max,
+        budget_reserve=a.budget_reserve,
+        predictor=a.predictor,
+        predictor_p=a.predictor_p,
+        predictor_sigma=a.predictor_sigma,
+        predictor_seed=policy_seed,
+        value_form=a.value_form,
+        stage2=a.stage2,
+        starvation_ns=round(a.starvation_factor * cfg.slo.ttft_s * 1e9),
+    )
+    return build_augmented_scheduler(sched_cfg, kv, env, spec)

@@ -1,0 +1,260 @@
+"""The simulator as a cluster backend: many engines (one :class:`SimInstance` per model
+instance, each with its own scheduler, KV cache and step-time model) under the cluster
+controller's placement, prewarming and scaling (``tidal.cluster``).
+
+Arrivals go to the controller (the router); it hands requests to engines with
+:meth:`Simulation.deliver` from arrivals or control events only, and control events run with
+:data:`CONTROL` priority (after step ends and arrivals at the same instant). Engines are added
+as instances become ready. A run ends when every request has finished; then the controller
+shuts the cluster down, and GPU memory must be empty again.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tidal.cluster.config import ClusterConfig
+from tidal.cluster.controller import ClusterController
+from tidal.cluster.models import served_models, service_ms
+from tidal.cluster.topology import parse_cluster
+from tidal.core.histogram import LogHistogram
+from tidal.core.kv import KVBlockManager
+from tidal.core.metrics import request_latencies, summarize
+from tidal.core.request import Request
+from tidal.core.units import NS_PER_S, s_to_ns
+from tidal.engine.mb import MixedBatchingScheduler
+from tidal.engine.scheduler import SchedulerConfig
+from tidal.hardware.perf import PerfModel
+from tidal.sim.config import SimulationConfig
+from tidal.sim.instance import SimInstance
+from tidal.sim.recorder import RequestRecorder
+from tidal.sim.simulator import CONTROL, Simulation
+from tidal.workload.base import RequestSet
+from tidal.workload.concurrency import window_concurrency
+from tidal.workload.multimodel import MixWorkload, azure_mix, read_aggregate_rates, servegen_mix
+from tidal.workload.paths import resolve_trace
+from tidal.workload.traces import load_azure
+
+
+@functools.lru_cache(maxsize=2)
+def _mix_cached(cfg_json: str) -> MixWorkload:
+    from tidal.sim.run import rng_streams
+
+    cfg = SimulationConfig.model_validate_json(cfg_json)
+    c = cfg.cluster
+    assert c is not None
+    topo = parse_cluster(c.spec)
+    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size)
+    rng = rng_streams(cfg.seed)["workload"]
+    mix = c.mix
+    if mix.kind == "azure":
+        if cfg.workload.trace is None:
+            from tidal.core.errors import ConfigError
+
+            raise ConfigError(
+                "workload.trace",
+                "the Azure mix needs a trace",
+                "e.g. --trace azure_llm_2023/AzureLLMInferenceTrace_conv.csv.gz",
+            )
+        trace = load_azure(cfg.workload.trace)
+        w = azure_mix(trace, [service_ms(m.spec) for m in models], mix, rng, read_aggregate_rates())
+    else:
+        path = resolve_trace(cfg.workload.trace) if cfg.workload.trace else None
+        w = servegen_mix(mix, len(models), rng, read_aggregate_rates(path))
+    rs = w.requests
+    shifted = RequestSet(
+        rs.arrival_ns + s_to_ns(c.warmup_s),
+        rs.prompt_len,
+        rs.output_len,
+        f"{rs.source}; +{c.warmup_s:g} s warm-up",
+        rs.extra,
+    )
+    return MixWorkload(shifted, w.shares, w.prior_avg, w.prior_peak, w.description)
+
+
+def cluster_workload(cfg: SimulationConfig) -> MixWorkload:
+    """The multi-model workload of a cluster run (arrivals shifted by the warm-up)."""
+    return _mix_cached(cfg.model_dump_json())
+
+
+def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]:
+    """Per model: request rate over the replay, mean prompt and output lengths, and mean
+    in-flight load with the artifact's service times (§2.1) — what static placements size by."""
+    topo = parse_cluster(cfg.spec)
+    models = served_models(
+        cfg.models, topo.gpu, topo.gpus_per_node, cfg.page_mib * 2**20, cfg.block_size
+    )
+    t = rs.arrival_ns / NS_PER_S
+    span = max(float(t.max() - t.min()), 1.0) if len(t) else 1.0
+    out = []
+    model = rs.extra["model"]
+    for m in models:
+        sel = model == m.index
+        pre, dec = service_ms(m.spec)
+        svc = (pre + rs.output_len[sel] * dec) / 1000.0
+        avg, _ = window_concurrency(t[sel] - t.min() if len(t) else t[sel], svc, span, 1)
+        n = int(sel.sum())
+        out.append(
+            {
+                "rate": n / span,
+                "mean_prompt": float(rs.prompt_len[sel].mean()) if n else 0.0,
+                "mean_output": float(rs.output_len[sel].mean()) if n else 0.0,
+                "concurrency": float(avg[0]),
+            }
+        )
+    return out
+
+
+class SimBackend:
+    """Implements :class:`tidal.cluster.backend.Backend` on a :class:`Simulation`."""
+
+    def __init__(self, cfg: SimulationConfig, sim: Simulation) -> None:
+        self.cfg = cfg
+        self.sim = sim
+        c = cfg.cluster
+        assert c is not None
+        self.sched_cfg = SchedulerConfig(c.token_budget, max(256, c.batch))
+        self.names: list[str] = []
+        self.free_engines: dict[str, list[int]] = {}
+
+    def now_ns(self) -> int:
+        return self.sim.now_ns
+
+    def call_at(self, t_ns: int, fn: Callable[[int], None]) -> None:
+        self.sim.call_at(t_ns, fn, CONTROL)
+
+    def start_engine(self, name: str, kv: KVBlockManager, perf: PerfModel) -> int:
+        sched = MixedBatchingScheduler(self.sched_cfg, kv)
+        free = self.free_engines.get(name)
+        if free:
+            idx = free.pop()
+            self.sim.replace_scheduler(idx, sched)
+            self.sim.instances[idx].perf = perf
+            return idx
+        inst = SimInstance(
+            len(self.sim.instances), sched, perf, self.cfg.fast_forward, buffer_capacity=16
+        )
+        self.names.append(name)
+        return self.sim.add_instance(inst)
+
+    def release_engine(self, engine: int) -> None:
+        self.free_engines.setdefault(self.names[engine], []).append(engine)
+
+    def deliver(self, engine: int, req: Request, now_ns: int) -> None:
+        self.sim.deliver(engine, req, now_ns)
+
+
+def _p95(values: np.ndarray) -> float | None:
+    v = values[~np.isnan(values)]
+    return float(np.percentile(v, 95)) if len(v) else None
+
+
+def run_cluster(
+    cfg: SimulationConfig,
+    requests: RequestSet | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Any:
+    from tidal.sim.run import SimResult
+
+    c = cfg.cluster
+    assert c is not None
+    t0 = time.perf_counter()
+    mix = cluster_workload(cfg)
+    reqs = requests if requests is not None else mix.requests
+    t_load = time.perf_counter()
+    model_of = reqs.extra["model"]
+    recorder = RequestRecorder(reqs)
+    n = len(reqs)
+    cb = (lambda done: progress(done, n)) if progress is not None else None
+    sim = Simulation([], reqs, recorder, progress=cb)
+    backend = SimBackend(cfg, sim)
+    first = int(reqs.arrival_ns[0]) if n else 0
+    stats = workload_stats(c, reqs)
+    ctl = ClusterController(
+        c,
+        backend,
+        model_of,
+        mix.prior_avg,
+        mix.prior_peak,
+        [s["concurrency"] for s in stats],
+        stats,
+        first_arrival_ns=first,
+    )
+
+    def route(req: Request) -> int:
+        ctl.on_arrival(req, sim.now_ns)
+        return -1
+
+    sim.route = route
+    sim.on_request_finish = lambda req: ctl.on_finish(req, sim.now_ns)
+    ctl.start()
+    sim.run()
+    end_ns = sim.now_ns
+    ctl.shutdown(end_ns)
+    ctl.memory.check()
+    t_sim = time.perf_counter()
+
+    cols = recorder.columns()
+
+    def merged(engines: list[int]) -> LogHistogram:
+        h = LogHistogram()
+        for e in engines:
+            h.merge(sim.instances[e].itl)
+        return h
+
+    metrics = summarize(
+        cols, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(list(range(len(sim.instances))))
+    )
+    lat = request_latencies(cols)
+    metrics["ttft_p95_s"] = _p95(lat["ttft_s"])
+    metrics["tpot_p95_s"] = _p95(lat["tpot_s"])
+    t_end = max(end_ns, first)
+    metrics.update(ctl.cluster_metrics(None, first, t_end))
+    metrics["num_engines"] = len(sim.instances)
+    per_model: dict[str, dict[str, Any]] = {}
+    engine_of_model: dict[int, list[int]] = {}
+    for inst in ctl.instances:
+        if inst.engine >= 0:
+            engines = engine_of_model.setdefault(inst.model.index, [])
+            if inst.engine not in engines:
+                engines.append(inst.engine)
+    for m in ctl.models:
+        sel = model_of == m.index
+        sub = {k: v[sel] for k, v in cols.items()}
+        engines = engine_of_model.get(m.index, [])
+        pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
+        lat_m = request_latencies(sub)
+        pm["ttft_p95_s"] = _p95(lat_m["ttft_s"])
+        pm["tpot_p95_s"] = _p95(lat_m["tpot_s"])
+        pm.update(ctl.cluster_metrics(m.index, first, t_end))
+        pm["tp"] = m.tp
+        pm["share"] = float(mix.shares[m.index])
+        per_model[m.name] = pm
+    cols["model"] = model_of.astype(np.int64)
+    run_info = {
+        "wall_s": t_sim - t0,
+        "load_s": t_load - t0,
+        "simulate_s": t_sim - t_load,
+        "num_events": sim.num_events,
+        "simulated_requests_per_s": n / max(t_sim - t_load, 1e-9),
+    }
+    tables = {
+        "gpu_memory": ctl.memory.log_columns(),
+        "instances": ctl.instance_table(),
+    }
+    extras = {
+        "tables": tables,
+        "summary": {
+            "per_model": per_model,
+            "models": [m.name for m in ctl.models],
+            "workload": mix.description,
+        },
+        "controller": ctl,
+        "json": None,
+    }
+    return SimResult(cfg, metrics, cols, run_info, extras)

@@ -1,0 +1,166 @@
+"""Runs in phases on one instance: warm-up requests, the way ``vllm bench serve --num-warmups W``
+measures a server, and consecutive measured phases (non-stationary workloads, EB paper §4.4).
+
+W warm-up requests are sent first (closed loop at the run's concurrency, or all at once) and
+complete before the measured workload starts; their completions are not measured. The instance
+keeps its state across the boundary — online estimators in particular (the EB paper's runs use
+100 warm-ups, so its controller starts the measured phase with one estimate: ebplus.md §5.1).
+Without warm-up, EB's cold start (θ = 0.7, N = N_max) overruns the KV cache once.
+
+Warm-up requests come from the same synthetic generator with a seed stream of their own (the
+first W requests of the trace for a trace workload). Measured arrivals are shifted to start when
+the last warm-up request finished.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+
+from tidal.core.histogram import LogHistogram
+from tidal.core.metrics import summarize
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.models import get_model
+from tidal.hardware.roofline import roofline_token_throughput
+from tidal.sim.config import SimulationConfig
+from tidal.sim.instance import SimInstance
+from tidal.sim.recorder import RequestRecorder
+from tidal.sim.run import (
+    SEED_STREAMS,
+    SimResult,
+    build_instance,
+    check_context,
+    load_requests,
+    run_simulation,
+)
+from tidal.sim.simulator import Simulation
+from tidal.workload.base import RequestSet
+from tidal.workload.build import build_workload
+
+
+def warmup_requests(cfg: SimulationConfig, n: int, reqs: RequestSet) -> RequestSet:
+    if cfg.workload.trace is not None:
+        return reqs.take(slice(0, n))
+    # a child of the run seed beyond the named streams: independent of the measured draw
+    child = np.random.SeedSequence(cfg.seed).spawn(len(SEED_STREAMS) + 1)[-1]
+    wl = cfg.workload.model_copy(update={"num_requests": n})
+    return build_workload(wl, np.random.default_rng(child))
+
+
+_COUNTERS = ("mode_switches", "eb_refills", "eb_oom_preemptions")
+
+
+def _counters(scheduler: object) -> dict[str, object]:
+    out: dict[str, object] = dict(getattr(scheduler, "time_in_mode", {}))
+    extra = scheduler.extra_metrics()  # type: ignore[attr-defined]
+    out.update({k: extra[k] for k in _COUNTERS if k in extra})
+    return out
+
+
+def _measured_only(scheduler: object, before: dict[str, object]) -> dict[str, object]:
+    """Policy counters of the measured phase only (warm-up subtracted)."""
+    now = _counters(scheduler)
+    out: dict[str, object] = {k: now[k] - before[k] for k in _COUNTERS if k in now}  # type: ignore[operator]
+    if "eb" in now and "mb" in now:
+        eb = now["eb"] - before["eb"]  # type: ignore[operator]
+        busy = eb + now["mb"] - before["mb"]  # type: ignore[operator]
+        out["eb_time_share"] = eb / busy if busy else 0.0
+    return out
+
+
+def run_with_warmup(
+    cfg: SimulationConfig, warmup: int, requests: RequestSet | None = None
+) -> SimResult:
+    """:func:`tidal.sim.run.run_simulation` after ``warmup`` warm-up requests (0: identical)."""
+    if warmup <= 0:
+        return run_simulation(cfg, requests)
+    reqs = requests if requests is not None else load_requests(cfg)
+    warm = warmup_requests(cfg, warmup, reqs)
+    return run_phases(cfg, [(reqs, cfg.workload.concurrency)], warm)
+
+
+def run_phases(
+    cfg: SimulationConfig,
+    phases: list[tuple[RequestSet, int | None]],
+    warmup: RequestSet | None = None,
+) -> SimResult:
+    """Measured phases back to back on one instance (its state carries over), each a request
+    set with its own closed-loop concurrency (None: open loop, arrival times shifted to the
+    phase start); a phase starts when the previous one has drained — as consecutive
+    ``vllm bench serve`` runs against one server. Metrics cover all measured phases together;
+    ``warmup`` (if any) runs first, unmeasured, at the first phase's concurrency."""
+    t0 = time.perf_counter()
+    model = get_model(cfg.model)
+    sets = [r for r, _ in phases] + ([warmup] if warmup is not None else [])
+    for r in sets:
+        check_context(model, r)
+    max_tokens = int(max((r.prompt_len + r.output_len).max() for r in sets))
+    scheduler, perf, mem = build_instance(cfg, max_tokens)
+    inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
+    now = 0
+    events = 0
+    before = _counters(scheduler)
+    if warmup is not None:
+        warm_conc = phases[0][1] or len(warmup)
+        warm_sim = Simulation([inst], warmup, RequestRecorder(warmup), warm_conc)
+        warm_sim.run()
+        now, events = warm_sim.now_ns, warm_sim.num_events
+        inst.itl = LogHistogram()
+        inst.busy_ns = 0
+        before = _counters(scheduler)
+    t_measured = now
+    parts = []
+    t_sim = 0.0
+    for reqs, conc in phases:
+        shifted = (
+            reqs
+            if conc is not None
+            else RequestSet(
+                reqs.arrival_ns - reqs.arrival_ns.min() + now,
+                reqs.prompt_len,
+                reqs.output_len,
+                reqs.source,
+                reqs.extra,
+            )
+        )
+        recorder = RequestRecorder(shifted)
+        sim = Simulation([inst], shifted, recorder, conc)
+        sim.now_ns = now
+        if conc is not None:
+            sim.arrivals._ready = deque([now] * len(sim.arrivals._ready))
+        t1 = time.perf_counter()
+        sim.run()
+        t_sim += time.perf_counter() - t1
+        now = sim.now_ns
+        events += sim.num_events
+        parts.append(recorder.columns())
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
+    all_reqs = [r for r, _ in phases]
+    metrics["roofline_token_throughput"] = roofline_token_throughput(
+        model,
+        get_gpu(cfg.gpu),
+        cfg.tp,
+        np.concatenate([r.prompt_len for r in all_reqs]),
+        np.concatenate([r.output_len for r in all_reqs]),
+        mem.kv_capacity_tokens,
+        cfg.scheduler.max_seqs,
+    )
+    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics["num_steps"] = scheduler.num_steps
+    metrics["busy_fraction"] = inst.busy_ns / max(now - t_measured, 1)
+    metrics["perf_model"] = perf.name
+    metrics["warmup_requests"] = 0 if warmup is None else len(warmup)
+    metrics.update(scheduler.extra_metrics())
+    metrics.update(_measured_only(scheduler, before))
+    n = sum(len(r) for r in all_reqs)
+    run_info = {
+        "wall_s": time.perf_counter() - t0,
+        "simulate_s": t_sim,
+        "num_events": events,
+        "simulated_requests_per_s": n / max(t_sim, 1e-9),
+    }
+    tables = {"timeline": inst.timeline_columns(), **scheduler.extra_tables()}
+    return SimResult(cfg, metrics, cols, run_info, {"tables": tables})

@@ -1,0 +1,80 @@
+"""Factories for augmented-request tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.conftest import unit_perf
+from tidal.core.augmented import AugmentedSpec, ToolCall
+from tidal.core.kv import KVBlockManager
+from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
+from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
+from tidal.engine.augment.waste import IterationProfile
+from tidal.engine.scheduler import SchedulerConfig
+from tidal.sim.instance import SimInstance
+from tidal.sim.recorder import RequestRecorder
+from tidal.sim.simulator import Simulation
+from tidal.workload.augmented import request_set_of
+from tidal.workload.base import RequestSet
+
+MS = 1_000_000
+US = 1_000
+
+
+def env(perf=None, swap_ns_per_token: float = 1000.0) -> AugmentEnv:
+    """unit_perf (1 ms + 1 µs per token) and 1 µs per swapped token, N_sat = 64."""
+    perf = perf or unit_perf()
+    return AugmentEnv(perf, IterationProfile.from_perf(perf, 64), swap_ns_per_token, 1000)
+
+
+def spec(*segments: tuple[int, float, int], final: int, tool: int = 6) -> AugmentedSpec:
+    """``spec((g, call_ms, a), ..., final=g_K)``."""
+    return AugmentedSpec(tuple(ToolCall(g, round(t * MS), a) for g, t, a in segments), final, tool)
+
+
+def workload(arrivals_s, prompts, specs) -> RequestSet:
+    t = (np.asarray(arrivals_s, dtype=np.float64) * 1e9).round().astype(np.int64)
+    return request_set_of(t, list(prompts), list(specs), "test")
+
+
+class CheckedScheduler(AugmentedScheduler):
+    """Asserts the scheduler's invariants after every applied step (resumes may land while
+    a step is in flight, when the running set's counters are mid-step)."""
+
+    def update(self, plan, end_ns, num_steps=1):
+        super().update(plan, end_ns, num_steps)
+        self.check()
+
+
+def make(
+    policy: str = "infercept",
+    *,
+    num_blocks: int = 2000,
+    block_size: int = 16,
+    host_blocks: int = 10_000,
+    token_budget: int = 512,
+    max_seqs: int = 64,
+    watermark: float = 0.0,
+    checked: bool = True,
+    perf=None,
+    swap_ns_per_token: float = 1000.0,
+    **kw,
+) -> AugmentedScheduler:
+    kv = KVBlockManager(num_blocks, block_size, watermark, host_blocks)
+    s = build_augmented_scheduler(
+        SchedulerConfig(max(token_budget, max_seqs), max_seqs),
+        kv,
+        env(perf, swap_ns_per_token),
+        AugmentSpec(serving_policy=policy, **kw),
+    )
+    if checked:
+        s.__class__ = CheckedScheduler
+    return s
+
+
+def run(rs: RequestSet, sched, perf=None, fast_forward: bool = True):
+    inst = SimInstance(0, sched, perf or unit_perf(), fast_forward)
+    rec = RequestRecorder(rs)
+    sim = Simulation([inst], rs, rec)
+    sim.run()
+    return rec, sim

@@ -1,0 +1,102 @@
+"""Exact fast-forward with augmented requests: identical per-request timestamps with and
+without it under every serving policy (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.augment.helpers import make, run, spec, workload
+from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.models import get_model
+
+PERFS = [("gpt-j-6b", "a100-80gb", "roofline"), ("qwen3-8b", "h200", "linear")]
+POLICIES = [
+    ("vllm", None),
+    ("infercept", None),
+    ("augserve", None),
+    ("augserve-ordering", None),
+    ("augserve-budget", None),
+    ("vllm", "swap"),
+    ("vllm", "preserve"),
+]
+
+
+@st.composite
+def augmented_workloads(draw):
+    n = draw(st.integers(1, 25))
+    arrivals = np.cumsum(draw(st.lists(st.floats(0, 0.3), min_size=n, max_size=n)))
+    prompts, specs = [], []
+    for _ in range(n):
+        k = draw(st.integers(0, 5))
+        segs = [
+            (draw(st.integers(1, 120)), draw(st.floats(0, 400)), draw(st.integers(0, 150)))
+            for _ in range(k)
+        ]
+        specs.append(spec(*segs, final=draw(st.integers(1, 200))))
+        prompts.append(draw(st.integers(1, 500)))
+    return workload(arrivals, prompts, specs)
+
+
+@given(
+    rs=augmented_workloads(),
+    policy=st.sampled_from(POLICIES),
+    predictor=st.sampled_from(["oracle", "noisy", "mean", "none"]),
+    spare=st.integers(0, 300),
+    host=st.sampled_from([0, 40, 10_000]),
+    block_size=st.sampled_from([4, 16]),
+    max_seqs=st.integers(1, 16),
+    perf_idx=st.integers(0, len(PERFS) - 1),
+)
+def test_fast_forward_is_exact_for_augmented_requests(
+    rs, policy, predictor, spare, host, block_size, max_seqs, perf_idx
+):
+    longest = int((rs.prompt_len + rs.output_len + rs.extra["return_tokens"]).max())
+    blocks = -(-longest // block_size) + 2 + spare
+    m, g, kind = PERFS[perf_idx]
+    perf = build_perf_model(kind, get_model(m), get_gpu(g))
+    name, intercept = policy
+    runs = []
+    for ff in (False, True):
+        s = make(
+            name,
+            intercept=intercept,
+            num_blocks=blocks,
+            block_size=block_size,
+            host_blocks=host,
+            max_seqs=max_seqs,
+            token_budget=max(256, max_seqs),
+            predictor=predictor,
+            perf=perf,
+            swap_ns_per_token=20_000.0,
+            starvation_ns=50_000_000,
+            budget_min=64,
+            budget_max=2048,
+            budget_reserve=16,
+            checked=False,
+        )
+        rec, sim = run(rs, s, perf, fast_forward=ff)
+        runs.append((rec, sim, s))
+    (a, sa, s1), (b, sb, s2) = runs
+    for col in ("first_scheduled_ns", "first_token_ns", "finish_ns", "num_preemptions"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+    assert s1.num_steps == s2.num_steps
+    assert sb.num_events <= sa.num_events
+    for attr in ("idle_block_ns", "swapin_block_ns", "stall_block_ns", "recompute_tokens"):
+        assert getattr(s1, attr) == getattr(s2, attr), attr
+    assert s2.kv.num_free_blocks == s2.kv.num_blocks
+
+
+def test_fast_forward_skips_steps_of_long_decode_segments():
+    specs = [spec((400, 2000.0, 10), final=1500) for _ in range(4)]
+    rs = workload([0.0] * 4, [64] * 4, specs)
+    perf = build_perf_model("roofline", get_model("gpt-j-6b"), get_gpu("a100-80gb"))
+    events = []
+    for ff in (False, True):
+        s = make("infercept", predictor="oracle", perf=perf, checked=False)
+        _, sim = run(rs, s, perf, fast_forward=ff)
+        events.append(sim.num_events)
+    assert events[0] > 1900
+    assert events[1] < 60

@@ -1,0 +1,242 @@
+"""Exclusive batching (EB): the phase machine by hand, its invariants under random workloads,
+the online controller, and EB against MB (ebplus.md §2–§3.2, §5.8)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.conftest import make_request, request_set, simulate, unit_perf
+from tests.engine.eb_helpers import make_eb
+from tidal.core.clock import VirtualClock
+from tidal.core.errors import ConfigError
+from tidal.core.kv import KVBlockManager
+from tidal.engine import eb_theory
+from tidal.engine.eb import DECODE, INITIAL_FILL, REFILL, ExclusiveBatchingScheduler
+from tidal.engine.engine import Engine
+from tidal.engine.executor import ModelledExecutor
+from tidal.engine.scheduler import SchedulerConfig
+
+MS = 1_000_000
+US = 1_000
+
+
+def _kinds(plans):
+    return [("P" if p.prefills else "D", len(p.prefills) or p.num_decodes) for p in plans]
+
+
+def test_phase_machine_by_hand():
+    # N = 4, k = 2: refill when fillable·(N−k) ≥ n·k, i.e. fillable ≥ n.
+    s = make_eb(max_seqs=4, token_budget=1000, k_fixed=2)
+    outs = [2, 2, 5, 5, 3, 3]
+    for i, o in enumerate(outs):
+        s.add_request(make_request(i, 10, o))
+    eng = Engine(s, ModelledExecutor(unit_perf()), VirtualClock())
+    plans, phases = [], []
+    while s.has_work():
+        plan = eng.step()
+        assert plan is not None
+        plans.append(plan)
+        phases.append(s.phase)
+    assert _kinds(plans) == [
+        ("P", 4),  # phase 0: fill N = 4
+        ("D", 4),  # requests 0 and 1 finish (2 tokens)
+        ("P", 2),  # n = 2 ≤ fillable = 2: refill the two slots
+        ("D", 4),  # request 2, 3 reach 3 tokens; 4, 5 reach 2
+        ("D", 4),  # 4, 5 finish (3 tokens); 2, 3 at 4 — queue empty: keep decoding
+        ("D", 2),  # 2, 3 finish
+    ]
+    assert phases == [INITIAL_FILL, DECODE, REFILL, DECODE, DECODE, DECODE]
+    # timestamps: prefill step = 1 ms + 1 µs/token, decode step = 1 ms + 1 µs/request
+    p4, d4, p2 = 1 * MS + 40 * US, 1 * MS + 4 * US, 1 * MS + 20 * US
+    assert eng.clock.now_ns() == p4 + d4 + p2 + d4 + d4 + (1 * MS + 2 * US)
+    assert s.num_refills == 1
+
+
+def test_no_prefill_while_decoding_even_when_the_queue_fills():
+    s = make_eb(max_seqs=8, token_budget=1000, k_fixed=4)
+    for i in range(8):
+        s.add_request(make_request(i, 20, 50))
+    eng = Engine(s, ModelledExecutor(unit_perf()), VirtualClock())
+    eng.step()  # fill
+    for i in range(8, 20):
+        s.add_request(make_request(i, 20, 50))
+    plan = eng.step()
+    # 8 decoding, 12 waiting, but no slot is free: fillable = min(12, 0) = 0 → decode
+    assert plan is not None
+    assert plan.num_decodes == 8
+    assert not plan.prefills
+
+
+def test_eb_refuses_to_run_without_step_costs():
+    kv = KVBlockManager(100, 16)
+    with pytest.raises(ConfigError, match="step costs"):
+        ExclusiveBatchingScheduler(SchedulerConfig(512, 8), kv)
+
+
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 120)), min_size=1, max_size=30),
+    block_size=st.sampled_from([1, 4, 16]),
+    spare_blocks=st.integers(0, 150),
+    budget=st.integers(1, 600),
+    max_seqs=st.integers(1, 16),
+    k_fixed=st.one_of(st.none(), st.integers(1, 8)),
+    kv_gate=st.booleans(),
+    late=st.integers(0, 30),
+)
+def test_invariants_at_every_step(
+    lengths, block_size, spare_blocks, budget, max_seqs, k_fixed, kv_gate, late
+):
+    """Exclusive steps only; a refill admits at most its target; every decoding request
+    decodes in a decode step; KV accounting holds; everything finishes."""
+    longest = max(p + o for p, o in lengths)
+    blocks = -(-longest // block_size) + spare_blocks
+    budget = max(budget, max_seqs)
+    s = make_eb(
+        blocks,
+        block_size,
+        budget,
+        max_seqs,
+        k_fixed=k_fixed,
+        kv_gate=kv_gate,
+        update_every=4,
+        min_samples=3,
+        window=16,
+        n_update_cooldown_s=0.0,
+    )
+    eng = Engine(s, ModelledExecutor(unit_perf()), VirtualClock())
+    reqs = [make_request(i, p, o) for i, (p, o) in enumerate(lengths)]
+    finished = []
+    s.on_finish = finished.append
+    cut = len(reqs) - late % len(reqs)
+    for r in reqs[:cut]:
+        s.add_request(r)
+    pending = reqs[cut:]
+    admitted: dict[int, int] = {}  # refill episode → new admissions
+    steps = 0
+    while s.has_work() or pending:
+        if pending and steps % 3 == 0:
+            s.add_request(pending.pop(0))
+        before = set(s.running)
+        pool_before = set(s.pool.members)
+        plan = eng.step()
+        steps += 1
+        assert steps < 100_000
+        if plan is None:
+            continue
+        assert not (plan.prefills and plan.num_decodes), "a mixed step"
+        assert plan.num_tokens <= budget
+        if plan.num_decodes:
+            assert s.phase == DECODE
+            # every decoding request that was not preempted decodes
+            gone = {r.request_id for r in plan.preempted}
+            assert plan.num_decodes == len(pool_before - gone)
+        if s.phase == REFILL:
+            new = sum(1 for r, _ in plan.prefills if r.request_id not in before)
+            admitted[s.num_refills] = admitted.get(s.num_refills, 0) + new
+            assert admitted[s.num_refills] <= s.refill_target
+        assert not {r.request_id for r in plan.preempted} & {r.request_id for r, _ in plan.prefills}
+        s.check()
+    assert sorted(r.request_id for r in finished) == list(range(len(reqs)))
+    assert all(r.num_output_tokens == r.max_output_len for r in reqs)
+    assert s.kv.num_free_blocks == s.kv.num_blocks
+
+
+def test_controller_sets_k_from_theta_and_caps_n_by_the_memory_safe_bound():
+    s = make_eb(
+        num_blocks=4000,
+        block_size=16,
+        token_budget=4096,
+        max_seqs=256,
+        update_every=50,
+        min_samples=30,
+    )
+    assert s.theta == 0.7
+    assert s.k == int(0.7 * 256)
+    rs = request_set([0.0] * 400, [200] * 400, [60 + (i * 37) % 80 for i in range(400)])
+    simulate(rs, s, unit_perf(), concurrency=300)
+    assert s.stats.initialized
+    assert s.theta_initialized
+    assert s.k == max(1, int(s.theta * s.n))
+    # N̂* from the CLT form with the controller's own estimates, capped at N_max
+    expect = eb_theory.memory_safe_n(
+        s.capacity_tokens, s.theta, s.stats.p0, max(1.0, s.stats.mu_l), 0.01, 256
+    )
+    assert s.n_hat == expect
+    assert s.n <= s.n_hat
+    assert 0.01 <= s.theta <= 0.8
+    hist = s.extra_tables()["eb"]
+    assert len(hist["time_ns"]) == s.stats.num_completed // 50
+
+
+def test_theta_fixed_pins_the_threshold_and_auto_n_off_keeps_n_max():
+    s = make_eb(max_seqs=64, theta_fixed=0.25, auto_n=False, update_every=10, min_samples=5)
+    rs = request_set([0.0] * 120, [30] * 120, [20 + i % 17 for i in range(120)])
+    simulate(rs, s, unit_perf(), concurrency=80)
+    assert s.theta == 0.25
+    assert s.n_hat == 64
+    assert s.k == int(0.25 * s.n)
+
+
+def test_decode_oom_preempts_the_newest_request():
+    # 3 requests of 8-token prompts and 20 outputs (7 blocks of 4 each) in 9 blocks
+    s = make_eb(num_blocks=9, block_size=4, token_budget=64, max_seqs=3, k_fixed=1)
+    for i in range(3):
+        s.add_request(make_request(i, 8, 20))
+    rec_order = []
+    s.on_finish = lambda r: rec_order.append(r.request_id)
+    eng = Engine(s, ModelledExecutor(unit_perf()), VirtualClock())
+    preempted = []
+    while s.has_work():
+        plan = eng.step()
+        if plan is not None:
+            preempted += [r.request_id for r in plan.preempted]
+    assert preempted
+    assert preempted[0] == 2  # the newest running request goes first
+    assert s.num_oom >= 1
+    assert sorted(rec_order) == [0, 1, 2]
+
+
+def _run(batching: str, gpu: str, conc: int, n: int, prompt: int, output: int, **sched):
+    from tidal.sim.config import load_config
+    from tidal.sim.run import run_simulation
+
+    cfg = load_config(
+        {
+            "model": "qwen3-8b",
+            "gpu": gpu,
+            "scheduler": {"batching": batching, **sched},
+            "workload": {
+                "num_requests": n,
+                "concurrency": conc,
+                "prompt_len": prompt,
+                "output_len": output,
+                "length_dist": "uniform",
+            },
+        }
+    )
+    return run_simulation(cfg).metrics
+
+
+def test_eb_beats_mb_on_a_bandwidth_poor_gpu_with_lower_tpot():
+    # ebplus.md §5.8 check 1 in miniature: RTX PRO 6000, balanced mix, saturated
+    kw = {"token_budget": 8192, "max_seqs": 512}
+    mb = _run("mb", "rtx-pro-6000", 768, 1500, 512, 512, **kw)
+    eb = _run("eb", "rtx-pro-6000", 768, 1500, 512, 512, **kw)
+    assert eb["token_throughput"] > 1.1 * mb["token_throughput"]
+    assert eb["tpot_p50_s"] < mb["tpot_p50_s"]
+    assert eb["eb_time_share"] == 1.0
+
+
+def test_eb_gain_is_smaller_on_a_high_bandwidth_gpu():
+    kw = {"token_budget": 8192, "max_seqs": 512}
+    gains = {}
+    for gpu in ("rtx-pro-6000", "h200"):
+        mb = _run("mb", gpu, 768, 1500, 512, 512, **kw)
+        eb = _run("eb", gpu, 768, 1500, 512, 512, **kw)
+        gains[gpu] = eb["token_throughput"] / mb["token_throughput"] - 1
+    assert gains["h200"] < gains["rtx-pro-6000"]
+    assert math.isfinite(gains["h200"])

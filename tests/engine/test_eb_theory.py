@@ -1,0 +1,185 @@
+"""EB closed forms against the worked values of ebplus.md §2 (Qwen3-8B, H200 and RTX PRO 6000
+calibrations of §1.1) and against brute force."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tidal.engine import eb_theory as ebt
+
+# (α_p, β_p, α_d, β_d) in seconds, ebplus.md §1.1
+H200 = (1.2786e-3, 24.853e-6, 8.9212e-3, 45.865e-6)
+RTX = (4.6912e-3, 50.079e-6, 10.3760e-3, 103.881e-6)
+# β_MB^e(r) = a + b r + c r² (ebplus.md §1.2)
+MB_H200 = (2.494e-5, 5.193e-5, 1.478e-5)
+MB_RTX = (6.2934e-5, 1.96893e-4, 9.899e-6)
+
+
+def quad(c):
+    return lambda r: c[0] + c[1] * r + c[2] * r * r
+
+
+@pytest.mark.parametrize(
+    ("mu_l", "mu_o", "th_h200", "th_rtx", "steps_h200", "steps_rtx"),
+    [
+        # ebplus.md §2.3 worked table (exact-CFR form, p0 = 1/μ_O)
+        (128, 1024, 0.0165, 0.0291, 17, 30),
+        (512, 512, 0.0233, 0.0409, 12, 21),
+        (1024, 128, 0.0460, 0.0797, 6, 11),
+        (512, 256, 0.0328, 0.0572, 8.5, 15),
+    ],
+)
+def test_asymptotic_theta_matches_the_worked_table(
+    mu_l, mu_o, th_h200, th_rtx, steps_h200, steps_rtx
+):
+    for cal, th, steps in ((H200, th_h200, steps_h200), (RTX, th_rtx, steps_rtx)):
+        p0 = 1.0 / mu_o
+        theta = ebt.theta_cfr(p0, cal[0], cal[2], exact=True)
+        assert theta == pytest.approx(th, abs=6e-4)
+        # it solves θ/(1−θ) + ln(1−θ) = −ln(1−p0)·α_p/α_d
+        assert ebt.theta_lhs(theta) == pytest.approx(-math.log(1 - p0) * cal[0] / cal[2], rel=1e-6)
+        # decode steps per cycle ≈ Λ·μ_O
+        assert -math.log(1 - theta) * mu_o == pytest.approx(steps, rel=0.06)
+        # small-θ approximation sqrt(2 p0 α_p/α_d) is within a few percent at these θ
+        assert ebt.theta_small(p0, cal[0], cal[2]) == pytest.approx(theta, rel=0.06)
+
+
+def test_theta_guards():
+    assert ebt.theta_cfr(0.0, *H200[::2]) == ebt.THETA_HARD_MIN
+    assert ebt.theta_cfr(1e-9, 1.0, 1.0) == ebt.THETA_HARD_MIN  # right side ≤ 1e-6
+    assert ebt.theta_cfr(0.5, 1000.0, 1.0) == pytest.approx(0.99)  # clamp at the domain limit
+    # the camera-ready form (p0) and the exact form (−ln(1−p0)) agree as p0 → 0
+    a = ebt.theta_cfr(1e-3, 5e-3, 1e-2)
+    b = ebt.theta_cfr(1e-3, 5e-3, 1e-2, exact=True)
+    assert b > a
+    assert b == pytest.approx(a, rel=1e-3)
+
+
+def _throughput(k, n, p, cal):
+    a_p, _, a_d, b_d = cal
+    s = sum(ebt.tau(j, p, a_d, b_d) for j in range(n - k + 1, n + 1))
+    return k / (s + a_p)
+
+
+@pytest.mark.parametrize("cal", [H200, RTX])
+@pytest.mark.parametrize(("n", "p"), [(40, 1 / 200), (64, 1 / 30), (128, 1 / 512), (25, 1 / 5)])
+def test_exact_k_star_maximises_completions_per_cycle_time(cal, n, p):
+    k = ebt.optimal_k(n, p, cal[0], cal[2], cal[3])
+    rates = [_throughput(j, n, p, cal) for j in range(1, n)]
+    # Proposition 1: k* is where one more completion stops paying for itself
+    assert rates[k - 1] >= max(rates) * (1 - 1e-12) or k == max(1, n // 5)
+    if k < n - 1:
+        assert rates[k - 1] >= rates[k]
+
+
+def test_exact_k_star_approaches_theta_n_when_n_is_small_against_one_over_p():
+    # N ≪ 1/p: k*/N → θ* of the asymptotic form (§2.3 assumption)
+    p, n = 1e-4, 400
+    k = ebt.optimal_k(n, p, *H200[::2], H200[3])
+    theta = ebt.theta_cfr(p, H200[0], H200[2])
+    assert k / n == pytest.approx(theta, abs=2.5 / n)
+
+
+def test_tau_of_zero_is_infinite_and_tau_is_the_expected_wait():
+    assert ebt.tau(0, 0.1, 1.0, 1.0) == math.inf
+    # j = 1: geometric wait of mean 1/p steps of cost α_d + β_d
+    assert ebt.tau(1, 0.25, 2.0, 1.0) == pytest.approx(3.0 / 0.25)
+
+
+def test_ifr_correction_by_hand():
+    theta0, p0, eta, rho = 0.05, 0.002, 1e-7, 5.0
+    lam = -math.log(1 - theta0)
+    expected = (
+        eta
+        * (1 - theta0) ** 2
+        / (p0**2 * theta0)
+        * (lam * (theta0 / (1 - theta0) - lam / 2) + rho * (lam - theta0))
+    )
+    assert ebt.ifr_correction(theta0, p0, eta, rho) == pytest.approx(expected)
+    assert ebt.ifr_correction(theta0, p0, 0.0, rho) == 0.0
+    assert ebt.ifr_correction(theta0, p0, 1.0, rho) == pytest.approx(5 * theta0)  # cap
+
+
+def test_memory_safe_n_matches_the_worked_examples():
+    # ebplus.md §2.5: balanced workload, C ≈ 0.74 M tokens (H200) / 0.49 M (RTX) → 712 / 468
+    th = ebt.theta_cfr(1 / 512, H200[0], H200[2], exact=True)
+    assert ebt.memory_safe_n(740_000, th, 1 / 512, 512, 0.01) == 712
+    th = ebt.theta_cfr(1 / 512, RTX[0], RTX[2], exact=True)
+    assert ebt.memory_safe_n(490_000, th, 1 / 512, 512, 0.01) == 468
+    # the logged decode-heavy controller state (p̂0 = 0.000475, θ0 = 0.01158): N̂* ≈ 307–324
+    assert ebt.memory_safe_n(700_000, 0.01158, 0.000475, 128) == 307
+    assert ebt.memory_safe_n(740_000, 0.01158, 0.000475, 128) == 324
+
+
+def test_memory_safe_n_by_hand_and_bounds():
+    c, th, p0, mu_l, eps = 100_000.0, 0.1, 0.01, 200.0, 0.05
+    lam = -math.log(1 - th)
+    d = mu_l + (1 - th) / (th * p0) * lam
+    assert ebt.kv_per_slot(th, p0, mu_l) == pytest.approx(d)
+    sigma = math.sqrt(2 * lam * (1 + (p0 * mu_l + lam / th) ** 2) / p0**2)
+    n = ebt.memory_safe_n(c, th, p0, mu_l, eps)
+    ell = math.log(1 / eps)
+    # the largest N satisfying the CLT bound
+    assert n * d + sigma * math.sqrt(n * ell) <= c
+    assert (n + 1) * d + sigma * math.sqrt((n + 1) * ell) > c
+    # the paper's supremum form: ⌊(C − ν ln(1/ε))/D⌋, ν = 1/(p0² μ_L)
+    assert ebt.memory_safe_n_paper(c, th, p0, mu_l, eps) == math.floor(
+        (c - ell / (p0**2 * mu_l)) / d
+    )
+    assert ebt.memory_safe_n(c, th, p0, mu_l, eps, n_cap=10) == 10
+    assert ebt.memory_safe_n(c, 0.0, p0, mu_l, eps, n_cap=77) == 77
+    # D(θ→0) → μ_L + 1/p0 (every slot holds a whole request)
+    assert ebt.kv_per_slot(1e-6, p0, mu_l) == pytest.approx(mu_l + 1 / p0, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("cal", "mb", "mu_l", "mu_o", "n", "theta", "lhs", "rhs", "winner"),
+    [
+        # ebplus.md §2.6 worked table
+        (H200, MB_H200, 512, 256, 32, None, 1.2e-5, 8.3e-5, "mb"),
+        (H200, MB_H200, 512, 256, 2048, 0.7, 1.2e-5, 2.3e-6, "eb"),
+        (H200, MB_H200, 512, 512, 1024, None, 1.92e-5, 3.8e-6, "eb"),
+        (RTX, MB_RTX, 512, 512, 1024, None, 8.69e-5, 3.0e-6, "eb"),
+        (RTX, MB_RTX, 512, 256, 256, None, 6.17e-5, 8.2e-6, "eb"),
+    ],
+)
+def test_crossover_matches_the_worked_table(cal, mb, mu_l, mu_o, n, theta, lhs, rhs, winner):
+    if theta is None:
+        theta = ebt.theta_cfr(1 / mu_o, cal[0], cal[2], exact=True)
+    x = ebt.crossover(mu_l, mu_o, n, theta, *cal, quad(mb))
+    assert x.lhs == pytest.approx(lhs, rel=0.03)
+    assert x.rhs == pytest.approx(rhs, rel=0.03)
+    assert x.winner == winner
+    # consistency: Δ = LHS − RHS = c_MB − c_EB
+    assert x.delta == pytest.approx(x.c_mb - x.c_eb)
+
+
+def test_logged_switch_back_to_mb_is_reproduced():
+    # KVA log (ebplus.md §2.6): H200, r = 0.630, N_obs = 219 → LHS 2.51e-5 < RHS 3.88e-5
+    mu_o = 0.630 / (1 - 0.630) * 512
+    x = ebt.crossover(512, mu_o, 219, 0.7, *H200, quad(MB_H200))
+    assert x.lhs == pytest.approx(2.51e-5, rel=0.02)
+    assert x.winner == "mb"
+
+
+def test_crossover_concurrency_is_where_delta_changes_sign():
+    th = ebt.theta_cfr(1 / 256, H200[0], H200[2], exact=True)
+    nx = ebt.crossover_concurrency(512, 256, th, *H200, quad(MB_H200))
+    assert nx is not None
+    below = ebt.crossover(512, 256, nx * 0.95, th, *H200, quad(MB_H200))
+    above = ebt.crossover(512, 256, nx * 1.05, th, *H200, quad(MB_H200))
+    assert below.winner == "mb"
+    assert above.winner == "eb"
+    # no contention (β_MB^e = β_EB^w): MB wins at every N
+    none = ebt.crossover_concurrency(512, 256, th, *H200, lambda r: ebt.beta_eb_w(r, *H200[1::2]))
+    assert none is None
+
+
+def test_threshold_decode_share_from_the_fits():
+    # ebplus.md §1.2: β_MB^e(r) crosses β_d at r ≈ 0.205 (RTX PRO 6000) and ≈ 0.36 (H200)
+    assert ebt.threshold_decode_share(quad(MB_RTX), RTX[3]) == pytest.approx(0.205, abs=0.002)
+    assert ebt.threshold_decode_share(quad(MB_H200), H200[3]) == pytest.approx(0.36, abs=0.01)
+    assert ebt.threshold_decode_share(lambda r: 1.0, 2.0) is None
+    assert ebt.threshold_decode_share(lambda r: 3.0, 2.0) == 0.0

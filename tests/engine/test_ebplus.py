@@ -1,0 +1,232 @@
+"""EB⁺: the crossover selector (hysteresis, cooldown, drain filter, surge trigger, demand EMA),
+MB↔EB transitions over a shared running set, and EB⁺ against MB and EB (ebplus.md §3.3)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.conftest import make_request, request_set, simulate, unit_perf
+from tests.engine.eb_helpers import H200_COSTS, make_eb
+from tidal.core.clock import VirtualClock
+from tidal.engine import eb_theory
+from tidal.engine.eb import DECODE
+from tidal.engine.ebplus import EBPlusScheduler
+from tidal.engine.engine import Engine
+from tidal.engine.executor import ModelledExecutor
+
+
+def make_plus(**opts):
+    return make_eb(num_blocks=20_000, token_budget=4096, max_seqs=1024, cls=EBPlusScheduler, **opts)
+
+
+def primed(s, mu_l=512.0, mu_o=256.0, theta=0.7, n_obs=2048.0):
+    s.stats.initialized = True
+    s.stats.mu_l, s.stats.mu_o = mu_l, mu_o
+    s.theta = theta
+    s.n_obs = n_obs
+    return s
+
+
+def signal_of(s) -> float:
+    """Δ(N) by hand: MB at min(N_obs, N_max), EB's k̂ = θ·min(N_obs, N̂*, N_max) (the default
+    ``crossover_n: effective``), or N_obs for both (``demand``, the reference)."""
+    c = H200_COSTS
+    n_mb = n_eb = s.n_obs
+    if s.opts.crossover_n == "effective":
+        n_mb = min(s.n_obs, s.config.max_num_seqs)
+        n_eb = min(s.n_obs, s.n_hat, s.config.max_num_seqs)
+    x = eb_theory.crossover(
+        s.stats.mu_l,
+        s.stats.mu_o,
+        n_mb,
+        s.theta,
+        c.alpha_p,
+        c.beta_p,
+        c.alpha_d,
+        c.beta_d,
+        c.beta_mb_e,
+        k=s.theta * n_eb,
+    )
+    return x.delta
+
+
+def test_the_signal_is_the_closed_form_crossover():
+    s = primed(make_plus(delta=0.0))
+    s.evaluate(0)
+    row = s.extra_tables()["ebplus"]
+    assert list(row["event"][-2:]) == ["evaluate", "to_eb"]
+    assert row["signal"][-2] == pytest.approx(signal_of(s))
+    # H200, (512, 256), N_obs = 2048, θ = 0.7: contention > amortised fixed cost → EB
+    assert row["lhs"][-2] > row["rhs"][-2] > 0
+    assert s.mode == "eb"
+
+
+def test_effective_batch_sizes_credit_eb_only_with_the_memory_safe_n():
+    ref = primed(make_plus(delta=0.0, crossover_n="demand"))
+    eff = primed(make_plus(delta=0.0))
+    eff.n_hat = 300  # memory caps EB far below the demand of 2048
+    ref.evaluate(0)
+    eff.evaluate(0)
+    s_ref = ref.extra_tables()["ebplus"]["signal"][1]
+    s_eff = eff.extra_tables()["ebplus"]["signal"][1]
+    assert s_ref == pytest.approx(signal_of(ref))
+    assert s_eff == pytest.approx(signal_of(eff))
+    assert s_eff < s_ref  # EB amortises its refills over fewer requests
+
+
+def test_hysteresis_sticky_exit_and_cooldown():
+    s = primed(make_plus(cooldown=2))
+    sig = signal_of(s)
+    assert sig > 0
+    # δ just above the signal: no switch
+    s.opts = s.opts.model_copy(update={"delta": sig * 1.01})
+    s.evaluate(0)
+    assert s.mode == "mb"
+    s.opts = s.opts.model_copy(update={"delta": sig * 0.99})
+    s.evaluate(0)
+    assert s.mode == "eb"
+    assert s.cooldown_left == 2
+    # shrink the demand so the signal turns negative; cooldown swallows two evaluations
+    s.n_obs = 40.0
+    neg = signal_of(s)
+    assert neg < 0
+    s.opts = s.opts.model_copy(update={"delta": -neg / 2.0})  # |neg| = 2δ < 3δ: sticky
+    for _ in range(2):
+        s.evaluate(0)
+        assert s.mode == "eb"
+    assert s.cooldown_left == 0
+    s.evaluate(0)
+    assert s.mode == "eb"  # leaving EB needs 3·δ of evidence
+    s.opts = s.opts.model_copy(update={"delta": -neg / 3.5})
+    s.evaluate(0)
+    assert s.mode == "mb"
+    assert s.num_switches == 2
+
+
+def test_drain_filter_and_uninitialised_estimator_block_decisions():
+    s = primed(make_plus(delta=0.0), n_obs=15.0)  # N_obs < 16
+    s.stats.mu_o = 4096.0  # a decode-heavy reading that would favour EB
+    s.evaluate(0)
+    assert s.mode == "mb"
+    s2 = make_plus(delta=0.0)
+    s2.n_obs = 2048.0
+    s2.evaluate(0)  # no estimate yet
+    assert s2.mode == "mb"
+    assert list(s2.extra_tables()["ebplus"]["event"]) == ["start"]
+
+
+def test_demand_ema_is_fast_up_slow_down_and_a_surge_evaluates():
+    s = primed(make_plus(delta=1.0), n_obs=100.0)  # δ huge: evaluations never switch
+    for i in range(150):
+        s.add_request(make_request(i, 10, 5))
+    s.schedule(0)
+    # demand 150 > 100: a = 0.3
+    assert s.n_obs == pytest.approx(0.3 * 150 + 0.7 * 100)
+    s2 = primed(make_plus(delta=1.0), n_obs=200.0)
+    s2.add_request(make_request(0, 10, 5))
+    s2.schedule(0)
+    assert s2.n_obs == pytest.approx(0.03 * 1 + 0.97 * 200)
+    # surge: demand 1000 > 2·N_obs after the update → immediate evaluation
+    s3 = primed(make_plus(delta=1.0), n_obs=100.0)
+    for i in range(1000):
+        s3.add_request(make_request(i, 10, 5))
+    s3.schedule(0)
+    assert "surge" in list(s3.extra_tables()["ebplus"]["event"])
+
+
+def test_mb_to_eb_takes_over_the_running_set():
+    s = make_eb(num_blocks=5000, token_budget=2048, max_seqs=64, cls=EBPlusScheduler)
+    eng = Engine(s, ModelledExecutor(unit_perf()), VirtualClock())
+    for i in range(20):
+        s.add_request(make_request(i, 30, 40))
+    eng.step()  # MB admits and prefills all 20
+    eng.step()  # they decode
+    for i in range(20, 30):
+        s.add_request(make_request(i, 30, 40))
+    primed(s, n_obs=30.0)
+    s.opts = s.opts.model_copy(update={"delta": 0.0})
+    s._to_eb(eng.clock.now_ns())
+    assert s.mode == "eb"
+    assert s.phase == DECODE
+    assert s.prefilled == 20
+    assert s.n == min(20 + 10, s._n_target())
+    plan = eng.step()
+    assert plan is not None
+    # the next step decides with EB's threshold test on the shared running set: exclusive
+    assert not (plan.prefills and plan.num_decodes)
+    while s.has_work():
+        plan = eng.step()
+        assert plan is None or not (plan.prefills and plan.num_decodes)
+    s.check()
+
+
+def _run(batching: str, gpu: str, conc: int, n: int, prompt: int, output: int, **sched):
+    from tidal.sim.config import load_config
+    from tidal.sim.run import run_simulation
+
+    cfg = load_config(
+        {
+            "model": "qwen3-8b",
+            "gpu": gpu,
+            "scheduler": {"batching": batching, **sched},
+            "workload": {
+                "num_requests": n,
+                "concurrency": conc,
+                "prompt_len": prompt,
+                "output_len": output,
+                "length_dist": "uniform",
+            },
+        }
+    )
+    return run_simulation(cfg)
+
+
+def test_low_concurrency_keeps_mb_and_matches_it():
+    # Table 4, c = 32: RHS ≫ LHS → EB⁺ stays in MB and equals v1 step for step
+    kw = {"token_budget": 8192, "max_seqs": 512}
+    mb = _run("mb", "h200", 32, 600, 512, 256, **kw).metrics
+    plus = _run("ebplus", "h200", 32, 600, 512, 256, **kw).metrics
+    eb = _run("eb", "h200", 32, 600, 512, 256, **kw).metrics
+    assert plus["mode_switches"] == 0
+    assert plus["eb_time_share"] == 0.0
+    assert plus["token_throughput"] == mb["token_throughput"]
+    assert plus["ttft_p50_s"] == mb["ttft_p50_s"]
+    # EB alone pays its refills at low concurrency (ebplus.md §5.8 check 3)
+    assert eb["token_throughput"] < mb["token_throughput"]
+    assert eb["ttft_p50_s"] > mb["ttft_p50_s"]
+
+
+def test_high_concurrency_on_a_bandwidth_poor_gpu_switches_to_eb():
+    kw = {"token_budget": 8192, "max_seqs": 512}
+    mb = _run("mb", "rtx-pro-6000", 1024, 2000, 512, 256, **kw).metrics
+    res = _run("ebplus", "rtx-pro-6000", 1024, 2000, 512, 256, **kw)
+    plus = res.metrics
+    assert plus["mode_switches"] >= 1
+    assert plus["eb_time_share"] > 0.5
+    assert plus["token_throughput"] > 1.05 * mb["token_throughput"]
+    series = res.extras["tables"]["ebplus"]
+    assert {"mode", "theta", "k_hat", "n_hat", "lhs", "rhs", "signal"} <= set(series)
+    assert "eb" in series["mode"]
+    assert all(math.isfinite(t) for t in series["theta"])
+
+
+def test_fast_forward_matches_stepping_on_a_switching_run():
+    rs = request_set([0.0] * 300, [64] * 300, [40 + (7 * i) % 90 for i in range(300)])
+    out = []
+    for ff in (False, True):
+        s = make_eb(
+            num_blocks=3000,
+            token_budget=2048,
+            max_seqs=128,
+            cls=EBPlusScheduler,
+            update_every=10,
+            min_samples=5,
+            delta=0.0,
+        )
+        rec, sim, _ = simulate(rs, s, unit_perf(), fast_forward=ff, concurrency=150)
+        out.append((rec.finish_ns.copy(), s.num_switches, s.n_obs, sim.num_events))
+    assert (out[0][0] == out[1][0]).all()
+    assert out[0][1:3] == out[1][1:3]
+    assert out[1][3] < out[0][3]
