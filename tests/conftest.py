@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import settings
 
 from tidal.core.kv import KVBlockManager
@@ -63,3 +64,20 @@ def request_set(arrival_s, prompt, output) -> RequestSet:
         np.asarray(prompt, dtype=np.int64),
         np.asarray(output, dtype=np.int64),
     )
+
+
+def traces_available() -> bool:
+    """Whether ``shared/traces`` (or ``$TIDAL_TRACES_DIR``) is reachable from here."""
+    from tidal.core.errors import ConfigError
+    from tidal.workload.paths import traces_dir
+
+    try:
+        traces_dir()
+    except ConfigError:
+        return False
+    return True
+
+
+needs_traces = pytest.mark.skipif(
+    not traces_available(), reason="shared/traces not found (set TIDAL_TRACES_DIR)"
+)

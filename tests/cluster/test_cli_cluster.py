@@ -6,7 +6,10 @@ import json
 
 from typer.testing import CliRunner
 
+from tests.conftest import needs_traces
 from tidal.cli import app
+
+pytestmark = needs_traces
 
 
 def test_simulate_cluster_writes_per_model_summary(tmp_path):

@@ -8,10 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import needs_traces
 from tidal.cluster.config import ABLATIONS
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 from tidal.workload.base import RequestSet
+
+pytestmark = needs_traces
 
 MODELS = ["llama-2-7b", "llama-2-7b", "llama-2-13b"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import needs_traces
 from tidal.workload.multimodel import (
     MixConfig,
     _level_ratio,
@@ -14,6 +15,8 @@ from tidal.workload.multimodel import (
     servegen_mix,
 )
 from tidal.workload.traces import load_azure
+
+pytestmark = needs_traces
 
 SERVICE = [(35.0, 15.0), (35.0, 15.0), (70.0, 20.0), (100.0, 30.0)]
 
