@@ -254,6 +254,9 @@ def test_mb_safe_n_is_the_tighter_of_the_steady_state_and_cohort_bounds():
         n_c = ebt.cohort_safe_n(c, mu_l, var_l, outs, eps)
         assert ebt.mb_safe_n(c, mu_l, var_l, outs, eps) == min(n_s, n_c)
         mean, var = ebt.cohort_occupancy(mu_l, var_l, outs)
+        assert n_c == min(
+            ebt.clt_batch_size(c, float(d), float(v), eps) for d, v in zip(mean, var, strict=True)
+        )
         ell = math.log(1 / eps)
         # the cohort bound holds at every age of a cohort admitted at once
         assert np.all(n_c * mean + np.sqrt(var * n_c * ell) <= c)

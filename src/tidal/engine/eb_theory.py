@@ -224,11 +224,16 @@ def cohort_safe_n(
     without output data."""
     if len(outputs) == 0 or capacity <= 0:
         return n_cap
-    mean, var = cohort_occupancy(mu_l, var_l, outputs)
-    return min(
-        clt_batch_size(capacity, float(d), float(v), eps, n_cap)
-        for d, v in zip(mean, var, strict=True)
-    )
+    d, var = cohort_occupancy(mu_l, var_l, outputs)
+    ok = d > 0
+    if not ok.any():
+        return n_cap
+    d, var = d[ok], var[ok]
+    # clt_batch_size at every age at once (the same expression, elementwise)
+    ell = math.log(1.0 / min(max(eps, 1e-6), 0.5))
+    root = (-np.sqrt(var) * math.sqrt(ell) + np.sqrt(var * ell + 4.0 * d * capacity)) / (2.0 * d)
+    n = int(np.floor(np.maximum(root, 0.0) ** 2).min())
+    return max(1, min(n_cap, n))
 
 
 def mb_safe_n(
