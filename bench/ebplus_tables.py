@@ -4,17 +4,24 @@
 
 * ``fig4`` (checks 1, 2, 5): Qwen3-8B, the three synthetic mixes (4000 requests, c = 2048,
   uniform ±50 % lengths, 100 warm-ups), MB (vLLM v1) / EB(k̂*) / EB⁺ each at its own best (B, N)
-  of the paper's grid, on RTX PRO 6000 and H200; also MB against 1/β_MB^e(r).
+  of the paper's grid, on RTX PRO 6000 and H200; also EB with the reference scheduler's N
+  recovery (``n_recovery: n_max``), EB⁺ with each MB-mode cap (``mb_cap``), MB at fixed N on
+  H200 DH (the preemption/throughput frontier of any static cap), and MB against 1/β_MB^e(r).
 * ``table4`` (check 3): μ_L = 512, μ_O = 256, c ∈ {32, 512, 2048}, (B, N) = (14336, 1024) as the
   authors' Table 4 script, 100 warm-ups.
 * ``table5``: distribution shift (1024,128) → (512,512) → (128,1024), 2000 requests each, outputs
-  uniform ±25 %, c = 2048, θ_floor = 0.7, no warm-up; concurrency shift c = 32 → 512 → 1024 →
-  256 → 2048 (paper text), 2000 requests per phase of (512, 256 ± 25 %), and the authors'
-  script default 32 (500) → 2048 (4000) → 500 (2000); phases back to back on one server;
-  (B, N) = (18432, 2048) as the authors' scripts.
+  uniform ±25 %, c = 2048, θ_floor = 0.7, no warm-up, EB⁺ starting in MB — as the authors'
+  ``run_distribution_shift.sh``; the same requests shuffled (what the authors' ``vllm bench
+  serve --dataset-name custom`` sends without ``--disable-shuffle``); concurrency shift c = 32
+  → 512 → 1024 → 256 → 2048 (paper text), 2000 requests per phase of (512, 256 ± 25 %), and the
+  authors' script default 32 (500) → 2048 (4000) → 500 (2000); phases back to back on one
+  server; (B, N) = (18432, 2048) as the authors' scripts.
 * ``bandwidth`` (check 4): a what-if RTX PRO 6000 whose memory bandwidth runs 0.864 → 8 TB/s
   (roofline step model, derived interference), balanced mix, MB and EB each at the best of
   B ∈ {8192, 16384} × N ∈ {512, 1024, 2048}; plus the catalog GPUs L40S, RTX PRO 6000, H200, B200.
+
+Every section also adds its cells to the EB⁺ guarantee table printed last: EB⁺ against MB
+(never worse by > 1 %), against the best scheduler, and its preemption rate (≤ 1 %).
 
 Writes ``bench/out/ebplus_tables.json`` and prints markdown tables.
 """
@@ -66,6 +73,36 @@ def pct(x: float) -> str:
     return f"{x:+.1%}"
 
 
+def pre(m: dict[str, Any]) -> float:
+    """Preemptions per request (recompute preemptions and EB's KV-escape chunk drops)."""
+    return m["num_preemptions"] / m["num_requests"]
+
+
+GUARANTEES: list[list[Any]] = []
+"""One row per benchmark cell for the EB⁺ guarantee table (filled by every section)."""
+
+
+def guarantee(section: str, gpu: str, cell: str, res: dict[str, dict[str, Any]]) -> None:
+    """Record EB⁺ against MB and the best scheduler of a cell, and its preemption rate."""
+    tok = {s: m["token_throughput"] for s, m in res.items()}
+    vs_mb = tok["ebplus"] / tok["mb"] - 1
+    vs_best = tok["ebplus"] / max(tok.values()) - 1
+    p = pre(res["ebplus"])
+    GUARANTEES.append(
+        [
+            section,
+            gpu,
+            cell,
+            pct(vs_mb),
+            pct(vs_best),
+            f"{p:.1%}",
+            f"{pre(res['mb']):.1%}",
+            f"{res['ebplus']['eb_time_share']:.2f}",
+            ("yes" if vs_mb >= -0.01 else "**no**") + " / " + ("yes" if p <= 0.01 else "**no**"),
+        ]
+    )
+
+
 def fig4(quick: bool) -> dict[str, Any]:
     grid_b = (8192, 16384) if quick else GRID_B
     grid_n = (512, 1024, 2048) if quick else GRID_N
@@ -80,6 +117,7 @@ def fig4(quick: bool) -> dict[str, Any]:
                 cell[s] = {"metrics": m, "bn": bn}
             out[f"{gpu}/{mix}"] = cell
             mb, eb, plus = (cell[s]["metrics"] for s in SCHEDS)
+            guarantee("Fig. 4", gpu, mix, {s: cell[s]["metrics"] for s in SCHEDS})
             tok = sum(MIXES[mix])
             rows.append(
                 [
@@ -93,9 +131,7 @@ def fig4(quick: bool) -> dict[str, Any]:
                     pct(plus["token_throughput"] / mb["token_throughput"] - 1),
                     f"{mb['tpot_mean_s'] * 1e3:.0f} / {eb['tpot_mean_s'] * 1e3:.0f} / "
                     f"{plus['tpot_mean_s'] * 1e3:.0f}",
-                    f"{mb['num_preemptions'] / mb['num_requests']:.1%} / "
-                    f"{eb['num_preemptions'] / eb['num_requests']:.1%} / "
-                    f"{plus['num_preemptions'] / plus['num_requests']:.1%}",
+                    f"{pre(mb):.1%} / {pre(eb):.1%} / {pre(plus):.1%}",
                     f"{plus['eb_time_share']:.2f}",
                     " ".join(f"{cell[s]['bn'][0] // 1024}k/{cell[s]['bn'][1]}" for s in SCHEDS),
                 ]
@@ -119,26 +155,100 @@ def fig4(quick: bool) -> dict[str, Any]:
             rows,
         )
     )
+
+    # EB with the reference scheduler's N recovery (N back to N_max under a long queue)
     rows = []
     for gpu in ("h200", "rtx-pro-6000"):
+        paper = {s: fig4_tokps(gpu, s) for s in ("mb", "eb")}
         for mix in MIXES:
-            m, bn = best_of_grid(
-                gpu, "ebplus", mix, 2048, grid_b, grid_n, eb={"mb_memory_safe": True}
-            )
-            mb = out[f"{gpu}/{mix}"]["mb"]["metrics"]
-            out[f"{gpu}/{mix}"]["ebplus_safe"] = {"metrics": m, "bn": bn}
+            m, bn = best_of_grid(gpu, "eb", mix, 2048, grid_b, grid_n, eb={"n_recovery": "n_max"})
+            c = out[f"{gpu}/{mix}"]
+            c["eb_n_max"] = {"metrics": m, "bn": bn}
+            mb, eb = c["mb"]["metrics"], c["eb"]["metrics"]
             rows.append(
                 [
                     gpu,
                     mix,
-                    pct(m["token_throughput"] / mb["token_throughput"] - 1),
-                    f"{m['num_preemptions'] / m['num_requests']:.1%}",
-                    f"{m['eb_time_share']:.2f}",
+                    f"{pct(eb['token_throughput'] / mb['token_throughput'] - 1)} ({pre(eb):.1%})",
+                    f"{pct(m['token_throughput'] / mb['token_throughput'] - 1)} ({pre(m):.1%})",
+                    pct(paper["eb"][mix] / paper["mb"][mix] - 1),
                     f"{bn[0] // 1024}k/{bn[1]}",
                 ]
             )
-    print("\nEB⁺ with the MB mode capped at N̂* too (`scheduler.eb.mb_memory_safe: true`):\n")
-    print(md_table(["GPU", "mix", "vs MB", "preemption", "EB share", "best B/N"], rows))
+    print("\nEB's N recovery: memory-safe (default) against the reference scheduler's:\n")
+    print(
+        md_table(
+            [
+                "GPU",
+                "mix",
+                "EB n_hat vs MB (preempt.)",
+                "EB n_max vs MB (preempt.)",
+                "paper EB vs v1",
+                "best B/N n_max",
+            ],
+            rows,
+        )
+    )
+
+    # EB⁺'s MB-mode cap
+    rows = []
+    for gpu in ("h200", "rtx-pro-6000"):
+        for mix in MIXES:
+            c = out[f"{gpu}/{mix}"]
+            mb = c["mb"]["metrics"]
+            row = [gpu, mix]
+            for cap in ("none", "n_hat", "mb_safe"):
+                if cap == "mb_safe":
+                    m = c["ebplus"]["metrics"]
+                else:
+                    m, bn = best_of_grid(
+                        gpu, "ebplus", mix, 2048, grid_b, grid_n, eb={"mb_cap": cap}
+                    )
+                    c[f"ebplus_{cap}"] = {"metrics": m, "bn": bn}
+                row.append(
+                    f"{pct(m['token_throughput'] / mb['token_throughput'] - 1)} ({pre(m):.1%})"
+                )
+            row.append(f"{pre(mb):.1%}")
+            row.append(str(c["ebplus"]["metrics"]["ebplus_mb_cap"]))
+            rows.append(row)
+    print(
+        "\nEB⁺'s MB-mode cap (`scheduler.eb.mb_cap`), each at its best (B, N): vs MB (preemption)\n"
+    )
+    print(
+        md_table(
+            [
+                "GPU",
+                "mix",
+                "none (reference)",
+                "n_hat (EB's N̂*)",
+                "mb_safe (default)",
+                "MB preempt.",
+                "final N_MB",
+            ],
+            rows,
+        )
+    )
+
+    # the frontier of any static running cap on H200 DH
+    rows = []
+    mb_best = out["h200/DH"]["mb"]
+    b_best = mb_best["bn"][0]
+    frontier = {}
+    for n in (800, 900, 950, 975, 1000, 1024, 1075):
+        m = run_cell(Cell("h200", "mb", 128, 1024, 2048, b_best, n))
+        frontier[n] = m
+        rows.append(
+            [
+                n,
+                f"{m['token_throughput']:,.0f}",
+                pct(m["token_throughput"] / mb_best["metrics"]["token_throughput"] - 1),
+                f"{pre(m):.1%}",
+            ]
+        )
+    out["h200/DH"]["mb_fixed_n"] = frontier
+    print(f"\nMB on H200 DH at B = {b_best} and a fixed N (any static cap):\n")
+    print(md_table(["N", "tok/s", "vs MB best", "preempt."], rows))
+
     rows = []
     for mix, (p, o) in MIXES.items():
         r = o / (p + o)
@@ -170,6 +280,7 @@ def table4(quick: bool) -> dict[str, Any]:
                 for s in SCHEDS
             }
             out[f"{gpu}/c{c}"] = res
+            guarantee("Table 4", gpu, f"c = {c}", res)
             mb, eb, plus = (res[s] for s in SCHEDS)
             if gpu == "h200":
                 pt, pf, pp = PAPER_T4_H200[c]
@@ -192,7 +303,7 @@ def table4(quick: bool) -> dict[str, Any]:
                     f"{mb['tpot_mean_s'] * 1e3:.1f} / {eb['tpot_mean_s'] * 1e3:.1f} / "
                     f"{plus['tpot_mean_s'] * 1e3:.1f}",
                     f"{plus['eb_time_share']:.2f} ({plus['mode_switches']})",
-                    f"{eb['num_preemptions'] / n_req:.1%} / {plus['num_preemptions'] / n_req:.1%}",
+                    " / ".join(f"{pre(x):.1%}" for x in (mb, eb, plus)),
                     paper,
                 ]
             )
@@ -207,7 +318,7 @@ def table4(quick: bool) -> dict[str, Any]:
                 "TTFT mean s",
                 "TPOT mean ms",
                 "EB⁺ EB share (switches)",
-                "preempt. EB / EB⁺",
+                "preempt. MB / EB / EB⁺",
                 "paper (v1 / EB / EB⁺)",
             ],
             rows,
@@ -240,10 +351,12 @@ def _concat(sets: list[RequestSet]) -> RequestSet:
     )
 
 
-def _t5_config(gpu: str, s: str, floor: float | None) -> Any:
+def _t5_config(gpu: str, s: str, floor: float | None, **eb: Any) -> Any:
     sched: dict[str, Any] = {"batching": s, "token_budget": 18432, "max_seqs": 2048}
-    if floor is not None and s != "mb":
-        sched["eb"] = {"theta_floor": floor}
+    if s != "mb":
+        opts = {**({"theta_floor": floor} if floor is not None else {}), **eb}
+        if opts:
+            sched["eb"] = opts
     return load_config(
         {
             "model": "qwen3-8b",
@@ -253,6 +366,14 @@ def _t5_config(gpu: str, s: str, floor: float | None) -> Any:
             "workload": {"num_requests": 1, "concurrency": 2048},
         }
     )
+
+
+def _shuffled(rs: RequestSet, seed: int = 0) -> RequestSet:
+    """The requests in a seeded random order: ``vllm bench serve --dataset-name custom`` shuffles
+    its JSONL (``random.seed(0); random.shuffle``) unless ``--disable-shuffle`` is given, and the
+    authors' Table-5 scripts do not give it."""
+    perm = np.random.default_rng(seed).permutation(len(rs.prompt_len))
+    return RequestSet(rs.arrival_ns, rs.prompt_len[perm], rs.output_len[perm], rs.source)
 
 
 def table5(quick: bool) -> dict[str, Any]:
@@ -270,11 +391,13 @@ def table5(quick: bool) -> dict[str, Any]:
         ]
         for name, phases, floor in (
             ("distribution", [(dist, 2048)], 0.7),
+            ("distribution (shuffled)", [(_shuffled(dist), 2048)], 0.7),
             ("concurrency", conc_phases, None),
             ("concurrency (script)", script_phases, None),
         ):
             res = {s: run_phases(_t5_config(gpu, s, floor), phases).metrics for s in SCHEDS}
             out[f"{gpu}/{name}"] = res
+            guarantee("Table 5", gpu, name, res)
             mb, eb, plus = (res[s] for s in SCHEDS)
             best = max(res[s]["token_throughput"] for s in SCHEDS)
             key = name.split(" ")[0]
@@ -298,9 +421,7 @@ def table5(quick: bool) -> dict[str, Any]:
                     f"{mb['tpot_mean_s'] * 1e3:.0f} / {eb['tpot_mean_s'] * 1e3:.0f} / "
                     f"{plus['tpot_mean_s'] * 1e3:.0f}",
                     f"{plus['eb_time_share']:.2f} ({plus['mode_switches']})",
-                    " / ".join(
-                        f"{x['num_preemptions'] / x['num_requests']:.1%}" for x in (mb, eb, plus)
-                    ),
+                    " / ".join(f"{pre(x):.1%}" for x in (mb, eb, plus)),
                     paper,
                 ]
             )
@@ -322,6 +443,26 @@ def table5(quick: bool) -> dict[str, Any]:
             rows,
         )
     )
+    # sensitivity of the distribution shift to EB⁺'s start (the scripts start in MB, no warm-up)
+    rows = []
+    for gpu in ("h200", "rtx-pro-6000"):
+        rng = np.random.default_rng(42)
+        dist = _concat(
+            [_phase_set(rng, per, p, o) for p, o in ((1024, 128), (512, 512), (128, 1024))]
+        )
+        base = out[f"{gpu}/distribution"]
+        best = max(base[s]["token_throughput"] for s in SCHEDS)
+        row = [gpu]
+        for variant, kw in (
+            ("cold EB", {"cold_mode": "eb"}),
+            ("MB cap none", {"mb_cap": "none"}),
+        ):
+            m = run_phases(_t5_config(gpu, "ebplus", 0.7, **kw), [(dist, 2048)]).metrics
+            out[f"{gpu}/distribution/ebplus {variant}"] = m
+            row.append(f"{pct(m['token_throughput'] / best - 1)} ({pre(m):.1%})")
+        rows.append(row)
+    print("\nDistribution shift, EB⁺ variants against the best scheduler (preemption):\n")
+    print(md_table(["GPU", "cold_mode: eb", "mb_cap: none"], rows))
     return out
 
 
@@ -338,9 +479,9 @@ def bandwidth(quick: bool) -> dict[str, Any]:
             for s in ("mb", "eb", "ebplus")
         }
         mb, eb, plus = (res[s][0] for s in ("mb", "eb", "ebplus"))
+        guarantee("Bandwidth", gpu, "BAL", {s: res[s][0] for s in SCHEDS})
         gain = eb["token_throughput"] / mb["token_throughput"] - 1
         out[gpu] = {"gain": gain, "mb": mb, "eb": eb, "ebplus": plus}
-        name = gpu.split("@")[0]
         paper = PAPER_BW.get(gpu)
         rows.append(
             [
@@ -350,12 +491,12 @@ def bandwidth(quick: bool) -> dict[str, Any]:
                 f"{eb['token_throughput']:,.0f}",
                 pct(gain),
                 pct(plus["token_throughput"] / mb["token_throughput"] - 1),
+                " / ".join(f"{pre(x):.1%}" for x in (mb, eb, plus)),
                 "—" if paper is None else pct(paper),
                 f"{res['mb'][1][0] // 1024}k/{res['mb'][1][1]}, {res['eb'][1][0] // 1024}k/"
                 f"{res['eb'][1][1]}",
             ]
         )
-        del name
     print("\n### Bandwidth sweep: balanced mix (512, 512), c = 2048\n")
     print(
         md_table(
@@ -366,6 +507,7 @@ def bandwidth(quick: bool) -> dict[str, Any]:
                 "EB tok/s",
                 "EB vs MB",
                 "EB⁺ vs MB",
+                "preempt. MB / EB / EB⁺",
                 "paper EB gain (WildChat)",
                 "best B/N MB, EB",
             ],
@@ -377,6 +519,27 @@ def bandwidth(quick: bool) -> dict[str, Any]:
     print(f"\nEB gain decreases monotonically with bandwidth on the what-if sweep: {mono}")
     out["monotone"] = mono
     return out
+
+
+def print_guarantees() -> list[list[Any]]:
+    print("\n### EB⁺ guarantees, every cell above\n")
+    print(
+        md_table(
+            [
+                "section",
+                "GPU",
+                "cell",
+                "EB⁺ vs MB",
+                "EB⁺ vs best",
+                "EB⁺ preempt.",
+                "MB preempt.",
+                "EB⁺ EB share",
+                "≥ MB − 1 % / preempt. ≤ 1 %",
+            ],
+            GUARANTEES,
+        )
+    )
+    return GUARANTEES
 
 
 def main() -> None:
@@ -402,6 +565,7 @@ def main() -> None:
         t0 = time.perf_counter()
         result[sec] = fns[sec](args.quick)
         print(f"\n({sec}: {time.perf_counter() - t0:.0f} s wall)")
+    result["guarantees"] = print_guarantees()
     suffix = ("_quick" if args.quick else "") + ("_bmb" if args.interference == "bmb" else "")
     save("ebplus_tables" + suffix, result)
 

@@ -240,3 +240,43 @@ def test_eb_gain_is_smaller_on_a_high_bandwidth_gpu():
         gains[gpu] = eb["token_throughput"] / mb["token_throughput"] - 1
     assert gains["h200"] < gains["rtx-pro-6000"]
     assert math.isfinite(gains["h200"])
+
+
+def _trace_n(s):
+    """Record (estimated yet, N, min(N_max, N̂*)) at every schedule() call."""
+    trace = []
+    orig = s.schedule
+
+    def schedule(now_ns):
+        plan = orig(now_ns)
+        trace.append((s.theta_initialized, s.n, s._n_target()))
+        return plan
+
+    s.schedule = schedule
+    return trace
+
+
+@pytest.mark.parametrize("ff", [False, True])
+def test_n_recovery_keeps_n_memory_safe_or_restores_n_max_as_the_reference(ff):
+    rs = request_set([0.0] * 400, [50] * 400, [60 + (i * 37) % 80 for i in range(400)])
+    out = {}
+    for mode in ("n_hat", "n_max"):
+        s = make_eb(
+            num_blocks=300,
+            token_budget=2048,
+            max_seqs=64,
+            update_every=20,
+            min_samples=10,
+            n_update_cooldown_s=0.005,
+            n_recovery=mode,
+        )
+        trace = _trace_n(s)
+        simulate(rs, s, unit_perf(), fast_forward=ff, concurrency=200)
+        after = [(n, cap) for init, n, cap in trace if init]
+        assert after
+        assert all(cap < 64 for _, cap in after)
+        out[mode] = after
+    # the paper's invariant: N ≤ min(N_max, N̂*) once estimated
+    assert all(n <= cap for n, cap in out["n_hat"])
+    # the reference: a long queue brings N back to N_max after the cooldown
+    assert any(n == 64 for n, _ in out["n_max"])

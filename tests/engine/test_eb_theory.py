@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from tidal.engine import eb_theory as ebt
@@ -183,3 +184,87 @@ def test_threshold_decode_share_from_the_fits():
     assert ebt.threshold_decode_share(quad(MB_H200), H200[3]) == pytest.approx(0.36, abs=0.01)
     assert ebt.threshold_decode_share(lambda r: 1.0, 2.0) is None
     assert ebt.threshold_decode_share(lambda r: 3.0, 2.0) == 0.0
+
+
+# --------------------------------------------------------------------------- MB's own memory bound
+def test_clt_batch_size_by_hand():
+    assert ebt.clt_batch_size(1000.0, 10.0, 0.0) == 100  # no variance: ⌊C/D⌋
+    assert ebt.clt_batch_size(1000.0, 10.0, 0.0, n_cap=64) == 64
+    c, d, var, eps = 50_000.0, 300.0, 90_000.0, 0.01
+    n = ebt.clt_batch_size(c, d, var, eps)
+    ell = math.log(1 / eps)
+    assert n * d + math.sqrt(var * n * ell) <= c < (n + 1) * d + math.sqrt(var * (n + 1) * ell)
+    # memory_safe_n is this bound with EB's D(θ) and σ²(θ)
+    th, p0, mu_l = 0.05, 1 / 300, 100.0
+    lam = -math.log(1 - th)
+    var_eb = 2 * lam * (1 + (p0 * mu_l + lam / th) ** 2) / p0**2
+    assert ebt.memory_safe_n(c, th, p0, mu_l, eps) == ebt.clt_batch_size(
+        c, ebt.kv_per_slot(th, p0, mu_l), var_eb, eps
+    )
+
+
+def test_stationary_occupancy_by_hand():
+    # outputs 1 or 3 with equal probability: m1 = 2, m2 = 5, m3 = 14
+    mean, var = ebt.stationary_occupancy(10.0, 4.0, 2.0, 5.0, 14.0)
+    assert mean == pytest.approx(10.0 + 5.0 / 4.0)
+    assert var == pytest.approx(4.0 + 14.0 / 6.0 - (5.0 / 4.0) ** 2)
+
+
+def test_stationary_occupancy_is_the_time_average_of_a_refilled_slot():
+    # renewal reward, exactly: a slot holding a request of length O for O steps holds the
+    # prompt plus a = 0…O−1 (or 1…O) generated tokens; the formula sits midway between the two
+    outs = np.array([3, 7, 7, 20, 41])
+    m1, m2, m3 = (float((outs**j).mean()) for j in (1, 2, 3))
+    mean, _ = ebt.stationary_occupancy(50.0, 0.0, m1, m2, m3)
+    lo = 50.0 + sum(o * (o - 1) / 2 for o in outs) / outs.sum()
+    hi = 50.0 + sum(o * (o + 1) / 2 for o in outs) / outs.sum()
+    assert mean == pytest.approx((lo + hi) / 2)
+
+
+def test_stationary_occupancy_of_geometric_outputs_is_the_papers_d_at_theta_zero():
+    p, mu_l = 1 / 256, 512.0
+    m1, m2, m3 = 1 / p, (2 - p) / p**2, (6 - 6 * p + p * p) / p**3
+    mean, _ = ebt.stationary_occupancy(mu_l, 0.0, m1, m2, m3)
+    assert mean == pytest.approx(mu_l + 1 / p - 0.5)
+    assert ebt.kv_per_slot(1e-6, p, mu_l) == pytest.approx(mu_l + 1 / p, rel=1e-5)
+    # uniform ±50 % outputs occupy ≈ 0.54·μ_O, not μ_O: the CFR form overstates MB's need
+    outs = np.arange(512, 1537, dtype=float)
+    m = [float((outs**j).mean()) for j in (1, 2, 3)]
+    mean_u, _ = ebt.stationary_occupancy(128.0, 0.0, *m)
+    assert mean_u - 128.0 == pytest.approx(1024 * (1 + 1 / 12) / 2, abs=1.0)
+
+
+def test_cohort_occupancy_by_hand():
+    # outputs {2, 4}, prompt 10 (no variance): at age 1 both run (11 tokens each); at age 3
+    # only the 4-token one (13 tokens) with probability ½
+    mean, var = ebt.cohort_occupancy(10.0, 0.0, np.array([4, 2]))
+    assert mean.tolist() == pytest.approx([11.0, 6.5])
+    assert var.tolist() == pytest.approx([0.0, 13.0**2 * 0.5 - 6.5**2])
+
+
+def test_mb_safe_n_is_the_tighter_of_the_steady_state_and_cohort_bounds():
+    c, eps = 729_152.0, 0.01
+    rng = np.random.default_rng(0)
+    for mu_l, var_l, outs in (
+        (128.0, 64**2 / 3, rng.integers(512, 1537, 500)),  # decode-heavy, ±50 %
+        (512.0, 0.0, rng.integers(192, 321, 500)),  # Table 5 concurrency mix, ±25 %
+    ):
+        m = [float((outs.astype(float) ** j).mean()) for j in (1, 2, 3)]
+        n_s = ebt.stationary_safe_n(c, mu_l, var_l, *m, eps)
+        n_c = ebt.cohort_safe_n(c, mu_l, var_l, outs, eps)
+        assert ebt.mb_safe_n(c, mu_l, var_l, outs, eps) == min(n_s, n_c)
+        mean, var = ebt.cohort_occupancy(mu_l, var_l, outs)
+        assert n_c == min(
+            ebt.clt_batch_size(c, float(d), float(v), eps) for d, v in zip(mean, var, strict=True)
+        )
+        ell = math.log(1 / eps)
+        # the cohort bound holds at every age of a cohort admitted at once
+        assert np.all(n_c * mean + np.sqrt(var * n_c * ell) <= c)
+    # short outputs after long prompts: a cohort's synchronised growth binds
+    outs = rng.integers(192, 321, 500)
+    m = [float((outs.astype(float) ** j).mean()) for j in (1, 2, 3)]
+    assert ebt.cohort_safe_n(c, 512.0, 0.0, outs) < ebt.stationary_safe_n(c, 512.0, 0.0, *m)
+    # both far above EB's N̂* for the same decode-heavy window (CFR occupancy, θ ≈ 0.1)
+    assert ebt.mb_safe_n(c, 128.0, 0.0, rng.integers(512, 1537, 500)) > 1.5 * ebt.memory_safe_n(
+        c, 0.098, 1 / 1024, 128.0
+    )

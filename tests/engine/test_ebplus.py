@@ -30,12 +30,13 @@ def primed(s, mu_l=512.0, mu_o=256.0, theta=0.7, n_obs=2048.0):
 
 
 def signal_of(s) -> float:
-    """Δ(N) by hand: MB at min(N_obs, N_max), EB's k̂ = θ·min(N_obs, N̂*, N_max) (the default
+    """Δ(N) by hand: MB at min(N_obs, N_max, N_MB), EB's k̂ = θ·min(N_obs, N̂*, N_max) (the default
     ``crossover_n: effective``), or N_obs for both (``demand``, the reference)."""
     c = H200_COSTS
     n_mb = n_eb = s.n_obs
     if s.opts.crossover_n == "effective":
-        n_mb = min(s.n_obs, s.config.max_num_seqs)
+        cap = s.config.max_num_seqs if s.n_mb is None else s.n_mb
+        n_mb = min(s.n_obs, s.config.max_num_seqs, cap)
         n_eb = min(s.n_obs, s.n_hat, s.config.max_num_seqs)
     x = eb_theory.crossover(
         s.stats.mu_l,
@@ -230,3 +231,79 @@ def test_fast_forward_matches_stepping_on_a_switching_run():
     assert (out[0][0] == out[1][0]).all()
     assert out[0][1:3] == out[1][1:3]
     assert out[1][3] < out[0][3]
+
+
+def test_mb_cap_is_mbs_own_memory_bound_from_the_window():
+    s = make_plus()
+    assert s.n_mb is None
+    assert s._mb_cap() is None
+    for o in (300, 410, 520, 260, 900, 333) * 20:
+        s.stats.push_output(o)
+    s.stats.mu_l, s.stats.mu_l2 = 700.0, 700.0**2 + 150.0**2
+    s._refit(0)
+    expect = eb_theory.mb_safe_n(
+        s.capacity_tokens, 700.0, 150.0**2, s.stats.window(), 0.01, s.config.max_num_seqs
+    )
+    assert s.n_mb == expect == s._mb_cap()
+    assert s.extra_tables()["ebplus"]["n_mb"][-1] == expect
+    # the crossover credits MB with the batch it may run
+    primed(s, n_obs=2048.0)
+    s.opts = s.opts.model_copy(update={"delta": 1.0})
+    s.evaluate(0)
+    assert s.extra_tables()["ebplus"]["signal"][-1] == pytest.approx(signal_of(s))
+    # the other caps
+    assert make_plus(mb_cap="n_hat")._mb_cap() == 1024
+    assert make_plus(mb_cap="none")._mb_cap() is None
+    legacy = make_plus(mb_memory_safe=True)
+    legacy.n_hat = 300
+    assert legacy._mb_cap() == 300
+
+
+def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
+    # EB⁺ held in MB (δ huge) with far more clients than the KV cache holds
+    rs = request_set([0.0] * 600, [40] * 600, [60 + (i * 53) % 120 for i in range(600)])
+    runs = {}
+    for cap in ("none", "mb_safe"):
+        s = make_eb(
+            num_blocks=700,
+            token_budget=1024,
+            max_seqs=256,
+            cls=EBPlusScheduler,
+            update_every=25,
+            min_samples=10,
+            delta=1.0,
+            mb_cap=cap,
+        )
+        admitted = []
+        orig = s._admit_waiting
+
+        def admit(plan, budget, now_ns, max_seqs=None, s=s, orig=orig, log=admitted):
+            before = len(s.running)
+            out = orig(plan, budget, now_ns, max_seqs)
+            if len(s.running) > before:
+                log.append((max_seqs, len(s.running)))
+            return out
+
+        s._admit_waiting = admit
+        rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
+        assert s.mode == "mb"
+        assert s.num_switches == 0
+        runs[cap] = (rec, s, admitted)
+    rec_n, s_n, _ = runs["none"]
+    rec_c, s_c, adm = runs["mb_safe"]
+    # uncapped EB⁺ in MB mode is vLLM v1: the same schedule as `mb`
+    mb = make_eb(num_blocks=700, token_budget=1024, max_seqs=256)
+    from tidal.engine.mb import MixedBatchingScheduler
+
+    mb = MixedBatchingScheduler(mb.config, mb.kv)
+    rec_mb, _, _ = simulate(rs, mb, unit_perf(), concurrency=300)
+    assert (rec_n.finish_ns == rec_mb.finish_ns).all()
+    assert s_n.num_preemptions > 0
+    # with the cap: every admission after the first estimate stays within N_MB ...
+    capped = [(c, n) for c, n in adm if c is not None]
+    assert capped
+    assert all(n <= c for c, n in capped)
+    assert all(c < 256 for c, _ in capped)
+    # ... and the KV overflows (recompute preemptions) drop
+    assert s_c.num_preemptions < s_n.num_preemptions
+    assert (rec_c.finish_ns > 0).all()

@@ -87,3 +87,18 @@ def test_refit_keeps_the_previous_estimate_without_data():
     for _ in range(3):
         s.push_output(2)
     assert s.refit_hazard() == (0.123, 0.0)
+
+
+def test_prompt_variance_from_two_emas_and_the_window():
+    s = OutputStats(window=3, update_every=10, mu_l0=100.0)
+    assert s.var_l == 0.0  # both EMAs start at the prior μ_L
+    for p in (300, 100):
+        s.push_prompt(p)
+    a = 0.05
+    m1 = a * 100 + (1 - a) * (a * 300 + (1 - a) * 100.0)
+    m2 = a * 100**2 + (1 - a) * (a * 300**2 + (1 - a) * 100.0**2)
+    assert s.mu_l == pytest.approx(m1)
+    assert s.var_l == pytest.approx(m2 - m1 * m1)
+    for o in (5, 6, 7, 8):
+        s.push_output(o)
+    assert s.window().tolist() == [6, 7, 8]

@@ -82,6 +82,8 @@ def test_fast_forward_skips_most_events_on_a_decode_heavy_run():
     cadence=st.integers(1, 6),
     cooldown=st.integers(0, 2),
     n_cooldown_s=st.sampled_from([0.0, 0.02, 2.0]),
+    n_recovery=st.sampled_from(["n_hat", "n_max"]),
+    mb_cap=st.sampled_from(["mb_safe", "n_hat", "none"]),
 )
 def test_fast_forward_is_exact_for_exclusive_batching(
     rs,
@@ -95,9 +97,12 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     cadence,
     cooldown,
     n_cooldown_s,
+    n_recovery,
+    mb_cap,
 ):
-    """EB's phase machine and EB⁺'s per-step demand EMA, surge test and mode switches must
-    give the same timestamps whether decode runs are fast-forwarded or stepped."""
+    """EB's phase machine (both N recoveries) and EB⁺'s per-step demand EMA, surge test, mode
+    switches and MB-mode running cap must give the same timestamps whether decode runs are
+    fast-forwarded or stepped."""
     from tests.engine.eb_helpers import make_eb
     from tidal.engine.ebplus import EBPlusScheduler
     from tidal.hardware.interference import step_costs
@@ -126,6 +131,8 @@ def test_fast_forward_is_exact_for_exclusive_batching(
             delta=0.0,
             cooldown=cooldown,
             n_update_cooldown_s=n_cooldown_s,
+            n_recovery=n_recovery,
+            mb_cap=mb_cap,
         )
         rec, sim, _ = simulate(rs, s, perf, fast_forward=ff, concurrency=concurrency)
         runs.append((rec, sim, s))

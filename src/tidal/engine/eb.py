@@ -26,8 +26,12 @@ The threshold ``k̂ = ⌊θ̂·N⌋`` and the memory-safe ``N̂*`` come from the
 (:mod:`tidal.engine.output_stats`), ``θ* = θ0 + Δθ`` (CFR base + IFR correction, §2.3–§2.4) is
 clipped to [max(0.01, θ_floor), θ_max] and smoothed (EMA 0.3), and N̂* (CLT form, §2.5) caps N.
 
-Deviations from the reference scheduler (each keeps memory safety when N̂* is on): N recovery and
-the reset to Phase 0 restore N to ``min(N_max, N̂*)`` instead of N_max; a prefill phase that can
+Deviations from the reference scheduler (each keeps memory safety when N̂* is on): by default
+(``n_recovery: n_hat``) N recovery and the reset to Phase 0 restore N to ``min(N_max, N̂*)``
+instead of N_max, and a memory-safe update restarts the recovery cooldown — so N ≤ N̂* holds
+after the first estimate, as the paper states ("effective batch size min(N̂*, N)").
+``n_recovery: n_max`` restores the reference's behaviour, under which a saturated queue brings
+N back to N_max every 2 s and only the KV-aware gate bounds the batch. A prefill phase that can
 schedule nothing (KV exhausted by pending chunks) decodes if anything can decode, else preempts
 the newest pending chunk — the reference would stall there.
 """
@@ -115,14 +119,24 @@ class ExclusiveBatchingScheduler(Scheduler):
         fixed = self.opts.k_fixed
         self.k = fixed if fixed is not None else max(1, int(self.theta * self.n))
 
-    def _set_n(self, n: int, now_ns: int) -> None:
+    def _set_n(self, n: int, now_ns: int, stamp: bool = True) -> None:
+        """Set N (and k̂ = ⌊θ̂·N⌋); ``stamp`` restarts the N-recovery cooldown."""
         if n != self.n:
             self.n = n
             self._set_k()
-            self.last_n_change_ns = now_ns
+            if stamp:
+                self.last_n_change_ns = now_ns
 
     def _n_target(self) -> int:
+        """The memory-safe batch size min(N_max, N̂*)."""
         return min(self.config.max_num_seqs, self.n_hat)
+
+    def _recovery_target(self) -> int:
+        """What N recovery and resets restore N to (``n_recovery``): min(N_max, N̂*), or N_max
+        as the reference scheduler."""
+        if self.opts.n_recovery == "n_max":
+            return self.config.max_num_seqs
+        return self._n_target()
 
     def _refit(self, now_ns: int) -> None:
         """Algorithm 1's cold path: hazard → θ0 + Δθ → clip → EMA → N̂* → k̂ = ⌊θ̂·N⌋."""
@@ -146,7 +160,8 @@ class ExclusiveBatchingScheduler(Scheduler):
             self.n_hat = theory.memory_safe_n(
                 self.capacity_tokens, self.theta, p0, mu_l, opts.eps, self.config.max_num_seqs
             )
-            self._set_n(self.n_hat, now_ns)
+            # the reference's memory-safe update leaves the recovery clock alone
+            self._set_n(self.n_hat, now_ns, stamp=opts.n_recovery == "n_hat")
         self._set_k()
         self._record(now_ns, "estimate", theta0, dtheta)
 
@@ -216,7 +231,7 @@ class ExclusiveBatchingScheduler(Scheduler):
         self.phase = DECODE
 
     def _reset_to_initial(self, now_ns: int) -> None:
-        self._set_n(self._n_target(), now_ns)
+        self._set_n(self._recovery_target(), now_ns)
         self.last_n_change_ns = now_ns
         self.phase = INITIAL_FILL
         self.prefilled = 0
@@ -253,7 +268,7 @@ class ExclusiveBatchingScheduler(Scheduler):
                     self._set_n(self.prefilled, now_ns)
                 self._enter_decode()
         elif self.phase == DECODE:
-            target = self._n_target()
+            target = self._recovery_target()
             cooldown_ns = int(self.opts.n_update_cooldown_s * 1e9)
             if (
                 self.n < target
@@ -390,7 +405,7 @@ class ExclusiveBatchingScheduler(Scheduler):
         if plan.prefills or plan.preempted or not plan.num_decodes or self.phase != DECODE:
             return 1, True
         waiting = len(self.waiting) + len(self.prefilling)
-        target = self._n_target()
+        target = self._recovery_target()
         if self.n < target and waiting >= target // 2:
             return 1, True
         # Phase 1 may have been entered by this very schedule, before its refill test ran.

@@ -50,6 +50,14 @@ class EBOptions(BaseModel):
     output_margin: float = Field(default=0.5, gt=0)
     n_update_cooldown_s: float = Field(default=2.0, ge=0)
     """Minimum time between an N change and an N recovery."""
+    n_recovery: Literal["n_hat", "n_max"] = "n_hat"
+    """What the Phase-1 N recovery, the reset to Phase 0 and EB⁺'s MB → EB switch restore N
+    to: ``n_hat`` = min(N_max, N̂*), so N never exceeds the memory-safe bound (the paper's
+    stated invariant, "effective batch size min(N̂*, N)"); ``n_max`` = N_max as the authors'
+    scheduler does, whose memory-safe update also leaves the recovery clock alone — under a
+    saturated queue (≥ N_max/2 waiting) N returns to N_max 2 s after each recovery and the
+    KV-aware gate, not N̂*, bounds the batch (the configuration behind the paper's EB numbers;
+    see BENCHMARKS.d/issue3.md)."""
 
     # -- EB+ selector (§3.3)
     delta: float = Field(default=1e-5, ge=0)
@@ -69,10 +77,16 @@ class EBOptions(BaseModel):
     surge_factor: float = Field(default=2.0, gt=1)
     """Evaluate at once when demand exceeds surge_factor·N_obs (outside cooldown)."""
     cold_mode: Literal["mb", "eb"] = "mb"
+    mb_cap: Literal["mb_safe", "n_hat", "none"] = "mb_safe"
+    """Running-set cap of EB⁺'s MB mode once the estimator has data: ``mb_safe`` = the
+    memory-safe batch size of MB itself (the §2.5 CLT bound with MB's slot occupancy read from
+    the estimator's window: ``μ_L + E[O²]/(2E[O])`` in steady state — the paper's ``D(θ → 0)``
+    for geometric outputs — and ``(μ_L + t)·P(O > t)`` for a cohort admitted at once;
+    :func:`eb_theory.mb_safe_n`);
+    ``n_hat`` = EB's N̂* (its CFR occupancy overstates MB's KV need on bounded outputs, so
+    it costs MB throughput); ``none`` = N_max with recompute preemption, as the reference."""
     mb_memory_safe: bool = False
-    """In MB mode, admit at most the memory-safe N̂* requests too. Off: MB mode runs at N_max
-    and relies on recompute preemption, as the reference does (capping trades ≈1–2 % of MB
-    throughput for no preemption; see BENCHMARKS.d/issue3.md)."""
+    """Kept for existing configs: true means ``mb_cap: n_hat``."""
     crossover_n: Literal["effective", "demand"] = "effective"
     """Batch sizes in the crossover test: ``demand`` = N_obs for both (reference);
     ``effective`` = min(N_obs, N_max) for MB and min(N_obs, N̂*, N_max) for EB's k̂."""

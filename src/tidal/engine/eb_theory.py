@@ -2,7 +2,8 @@
 
 Source: "Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516), as specified
 in ``shared/research/ebplus.md`` §2 (formulas as implemented by the authors' eb-vllm scheduler;
-proposition names are the ones its docstrings use). Pure functions of floats, no state.
+proposition names are the ones its docstrings use). Pure functions of floats (and of numpy
+samples of output lengths), no state.
 
 Notation: prefill step ``α_p + β_p·L``, decode step ``α_d + β_d·j`` (§1.1); ``p`` (``p0``) the
 per-step completion probability of a decoding request (CFR: geometric outputs, ``p ≈ 1/μ_O``);
@@ -14,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 THETA_HARD_MIN = 0.01
 """Floor of every θ the controller computes (eb-vllm ``_PD_THETA_HARD_MIN``)."""
@@ -118,6 +121,20 @@ def memory_safe_n_paper(capacity: float, theta: float, p0: float, mu_l: float, e
     return max(1, math.floor((capacity - nu * math.log(1.0 / eps)) / kv_per_slot(theta, p0, mu_l)))
 
 
+def clt_batch_size(
+    capacity: float, d: float, var: float, eps: float = 0.01, n_cap: int = 1 << 30
+) -> int:
+    """The largest N with ``N·D + σ·sqrt(N·ln(1/ε)) ≤ C`` (the CLT bound of §2.5 for N slots of
+    mean occupancy D and variance σ² = ``var``): ``√N = (−σ√ℓ + sqrt(σ²ℓ + 4DC)) / (2D)``,
+    ℓ = ln(1/ε), ε clamped to [1e-6, 0.5]; clamped to [1, ``n_cap``]."""
+    eps = min(max(eps, 1e-6), 0.5)
+    ell = math.log(1.0 / eps)
+    sigma = math.sqrt(max(var, 0.0))
+    root = (-sigma * math.sqrt(ell) + math.sqrt(var * ell + 4.0 * d * capacity)) / (2.0 * d)
+    n = math.floor(max(0.0, root) ** 2)
+    return max(1, min(n_cap, n))
+
+
 def memory_safe_n(
     capacity: float, theta: float, p0: float, mu_l: float, eps: float = 0.01, n_cap: int = 1 << 30
 ) -> int:
@@ -127,15 +144,117 @@ def memory_safe_n(
     ε is clamped to [1e-6, 0.5]; invalid θ or p0 return ``n_cap``."""
     if not 0.0 < theta < 1.0 or p0 <= 0.0 or capacity <= 0:
         return n_cap
-    eps = min(max(eps, 1e-6), 0.5)
-    ell = math.log(1.0 / eps)
     lam = -math.log(1.0 - theta)
     d = mu_l + (1.0 - theta) / (theta * p0) * lam
     sigma_sq = 2.0 * lam * (1.0 + (p0 * mu_l + lam / theta) ** 2) / max(p0 * p0, 1e-18)
-    sigma = math.sqrt(sigma_sq)
-    root = (-sigma * math.sqrt(ell) + math.sqrt(sigma_sq * ell + 4.0 * d * capacity)) / (2.0 * d)
-    n = math.floor(max(0.0, root) ** 2)
+    return clt_batch_size(capacity, d, sigma_sq, eps, n_cap)
+
+
+def stationary_occupancy(
+    mu_l: float, var_l: float, m1: float, m2: float, m3: float
+) -> tuple[float, float]:
+    """Mean and variance of one slot's KV occupancy (tokens) under continuous
+    batching, where a slot is refilled as soon as its request completes (MB, and EB's θ → 0
+    limit). By the renewal-reward theorem the request in a slot at a random time is length-
+    biased and its age A (tokens generated so far) is uniform over its output length, so with
+    ``m_j = E[O^j]``: ``E[A] = m2/(2·m1)``, ``E[A²] = m3/(3·m1)`` (continuous ages: the mean is
+    exactly midway between counting 0…O−1 and 1…O generated tokens); the occupancy is the
+    prompt plus A (prompt independent of output length): mean ``μ_L + m2/(2·m1)``, variance
+    ``Var(L) + Var(A)``.
+
+    For geometric outputs (the paper's CFR, mean 1/p) ``m2/(2·m1) = (2−p)/(2p) ≈ 1/p``: the
+    mean is the paper's ``D(θ → 0) = μ_L + 1/p0`` (§2.5). For bounded outputs it is smaller
+    (uniform ±50 % around μ_O: ``μ_L + 0.54·μ_O``), which is why the CFR occupancy overstates
+    MB's KV need by up to 2× on the synthetic mixes."""
+    if m1 <= 0:
+        return mu_l, max(var_l, 0.0)
+    ea = m2 / (2.0 * m1)
+    var_a = max(0.0, m3 / (3.0 * m1) - ea * ea)
+    return mu_l + ea, max(var_l, 0.0) + var_a
+
+
+def stationary_safe_n(
+    capacity: float,
+    mu_l: float,
+    var_l: float,
+    m1: float,
+    m2: float,
+    m3: float,
+    eps: float = 0.01,
+    n_cap: int = 1 << 30,
+) -> int:
+    """Memory-safe batch size of continuous batching in steady state: :func:`clt_batch_size`
+    with the stationary slot occupancy of :func:`stationary_occupancy` (the §2.5 CLT bound with
+    MB's own steady state instead of EB's cycle). ``n_cap`` without output data."""
+    if m1 <= 0 or capacity <= 0:
+        return n_cap
+    d, var = stationary_occupancy(mu_l, var_l, m1, m2, m3)
+    return clt_batch_size(capacity, d, var, eps, n_cap)
+
+
+def cohort_occupancy(
+    mu_l: float, var_l: float, outputs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-slot KV occupancy of a cohort of requests admitted together, at each age t at which
+    one of ``outputs`` (an output-length sample) is still running: a request of age t holds
+    ``X = (L + t)·1{O > t}`` tokens, so with ``S(t) = P(O > t)``:
+    ``E[X] = (μ_L + t)·S(t)`` and ``Var(X) = (Var(L) + (μ_L + t)²)·S(t) − E[X]²``. Evaluated at
+    ``t = o − 1`` for every sampled length o (where ``S`` steps down), S empirical. Returns
+    ``(mean, var)`` arrays."""
+    o = np.sort(np.asarray(outputs, dtype=np.float64))
+    n = len(o)
+    surv = (n - np.searchsorted(o, o, side="left")) / n  # P(O ≥ o_i) = P(O > o_i − 1)
+    tok = mu_l + o - 1.0
+    mean = tok * surv
+    var = (max(var_l, 0.0) + tok * tok) * surv - mean * mean
+    return mean, np.maximum(var, 0.0)
+
+
+def cohort_safe_n(
+    capacity: float,
+    mu_l: float,
+    var_l: float,
+    outputs: np.ndarray,
+    eps: float = 0.01,
+    n_cap: int = 1 << 30,
+) -> int:
+    """The largest N whose cohort (N requests admitted at once, as closed-loop clients at a
+    phase start or a burst) stays within the KV capacity at every age with the §2.5 CLT margin:
+    the minimum over ages of :func:`clt_batch_size` with :func:`cohort_occupancy`. ``n_cap``
+    without output data."""
+    if len(outputs) == 0 or capacity <= 0:
+        return n_cap
+    d, var = cohort_occupancy(mu_l, var_l, outputs)
+    ok = d > 0
+    if not ok.any():
+        return n_cap
+    d, var = d[ok], var[ok]
+    # clt_batch_size at every age at once (the same expression, elementwise)
+    ell = math.log(1.0 / min(max(eps, 1e-6), 0.5))
+    root = (-np.sqrt(var) * math.sqrt(ell) + np.sqrt(var * ell + 4.0 * d * capacity)) / (2.0 * d)
+    n = int(np.floor(np.maximum(root, 0.0) ** 2).min())
     return max(1, min(n_cap, n))
+
+
+def mb_safe_n(
+    capacity: float,
+    mu_l: float,
+    var_l: float,
+    outputs: np.ndarray,
+    eps: float = 0.01,
+    n_cap: int = 1 << 30,
+) -> int:
+    """Memory-safe running-set size of mixed batching (EB⁺'s MB mode): the smaller of the
+    steady-state (:func:`stationary_safe_n`) and the cohort (:func:`cohort_safe_n`) bounds,
+    from an output-length sample (the estimator's window) and the prompt mean and variance."""
+    o = np.asarray(outputs, dtype=np.float64)
+    if len(o) == 0:
+        return n_cap
+    m1, m2, m3 = float(o.mean()), float((o * o).mean()), float((o**3).mean())
+    return min(
+        stationary_safe_n(capacity, mu_l, var_l, m1, m2, m3, eps, n_cap),
+        cohort_safe_n(capacity, mu_l, var_l, o, eps, n_cap),
+    )
 
 
 # --------------------------------------------------------------------------- §2.6 crossover

@@ -11,15 +11,22 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
 * every 100 completions (after the estimator's μ̂_O/p̂ update): an evaluation with
   ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p`` — or,
   with ``crossover_n: effective`` (default), at the batch sizes each policy can actually run:
-  ``N = min(N_obs, N_max)`` for MB and ``k̂ = θ0·min(N_obs, N̂*, N_max)`` for EB (the reference
+  ``N = min(N_obs, N_max, N_MB)`` for MB and ``k̂ = θ0·min(N_obs, N̂*, N_max)`` for EB (the reference
   credits EB with N_obs even when memory caps it far lower);
   ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference, Q14) or, with
   ``mb_cost: paper``, the paper's measured quadratic;
 * a decision needs the estimator initialised, no cooldown (3 evaluations after a switch) and
   ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties).
 
-With ``mb_memory_safe`` the MB mode's running set is capped by the memory-safe N̂* as well (off by
-default: the reference runs MB at N_max and relies on recompute preemption).
+The MB mode admits at most ``N_MB`` running requests once the estimator has data (``mb_cap``,
+default ``mb_safe``): the §2.5 CLT bound ``N·D + σ·sqrt(N·ln(1/ε)) ≤ C`` evaluated with MB's
+own slot occupancy instead of EB's cycle — in steady state ``D = μ_L + E[O²]/(2E[O])`` (renewal
+reward; the paper's ``D(θ → 0) = μ_L + 1/p0`` for geometric outputs), and for a cohort admitted
+at once (closed-loop clients at a phase start) ``(μ_L + t)·P(O > t)`` at every age t — the
+smaller N of the two (:func:`eb_theory.mb_safe_n`), from the estimator's window and prompt EMAs,
+re-computed at every estimate. The reference runs MB at N_max and relies on
+recompute preemption (``mb_cap: none``); EB's N̂* (``n_hat``) overstates MB's need on bounded
+outputs. Before the first estimate MB runs at N_max.
 
 MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
 ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, EB starts a fresh fill. EB → MB:
@@ -55,6 +62,8 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
     ) -> None:
         super().__init__(config, kv, waiting)
         self.mode = self.opts.cold_mode
+        self.n_mb: int | None = None
+        """MB mode's memory-safe running cap N_MB (None until the first estimate)."""
         self.n_obs = float(config.max_num_seqs)
         self.cooldown_left = 0
         self.num_switches = 0
@@ -75,6 +84,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
                 "theta",
                 "k_hat",
                 "n_hat",
+                "n_mb",
                 "lhs",
                 "rhs",
                 "signal",
@@ -108,7 +118,8 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         n_obs = max(1.0, self.n_obs)
         n_mb, n_eb = n_obs, n_obs
         if opts.crossover_n == "effective":
-            n_mb = min(n_obs, float(self.config.max_num_seqs))
+            cap = self._mb_cap()
+            n_mb = min(n_obs, float(self.config.max_num_seqs if cap is None else cap))
             n_eb = min(n_obs, float(self._n_target()))
         x = theory.crossover(
             stats.mu_l,
@@ -148,7 +159,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             self.phase = DECODE
             self.prefilled = n_dec
             self.refill_target = 0
-            self.n = min(n_dec + len(self.waiting), self._n_target())
+            self.n = min(n_dec + len(self.waiting), self._recovery_target())
             self._set_k()
         elif len(self.waiting) or self.prefilling:
             self._reset_to_initial(now_ns)
@@ -172,7 +183,20 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
 
     def _refit(self, now_ns: int) -> None:
         super()._refit(now_ns)
+        s, cap = self.stats, self.config.max_num_seqs
+        self.n_mb = theory.mb_safe_n(
+            self.capacity_tokens, s.mu_l, s.var_l, s.window(), self.opts.eps, cap
+        )
         self._log(now_ns, "estimate", float("nan"), float("nan"), float("nan"), self.opts.delta)
+
+    def _mb_cap(self) -> int | None:
+        """The MB mode's running-set cap (``mb_cap``; None = N_max)."""
+        kind = "n_hat" if self.opts.mb_memory_safe else self.opts.mb_cap
+        if kind == "mb_safe":
+            return self.n_mb
+        if kind == "n_hat":
+            return self._n_target()
+        return None
 
     def _log(
         self, now_ns: int, event: str, lhs: float, rhs: float, signal: float, delta: float
@@ -190,6 +214,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             self.theta,
             self.theta * max(1.0, self.n_obs),
             self.n_hat,
+            -1 if self.n_mb is None else self.n_mb,
             lhs,
             rhs,
             signal,
@@ -214,8 +239,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         plan = StepPlan()
         budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
         if not plan.preempted:
-            cap = self._n_target() if self.opts.mb_memory_safe else None
-            self._admit_waiting(plan, budget, now_ns, cap)
+            self._admit_waiting(plan, budget, now_ns, self._mb_cap())
         return plan
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
@@ -256,6 +280,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             "mode_switches": self.num_switches,
             "eb_time_share": self.time_in_mode["eb"] / busy if busy else 0.0,
             "ebplus_final_mode": self.mode,
+            "ebplus_mb_cap": -1 if self.n_mb is None else self.n_mb,
             **self._eb_metrics(),
         }
 
@@ -266,7 +291,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         for key, vals in self._series.items():
             if key in ("event", "mode"):
                 cols[key] = list(vals)
-            elif key in ("time_ns", "demand", "n_hat", "cooldown"):
+            elif key in ("time_ns", "demand", "n_hat", "n_mb", "cooldown"):
                 cols[key] = np.asarray(vals, dtype=np.int64)
             else:
                 cols[key] = np.asarray(vals, dtype=np.float64)

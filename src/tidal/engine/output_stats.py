@@ -8,7 +8,10 @@ Fed one completed request at a time (O(1) on the hot path):
   ``h(t) = p0 + η·t`` by weighted least squares (:func:`fit_hazard`);
 * ``μ̂_O`` and ``p̂ = 1/mean`` as EMAs (α = 0.2) over batches of ``update_every`` completions, the
   first batch assigned directly (initial μ̂_O = 100, p̂ = 0.01);
-* ``μ̂_L`` as an EMA (α = 0.05, initial 512) of prompt lengths, updated per completion.
+* ``μ̂_L`` as an EMA (α = 0.05, initial 512) of prompt lengths, updated per completion, and
+  with it an EMA of the squared prompt length (initial 512², so the prompt variance starts at
+  0), from which ``Var(L)`` is read (not in Algorithm 1: the stationary MB occupancy of
+  :func:`tidal.engine.eb_theory.mb_safe_n` needs it).
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class OutputStats:
         self.update_every = update_every
         self.min_samples = min_samples
         self.mu_l = mu_l0
+        self.mu_l2 = mu_l0 * mu_l0
+        """EMA of the squared prompt length (same weight as μ̂_L)."""
         self.mu_l_alpha = mu_l_alpha
         self.batch_alpha = batch_alpha
         self.mu_o = mu_o0
@@ -105,7 +110,7 @@ class OutputStats:
 
     def refit_hazard(self) -> tuple[float, float]:
         """Re-fit (p̂0, η̂) on the window; keeps the previous values without enough data."""
-        fit = fit_hazard(np.fromiter(self.samples, dtype=np.int64, count=len(self.samples)))
+        fit = fit_hazard(self.window())
         if fit is not None:
             self.p0, self.eta = fit
         return self.p0, self.eta
@@ -132,3 +137,13 @@ class OutputStats:
     def push_prompt(self, prompt_len: int) -> None:
         a = self.mu_l_alpha
         self.mu_l = a * prompt_len + (1.0 - a) * self.mu_l
+        self.mu_l2 = a * prompt_len * prompt_len + (1.0 - a) * self.mu_l2
+
+    @property
+    def var_l(self) -> float:
+        """Prompt-length variance from the two EMAs (≥ 0)."""
+        return max(0.0, self.mu_l2 - self.mu_l * self.mu_l)
+
+    def window(self) -> np.ndarray:
+        """The window's output lengths (oldest first)."""
+        return np.fromiter(self.samples, dtype=np.int64, count=len(self.samples))

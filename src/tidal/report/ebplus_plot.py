@@ -1,5 +1,6 @@
 """Plot of an EB⁺ run's selector trace (``DIR/ebplus.parquet``): mode, demand, the crossover
-signal Δ(N) against its hysteresis band, and the controller's θ̂, k̂ and N̂* over time."""
+signal Δ(N) against its hysteresis band, and the controller's θ̂, k̂, N̂* and MB-mode cap N_MB
+over time."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def plot_ebplus(
     ax = axes[3]
     ax.plot(t, _col(table, "k_hat"), label="k̂ = θ̂·N_obs")
     ax.plot(t, _col(table, "n_hat"), label="N̂* (memory-safe)")
+    if "n_mb" in table:  # traces written before the MB-mode cap existed lack the column
+        n_mb = _col(table, "n_mb").astype(float)
+        ax.plot(t, np.where(n_mb >= 0, n_mb, np.nan), label="N_MB (MB-mode cap)")
     ax.set_ylabel("requests")
     ax.set_xlabel("time (s)")
     ax.legend(loc="upper right", fontsize=8)
