@@ -176,7 +176,7 @@ def cmd_predictor(args: argparse.Namespace) -> None:
             )
     grid += [("per-tool mean", {"predictor": "mean"}), ("none", {"predictor": "none"})]
     for label, aug in grid:
-        aug = {"serving_policy": "augserve", **aug}
+        aug = {"serving_policy": args.policy, **aug}
         emit(args, label, [run_one(args, args.rate, s, aug) for s in args.seeds])
 
 
@@ -234,6 +234,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--policies", type=lambda s: s.split(","), default=["vllm", "infercept", "augserve"]
+    )
+    ap.add_argument(
+        "--policy", default="augserve", help="predictor sweep: augserve | augserve-ordering"
     )
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0])
     ap.add_argument("--slo-ttft", type=float, default=1.0)
