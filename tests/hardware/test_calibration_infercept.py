@@ -145,3 +145,12 @@ def test_measured_host_link_is_half_infercepts_summed_swap_budget(m, tp, tokens_
     assert link[0] / 1e9 == pytest.approx(gbs, abs=1e-3)
     assert measured_host_link(m, A100, 2 * tp) is None
     assert not math.isclose(link[0], 0.8 * A100.pcie_gbs * 1e9)
+
+
+def test_eb_view_of_the_profile_prices_decodes_at_a_512_token_context():
+    # β_d(512) = α + κ·512 = 46.3 µs + 0.28124 µs · 512 = 190.29 µs (EB's StepCosts convention)
+    from tidal.hardware.interference import step_costs
+
+    c = step_costs(GPTJ, A100, 1, _model(GPTJ, 1))
+    assert (c.alpha_p, c.beta_p, c.alpha_d) == (10e-3, 46.3e-6, 10e-3)
+    assert c.beta_d * 1e6 == pytest.approx(46.3 + 0.28124 * 512, abs=0.01)
