@@ -8,6 +8,8 @@ printed as Markdown tables and appended as JSON lines to ``--out``.
     nice python bench/augmented.py ablation --model gpt-j-6b --tp 1 --swap-gb 128 --rate 6
     nice python bench/augmented.py predictor --model gpt-j-6b --tp 1 --swap-gb 128 --rate 6
     nice python bench/augmented.py starvation --model gpt-j-6b --tp 1 --swap-gb 128 --rate 6
+    nice python bench/augmented.py calibration --model gpt-j-6b --tp 1 --swap-gb 128 \
+        --rates 2,3,4,5 --policies vllm,infercept,augserve
     nice python bench/augmented.py predictor --model gpt-j-6b --tp 1 --swap-gb 128 --rate 6 \
         --augment '{"starvation_factor": 0}'
 """
@@ -36,11 +38,14 @@ KEYS = (
     "intercepts_discarded",
     "intercepts_swapped",
     "recompute_tokens",
+    "recompute_time_share",
     "waste_preserve_gb_s",
     "waste_recompute_gb_s",
     "waste_swap_gb_s",
     "token_budget_mean",
     "duration_s",
+    "swap_link_gbs",
+    "busy_fraction",
 )
 
 
@@ -52,6 +57,7 @@ def run_one(
             "model": args.model,
             "gpu": args.gpu,
             "tp": args.tp,
+            "perf_model": args.perf_model,
             "seed": seed,
             "workload": {
                 "augmented": args.workload,
@@ -69,6 +75,7 @@ def run_one(
     row.update(
         model=args.model,
         tp=args.tp,
+        perf_model=res.metrics.get("perf_model"),
         rate=rate,
         seed=seed,
         augment=augment,
@@ -98,6 +105,7 @@ def cells(r: dict[str, Any]) -> str:
             f(r["normalized_latency_p50_s"], 1e3, "{:.1f}"),
             f(r["normalized_latency_p99_s"], 1e3, "{:.0f}"),
             f(r["recompute_tokens"], 1e-6, "{:.2f}"),
+            f(r["recompute_time_share"], 100, "{:.0f}"),
             f(r["waste_preserve_gb_s"], fmt="{:,.0f}"),
             f(r["waste_recompute_gb_s"], fmt="{:,.0f}"),
             f(r["waste_swap_gb_s"], fmt="{:,.0f}"),
@@ -108,7 +116,7 @@ def cells(r: dict[str, Any]) -> str:
 
 HEADER = (
     "eff. req/s | TTFT p50 s | TTFT p99 s | norm. lat. p50 ms/tok | p99 | recompute Mtok | "
-    "waste preserve GB·s | recompute | swap | sim wall s"
+    "recompute % of fwd | waste preserve GB·s | recompute | swap | sim wall s"
 )
 
 
@@ -124,7 +132,7 @@ def emit(args: argparse.Namespace, label: str, rows: list[dict[str, Any]]) -> di
 
 def cmd_sweep(args: argparse.Namespace) -> None:
     print(f"| rate · policy | {HEADER} |")
-    print("|" + "---|" * 11)
+    print("|" + "---|" * 12)
     for rate in args.rates:
         for policy in args.policies:
             rows = [run_one(args, rate, s, {"serving_policy": policy}) for s in args.seeds]
@@ -149,14 +157,14 @@ ABLATION = [
 
 def cmd_ablation(args: argparse.Namespace) -> None:
     print(f"| configuration | {HEADER} |")
-    print("|" + "---|" * 11)
+    print("|" + "---|" * 12)
     for label, aug in ABLATION:
         emit(args, label, [run_one(args, args.rate, s, aug) for s in args.seeds])
 
 
 def cmd_predictor(args: argparse.Namespace) -> None:
     print(f"| predictor | {HEADER} |")
-    print("|" + "---|" * 11)
+    print("|" + "---|" * 12)
     grid: list[tuple[str, dict[str, Any]]] = [("oracle", {"predictor": "oracle"})]
     for p in (1.0, 0.8, 0.6):
         for sigma in (0.0, 0.3, 0.7):
@@ -168,13 +176,36 @@ def cmd_predictor(args: argparse.Namespace) -> None:
             )
     grid += [("per-tool mean", {"predictor": "mean"}), ("none", {"predictor": "none"})]
     for label, aug in grid:
-        aug = {"serving_policy": "augserve", **aug}
+        aug = {"serving_policy": args.policy, **aug}
         emit(args, label, [run_one(args, args.rate, s, aug) for s in args.seeds])
+
+
+CALIBRATION = [
+    ("roofline, 0.8 × PCIe", "roofline", {"host_link_efficiency": 0.8}),
+    ("INFERCEPT profile, 0.8 × PCIe", "auto", {"host_link_efficiency": 0.8}),
+    ("roofline, INFERCEPT swap budget", "roofline", {}),
+    ("INFERCEPT profile + swap budget", "auto", {}),
+]
+
+
+def cmd_calibration(args: argparse.Namespace) -> None:
+    """What each measured constant changes: step times (roofline vs INFERCEPT's profile) ×
+    host link (0.8 × PCIe vs INFERCEPT's profiled swap budget)."""
+    print(f"| step model, host link · rate · policy | {HEADER} |")
+    print("|" + "---|" * 12)
+    for label, perf, aug in CALIBRATION:
+        args.perf_model = perf
+        for rate in args.rates:
+            for policy in args.policies:
+                rows = [
+                    run_one(args, rate, s, {"serving_policy": policy, **aug}) for s in args.seeds
+                ]
+                emit(args, f"{label} · {rate:g} · {policy}", rows)
 
 
 def cmd_starvation(args: argparse.Namespace) -> None:
     print(f"| τ / TTFT SLO | {HEADER} |")
-    print("|" + "---|" * 11)
+    print("|" + "---|" * 12)
     for factor in (2, 5, 20, 60, 180, 0):
         aug = {"serving_policy": "augserve", "starvation_factor": factor}
         label = "off" if factor == 0 else f"{factor}×"
@@ -183,10 +214,15 @@ def cmd_starvation(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("what", choices=["sweep", "ablation", "predictor", "starvation"])
+    ap.add_argument("what", choices=["sweep", "ablation", "predictor", "starvation", "calibration"])
     ap.add_argument("--model", default="gpt-j-6b")
     ap.add_argument("--gpu", default="a100-80gb")
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument(
+        "--perf-model",
+        default="auto",
+        help="auto (INFERCEPT's measured profile on its deployments) | roofline | linear",
+    )
     ap.add_argument("--swap-gb", type=float, default=128.0)
     ap.add_argument("--workload", default="infercept-mix")
     ap.add_argument("--window", type=float, default=1800.0, help="seconds of arrivals")
@@ -198,6 +234,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--policies", type=lambda s: s.split(","), default=["vllm", "infercept", "augserve"]
+    )
+    ap.add_argument(
+        "--policy", default="augserve", help="predictor sweep: augserve | augserve-ordering"
     )
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0])
     ap.add_argument("--slo-ttft", type=float, default=1.0)
@@ -214,6 +253,7 @@ def main() -> None:
         "ablation": cmd_ablation,
         "predictor": cmd_predictor,
         "starvation": cmd_starvation,
+        "calibration": cmd_calibration,
     }[args.what](args)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from tidal.cli import app
@@ -110,3 +111,27 @@ def test_token_budget_flag_sets_the_static_budget(tmp_path):
         "1024",
     )["metrics"]
     assert m["token_budget_mean"] == 1024
+
+
+def test_measured_deployment_runs_on_infercepts_profile_and_swap_rate(tmp_path):
+    base = ["--workload", "infercept-mix", "--rate", "2", "--num-requests", "20"]
+    m = _run(tmp_path / "a", *base, "--serving-policy", "infercept")["metrics"]
+    assert m["perf_model"] == "linear"
+    # half of INFERCEPT's 605.5-token swap budget per 27.78 ms iteration × 458,752 B
+    assert m["swap_link_gbs"] == pytest.approx(5.0, abs=1e-3)
+    assert 0 <= m["recompute_time_share"] < 1
+    # an explicit link efficiency overrides the measurement: 0.8 × 32 GB/s PCIe 4.0
+    cfg = tmp_path / "link.yaml"
+    cfg.write_text("augment:\n  host_link_efficiency: 0.8\n")
+    m = _run(
+        tmp_path / "b",
+        *base,
+        "--serving-policy",
+        "infercept",
+        "--perf-model",
+        "roofline",
+        "--config",
+        str(cfg),
+    )["metrics"]
+    assert m["perf_model"] == "roofline"
+    assert m["swap_link_gbs"] == pytest.approx(25.6, abs=1e-3)

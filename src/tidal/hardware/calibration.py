@@ -4,6 +4,37 @@ The EB paper's authors calibrated Qwen3-8B (fp16, TP=1, vLLM eager mode) on two 
 files are ``reproduce/calibration/pd_calibration_Qwen3-8B_{H200,RTXPRO6000}.json`` in the public
 eb-vllm repository, quoted in ``shared/research/ebplus.md`` §1.1. Decode constants were measured
 with a 512-token context per request.
+
+INFERCEPT (ICML 2024) profiled its A100 testbed (a vLLM-0.2 fork, eager kernels) for GPT-J-6B
+on one GPU and Vicuna-13B with TP = 2; its experiment scripts set "the profiling variables
+used in the paper" (``exps/README.md``, ``exps/6B_bench.sh``, ``exps/13B_tp2_bench.sh`` in
+github.com/WukLab/InferCept, read for ``shared/research/augserve.md`` §2.4):
+
+* iteration time ``It(N) = α·N + γ`` ms for a batch of N tokens (``discard_waste`` in
+  ``vllm/core/scheduler_v2.py``): 6B α = 0.0463, γ = 10; 13B-TP2 α = 0.0279, γ = 15.4 —
+  27.78 ms and 26.11 ms at the 384-token saturation point;
+* per-iteration swap budgets (``_set_max_ragged_batch``): swap-in ``a·N_sat + b + free/2``,
+  swap-out ``(1+a)·N_sat + b − free/2`` tokens, 6B a = 0.00462, b = 108.99; 13B-TP2
+  a = −0.3297119141, b = 93.994140625. The free-memory terms only move budget between the
+  two directions; their sum ``(1 + 2a)·N_sat + 2b`` (605.6 tokens for 6B, 318.8 for 13B) is
+  what the testbed moves per saturated iteration while hiding it under compute.
+
+How they enter the simulator (:data:`CALIBRATIONS`, :func:`measured_host_link`):
+
+* the profile is a :class:`LinearCalibration` with ``α_p = α_d = γ`` and ``β_p = β_d = α``
+  (INFERCEPT charges every batch token alike) and ``ctx_ref = 0``: the profile has no context
+  term, so the KV read of decode attention, ``κ·Σctx`` (bandwidth-bound, κ = KV bytes /
+  (0.8·BW)), is added on top [INF: the profile's reference context is not published];
+* the line was fitted around the 384-token budget INFERCEPT runs at; extrapolated to the
+  2048–8192-token steps of vLLM and AugServe, the 13B slope (27.9 µs per token on two A100s,
+  i.e. 910 TFLOP/s) would outrun the GPUs' 624 TFLOP/s peak. Steps are therefore floored at
+  their GEMM time at the efficiency the 6B profile itself implies (linear FLOPs per token /
+  (α_6B · peak) = 0.78, :data:`INFERCEPT_GEMM_EFFICIENCY`): the floor never binds for 6B
+  (γ > 0) and binds for 13B-TP2 above ≈ 630 tokens per step [INF];
+* the swap budget becomes the host link's effective rate: half the summed budget per
+  direction per saturated iteration, ``((1+2a)·N_sat + 2b)/2 / It(N_sat)`` tokens/s — 5.0
+  GB/s for 6B and 2.5 GB/s per GPU for 13B-TP2, against the 25.6 GB/s that 0.8 × PCIe 4.0
+  would give (vLLM 0.2 swaps block by block, per layer) [INF].
 """
 
 from __future__ import annotations
@@ -11,8 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidal.core.errors import ConfigError
-from tidal.hardware.gpus import GPUSpec
-from tidal.hardware.models import ModelSpec
+from tidal.hardware.gpus import GPUSpec, get_gpu
+from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import LinearPerfModel, PerfModel, RooflinePerfModel
 
 
@@ -23,6 +54,82 @@ class LinearCalibration:
     alpha_d: float
     beta_d: float
     source: str
+    ctx_ref: int = 512
+    """Context per decode request at which ``beta_d`` was measured (the EB paper's 512)."""
+    floor_s_per_token: float = 0.0
+    """Lower bound on a step, per batch token (0: none); see :class:`LinearPerfModel`."""
+
+
+@dataclass(frozen=True)
+class InferceptProfile:
+    """INFERCEPT's profiled constants of one deployment (module docstring)."""
+
+    alpha_ms: float
+    """Iteration time per batch token (ms)."""
+    gamma_ms: float
+    """Fixed iteration time (ms)."""
+    swap_a: float
+    swap_b: float
+    source: str
+    saturation_tokens: int = 384
+
+    def iteration_s(self, tokens: float) -> float:
+        """``It(N) = (α·N + γ) / 1000`` seconds."""
+        return (self.alpha_ms * tokens + self.gamma_ms) / 1e3
+
+    @property
+    def swap_tokens_per_iteration(self) -> float:
+        """Swap-in plus swap-out budget of one saturated iteration, ``(1 + 2a)·N_sat + 2b``."""
+        return (1 + 2 * self.swap_a) * self.saturation_tokens + 2 * self.swap_b
+
+    @property
+    def swap_tokens_per_s(self) -> float:
+        """Per direction: half the summed budget per saturated iteration."""
+        return self.swap_tokens_per_iteration / 2 / self.iteration_s(self.saturation_tokens)
+
+
+INFERCEPT_PROFILES: dict[tuple[str, str, int], InferceptProfile] = {
+    ("gpt-j-6b", "a100-80gb", 1): InferceptProfile(
+        0.0463, 10.0, 0.00462, 108.99, "INFERCEPT exps/6B_bench.sh (augserve.md §2.4)"
+    ),
+    ("vicuna-13b", "a100-80gb", 2): InferceptProfile(
+        0.0279,
+        15.4,
+        -0.3297119141,
+        93.994140625,
+        "INFERCEPT exps/13B_tp2_bench.sh (augserve.md §2.4)",
+    ),
+}
+
+
+def _infercept_gemm_efficiency() -> float:
+    prof = INFERCEPT_PROFILES[("gpt-j-6b", "a100-80gb", 1)]
+    flops = get_model("gpt-j-6b").linear_flops_per_token
+    return flops / (prof.alpha_ms / 1e3 * get_gpu("a100-80gb").flops)
+
+
+INFERCEPT_GEMM_EFFICIENCY = _infercept_gemm_efficiency()
+"""Fraction of the A100's peak that INFERCEPT's GPT-J-6B slope implies for the linear layers
+(≈ 0.78): the testbed's GEMM efficiency, used to floor the profiles' steps."""
+
+
+def infercept_calibration(model: str, gpu: str, tp: int) -> LinearCalibration:
+    """The :class:`LinearCalibration` of an INFERCEPT profile (module docstring)."""
+    p = INFERCEPT_PROFILES[(model, gpu, tp)]
+    floor = get_model(model).linear_flops_per_token / (
+        INFERCEPT_GEMM_EFFICIENCY * get_gpu(gpu).flops * tp
+    )
+    a, g = p.alpha_ms / 1e3, p.gamma_ms / 1e3
+    return LinearCalibration(g, a, g, a, p.source, ctx_ref=0, floor_s_per_token=floor)
+
+
+def measured_host_link(model: ModelSpec, gpu: GPUSpec, tp: int) -> tuple[float, str] | None:
+    """Effective host-link bytes/s per GPU and direction measured for this deployment
+    (INFERCEPT's swap budget, module docstring), or None."""
+    p = INFERCEPT_PROFILES.get((model.name, gpu.name, tp))
+    if p is None:
+        return None
+    return p.swap_tokens_per_s * model.kv_bytes_per_token_per_gpu(tp), p.source
 
 
 CALIBRATIONS: dict[tuple[str, str, int], LinearCalibration] = {
@@ -40,6 +147,7 @@ CALIBRATIONS: dict[tuple[str, str, int], LinearCalibration] = {
         103.881e-6,
         "eb-vllm pd_calibration_Qwen3-8B_RTXPRO6000.json (ebplus.md §1.1)",
     ),
+    **{key: infercept_calibration(*key) for key in INFERCEPT_PROFILES},
 }
 
 PERF_MODELS = ("auto", "roofline", "linear")
@@ -103,7 +211,14 @@ def _build_base(
     if cal is None:
         cal = derive_linear(RooflinePerfModel(model, gpu, tp, eff_bw=eff_bw, **roofline_kw))
     return LinearPerfModel(
-        cal.alpha_p, cal.beta_p, cal.alpha_d, cal.beta_d, kappa, source=cal.source
+        cal.alpha_p,
+        cal.beta_p,
+        cal.alpha_d,
+        cal.beta_d,
+        kappa,
+        cal.ctx_ref,
+        source=cal.source,
+        floor_s_per_token=cal.floor_s_per_token,
     )
 
 

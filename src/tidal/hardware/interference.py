@@ -228,6 +228,8 @@ def step_costs(model: ModelSpec, gpu: GPUSpec, tp: int, perf: PerfModel) -> Step
     base = perf.base if isinstance(perf, InterferencePerfModel) else perf
     if isinstance(base, LinearPerfModel):
         a_p, b_p, a_d, b_d, src = base.alpha_p, base.beta_p, base.alpha_d, base.beta_d, base.source
+        if base.ctx_ref != 512:  # the EB view's β_d is at a 512-token context (INFERCEPT: 0)
+            b_d = base.beta_d0 + base.kappa * 512
     elif isinstance(base, RooflinePerfModel):
         # the least-squares intercepts can vanish (prefill attention curves the fit); a step
         # never costs less than the roofline's fixed per-step overhead

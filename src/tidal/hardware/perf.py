@@ -232,9 +232,15 @@ class LinearPerfModel(PerfModel):
     """Calibrated linear step costs (EB paper, ebplus.md §1.1 and §1.5).
 
     Prefill-only: α_p + β_p·P. Decode-only: α_d + β_d0·n + κ·Σctx, where β_d was measured at
-    a 512-token context and is split as β_d = β_d0 + κ·512 with κ = KV bytes/(η_B·BW) (§7 Q4),
-    so decode cost grows with context. Mixed steps: α_p + β_p·P + β_d0·n + κ·Σctx (α_MB = α_p,
-    the paper's approximation), plus an optional interference term added by subclasses.
+    a ``ctx_ref``-token context (512 in the EB paper) and is split as β_d = β_d0 + κ·ctx_ref
+    with κ = KV bytes/(η_B·BW) (§7 Q4), so decode cost grows with context. Mixed steps:
+    α_p + β_p·P + β_d0·n + κ·Σctx (α_MB = α_p, the paper's approximation), plus an optional
+    interference term added by subclasses.
+
+    ``floor_s_per_token`` (default 0: none) bounds a step below by ``floor·(n + P)``: the
+    compute time of its tokens at the GEMM efficiency of the measuring testbed, for fits whose
+    slope is only valid over the batch sizes they were measured at (a line extrapolated far
+    beyond them would outrun the GPU's peak FLOP rate; :mod:`tidal.hardware.calibration`).
     """
 
     name = "linear"
@@ -248,9 +254,11 @@ class LinearPerfModel(PerfModel):
         kappa: float,
         ctx_ref: int = 512,
         source: str = "",
+        floor_s_per_token: float = 0.0,
     ) -> None:
         self.alpha_p, self.beta_p, self.alpha_d, self.beta_d = alpha_p, beta_p, alpha_d, beta_d
         self.kappa, self.ctx_ref, self.source = kappa, ctx_ref, source
+        self.floor_s_per_token = floor_s_per_token
         self.beta_d0 = beta_d - kappa * ctx_ref
         if self.beta_d0 < 0:
             raise ValueError("kappa·ctx_ref exceeds beta_d: the context slope is too steep")
@@ -265,6 +273,12 @@ class LinearPerfModel(PerfModel):
         num_prefills: int,
         mx: Callable[[Any, Any], Any] = max,
     ) -> Any:
+        s = self._linear(num_decodes, decode_ctx, prefill_tokens)
+        if self.floor_s_per_token:
+            return mx(s, self.floor_s_per_token * (num_decodes + prefill_tokens))
+        return s
+
+    def _linear(self, num_decodes: int, decode_ctx: Any, prefill_tokens: int) -> Any:
         if prefill_tokens == 0:
             if num_decodes == 0:
                 return 0.0
@@ -277,7 +291,10 @@ class LinearPerfModel(PerfModel):
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         if num_decodes == 0:
             return None
-        return self.alpha_d + self.beta_d0 * num_decodes, self.kappa
+        c = self.alpha_d + self.beta_d0 * num_decodes
+        if self.floor_s_per_token and self.floor_s_per_token * num_decodes > c:
+            return None  # the floor may bind: not affine in the context
+        return c, self.kappa
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -288,5 +305,6 @@ class LinearPerfModel(PerfModel):
             "beta_d": self.beta_d,
             "kappa": self.kappa,
             "ctx_ref": self.ctx_ref,
+            "floor_s_per_token": self.floor_s_per_token,
             "source": self.source,
         }

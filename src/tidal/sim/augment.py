@@ -5,7 +5,9 @@ Host swap space is a resource: ``swap_space_gb`` per GPU of host memory holds sw
 blocks (INFERCEPT's experiment scripts use 128 GiB for the 6B model and 64 GiB for the 13B,
 augserve.md §2.4). The host link carries ``host_link_efficiency`` × the GPU's PCIe bandwidth
 per direction; with tensor parallelism each GPU moves its own shard, so the per-token
-transfer time is ``KV bytes per token per GPU / (efficiency · PCIe bandwidth)``.
+transfer time is ``KV bytes per token per GPU / (efficiency · PCIe bandwidth)``. Left unset,
+the efficiency is the deployment's measured one where a measurement exists (INFERCEPT's
+profiled swap budget, :func:`tidal.hardware.calibration.measured_host_link`) and 0.8 otherwise.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from tidal.core.kv import KVBlockManager
+from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
+from tidal.hardware.calibration import INFERCEPT_PROFILES, measured_host_link
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.memory import MemoryPlan
 from tidal.hardware.models import get_model
@@ -50,16 +54,20 @@ class AugmentConfig(BaseModel):
     saturation_tokens: int = Field(default=384, ge=1)
     """INFERCEPT's saturation point N_sat (its chunked-recompute waste and swap budget)."""
     swap_space_gb: float = Field(default=64.0, ge=0)
-    host_link_efficiency: float = Field(default=0.8, gt=0, le=1)
+    host_link_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Share of the GPU's PCIe bandwidth the KV swap achieves per direction; None: measured
+    where available (module docstring), else 0.8."""
     value_form: Literal["memory", "time"] = "memory"
     stage2: bool = True
     """AugServe Stage II: recompute the value whenever a request re-enters the queue."""
     starvation_factor: float = Field(default=60.0, ge=0)
     """Anti-starvation threshold τ = factor × slo.ttft_s (0: off). The spec's default is 5×
-    (augserve.md §3.3 [DEF]); measured (BENCHMARKS.d/issue4.md), 5× turns AugServe back into
-    FCFS under sustained overload — every queued request soon starves — so the default is
-    60× (τ = 60 s at a 1 s TTFT SLO): the p99 TTFT stays at INFERCEPT's while the effective
-    throughput keeps most of the value order's gain."""
+    (augserve.md §3.3 [DEF]); measured (BENCHMARKS.d/issue4.md, GPT-J-6B at 5 req/s, past
+    AugServe's knee), 5× turns AugServe most of the way back into FCFS under sustained
+    overload — every queued request soon starves (0.43 req/s effective vs 2.46 without the
+    tier) — so the default is 60× (τ = 60 s at a 1 s TTFT SLO): 0.97 req/s, with a p99 TTFT
+    (253 s) below INFERCEPT's (624 s) instead of 1448 s without the tier. Below the knee no
+    request waits τ and the choice does not matter."""
 
     @field_validator("serving_policy", "ordering", "intercept")
     @classmethod
@@ -78,6 +86,31 @@ class AugmentConfig(BaseModel):
         return v
 
 
+DEFAULT_HOST_LINK_EFFICIENCY = 0.8
+
+
+def host_link_bytes_per_s(cfg: SimulationConfig) -> float:
+    """KV bytes per second per GPU and direction over the host link (module docstring)."""
+    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    eff = cfg.augment.host_link_efficiency
+    if eff is None:
+        measured = measured_host_link(model, gpu, cfg.tp)
+        if measured is not None:
+            return measured[0]
+        eff = DEFAULT_HOST_LINK_EFFICIENCY
+    return eff * gpu.pcie_gbs * 1e9
+
+
+def measured_iteration_profile(cfg: SimulationConfig) -> IterationProfile | None:
+    """INFERCEPT's profiled ``It(N) = α·N + γ`` when the run's step times are that profile
+    (``perf_model`` auto or linear on a deployment INFERCEPT measured): its waste formulas then
+    use the paper's own constants, not a line refitted to the (13B: floored) step model."""
+    p = INFERCEPT_PROFILES.get((cfg.model, cfg.gpu, cfg.tp))
+    if p is None or cfg.perf_model not in ("auto", "linear"):
+        return None
+    return IterationProfile(p.alpha_ms / 1e3, p.gamma_ms / 1e3, cfg.augment.saturation_tokens)
+
+
 def build_augmented(
     cfg: SimulationConfig,
     sched_cfg: SchedulerConfig,
@@ -93,12 +126,16 @@ def build_augmented(
     from tidal.engine.augment.scheduler import AugmentEnv
 
     a = cfg.augment
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    model = get_model(cfg.model)
     per_tok = model.kv_bytes_per_token_per_gpu(cfg.tp)
     host_blocks = int(a.swap_space_gb * 1e9 // (per_tok * mem.block_size))
     kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, host_blocks)
     env = AugmentEnv.build(
-        perf, int(per_tok), a.host_link_efficiency * gpu.pcie_gbs * 1e9, a.saturation_tokens
+        perf,
+        int(per_tok),
+        host_link_bytes_per_s(cfg),
+        a.saturation_tokens,
+        measured_iteration_profile(cfg),
     )
     spec = AugmentSpec(
         serving_policy=a.serving_policy,

@@ -34,7 +34,9 @@ requests.
 GPU-memory waste is integrated exactly over time (block·ns, integers): idle KV of paused and
 queued requests ("preserve"), memory held by requests waiting for their swap-in plus every
 resident block during a transfer stall ("swap"), and every resident block during the share of
-a step spent recomputing discarded or preempted context ("recompute").
+a step spent recomputing discarded or preempted context ("recompute"). ``recompute_time_share``
+is the recomputing share of the computing steps' time (each step split by token share), the
+quantity INFERCEPT measures for vLLM (37–40% of model forward time, augserve.md §1.2).
 """
 
 from __future__ import annotations
@@ -78,10 +80,13 @@ class AugmentEnv:
         kv_bytes_per_token: int,
         host_link_bytes_per_s: float,
         saturation_tokens: int = 384,
+        profile: IterationProfile | None = None,
     ) -> AugmentEnv:
+        """``profile``: a measured iteration profile (INFERCEPT's own constants); default: one
+        fitted to ``perf`` (:meth:`IterationProfile.from_perf`)."""
         return cls(
             perf,
-            IterationProfile.from_perf(perf, saturation_tokens),
+            profile or IterationProfile.from_perf(perf, saturation_tokens),
             kv_bytes_per_token / host_link_bytes_per_s * 1e9,
             kv_bytes_per_token,
         )
@@ -136,6 +141,10 @@ class AugmentedScheduler(MixedBatchingScheduler):
         self.swapin_block_ns = 0
         self.stall_block_ns = 0
         self.recompute_block_ns = 0.0
+        self.forward_ns = 0
+        """Time of steps that compute (a fast-forwarded run counts every step)."""
+        self.recompute_ns = 0.0
+        """Share of those steps spent recomputing, by token share of each step."""
         # counters
         self.num_intercepts = 0
         self.resolved = [0, 0, 0]
@@ -500,9 +509,12 @@ class AugmentedScheduler(MixedBatchingScheduler):
                 r = min(n, run.recompute_left)
                 run.recompute_left -= r
                 rec += r
+        if plan.num_tokens:
+            self.forward_ns += end_ns - self._step_start
         if rec:
             self.recompute_tokens += rec
             self.recompute_block_ns += (end_ns - self._step_start) * used * rec / plan.num_tokens
+            self.recompute_ns += (end_ns - self._step_start) * rec / plan.num_tokens
         super().update(plan, end_ns, num_steps)
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
@@ -544,6 +556,7 @@ class AugmentedScheduler(MixedBatchingScheduler):
             "intercepts_discarded": self.resolved[1],
             "intercepts_swapped": self.resolved[2],
             "recompute_tokens": self.recompute_tokens,
+            "recompute_time_share": self.recompute_ns / max(self.forward_ns, 1),
             "swap_out_tokens": self.swap_out_blocks * self.kv.block_size,
             "swap_in_tokens": self.swap_in_blocks * self.kv.block_size,
             "kv_reclaims": self.num_reclaims,
@@ -551,5 +564,6 @@ class AugmentedScheduler(MixedBatchingScheduler):
             "waste_recompute_gb_s": self.recompute_block_ns * m_gb,
             "waste_swap_gb_s": (self.swapin_block_ns + self.stall_block_ns) * m_gb,
             "token_budget_mean": self.budget_sum / max(self.budget_n, 1),
+            "swap_link_gbs": self.env.kv_bytes_per_token / self.env.swap_ns_per_token,
             "starvation_promotions": getattr(self.waiting, "num_promoted", 0),
         }
