@@ -23,6 +23,7 @@ def _cfg(
     rate: float = 2.0,
     batch: int = 32,
 ):
+    placement, _, muxcap = placement.partition(":")
     return load_config(
         {
             "workload": {"trace": "azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz"},
@@ -34,6 +35,7 @@ def _cfg(
                 "warmup_s": 20,
                 "batch": batch,
                 "warmserve": {"disable": list(disable)},
+                "muxserve": {"cap": muxcap or "batch"},
                 "mix": {"rate": rate, "alpha": 1.0, "replay_s": 240},
             },
         }
@@ -74,11 +76,13 @@ def test_prewarming_beats_autoscaling_from_scratch_on_tail_ttft():
     assert full["ttft_p99_s"] < vanilla["ttft_p99_s"] / 3
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     n=st.integers(5, 80),
-    placement=st.sampled_from(["dedicated", "serverlessllm", "muxserve", "warmserve"]),
+    placement=st.sampled_from(
+        ["dedicated", "serverlessllm", "muxserve", "muxserve:plan", "warmserve"]
+    ),
     span=st.sampled_from([10.0, 60.0]),
     batch=st.sampled_from([2, 32]),
 )

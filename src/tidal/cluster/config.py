@@ -140,13 +140,21 @@ class ServerlessLLMConfig(_Strict):
 
 
 class MuxServeConfig(_Strict):
-    """MuxServe's static placement and SM sharing (warmserve.md §3.5 B-MX, §4.1 item 8)."""
+    """MuxServe's static placement and SM sharing (warmserve.md §3.5 B-MX, §4.1 item 8; see
+    :mod:`tidal.cluster.policies.muxserve`)."""
 
-    mps_overload: float = Field(default=0.2, ge=0)
+    slowdown: Literal["profile", "k"] = "profile"
+    """How an MPS share slows an engine's steps: ``profile`` = MuxServe's measured latency
+    ratios (:mod:`tidal.cluster.sharing`); ``k`` = ``1 / min(1, share · k)`` [ASSUMED]."""
     k_prefill: float = Field(default=1.0, gt=0)
-    """Prefill runs ``1 / min(1, share · k_prefill)`` times slower [ASSUMED]."""
+    """With ``slowdown: k``: prefill runs ``1 / min(1, share · k_prefill)`` times slower."""
     k_decode: float = Field(default=2.0, gt=0)
-    """Decode runs ``1 / min(1, share · k_decode)`` times slower (weaker) [ASSUMED]."""
+    """With ``slowdown: k``: decode runs ``1 / min(1, share · k_decode)`` times slower."""
+    cap: Literal["plan", "kv", "batch"] = "batch"
+    """The router's per-engine cap (see :mod:`tidal.cluster.policies.muxserve`): ``batch`` = B
+    (``cluster.batch``, the artifact's commented-in ``max_num_seqs = 32``); ``plan`` = the
+    placement's ``max_num_seqs`` (the artifact's YAML value, literally); ``kv`` = the average
+    requests the engine's KV cache holds (MuxServe's own runtime, ``init_max_num_seqs``)."""
     retry_s: float = Field(default=1.0, gt=0)
 
 
