@@ -31,7 +31,7 @@ SLO_TTFT = {"llama-2-7b": 2.0, "llama-2-13b": 2.0, "llama-2-70b": 5.0}
 SLO_TPOT = 0.1
 
 
-def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), **mix):
+def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), muxcap="batch", **mix):
     return load_config(
         {
             "workload": {"trace": TRACES.get(trace, trace)},
@@ -40,9 +40,20 @@ def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), **mix):
                 "models": MODELS,
                 "placement": placement,
                 "warmserve": {"disable": list(disable)},
+                "muxserve": {"cap": muxcap},
                 "mix": {"rate": rate, "alpha": alpha, **mix},
             },
         }
+    )
+
+
+def mux_layout(res):
+    """MuxServe's meshes: ``size:model@MPS share/router cap`` per engine."""
+    pol = res.extras["controller"].policy
+    return "; ".join(
+        f"{len(gpus)}:"
+        + ",".join(f"{e.model.name.replace('llama-2-', '')}@{e.share:.0%}/{e.cap}" for e in engines)
+        for gpus, engines in pol.layout
     )
 
 
@@ -68,7 +79,7 @@ def ttft(args):
     print("| trace | rate | α | model | ServerlessLLM P99 TTFT s | WarmServe P99 TTFT s | ratio |")
     print("|---|---|---|---|---|---|---|")
     best = (0.0, "")
-    for trace in ("conv", "code"):
+    for trace in args.traces:
         for rate in args.rates:
             for alpha in args.alphas:
                 sl = p99_per_model(run_simulation(cfg("serverlessllm", trace, rate, alpha)))
@@ -86,25 +97,38 @@ def ttft(args):
 
 
 def capacity(args):
-    print("| trace | α | system | rate → SLO attainment (≥ 90% sustains) | highest rate |")
-    print("|---|---|---|---|---|")
-    for trace in ("conv", "code"):
+    """Highest rate each system sustains within the SLO. MuxServe is swept once per router cap
+    in ``--caps`` (``batch``: B = 32, the default; ``kv``: MuxServe's own KV-bound batch;
+    ``plan``: the placement's batch size, literally)."""
+    print(
+        "| trace | α | system | rate → SLO attainment (≥ 90% sustains) | highest rate | "
+        "MuxServe layout at the highest rate |"
+    )
+    print("|---|---|---|---|---|---|")
+    for trace in args.traces:
         for alpha in args.alphas:
             highest = {}
-            for system in ("muxserve", "warmserve"):
-                cells, top = [], 0.0
+            systems = [("muxserve", cap) for cap in args.caps] + [("warmserve", "batch")]
+            for system, cap in systems:
+                cells, top, layout = [], 0.0, ""
                 for rate in args.rates:
-                    att = slo_attainment(run_simulation(cfg(system, trace, rate, alpha)))
+                    res = run_simulation(cfg(system, trace, rate, alpha, muxcap=cap))
+                    att = slo_attainment(res)
                     cells.append(f"{rate:g}: {att:.0%}")
                     if att >= 0.9:
                         top = rate
+                        if system == "muxserve":
+                            layout = mux_layout(res)
                     else:
                         break
-                highest[system] = top
-                print(f"| {trace} | {alpha:g} | {system} | {', '.join(cells)} | {top:g} |")
+                name = f"muxserve ({cap})" if system == "muxserve" else system
+                highest[name] = top
+                print(f"| {trace} | {alpha:g} | {name} | {', '.join(cells)} | {top:g} | {layout} |")
                 sys.stdout.flush()
-            if highest["muxserve"]:
-                print(f"| | | ratio | | {highest['warmserve'] / highest['muxserve']:.2f}× |")
+            for cap in args.caps:
+                mx = highest[f"muxserve ({cap})"]
+                ratio = f"{highest['warmserve'] / mx:.2f}×" if mx else "∞ (MuxServe sustains none)"
+                print(f"| | | ratio vs muxserve ({cap}) | | {ratio} | |")
 
 
 def ablation(args):
@@ -180,6 +204,8 @@ def main():
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--days", type=float, default=14)
     ap.add_argument("--placement", default="warmserve")
+    ap.add_argument("--traces", nargs="+", default=["conv", "code"])
+    ap.add_argument("--caps", nargs="+", default=["batch"], choices=["batch", "kv", "plan"])
     args = ap.parse_args()
     {"ttft": ttft, "capacity": capacity, "ablation": ablation, "long": long}[args.what](args)
 
