@@ -84,8 +84,8 @@ def test_an_instance_on_a_warm_replica_pays_only_the_handoff_and_lazy_kv():
 
 
 def test_warmserve_reads_a_checkpoint_from_disk_once_per_node():
-    """The artifact loads each rank's file from local disk; the page cache keeps it, so only
-    the first read on a node crosses the SSD link (the two 7B models share their files)."""
+    """With a cold page cache the artifact's disk loads cross the SSD link once per node and
+    checkpoint (the two 7B models share their files); later reads come from DRAM."""
     be, ctl = _ctl("warmserve", spec="2x4:h100", models=("llama-2-7b", "llama-2-7b", "llama-2-13b"))
     st = ctl.cfg.startup
     ssd, pcie = st.ssd_gbs * 1e9, min(st.host_to_gpu_gbs, ctl.topo.gpu.pcie_gbs) * 1e9
@@ -111,9 +111,7 @@ def test_warmserve_reads_a_checkpoint_from_disk_once_per_node():
 
 
 def test_warmserve_preloaded_checkpoints_skip_the_disk():
-    from tidal.cluster.config import WarmServeConfig
-
-    be, ctl = _ctl("warmserve", warmserve=WarmServeConfig(checkpoints="dram"))
+    be, ctl = _ctl("warmserve")  # default: checkpoints in DRAM
     m = ctl.models[0]
     r = ctl.prewarm(m, (0,), 0)
     be.run()

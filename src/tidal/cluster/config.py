@@ -90,12 +90,14 @@ class WarmServeConfig(_Strict):
     the maximum length (the router never sends more, so reservation never starves it);
     ``request`` is the artifact's rule (target ⌊total · in-flight / B⌋ free blocks) with only a
     one-request floor, which starves an instance whose load rises after it shrank."""
-    checkpoints: Literal["ssd", "dram"] = "ssd"
-    """Where weight loads read from. ``ssd`` (the artifact's default): each rank's safetensors
-    file on the node's local disk (``utils.py`` ``get_weights``); the OS page cache then keeps
-    it, so the first read of a checkpoint on a node crosses the node's SSD link and later ones
-    come from DRAM. ``dram``: every checkpoint preloaded in pinned host memory on every node
-    (``--use-loaded-model``, README step 3.2, optional)."""
+    checkpoints: Literal["dram", "ssd"] = "dram"
+    """Where weight loads read from. The artifact reads each rank's safetensors file from the
+    node's local disk (``utils.py`` ``get_weights``; ``--use-loaded-model`` switches to pinned
+    host memory), and the OS page cache keeps a file once read. ``dram`` (default): the page
+    cache (or the preload) already holds every checkpoint, the steady state of a testbed that
+    has run before and the setting ServerlessLLM gets too (warmserve.md §2.4, §5 Q10). ``ssd``:
+    a cold page cache at t = 0 — the first read of a checkpoint on a node crosses the node's SSD
+    link, later ones come from DRAM."""
     min_free_blocks: int = Field(default=-1)
     """Floor of the KV reservation target (−1: the blocks of one max-length request; the
     artifact has no floor, which can leave an idle instance with no KV at all)."""

@@ -21,8 +21,8 @@ config each (:data:`tidal.cluster.config.ABLATIONS`).
   mapped lazily; off: a load pays copy + mapping (0.2 s per 10 GB) and an activation maps all of
   its KV before serving (§2.8).
 
-Weights load from the node's local disk by default, as the artifact does, and stay in the
-page cache after the first read (``cluster.warmserve.checkpoints``: ``ssd`` or ``dram``).
+Weights load from host DRAM by default (the artifact reads local files through the page cache,
+or a pinned preload); ``cluster.warmserve.checkpoints: ssd`` starts from a cold page cache.
 
 Autoscaler and router (§2.6), shared by all variants: every 0.5 s, on the 5-s average in-flight
 load, scale down below 0.5·capacity (instances older than 5 s, fewest in flight first) and up
