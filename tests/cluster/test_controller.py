@@ -86,7 +86,14 @@ def test_an_instance_on_a_warm_replica_pays_only_the_handoff_and_lazy_kv():
 def test_warmserve_reads_a_checkpoint_from_disk_once_per_node():
     """With a cold page cache the artifact's disk loads cross the SSD link once per node and
     checkpoint (the two 7B models share their files); later reads come from DRAM."""
-    be, ctl = _ctl("warmserve", spec="2x4:h100", models=("llama-2-7b", "llama-2-7b", "llama-2-13b"))
+    from tidal.cluster.config import WarmServeConfig
+
+    be, ctl = _ctl(
+        "warmserve",
+        spec="2x4:h100",
+        models=("llama-2-7b", "llama-2-7b", "llama-2-13b"),
+        warmserve=WarmServeConfig(checkpoints="ssd"),
+    )
     st = ctl.cfg.startup
     ssd, pcie = st.ssd_gbs * 1e9, min(st.host_to_gpu_gbs, ctl.topo.gpu.pcie_gbs) * 1e9
     a, b, c = ctl.models
