@@ -31,7 +31,16 @@ SLO_TTFT = {"llama-2-7b": 2.0, "llama-2-13b": 2.0, "llama-2-70b": 5.0}
 SLO_TPOT = 0.1
 
 
-def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), muxcap="batch", **mix):
+def cfg(
+    placement,
+    trace="conv",
+    rate=1.0,
+    alpha=1.0,
+    disable=(),
+    muxcap="batch",
+    checkpoints="dram",
+    **mix,
+):
     return load_config(
         {
             "workload": {"trace": TRACES.get(trace, trace)},
@@ -39,7 +48,8 @@ def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), muxcap="batch"
                 "spec": "2x8:h100",
                 "models": MODELS,
                 "placement": placement,
-                "warmserve": {"disable": list(disable)},
+                "warmserve": {"disable": list(disable), "checkpoints": checkpoints},
+                "serverlessllm": {"checkpoints": checkpoints},
                 "muxserve": {"cap": muxcap},
                 "mix": {"rate": rate, "alpha": alpha, **mix},
             },
@@ -79,13 +89,20 @@ def ttft(args):
     print("| trace | rate | α | model | ServerlessLLM P99 TTFT s | WarmServe P99 TTFT s | ratio |")
     print("|---|---|---|---|---|---|---|")
     best = (0.0, "")
+    ratios: dict[str, list[float]] = {}
     for trace in args.traces:
         for rate in args.rates:
             for alpha in args.alphas:
-                sl = p99_per_model(run_simulation(cfg("serverlessllm", trace, rate, alpha)))
-                ws = p99_per_model(run_simulation(cfg("warmserve", trace, rate, alpha)))
+                ck = args.checkpoints
+                sl = p99_per_model(
+                    run_simulation(cfg("serverlessllm", trace, rate, alpha, checkpoints=ck))
+                )
+                ws = p99_per_model(
+                    run_simulation(cfg("warmserve", trace, rate, alpha, checkpoints=ck))
+                )
                 for name in sl:
                     r = sl[name] / ws[name] if ws[name] else float("nan")
+                    ratios.setdefault(name, []).append(r)
                     if r > best[0]:
                         best = (r, f"{trace} rate {rate} α {alpha} {name}")
                     print(
@@ -93,7 +110,12 @@ def ttft(args):
                         f"{fmt(ws[name])} | {r:.1f}× |"
                     )
                 sys.stdout.flush()
-    print(f"\nlargest ratio: {best[0]:.1f}× ({best[1]})")
+    every = [r for rs in ratios.values() for r in rs]
+    per = ", ".join(f"{k} {np.median(v):.1f}×" for k, v in ratios.items())
+    print(
+        f"\nover {len(every)} cells: median ratio {np.median(every):.1f}× (per model: {per}), "
+        f"smallest {min(every):.1f}×, largest {best[0]:.1f}× ({best[1]})"
+    )
 
 
 def capacity(args):
@@ -205,6 +227,7 @@ def main():
     ap.add_argument("--days", type=float, default=14)
     ap.add_argument("--placement", default="warmserve")
     ap.add_argument("--traces", nargs="+", default=["conv", "code"])
+    ap.add_argument("--checkpoints", default="dram", choices=["dram", "ssd"])
     ap.add_argument("--caps", nargs="+", default=["batch"], choices=["batch", "kv", "plan"])
     args = ap.parse_args()
     {"ttft": ttft, "capacity": capacity, "ablation": ablation, "long": long}[args.what](args)
