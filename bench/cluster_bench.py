@@ -2,6 +2,7 @@
 
     python bench/cluster_bench.py ttft      # WarmServe vs ServerlessLLM P99 TTFT per model
     python bench/cluster_bench.py capacity  # highest rate within the SLO, WarmServe vs MuxServe
+    python bench/cluster_bench.py compare --rate 4 --alpha 1   # all four placements
     python bench/cluster_bench.py ablation  # ablations (a)-(f)
     python bench/cluster_bench.py long --days 14 --rate 0.5   # ServeGen-driven multi-day run
 
@@ -153,6 +154,28 @@ def capacity(args):
                 print(f"| | | ratio vs muxserve ({cap}) | | {ratio} | |")
 
 
+def compare(args):
+    """All four placements at one rate and α, per trace."""
+    print(
+        "| trace | placement | P50 TTFT s | P99 TTFT s | P99 TTFT per model s | P99 TPOT s | "
+        "instance starts | cold starts | hit rate | GPU-s | SLO attainment |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for trace in args.traces:
+        for placement in ("dedicated", "serverlessllm", "muxserve", "warmserve"):
+            res = run_simulation(cfg(placement, trace, args.rate, args.alpha))
+            m = res.metrics
+            per = " / ".join(fmt(v) for v in p99_per_model(res).values())
+            hit = m["prewarm_hit_rate"]
+            print(
+                f"| {trace} | {placement} | {fmt(m['ttft_p50_s'])} | {fmt(m['ttft_p99_s'])} | "
+                f"{per} | {fmt(m['tpot_p99_s'])} | {m['instance_starts']} | {m['cold_starts']} | "
+                f"{'—' if hit is None else f'{hit:.0%}'} | {m['gpu_seconds']:,.0f} | "
+                f"{slo_attainment(res):.1%} |"
+            )
+            sys.stdout.flush()
+
+
 def ablation(args):
     names = {
         "a": "vanilla autoscaling",
@@ -218,7 +241,7 @@ def long(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["ttft", "capacity", "ablation", "long"])
+    ap.add_argument("what", choices=["ttft", "capacity", "compare", "ablation", "long"])
     ap.add_argument("--rates", type=float, nargs="+", default=[0.5, 1, 2, 4])
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.5, 1, 2])
     ap.add_argument("--trace", default="conv")
@@ -230,7 +253,9 @@ def main():
     ap.add_argument("--checkpoints", default="dram", choices=["dram", "ssd"])
     ap.add_argument("--caps", nargs="+", default=["batch"], choices=["batch", "kv", "plan"])
     args = ap.parse_args()
-    {"ttft": ttft, "capacity": capacity, "ablation": ablation, "long": long}[args.what](args)
+    commands = {"ttft": ttft, "capacity": capacity, "compare": compare, "ablation": ablation}
+    commands["long"] = long
+    commands[args.what](args)
 
 
 if __name__ == "__main__":
