@@ -187,6 +187,9 @@ class ClusterConfig(_Strict):
     warmup_s: float = Field(default=60.0, ge=0)
     """Control time before the first request (initial prewarming, static loads)."""
     perf_model: str = "auto"
+    eager_overhead: bool = False
+    """Add the eager-mode per-step overhead measured in MuxServe's profile, by model size and
+    tensor-parallel degree (:mod:`tidal.cluster.eager`; a sensitivity setting)."""
     startup: StartupConfig = StartupConfig()
     warmserve: WarmServeConfig = WarmServeConfig()
     serverlessllm: ServerlessLLMConfig = ServerlessLLMConfig()

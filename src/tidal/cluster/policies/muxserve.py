@@ -33,7 +33,6 @@ from tidal.cluster.policies.muxserve_plan import MuxLLM, MuxPlacement, MuxServeO
 from tidal.cluster.sharing import SharedPerfModel, k_slowdown, profile_slowdown
 from tidal.core.errors import ConfigError
 from tidal.core.request import Request
-from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.perf import PerfModel
 
 
@@ -67,7 +66,6 @@ class MuxServe(ClusterPolicy):
 
     def llms(self) -> list[MuxLLM]:
         ctl = self.ctl
-        gpu = ctl.topo.gpu
         out = []
         for m in ctl.models:
             s = ctl.stats[m.index]
@@ -75,7 +73,7 @@ class MuxServe(ClusterPolicy):
 
             def perf(n: int, spec=m.spec, cache=cache) -> PerfModel:
                 if n not in cache:
-                    cache[n] = build_perf_model(self.cfg.perf_model, spec, gpu, n)
+                    cache[n] = ctl.engine_perf(spec, n)
                 return cache[n]
 
             out.append(
