@@ -40,6 +40,7 @@ def cfg(
     disable=(),
     muxcap="batch",
     checkpoints="dram",
+    eager=False,
     **mix,
 ):
     return load_config(
@@ -49,6 +50,7 @@ def cfg(
                 "spec": "2x8:h100",
                 "models": MODELS,
                 "placement": placement,
+                "eager_overhead": eager,
                 "warmserve": {"disable": list(disable), "checkpoints": checkpoints},
                 "serverlessllm": {"checkpoints": checkpoints},
                 "muxserve": {"cap": muxcap},
@@ -135,7 +137,9 @@ def capacity(args):
             for system, cap in systems:
                 cells, top, layout = [], 0.0, ""
                 for rate in args.rates:
-                    res = run_simulation(cfg(system, trace, rate, alpha, muxcap=cap))
+                    res = run_simulation(
+                        cfg(system, trace, rate, alpha, muxcap=cap, eager=args.eager)
+                    )
                     att = slo_attainment(res)
                     cells.append(f"{rate:g}: {att:.0%}")
                     if att >= 0.9:
@@ -251,6 +255,7 @@ def main():
     ap.add_argument("--placement", default="warmserve")
     ap.add_argument("--traces", nargs="+", default=["conv", "code"])
     ap.add_argument("--checkpoints", default="dram", choices=["dram", "ssd"])
+    ap.add_argument("--eager", action="store_true", help="add the eager-mode step overhead")
     ap.add_argument("--caps", nargs="+", default=["batch"], choices=["batch", "kv", "plan"])
     args = ap.parse_args()
     commands = {"ttft": ttft, "capacity": capacity, "compare": compare, "ablation": ablation}
