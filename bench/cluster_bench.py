@@ -2,6 +2,7 @@
 
     python bench/cluster_bench.py ttft      # WarmServe vs ServerlessLLM P99 TTFT per model
     python bench/cluster_bench.py capacity  # highest rate within the SLO, WarmServe vs MuxServe
+    python bench/cluster_bench.py compare --rate 4 --alpha 1   # all four placements
     python bench/cluster_bench.py ablation  # ablations (a)-(f)
     python bench/cluster_bench.py long --days 14 --rate 0.5   # ServeGen-driven multi-day run
 
@@ -31,7 +32,17 @@ SLO_TTFT = {"llama-2-7b": 2.0, "llama-2-13b": 2.0, "llama-2-70b": 5.0}
 SLO_TPOT = 0.1
 
 
-def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), **mix):
+def cfg(
+    placement,
+    trace="conv",
+    rate=1.0,
+    alpha=1.0,
+    disable=(),
+    muxcap="batch",
+    checkpoints="dram",
+    eager=False,
+    **mix,
+):
     return load_config(
         {
             "workload": {"trace": TRACES.get(trace, trace)},
@@ -39,10 +50,23 @@ def cfg(placement, trace="conv", rate=1.0, alpha=1.0, disable=(), **mix):
                 "spec": "2x8:h100",
                 "models": MODELS,
                 "placement": placement,
-                "warmserve": {"disable": list(disable)},
+                "eager_overhead": eager,
+                "warmserve": {"disable": list(disable), "checkpoints": checkpoints},
+                "serverlessllm": {"checkpoints": checkpoints},
+                "muxserve": {"cap": muxcap},
                 "mix": {"rate": rate, "alpha": alpha, **mix},
             },
         }
+    )
+
+
+def mux_layout(res):
+    """MuxServe's meshes: ``size:model@MPS share/router cap`` per engine."""
+    pol = res.extras["controller"].policy
+    return "; ".join(
+        f"{len(gpus)}:"
+        + ",".join(f"{e.model.name.replace('llama-2-', '')}@{e.share:.0%}/{e.cap}" for e in engines)
+        for gpus, engines in pol.layout
     )
 
 
@@ -68,13 +92,20 @@ def ttft(args):
     print("| trace | rate | α | model | ServerlessLLM P99 TTFT s | WarmServe P99 TTFT s | ratio |")
     print("|---|---|---|---|---|---|---|")
     best = (0.0, "")
-    for trace in ("conv", "code"):
+    ratios: dict[str, list[float]] = {}
+    for trace in args.traces:
         for rate in args.rates:
             for alpha in args.alphas:
-                sl = p99_per_model(run_simulation(cfg("serverlessllm", trace, rate, alpha)))
-                ws = p99_per_model(run_simulation(cfg("warmserve", trace, rate, alpha)))
+                ck = args.checkpoints
+                sl = p99_per_model(
+                    run_simulation(cfg("serverlessllm", trace, rate, alpha, checkpoints=ck))
+                )
+                ws = p99_per_model(
+                    run_simulation(cfg("warmserve", trace, rate, alpha, checkpoints=ck))
+                )
                 for name in sl:
                     r = sl[name] / ws[name] if ws[name] else float("nan")
+                    ratios.setdefault(name, []).append(r)
                     if r > best[0]:
                         best = (r, f"{trace} rate {rate} α {alpha} {name}")
                     print(
@@ -82,29 +113,71 @@ def ttft(args):
                         f"{fmt(ws[name])} | {r:.1f}× |"
                     )
                 sys.stdout.flush()
-    print(f"\nlargest ratio: {best[0]:.1f}× ({best[1]})")
+    every = [r for rs in ratios.values() for r in rs]
+    per = ", ".join(f"{k} {np.median(v):.1f}×" for k, v in ratios.items())
+    print(
+        f"\nover {len(every)} cells: median ratio {np.median(every):.1f}× (per model: {per}), "
+        f"smallest {min(every):.1f}×, largest {best[0]:.1f}× ({best[1]})"
+    )
 
 
 def capacity(args):
-    print("| trace | α | system | rate → SLO attainment (≥ 90% sustains) | highest rate |")
-    print("|---|---|---|---|---|")
-    for trace in ("conv", "code"):
+    """Highest rate each system sustains within the SLO. MuxServe is swept once per router cap
+    in ``--caps`` (``batch``: B = 32, the default; ``kv``: MuxServe's own KV-bound batch;
+    ``plan``: the placement's batch size, literally)."""
+    print(
+        "| trace | α | system | rate → SLO attainment (≥ 90% sustains) | highest rate | "
+        "MuxServe layout at the highest rate |"
+    )
+    print("|---|---|---|---|---|---|")
+    for trace in args.traces:
         for alpha in args.alphas:
             highest = {}
-            for system in ("muxserve", "warmserve"):
-                cells, top = [], 0.0
+            systems = [("muxserve", cap) for cap in args.caps] + [("warmserve", "batch")]
+            for system, cap in systems:
+                cells, top, layout = [], 0.0, ""
                 for rate in args.rates:
-                    att = slo_attainment(run_simulation(cfg(system, trace, rate, alpha)))
+                    res = run_simulation(
+                        cfg(system, trace, rate, alpha, muxcap=cap, eager=args.eager)
+                    )
+                    att = slo_attainment(res)
                     cells.append(f"{rate:g}: {att:.0%}")
                     if att >= 0.9:
                         top = rate
+                        if system == "muxserve":
+                            layout = mux_layout(res)
                     else:
                         break
-                highest[system] = top
-                print(f"| {trace} | {alpha:g} | {system} | {', '.join(cells)} | {top:g} |")
+                name = f"muxserve ({cap})" if system == "muxserve" else system
+                highest[name] = top
+                print(f"| {trace} | {alpha:g} | {name} | {', '.join(cells)} | {top:g} | {layout} |")
                 sys.stdout.flush()
-            if highest["muxserve"]:
-                print(f"| | | ratio | | {highest['warmserve'] / highest['muxserve']:.2f}× |")
+            for cap in args.caps:
+                mx = highest[f"muxserve ({cap})"]
+                ratio = f"{highest['warmserve'] / mx:.2f}×" if mx else "∞ (MuxServe sustains none)"
+                print(f"| | | ratio vs muxserve ({cap}) | | {ratio} | |")
+
+
+def compare(args):
+    """All four placements at one rate and α, per trace."""
+    print(
+        "| trace | placement | P50 TTFT s | P99 TTFT s | P99 TTFT per model s | P99 TPOT s | "
+        "instance starts | cold starts | hit rate | GPU-s | SLO attainment |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for trace in args.traces:
+        for placement in ("dedicated", "serverlessllm", "muxserve", "warmserve"):
+            res = run_simulation(cfg(placement, trace, args.rate, args.alpha))
+            m = res.metrics
+            per = " / ".join(fmt(v) for v in p99_per_model(res).values())
+            hit = m["prewarm_hit_rate"]
+            print(
+                f"| {trace} | {placement} | {fmt(m['ttft_p50_s'])} | {fmt(m['ttft_p99_s'])} | "
+                f"{per} | {fmt(m['tpot_p99_s'])} | {m['instance_starts']} | {m['cold_starts']} | "
+                f"{'—' if hit is None else f'{hit:.0%}'} | {m['gpu_seconds']:,.0f} | "
+                f"{slo_attainment(res):.1%} |"
+            )
+            sys.stdout.flush()
 
 
 def ablation(args):
@@ -172,7 +245,7 @@ def long(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["ttft", "capacity", "ablation", "long"])
+    ap.add_argument("what", choices=["ttft", "capacity", "compare", "ablation", "long"])
     ap.add_argument("--rates", type=float, nargs="+", default=[0.5, 1, 2, 4])
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.5, 1, 2])
     ap.add_argument("--trace", default="conv")
@@ -180,8 +253,14 @@ def main():
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--days", type=float, default=14)
     ap.add_argument("--placement", default="warmserve")
+    ap.add_argument("--traces", nargs="+", default=["conv", "code"])
+    ap.add_argument("--checkpoints", default="dram", choices=["dram", "ssd"])
+    ap.add_argument("--eager", action="store_true", help="add the eager-mode step overhead")
+    ap.add_argument("--caps", nargs="+", default=["batch"], choices=["batch", "kv", "plan"])
     args = ap.parse_args()
-    {"ttft": ttft, "capacity": capacity, "ablation": ablation, "long": long}[args.what](args)
+    commands = {"ttft": ttft, "capacity": capacity, "compare": compare, "ablation": ablation}
+    commands["long"] = long
+    commands[args.what](args)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ def _cfg(
     rate: float = 2.0,
     batch: int = 32,
 ):
+    placement, _, variant = placement.partition(":")
+    eager = variant == "eager"
+    muxcap = "" if eager else variant
     return load_config(
         {
             "workload": {"trace": "azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz"},
@@ -36,7 +39,9 @@ def _cfg(
                 "placement": placement,
                 "warmup_s": 20,
                 "batch": batch,
+                "eager_overhead": eager,
                 "warmserve": {"disable": list(disable)},
+                "muxserve": {"cap": muxcap or "batch"},
                 "mix": {"rate": rate, "alpha": 1.0, "replay_s": 240},
             },
         }
@@ -77,11 +82,21 @@ def test_prewarming_beats_autoscaling_from_scratch_on_tail_ttft():
     assert full["ttft_p99_s"] < vanilla["ttft_p99_s"] / 3
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=18, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     n=st.integers(5, 80),
-    placement=st.sampled_from(["dedicated", "serverlessllm", "muxserve", "warmserve"]),
+    placement=st.sampled_from(
+        [
+            "dedicated",
+            "serverlessllm",
+            "muxserve",
+            "muxserve:plan",
+            "muxserve:eager",
+            "warmserve",
+            "warmserve:eager",
+        ]
+    ),
     span=st.sampled_from([10.0, 60.0]),
     batch=st.sampled_from([2, 32]),
 )

@@ -81,3 +81,46 @@ def test_an_instance_on_a_warm_replica_pays_only_the_handoff_and_lazy_kv():
     assert not ctl.replicas  # consumed
     ctl.stop(inst, be.now)
     assert ctl.memory.is_empty()
+
+
+def test_warmserve_reads_a_checkpoint_from_disk_once_per_node():
+    """With a cold page cache the artifact's disk loads cross the SSD link once per node and
+    checkpoint (the two 7B models share their files); later reads come from DRAM."""
+    from tidal.cluster.config import WarmServeConfig
+
+    be, ctl = _ctl(
+        "warmserve",
+        spec="2x4:h100",
+        models=("llama-2-7b", "llama-2-7b", "llama-2-13b"),
+        warmserve=WarmServeConfig(checkpoints="ssd"),
+    )
+    st = ctl.cfg.startup
+    ssd, pcie = st.ssd_gbs * 1e9, min(st.host_to_gpu_gbs, ctl.topo.gpu.pcie_gbs) * 1e9
+    a, b, c = ctl.models
+    first = ctl.prewarm(a, (0,), 0)
+    be.run()
+    assert first.warm_ns == math.ceil(a.shard_bytes / ssd * 1e9)
+    t0 = be.now
+    again = ctl.prewarm(b, (1,), t0)  # same files, now in node 0's page cache
+    be.run()
+    assert again.warm_ns - t0 == math.ceil(b.shard_bytes / pcie * 1e9)
+    t1 = be.now
+    other_node = ctl.prewarm(a, (4,), t1)  # node 1 has not read it yet
+    be.run()
+    assert other_node.warm_ns - t1 == math.ceil(a.shard_bytes / ssd * 1e9)
+    t2 = be.now
+    big = ctl.prewarm(c, (2, 3), t2)  # two 13B ranks share node 0's SSD
+    be.run()
+    assert big.warm_ns - t2 >= math.ceil(2 * c.shard_bytes / ssd * 1e9) - 1
+    for r in list(ctl.replicas.values()):
+        ctl.evict(r, be.now)
+    assert ctl.memory.is_empty()
+
+
+def test_warmserve_preloaded_checkpoints_skip_the_disk():
+    be, ctl = _ctl("warmserve")  # default: checkpoints in DRAM
+    m = ctl.models[0]
+    r = ctl.prewarm(m, (0,), 0)
+    be.run()
+    bw = min(ctl.cfg.startup.host_to_gpu_gbs, ctl.topo.gpu.pcie_gbs) * 1e9
+    assert r.warm_ns == math.ceil(m.shard_bytes / bw * 1e9)

@@ -78,3 +78,20 @@ def test_concurrency_matches_littles_law_on_a_long_poisson_stream():
     t = np.cumsum(rng.exponential(1 / lam, 200_000))
     avg, _ = window_concurrency(t, np.full(len(t), s), 1000.0, int(t[-1] // 1000))
     assert np.mean(avg[1:]) == pytest.approx(lam * s, rel=0.02)
+
+
+def test_online_prior_averages_the_same_window_of_the_last_days():
+    p = 3
+    obs = [1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 100.0, 200.0, 300.0]
+    everything, last = SeasonalPrior(None, p), SeasonalPrior(None, p, max_days=1)
+    for x in obs:
+        everything.record(x)
+        last.record(x)
+    k = len(obs)  # window 0 of day 3
+    assert everything(k) == pytest.approx((1 + 10 + 100) / 3)
+    assert last(k) == 100.0
+    assert SeasonalPrior(None, p, max_days=2)(0) == 0.0
+    two = SeasonalPrior(None, p, max_days=2)
+    for x in obs:
+        two.record(x)
+    assert two(k + 2) == pytest.approx((30 + 300) / 2)

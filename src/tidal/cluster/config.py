@@ -90,6 +90,14 @@ class WarmServeConfig(_Strict):
     the maximum length (the router never sends more, so reservation never starves it);
     ``request`` is the artifact's rule (target ⌊total · in-flight / B⌋ free blocks) with only a
     one-request floor, which starves an instance whose load rises after it shrank."""
+    checkpoints: Literal["dram", "ssd"] = "dram"
+    """Where weight loads read from. The artifact reads each rank's safetensors file from the
+    node's local disk (``utils.py`` ``get_weights``; ``--use-loaded-model`` switches to pinned
+    host memory), and the OS page cache keeps a file once read. ``dram`` (default): the page
+    cache (or the preload) already holds every checkpoint, the steady state of a testbed that
+    has run before and the setting ServerlessLLM gets too (warmserve.md §2.4, §5 Q10). ``ssd``:
+    a cold page cache at t = 0 — the first read of a checkpoint on a node crosses the node's SSD
+    link, later ones come from DRAM."""
     min_free_blocks: int = Field(default=-1)
     """Floor of the KV reservation target (−1: the blocks of one max-length request; the
     artifact has no floor, which can leave an idle instance with no KV at all)."""
@@ -140,13 +148,21 @@ class ServerlessLLMConfig(_Strict):
 
 
 class MuxServeConfig(_Strict):
-    """MuxServe's static placement and SM sharing (warmserve.md §3.5 B-MX, §4.1 item 8)."""
+    """MuxServe's static placement and SM sharing (warmserve.md §3.5 B-MX, §4.1 item 8; see
+    :mod:`tidal.cluster.policies.muxserve`)."""
 
-    mps_overload: float = Field(default=0.2, ge=0)
+    slowdown: Literal["profile", "k"] = "profile"
+    """How an MPS share slows an engine's steps: ``profile`` = MuxServe's measured latency
+    ratios (:mod:`tidal.cluster.sharing`); ``k`` = ``1 / min(1, share · k)`` [ASSUMED]."""
     k_prefill: float = Field(default=1.0, gt=0)
-    """Prefill runs ``1 / min(1, share · k_prefill)`` times slower [ASSUMED]."""
+    """With ``slowdown: k``: prefill runs ``1 / min(1, share · k_prefill)`` times slower."""
     k_decode: float = Field(default=2.0, gt=0)
-    """Decode runs ``1 / min(1, share · k_decode)`` times slower (weaker) [ASSUMED]."""
+    """With ``slowdown: k``: decode runs ``1 / min(1, share · k_decode)`` times slower."""
+    cap: Literal["plan", "kv", "batch"] = "batch"
+    """The router's per-engine cap (see :mod:`tidal.cluster.policies.muxserve`): ``batch`` = B
+    (``cluster.batch``, the artifact's commented-in ``max_num_seqs = 32``); ``plan`` = the
+    placement's ``max_num_seqs`` (the artifact's YAML value, literally); ``kv`` = the average
+    requests the engine's KV cache holds (MuxServe's own runtime, ``init_max_num_seqs``)."""
     retry_s: float = Field(default=1.0, gt=0)
 
 
@@ -171,6 +187,9 @@ class ClusterConfig(_Strict):
     warmup_s: float = Field(default=60.0, ge=0)
     """Control time before the first request (initial prewarming, static loads)."""
     perf_model: str = "auto"
+    eager_overhead: bool = False
+    """Add the eager-mode per-step overhead measured in MuxServe's profile, by model size and
+    tensor-parallel degree (:mod:`tidal.cluster.eager`; a sensitivity setting)."""
     startup: StartupConfig = StartupConfig()
     warmserve: WarmServeConfig = WarmServeConfig()
     serverlessllm: ServerlessLLMConfig = ServerlessLLMConfig()

@@ -28,6 +28,7 @@ import numpy as np
 from tidal.cluster.backend import Backend
 from tidal.cluster.coldstart import StartupPlan
 from tidal.cluster.config import ClusterConfig
+from tidal.cluster.eager import EagerPerfModel, eager_overhead_s
 from tidal.cluster.instance import START_KINDS, ModelInstance, Replica, State
 from tidal.cluster.kv import ReservingKV
 from tidal.cluster.load import ModelLoad
@@ -38,6 +39,7 @@ from tidal.cluster.transfer import TransferEngine
 from tidal.core.request import Request
 from tidal.core.units import NS_PER_S, s_to_ns
 from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 
 
@@ -272,13 +274,19 @@ class ClusterController:
             self.backend.deliver(inst.engine, req, now_ns)
         self.policy.on_ready(inst, now_ns)
 
+    def engine_perf(self, spec: ModelSpec, tp: int) -> PerfModel:
+        """Step-time model of an unshared engine of ``spec`` on ``tp`` GPUs (plus the eager-mode
+        overhead with ``cluster.eager_overhead``)."""
+        perf = build_perf_model(self.cfg.perf_model, spec, self.topo.gpu, tp)
+        if self.cfg.eager_overhead:
+            perf = EagerPerfModel(perf, eager_overhead_s(spec, tp))
+        return perf
+
     def perf_for(self, inst: ModelInstance) -> PerfModel:
         key = (inst.model.index, inst.model.tp, inst.share)
         perf = self._perf_cache.get(key)
         if perf is None:
-            perf = build_perf_model(
-                self.cfg.perf_model, inst.model.spec, self.topo.gpu, inst.model.tp
-            )
+            perf = self.engine_perf(inst.model.spec, inst.model.tp)
             perf = self.policy.wrap_perf(inst, perf)
             self._perf_cache[key] = perf
         return perf

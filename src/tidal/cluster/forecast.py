@@ -7,10 +7,13 @@ of each model. Its prediction for window k+1, made at the end of window k, is
     n = min(history, k+1),
 
 i.e. a seasonal prior corrected by the exponentially weighted recent error (decay 1/2, ten
-windows). The prior of a window is the mean of the same window on all earlier days: given
-offline (the artifact's "character file", :class:`WindowForecaster` with ``prior``) or learned
-online from the observations (``period`` windows per day; before the first full day the prior
-falls back to the last observation, i.e. naive).
+windows). This is the artifact's ``Scheduler.update_loads`` (absolute errors, weights
+normalised by their sum over the windows seen so far). The prior of a window is the mean of the
+same window on the earlier days: given offline (the artifact's "character file",
+:class:`WindowForecaster` with ``prior``: the mean over the 3–6 earlier days of the trace's week)
+or learned online from the observations (``period`` windows per day; all earlier days, or the
+last ``max_days`` of them; before the first full day the prior falls back to the last
+observation, i.e. naive).
 
 Baselines for the benchmark: :func:`seasonal_naive` (same window one period earlier) and, with
 the optional ``forecast`` extra, :func:`holt_winters` (statsmodels' additive Holt-Winters fitted
@@ -25,9 +28,13 @@ import numpy as np
 class SeasonalPrior:
     """Mean of the same window on earlier periods (days), from fixed arrays or online."""
 
-    def __init__(self, fixed: np.ndarray | None = None, period: int = 288) -> None:
+    def __init__(
+        self, fixed: np.ndarray | None = None, period: int = 288, max_days: int | None = None
+    ) -> None:
         self.fixed = None if fixed is None else np.asarray(fixed, dtype=np.float64)
         self.period = period
+        self.max_days = max_days
+        """Online prior: average at most this many earlier days (None: all of them)."""
         self.obs: list[float] = []
 
     def record(self, value: float) -> None:
@@ -40,6 +47,8 @@ class SeasonalPrior:
             return float(self.fixed[min(k, len(self.fixed) - 1)])
         p = self.period
         earlier = self.obs[k - p :: -p] if k - p >= 0 else []
+        if self.max_days is not None:
+            earlier = earlier[: self.max_days]
         earlier = [x for x in earlier if x == x]
         if earlier:
             return float(np.mean(earlier))
@@ -99,10 +108,12 @@ class WindowForecaster:
 
 
 # ---------------------------------------------------------------------- whole-series helpers
-def warmserve_forecast(series: np.ndarray, period: int, history: int = 10) -> np.ndarray:
+def warmserve_forecast(
+    series: np.ndarray, period: int, history: int = 10, max_days: int | None = None
+) -> np.ndarray:
     """One-step-ahead predictions ``pred[k]`` (made after window k−1) with an online seasonal
-    prior; ``pred[0]`` is 0 (no information)."""
-    f = ErrorCorrected(SeasonalPrior(None, period), history)
+    prior over all (or the last ``max_days``) earlier days; ``pred[0]`` is 0 (no information)."""
+    f = ErrorCorrected(SeasonalPrior(None, period, max_days), history)
     out = np.zeros(len(series))
     out[0] = f.prediction
     for k in range(len(series) - 1):

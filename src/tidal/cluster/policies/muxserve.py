@@ -1,70 +1,51 @@
 """``muxserve``: MuxServe-style static spatial sharing (ICML'24; warmserve.md §3.5 B-MX,
-Appendix A), as the WarmServe artifact re-hosts it (one vLLM engine per colocated model, CUDA
-MPS shares, static KV split).
+Appendix A), as the WarmServe artifact re-hosts it (``prewarm_manager.py`` with ``--muxserve``
+and ``muxserve_utils.py``): one vLLM engine per (mesh, model), all started before traffic.
 
-Placement (our compact version of MuxServe's optimiser): every node is split into meshes of
-power-of-two sizes ([8], [4,4], [4,2,2], …, [1]*8); for each combination of node splits, the
-models, sorted by compute demand (``rate · 2 · params · tokens per request``), go one by one to
-the mesh where the resulting compute utilisation (Σ demand / mesh FLOPs) is lowest among those
-whose memory holds them; the combination with the lowest maximum utilisation wins (ties: the
-earlier one). Each model is placed once, sharded over its whole mesh.
+* Placement: MuxServe's optimiser (:mod:`tidal.cluster.policies.muxserve_plan`) on the replay's
+  average rate and mean lengths per model (warmserve.md §5 Q11).
+* SM share: each engine gets the MPS thread percentage ``max(prefill MPS, decode MPS)`` of its
+  placement, normalised over its mesh to sum to 100% (the artifact's launch loop); its steps are
+  slowed by :mod:`tidal.cluster.sharing` (MuxServe's measured profile by default).
+* Memory: the engine's KV cache per GPU is the mesh's ``gpu_memory_utilization`` (the memory the
+  optimiser leaves for KV) × GPU memory × its share of the mesh's KV block sizes, the block size
+  of a model being its per-GPU KV block at its own tensor-parallel degree (the artifact's
+  ``ModelKVConfig`` table: 7B at TP 1, 13B at TP 2, 70B at TP 4). Capped so that weights and KV
+  fit the page pool.
+* Router: the first engine of the model with fewer in-flight requests than its ``max_num_seqs``
+  (the placement's batch size, ``cap: plan``; ``cap: batch`` uses B instead, a sensitivity
+  setting), else retry every second. No cold starts during traffic, no autoscaling.
 
-Engines on a mesh share it: SM share ∝ compute demand, scaled by ``1 + mps_overload`` and capped
-at 1 (:mod:`tidal.cluster.sharing` turns it into a slowdown); GPU memory split in proportion to
-KV block size, as the artifact does (each engine's budget holds its weight shard and the rest
-is its KV cache); the router cap (``max_num_seqs``) is min(B, KV tokens / mean request tokens).
-Routing: the first engine of the model below its cap, else retry every second. No cold starts
-during traffic, no autoscaling.
+Not reproduced: the artifact computes every engine's memory fraction from the block size of the
+last model in the mesh's YAML (a loop-variable slip) and passes MuxServe's KV fraction as vLLM's
+``--gpu-memory-utilization``, which vLLM reads as weights + KV; both would shrink or break the
+KV caches, so the intended proportional KV split is used.
 """
 
 from __future__ import annotations
 
-from itertools import product
-
 from tidal.cluster.coldstart import vanilla_plan
 from tidal.cluster.instance import ModelInstance
-from tidal.cluster.models import ServedModel, with_tp
+from tidal.cluster.models import ServedModel, cdiv, with_tp
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import first_below_cap
-from tidal.cluster.sharing import SharedPerfModel
+from tidal.cluster.policies.muxserve_plan import MuxLLM, MuxPlacement, MuxServeOptimizer
+from tidal.cluster.sharing import SharedPerfModel, k_slowdown, profile_slowdown
 from tidal.core.errors import ConfigError
 from tidal.core.request import Request
 from tidal.hardware.perf import PerfModel
 
 
-def mesh_splits(gpus: int) -> list[list[int]]:
-    """Partitions of ``gpus`` into non-increasing powers of two, largest meshes first."""
-    out: list[list[int]] = []
+class MeshEngine:
+    """What one engine of the static layout gets."""
 
-    def rec(left: int, cap: int, acc: list[int]) -> None:
-        if left == 0:
-            out.append(acc)
-            return
-        size = cap
-        while size >= 1:
-            if size <= left:
-                rec(left - size, size, [*acc, size])
-            size //= 2
-
-    top = 1
-    while top * 2 <= gpus:
-        top *= 2
-    rec(gpus, top, [])
-    return out
-
-
-def kv_split_pages(models: list[ServedModel], pool_pages: int) -> list[int] | None:
-    """Per-GPU KV pages of each colocated engine, or None if one does not fit: budgets in
-    proportion to KV block size, minus each weight shard."""
-    total = sum(m.kv_block_bytes for m in models)
-    out = []
-    for m in models:
-        budget = int(pool_pages * m.kv_block_bytes / total)
-        kv = budget - m.weight_pages
-        if kv < m.block_pages:
-            return None
-        out.append(kv)
-    return out
+    def __init__(self, model: ServedModel, share: float, kv_pages: int, cap: int, mps: tuple):
+        self.model = model
+        self.share = share
+        self.kv_pages = kv_pages
+        self.cap = cap
+        self.mps = mps
+        """(prefill MPS, decode MPS) of the placement."""
 
 
 @PLACEMENTS.register("muxserve")
@@ -74,93 +55,111 @@ class MuxServe(ClusterPolicy):
     def __init__(self, ctl) -> None:
         super().__init__(ctl)
         self.mx = self.cfg.muxserve
-        self.layout: list[tuple[tuple[int, ...], list[tuple[ServedModel, float, int]]]] = []
+        self.placement: MuxPlacement | None = None
+        self.layout: list[tuple[tuple[int, ...], list[MeshEngine]]] = []
 
-    def _demand(self, m: ServedModel) -> float:
-        s = self.ctl.stats[m.index]
-        tokens = s.get("mean_prompt", 512.0) + s.get("mean_output", 128.0)
-        return max(s.get("rate", 1.0), 1e-9) * 2 * m.spec.num_params * tokens
+    # ------------------------------------------------------------------ placement
+    def slowdown(self, n: int, percent: float, prefill: bool) -> float:
+        if self.mx.slowdown == "profile":
+            return profile_slowdown(n, percent, prefill)
+        return k_slowdown(percent / 100, self.mx.k_prefill if prefill else self.mx.k_decode)
 
-    def plan(self) -> list[tuple[tuple[int, ...], list[tuple[ServedModel, float, int]]]]:
-        """[(mesh GPUs, [(model at mesh TP, SM share, KV pages per GPU)])]."""
+    def llms(self) -> list[MuxLLM]:
         ctl = self.ctl
-        per = ctl.topo.gpus_per_node
-        flops = ctl.topo.gpu.flops
-        pool = ctl.pages_per_gpu
-        order = sorted(ctl.models, key=lambda m: (-self._demand(m), m.index))
-        best = None
-        for combo in product(mesh_splits(per), repeat=ctl.topo.num_nodes):
-            meshes: list[tuple[int, ...]] = []
-            for node, split in enumerate(combo):
-                g = node * per
-                for size in split:
-                    meshes.append(tuple(range(g, g + size)))
-                    g += size
-            members: list[list[ServedModel]] = [[] for _ in meshes]
-            load = [0.0] * len(meshes)
-            ok = True
-            for m in order:
-                choice = None
-                for k, mesh in enumerate(meshes):
-                    mm = with_tp(m, len(mesh))
-                    if kv_split_pages([*members[k], mm], pool) is None:
-                        continue
-                    u = (load[k] + self._demand(m)) / (flops * len(mesh))
-                    if choice is None or u < choice[0]:
-                        choice = (u, k, mm)
-                if choice is None:
-                    ok = False
-                    break
-                _, k, mm = choice
-                members[k].append(mm)
-                load[k] += self._demand(m)
-            if not ok:
-                continue
-            worst = max(load[k] / (flops * len(meshes[k])) for k in range(len(meshes)))
-            if best is None or worst < best[0]:
-                best = (worst, meshes, members, load)
-        if best is None:
+        out = []
+        for m in ctl.models:
+            s = ctl.stats[m.index]
+            cache: dict[int, PerfModel] = {}
+
+            def perf(n: int, spec=m.spec, cache=cache) -> PerfModel:
+                if n not in cache:
+                    cache[n] = ctl.engine_perf(spec, n)
+                return cache[n]
+
+            out.append(
+                MuxLLM(
+                    index=m.index,
+                    spec=m.spec,
+                    rate=max(s.get("rate", 1.0), 1e-6),
+                    prompt=max(1, round(s.get("mean_prompt", 512.0))),
+                    output=max(1, round(s.get("mean_output", 128.0))),
+                    weight_bytes=float(m.spec.weight_bytes),
+                    kv_per_token=m.spec.kv_bytes_per_token_per_gpu(1),
+                    perf=perf,
+                    slowdown=self.slowdown,
+                )
+            )
+        return out
+
+    def plan(self) -> list[tuple[tuple[int, ...], list[MeshEngine]]]:
+        """[(mesh GPUs, its engines)] of the static layout."""
+        ctl = self.ctl
+        gpu_bytes = float(ctl.topo.gpu.mem_bytes)
+        opt = MuxServeOptimizer(self.llms(), ctl.topo.num_nodes, ctl.topo.gpus_per_node, gpu_bytes)
+        self.placement = opt.optimize() if all(m.candidates for m in opt.llms) else None
+        if self.placement is None:
             raise ConfigError(
                 "cluster.models",
-                f"MuxServe cannot place these models on {ctl.cfg.spec}",
-                "use fewer or smaller models",
+                f"MuxServe's optimiser finds no placement of these models on {ctl.cfg.spec}",
+                "use fewer or smaller models, or a larger cluster",
             )
-        _, meshes, members, load = best
+        pool = ctl.pages_per_gpu
         layout = []
-        for mesh, mods, total in zip(meshes, members, load, strict=True):
-            if not mods:
-                continue
-            kv = kv_split_pages(mods, pool)
-            assert kv is not None
-            entries = []
-            for mm, pages in zip(mods, kv, strict=True):
-                raw = self._demand(mm) / total if total else 1.0 / len(mods)
-                share = min(1.0, raw * (1 + self.mx.mps_overload)) if len(mods) > 1 else 1.0
-                entries.append((mm, share, pages))
-            layout.append((mesh, entries))
+        for mesh in self.placement.meshes:
+            n = len(mesh.gpus)
+            weights = [with_tp(ctl.models[e.model], n) for e in mesh.engines]
+            pct = [max(e.prefill_mps, e.decode_mps) for e in mesh.engines]
+            blk = [ctl.models[e.model].kv_block_bytes for e in mesh.engines]
+            kv_budget = mesh.gpu_memory_utilization * gpu_bytes
+            kv = [int(kv_budget * b / sum(blk)) // ctl.page_bytes for b in blk]
+            room = pool - sum(w.weight_pages for w in weights)
+            if sum(kv) > room:
+                kv = [k * room // sum(kv) for k in kv]
+            engines = []
+            for e, mm, p, pages in zip(mesh.engines, weights, pct, kv, strict=True):
+                need = cdiv(self.cfg.max_model_len, mm.block_size) * mm.block_pages
+                if pages < need:
+                    raise ConfigError(
+                        "cluster.models",
+                        f"MuxServe's layout leaves {mm.name} on GPUs {mesh.gpus} {pages} KV pages "
+                        f"per GPU, fewer than one {self.cfg.max_model_len}-token request needs",
+                        "use fewer or smaller models, or a larger cluster",
+                    )
+                cap = self._cap(e.max_num_seqs, mm, pages)
+                share = p / sum(pct)
+                mps = (e.prefill_mps, e.decode_mps)
+                engines.append(MeshEngine(mm, share, pages, max(1, cap), mps))
+            layout.append((mesh.gpus, engines))
         return layout
 
+    def _cap(self, planned: int, mm: ServedModel, kv_pages: int) -> int:
+        if self.mx.cap == "plan":
+            return planned
+        if self.mx.cap == "batch":
+            return self.cfg.batch
+        s = self.ctl.stats[mm.index]
+        tokens = s.get("mean_prompt", 512.0) + s.get("mean_output", 128.0)
+        return int((kv_pages // mm.block_pages) * mm.block_size // max(tokens, 1.0))
+
+    # ------------------------------------------------------------------ events
     def setup(self, now_ns: int) -> None:
-        ctl = self.ctl
         st = self.cfg.startup
         self.layout = self.plan()
-        b = self.cfg.batch
-        for mesh, entries in self.layout:
-            for mm, share, pages in entries:
-                s = ctl.stats[mm.index]
-                tokens = s.get("mean_prompt", 512.0) + s.get("mean_output", 128.0)
-                blocks = pages // mm.block_pages
-                cap = max(1, min(b, int(blocks * mm.block_size // max(tokens, 1.0))))
-                plan = vanilla_plan(st.worker_s, st.engine_s, st.nccl_s, st.kv_init_s)
-                self._launch_shared(mm, mesh, plan, now_ns, share, pages, cap)
+        for mesh, engines in self.layout:
+            for e in engines:
+                plan = vanilla_plan(
+                    st.worker_s, st.engine_s, st.nccl_s if len(mesh) > 1 else 0.0, st.kv_init_s
+                )
+                self._launch_shared(e, mesh, plan, now_ns)
 
-    def _launch_shared(self, mm, mesh, plan, now_ns, share, pages, cap) -> ModelInstance:
+    def _launch_shared(self, e: MeshEngine, mesh, plan, now_ns) -> ModelInstance:
         ctl = self.ctl
-        busy = [g for g in mesh if ctl.gpu_busy[g] is not None]
-        saved = {g: ctl.gpu_busy[g] for g in busy}
-        for g in busy:
+        saved = {g: ctl.gpu_busy[g] for g in mesh if ctl.gpu_busy[g] is not None}
+        for g in saved:
             ctl.gpu_busy[g] = None  # engines of one mesh share its GPUs
-        inst = ctl.launch(mm, mesh, plan, now_ns, "static", kv_pages=pages, share=share, cap=cap)
+        inst = ctl.launch(
+            e.model, mesh, plan, now_ns, "static", kv_pages=e.kv_pages, share=e.share, cap=e.cap
+        )
         for g, other in saved.items():
             ctl.gpu_busy[g] = other
         return inst
@@ -175,4 +174,8 @@ class MuxServe(ClusterPolicy):
     def wrap_perf(self, inst: ModelInstance, perf: PerfModel) -> PerfModel:
         if inst.share >= 1.0:
             return perf
-        return SharedPerfModel(perf, inst.share, self.mx.k_prefill, self.mx.k_decode)
+        n = len(inst.gpus)
+        pct = 100 * inst.share
+        return SharedPerfModel(
+            perf, inst.share, self.slowdown(n, pct, True), self.slowdown(n, pct, False)
+        )

@@ -21,6 +21,9 @@ config each (:data:`tidal.cluster.config.ABLATIONS`).
   mapped lazily; off: a load pays copy + mapping (0.2 s per 10 GB) and an activation maps all of
   its KV before serving (§2.8).
 
+Weights load from host DRAM by default (the artifact reads local files through the page cache,
+or a pinned preload); ``cluster.warmserve.checkpoints: ssd`` starts from a cold page cache.
+
 Autoscaler and router (§2.6), shared by all variants: every 0.5 s, on the 5-s average in-flight
 load, scale down below 0.5·capacity (instances older than 5 s, fewest in flight first) and up
 above 0.8·capacity; a request goes to the least-loaded instance below B, else creates one
@@ -270,6 +273,15 @@ class WarmServe(ClusterPolicy):
     # ------------------------------------------------------------------ mechanisms
     def keep_weights(self, inst: ModelInstance) -> bool:
         return self.unified
+
+    def in_dram(self, model: ServedModel, node: int) -> bool:
+        """With ``checkpoints: ssd``, whether the node's page cache holds the checkpoint: a
+        model of the same catalog id was read there before (the artifact's repeated models are
+        symlinks to one set of files)."""
+        if self.ws.checkpoints == "dram":
+            return True
+        cached = self.ctl.dram[node]
+        return any(m.index in cached for m in self.ctl.models if m.spec.name == model.spec.name)
 
     def load_extra_s(self, model: ServedModel) -> float:
         if not self.unified:
