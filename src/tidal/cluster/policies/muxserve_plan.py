@@ -322,12 +322,12 @@ class MuxServeOptimizer:
     def smart_placement(self, meshes: list[MeshGroup]) -> float | None:
         """Greedy by throughput increase; returns the objective, or None if a model fits nowhere."""
         order = sorted(self.llms, key=lambda m: (m.rate * m.scale, m.scale), reverse=True)
-        tagged = [[mesh, 0.0] for mesh in meshes]
-        tagged.sort(key=lambda x: (x[1], x[0].free_bytes), reverse=True)
+        prio = {id(mesh): 0.0 for mesh in meshes}
+        tagged = sorted(meshes, key=lambda m: (prio[id(m)], m.free_bytes), reverse=True)
         for llm in order:
             best: MeshGroup | None = None
             best_gain = -100.0
-            for mesh, _ in tagged:
+            for mesh in tagged:
                 cand = llm.candidates.get(mesh.n)
                 if cand is None or not mesh.can_place(llm, cand[1]):
                     continue
@@ -341,12 +341,10 @@ class MuxServeOptimizer:
                     best, best_gain = mesh, gain
             if best is None:
                 return None
-            for entry in tagged:
-                if entry[0] is best:
-                    entry[1] -= llm.rate * llm.scale / best.n
+            prio[id(best)] -= llm.rate * llm.scale / best.n
             best.place(llm, llm.candidates[best.n][1])
             best.tpt += best_gain
-            tagged.sort(key=lambda x: (x[1], x[0].free_bytes), reverse=True)
+            tagged.sort(key=lambda m: (prio[id(m)], m.free_bytes), reverse=True)
         total_tpt = total_rate = 0.0
         for mesh in meshes:
             llms = [m for m, _ in mesh.models]
