@@ -11,6 +11,9 @@ from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
 from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
 from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.scheduler import SchedulerConfig
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.interference import step_costs
+from tidal.hardware.models import get_model
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
 from tidal.sim.simulator import Simulation
@@ -46,6 +49,17 @@ class CheckedScheduler(AugmentedScheduler):
         self.check()
 
 
+def _checked(cls: type) -> type:
+    if cls is AugmentedScheduler:
+        return CheckedScheduler
+
+    def update(self, plan, end_ns, num_steps=1):
+        cls.update(self, plan, end_ns, num_steps)
+        self.check()
+
+    return type(f"Checked{cls.__name__}", (cls,), {"update": update})
+
+
 def make(
     policy: str = "infercept",
     *,
@@ -58,17 +72,23 @@ def make(
     checked: bool = True,
     perf=None,
     swap_ns_per_token: float = 1000.0,
+    batching: str = "mb",
+    deployment: tuple[str, str, int] = ("gpt-j-6b", "a100-80gb", 1),
     **kw,
 ) -> AugmentedScheduler:
+    """``batching`` other than mb needs EB's step costs: those of ``perf`` (default
+    unit_perf) for the ``deployment`` (model, GPU, TP)."""
     kv = KVBlockManager(num_blocks, block_size, watermark, host_blocks)
+    m, g, tp = deployment
+    costs = step_costs(get_model(m), get_gpu(g), tp, perf or unit_perf())
     s = build_augmented_scheduler(
-        SchedulerConfig(max(token_budget, max_seqs), max_seqs),
+        SchedulerConfig(max(token_budget, max_seqs), max_seqs, costs=costs),
         kv,
         env(perf, swap_ns_per_token),
-        AugmentSpec(serving_policy=policy, **kw),
+        AugmentSpec(serving_policy=policy, batching=batching, **kw),
     )
     if checked:
-        s.__class__ = CheckedScheduler
+        s.__class__ = _checked(type(s))
     return s
 
 

@@ -55,10 +55,13 @@ def augmented_workloads(draw):
     block_size=st.sampled_from([4, 16]),
     max_seqs=st.integers(1, 16),
     perf_idx=st.integers(0, len(PERFS) - 1),
+    batching=st.sampled_from(["mb", "eb", "ebplus"]),
 )
 def test_fast_forward_is_exact_for_augmented_requests(
-    rs, policy, predictor, spare, host, block_size, max_seqs, perf_idx
+    rs, policy, predictor, spare, host, block_size, max_seqs, perf_idx, batching
 ):
+    """Also with interception composed over EB and EB⁺ (their phase machine and mode
+    switches must stop a fast-forwarded run exactly where stepping would change)."""
     longest = int((rs.prompt_len + rs.output_len + rs.extra["return_tokens"]).max())
     blocks = -(-longest // block_size) + 2 + spare
     m, g, kind, tp = PERFS[perf_idx]
@@ -82,6 +85,8 @@ def test_fast_forward_is_exact_for_augmented_requests(
             budget_max=2048,
             budget_reserve=16,
             checked=False,
+            batching=batching,
+            deployment=(m, g, tp),
         )
         rec, sim = run(rs, s, perf, fast_forward=ff)
         runs.append((rec, sim, s))

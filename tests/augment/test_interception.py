@@ -90,8 +90,11 @@ POLICIES = [
     host=st.integers(0, 80),
     block_size=st.sampled_from([4, 16]),
     max_seqs=st.integers(1, 8),
+    batching=st.sampled_from(["mb", "eb", "ebplus"]),
 )
-def test_tokens_blocks_and_swap_space_are_conserved(rs, policy, spare, host, block_size, max_seqs):
+def test_tokens_blocks_and_swap_space_are_conserved(
+    rs, policy, spare, host, block_size, max_seqs, batching
+):
     """Whatever happens to a context during its calls, every request generates exactly its
     decode tokens, gets exactly its returned tokens, and every GPU and host block comes back
     (the invariants are also checked after every step by ``CheckedScheduler``)."""
@@ -107,6 +110,7 @@ def test_tokens_blocks_and_swap_space_are_conserved(rs, policy, spare, host, blo
         max_seqs=max_seqs,
         token_budget=max(64, max_seqs),
         predictor="oracle",
+        batching=batching,
     )
     finished = []
     rec, _ = run(rs, s)

@@ -37,8 +37,8 @@ class FakeBackend(TimerLoop):
         self.delivered: list[tuple[int, int, int]] = []
         self.released: list[int] = []
 
-    def start_engine(self, name, kv, perf) -> int:
-        self.engines.append((name, kv, perf))
+    def start_engine(self, model, kv, perf) -> int:
+        self.engines.append((model.name, kv, perf))
         return len(self.engines) - 1
 
     def release_engine(self, engine) -> None:

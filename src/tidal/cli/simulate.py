@@ -180,6 +180,8 @@ def simulate(
             _set(flags, "cluster.warmserve.disable", warmserve_disable)
             rate_value = flags.get("workload", {}).pop("rate", None)
             _set(flags, "cluster.mix.rate", rate_value)
+            # augmented requests on the mix's arrivals (each engine: augment.* over batching)
+            _set(flags, "cluster.mix.augmented", flags.get("workload", {}).pop("augmented", None))
             flags.setdefault("cluster", {})
             if mix == "servegen" and trace is None and not data.get("workload", {}).get("trace"):
                 _set(flags, "workload.trace", "servegen/servegen_aggregate_rate_10min.csv.gz")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from tidal.cluster.models import ServedModel
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
 from tidal.hardware.perf import PerfModel
@@ -20,8 +21,9 @@ class Backend(Protocol):
         """Run ``fn(t)`` at ``t`` (a control event: after step ends and arrivals at ``t``)."""
         ...
 
-    def start_engine(self, name: str, kv: KVBlockManager, perf: PerfModel) -> int:
-        """Create a serving engine with this KV cache and step-time model; returns its index."""
+    def start_engine(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> int:
+        """Create a serving engine of ``model`` with this KV cache and step-time model (its
+        scheduler: the run's batching policy and ordering); returns its index."""
         ...
 
     def release_engine(self, engine: int) -> None:

@@ -59,6 +59,9 @@ class ClusterController:
 
         self.cfg = cfg
         self.backend = backend
+        self.placed: dict[int, ModelInstance] = {}
+        """The instance each in-flight request was assigned to (``Request.payload`` belongs
+        to the workload: an augmented request's segments)."""
         self.topo = parse_cluster(cfg.spec)
         gpu = self.topo.gpu
         self.page_bytes = cfg.page_mib * 2**20
@@ -129,13 +132,12 @@ class ClusterController:
     def on_arrival(self, req: Request, now_ns: int) -> None:
         m = int(self.model_of[req.request_id])
         self.loads[m].change(now_ns, +1)
-        req.payload = None
         self.policy.route(req, m, now_ns)
 
     def assign(self, req: Request, inst: ModelInstance, now_ns: int) -> None:
         """Send ``req`` to ``inst`` (it waits there if the instance is still starting)."""
         inst.inflight += 1
-        req.payload = inst
+        self.placed[req.request_id] = inst
         if inst.state == State.READY:
             self.backend.deliver(inst.engine, req, now_ns)
         else:
@@ -150,7 +152,7 @@ class ClusterController:
         m = int(self.model_of[req.request_id])
         self.loads[m].change(now_ns, -1)
         self.num_finished += 1
-        inst: ModelInstance = req.payload  # type: ignore[assignment]
+        inst = self.placed.pop(req.request_id)
         inst.inflight -= 1
         if inst.state == State.STOPPING and inst.inflight == 0:
             self.at(now_ns, lambda t: self._retire(inst, t))
@@ -268,7 +270,7 @@ class ClusterController:
         inst.ready_ns = now_ns
         perf = self.perf_for(inst)
         assert inst.kv is not None
-        inst.engine = self.backend.start_engine(inst.model.name, inst.kv, perf)
+        inst.engine = self.backend.start_engine(inst.model, inst.kv, perf)
         pending, inst.pending = inst.pending, []
         for req in pending:
             self.backend.deliver(inst.engine, req, now_ns)

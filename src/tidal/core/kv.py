@@ -132,6 +132,12 @@ class KVBlockManager:
                 self._host[req.request_id] = have - m
         return m
 
+    def add_host_space(self, num_blocks: int) -> None:
+        """Give the cache ``num_blocks`` more host (swap) blocks (a cluster engine that serves
+        augmented requests gets its swap space when it starts)."""
+        self.num_host_blocks += num_blocks
+        self.num_free_host_blocks += num_blocks
+
     def host_blocks_of(self, req: Request) -> int:
         return self._host.get(req.request_id, 0)
 

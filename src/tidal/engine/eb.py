@@ -347,7 +347,7 @@ class ExclusiveBatchingScheduler(Scheduler):
         """Prefill-only step: continue pending chunks (all of them, budget and KV permitting),
         then admit from the queue while fewer than the phase's target have been prefilled."""
         kv = self.kv
-        budget = self.config.max_num_batched_tokens
+        budget = self.step_budget()
         cap = self.config.long_prefill_token_threshold
         target = self.n if self.phase == INITIAL_FILL else self.refill_target
         remaining = target - self.prefilled
@@ -385,9 +385,12 @@ class ExclusiveBatchingScheduler(Scheduler):
 
     def _schedule_decodes(self, plan: StepPlan) -> None:
         """Decode-only step: every pooled request computes one token. While the step's new KV
-        blocks are not free, preempt the newest running request (an OOM event, §3.2)."""
+        blocks are not free, preempt the newest running request (an OOM event, §3.2) — after
+        reclaiming idle contexts, where a composed policy holds any (augmented requests)."""
         pool, kv = self.pool, self.kv
         while pool.blocks_needed(0) > kv.num_free_blocks:
+            if self._reclaim(pool.blocks_needed(0) - kv.num_free_blocks):
+                continue
             victim = next(reversed(self.running.values()))
             self._preempt(victim)
             plan.preempted.append(victim)

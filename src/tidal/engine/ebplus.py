@@ -237,7 +237,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         self._sched_ns = now_ns
         self._plan_phase = None
         plan = StepPlan()
-        budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
+        budget = self._schedule_running(plan, self.step_budget())
         if not plan.preempted:
             self._admit_waiting(plan, budget, now_ns, self._mb_cap())
         return plan

@@ -13,7 +13,7 @@ class MixedBatchingScheduler(Scheduler):
     def schedule(self, now_ns: int) -> StepPlan:
         self.waiting.refresh(now_ns)
         plan = StepPlan()
-        budget = self._schedule_running(plan, self.config.max_num_batched_tokens)
+        budget = self._schedule_running(plan, self.step_budget())
         if not plan.preempted:
             self._admit_waiting(plan, budget, now_ns)
         return plan

@@ -101,6 +101,11 @@ class Scheduler(ABC):
         arrival could change that. The default, (1, True), disables fast-forward."""
         return 1, True
 
+    def step_budget(self) -> int:
+        """Token budget B of the step being scheduled (vLLM's ``max_num_batched_tokens``).
+        Constant here; a composed policy may vary it per step (AugServe's dynamic budget)."""
+        return self.config.max_num_batched_tokens
+
     def extra_metrics(self) -> dict[str, Any]:
         """Policy-specific summary metrics (merged into ``summary.json``)."""
         return {}

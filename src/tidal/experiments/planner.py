@@ -155,9 +155,20 @@ def _label(values: dict[str, Any], cfg: SimulationConfig | None) -> str:
     if cfg is None:
         return ", ".join(f"{k}={v}" for k, v in values.items())
     s = cfg.scheduler
-    text = f"{cfg.gpu} TP{cfg.tp} · {s.batching}/{s.ordering} B={s.token_budget} N={s.max_seqs}"
-    known = {"gpu", "tp", "scheduler.batching", "scheduler.ordering"}
-    known |= {"scheduler.token_budget", "scheduler.max_seqs"}
+    if cfg.cluster is not None:
+        gpu = values.get("gpu", cfg.gpu)
+        text = f"{gpu} · {cfg.cluster.placement} · {s.batching}"
+        known = {"gpu", "cluster.placement", "scheduler.batching"}
+        augmented = cfg.cluster.mix.augmented is not None
+    else:
+        text = f"{cfg.gpu} TP{cfg.tp} · {s.batching}/{s.ordering} B={s.token_budget} "
+        text += f"N={s.max_seqs}"
+        known = {"gpu", "tp", "scheduler.batching", "scheduler.ordering"}
+        known |= {"scheduler.token_budget", "scheduler.max_seqs"}
+        augmented = cfg.workload.augmented is not None
+    if augmented:
+        text += f" · {cfg.augment.serving_policy}"
+        known.add("augment.serving_policy")
     extra = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items() if k not in known]
     return text + (" · " + " ".join(extra) if extra else "")
 
@@ -261,6 +272,10 @@ class Planner:
             passed = meets_slo(metrics, self.targets)
         except SimulationStopped:
             stopped, passed, metrics = True, False, {}
+        except ConfigError as err:
+            # this capacity cannot hold the deployment (e.g. a cluster with fewer GPUs per
+            # node than a model's TP): a miss, and more capacity may fit
+            passed, metrics = False, {"error": str(err)}
         ev = Evaluation(opt, capacity, passed, stopped, metrics, result if passed else None)
         self._memo[(opt.index, capacity)] = ev
         self.evaluations.append(ev)

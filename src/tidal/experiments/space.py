@@ -9,7 +9,7 @@ A plan file is YAML::
       gpu: [h100, h200, l40s]
       tp: [1, 2]
       scheduler.batching: [mb, eb, ebplus]        # any names registered in BATCHING
-      scheduler.ordering: [fcfs, augserve]        # any names registered in ORDERINGS
+      scheduler.ordering: [fcfs]                  # any names registered in ORDERINGS
       scheduler.token_budget: [512, 2048, 8192]
       scheduler.max_seqs: [128, 256]
     slo: {ttft_p99_s: 2.0, tpot_p99_s: 0.1}
@@ -17,10 +17,15 @@ A plan file is YAML::
     router: round-robin
     objective: gpu_hours           # or dollars
 
-Keys of the search block that the base config does not know yet (``cluster.placement`` once
-multi-model clusters land) are passed through like any other: the search space is data, so a
-policy registered later is one value in a list away. Unset axes default to every registered
-batching policy and ordering, and to ``gpu``/``tp``/``token_budget``/``max_seqs`` lists below.
+The search space is data: any dotted key of the config is an axis, so a policy registered
+later is one value in a list away. Unset axes default to every registered batching policy
+and ordering, and to ``gpu``/``tp``/``token_budget``/``max_seqs`` lists below; with a
+``cluster`` in the base, to every placement (and not to the per-instance axes, which the
+cluster sets); with augmented requests (``workload.augmented`` or
+``cluster.mix.augmented``), to the serving policies vllm, infercept and augserve
+(``augment.serving_policy``). All three papers' policies compose in one option, e.g.
+``cluster.placement: warmserve``, ``scheduler.batching: ebplus``,
+``augment.serving_policy: augserve`` (tests/test_composition.py).
 
 The capacity dimension is searched by the planner, not listed: by default the number of
 replicas of the per-replica config (each ``tp`` GPUs, see :mod:`tidal.experiments.replicas`).
@@ -38,6 +43,8 @@ from tidal.core.errors import ConfigError
 from tidal.experiments.replicas import ROUTERS
 
 DEFAULT_TP = [1, 2, 4]
+DEFAULT_SERVING_POLICIES = ["vllm", "infercept", "augserve"]
+"""Augmented workloads: the baseline, INFERCEPT and AugServe (the ablations on request)."""
 DEFAULT_TOKEN_BUDGETS = [512, 2048, 8192]
 DEFAULT_MAX_SEQS = [128, 256]
 SLO_METRICS = tuple(f"{m}_p{p}_s" for m in ("ttft", "tpot", "e2e") for p in (50, 90, 99))
@@ -102,15 +109,21 @@ class PlanSpec(BaseModel):
         from tidal.engine.scheduler import BATCHING
 
         axes = {k: list(v) for k, v in self.search.items()}
+        cluster = self.base.get("cluster")
         axes.setdefault("gpu", [self.base.get("gpu", "h100")])
-        axes.setdefault("tp", list(DEFAULT_TP))
         axes.setdefault("scheduler.batching", BATCHING.names())
-        axes.setdefault("scheduler.ordering", ORDERINGS.names())
-        axes.setdefault("scheduler.token_budget", list(DEFAULT_TOKEN_BUDGETS))
-        axes.setdefault("scheduler.max_seqs", list(DEFAULT_MAX_SEQS))
+        if cluster is None:  # a cluster's TP, budget and batch cap come from cluster.*
+            axes.setdefault("tp", list(DEFAULT_TP))
+            axes.setdefault("scheduler.ordering", ORDERINGS.names())
+            axes.setdefault("scheduler.token_budget", list(DEFAULT_TOKEN_BUDGETS))
+            axes.setdefault("scheduler.max_seqs", list(DEFAULT_MAX_SEQS))
         placements = _registry("cluster.placement")
-        if placements is not None and self.base.get("cluster") is not None:
+        if placements is not None and cluster is not None:
             axes.setdefault("cluster.placement", placements.names())
+        workload = self.base.get("workload") or {}
+        mix = (cluster or {}).get("mix") or {}
+        if workload.get("augmented") or mix.get("augmented"):
+            axes.setdefault("augment.serving_policy", list(DEFAULT_SERVING_POLICIES))
         for key, values in axes.items():
             if key == "seed" or key == "workload" or key.startswith("workload."):
                 raise ConfigError(
@@ -133,6 +146,8 @@ REGISTRY_AXES = {
     "scheduler.batching": ("tidal.engine.scheduler", "BATCHING"),
     "scheduler.ordering": ("tidal.engine.ordering", "ORDERINGS"),
     "cluster.placement": ("tidal.cluster.policies", "PLACEMENTS"),
+    "augment.serving_policy": ("tidal.engine.augment.bundles", "SERVING_POLICIES"),
+    "augment.ordering": ("tidal.engine.augment.ordering", "AUGMENT_ORDERINGS"),
 }
 """Axes whose values are policy names, checked against their registry up front (a registry
 whose package is not installed yet is skipped)."""

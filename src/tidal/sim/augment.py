@@ -20,9 +20,9 @@ from tidal.core.kv import KVBlockManager
 from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import INFERCEPT_PROFILES, measured_host_link
-from tidal.hardware.gpus import get_gpu
+from tidal.hardware.gpus import GPUSpec, get_gpu
 from tidal.hardware.memory import MemoryPlan
-from tidal.hardware.models import get_model
+from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
 
 if TYPE_CHECKING:
@@ -89,53 +89,66 @@ class AugmentConfig(BaseModel):
 DEFAULT_HOST_LINK_EFFICIENCY = 0.8
 
 
-def host_link_bytes_per_s(cfg: SimulationConfig) -> float:
-    """KV bytes per second per GPU and direction over the host link (module docstring)."""
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+def host_link_bytes_per_s(
+    cfg: SimulationConfig, model: ModelSpec | None = None, gpu: GPUSpec | None = None, tp: int = 0
+) -> float:
+    """KV bytes per second per GPU and direction over the host link (module docstring), for
+    the run's deployment or the given one (a cluster engine)."""
+    model = model or get_model(cfg.model)
+    gpu = gpu or get_gpu(cfg.gpu)
+    tp = tp or cfg.tp
     eff = cfg.augment.host_link_efficiency
     if eff is None:
-        measured = measured_host_link(model, gpu, cfg.tp)
+        measured = measured_host_link(model, gpu, tp)
         if measured is not None:
             return measured[0]
         eff = DEFAULT_HOST_LINK_EFFICIENCY
     return eff * gpu.pcie_gbs * 1e9
 
 
-def measured_iteration_profile(cfg: SimulationConfig) -> IterationProfile | None:
+def measured_iteration_profile(
+    cfg: SimulationConfig, model: str = "", gpu: str = "", tp: int = 0
+) -> IterationProfile | None:
     """INFERCEPT's profiled ``It(N) = α·N + γ`` when the run's step times are that profile
     (``perf_model`` auto or linear on a deployment INFERCEPT measured): its waste formulas then
     use the paper's own constants, not a line refitted to the (13B: floored) step model."""
-    p = INFERCEPT_PROFILES.get((cfg.model, cfg.gpu, cfg.tp))
+    p = INFERCEPT_PROFILES.get((model or cfg.model, gpu or cfg.gpu, tp or cfg.tp))
     if p is None or cfg.perf_model not in ("auto", "linear"):
         return None
     return IterationProfile(p.alpha_ms / 1e3, p.gamma_ms / 1e3, cfg.augment.saturation_tokens)
 
 
-def build_augmented(
+def host_blocks(cfg: SimulationConfig, model: ModelSpec, tp: int, block_size: int) -> int:
+    """Host swap space (``augment.swap_space_gb`` per GPU) in KV blocks of one GPU's shard."""
+    per_tok = model.kv_bytes_per_token_per_gpu(tp)
+    return int(cfg.augment.swap_space_gb * 1e9 // (per_tok * block_size))
+
+
+def augmented_engine(
     cfg: SimulationConfig,
     sched_cfg: SchedulerConfig,
-    mem: MemoryPlan,
+    kv: KVBlockManager,
     perf: PerfModel,
     policy_seed: int,
+    deployment: tuple[ModelSpec, GPUSpec, int] | None = None,
 ) -> Scheduler:
-    """The augmented scheduler of a run: KV with host swap space, the cost environment, the
-    bundle of policies (``scheduler.batching`` and ``scheduler.ordering`` do not apply; an
+    """The augmented scheduler on ``kv`` (which holds the host swap space): the cost
+    environment of the deployment (default: the run's; a cluster engine passes its own) and
+    the bundle of policies over the batching policy ``scheduler.batching``
+    (``scheduler.ordering`` does not apply: the bundle's ``augment.ordering`` does; an
     explicitly set ``scheduler.token_budget`` is the static budget unless
     ``augment.static_budget`` is given)."""
     from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
     from tidal.engine.augment.scheduler import AugmentEnv
 
     a = cfg.augment
-    model = get_model(cfg.model)
-    per_tok = model.kv_bytes_per_token_per_gpu(cfg.tp)
-    host_blocks = int(a.swap_space_gb * 1e9 // (per_tok * mem.block_size))
-    kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, host_blocks)
+    model, gpu, tp = deployment or (get_model(cfg.model), get_gpu(cfg.gpu), cfg.tp)
     env = AugmentEnv.build(
         perf,
-        int(per_tok),
-        host_link_bytes_per_s(cfg),
+        int(model.kv_bytes_per_token_per_gpu(tp)),
+        host_link_bytes_per_s(cfg, model, gpu, tp),
         a.saturation_tokens,
-        measured_iteration_profile(cfg),
+        measured_iteration_profile(cfg, model.name, gpu.name, tp),
     )
     spec = AugmentSpec(
         serving_policy=a.serving_policy,
@@ -158,5 +171,21 @@ def build_augmented(
         value_form=a.value_form,
         stage2=a.stage2,
         starvation_ns=round(a.starvation_factor * cfg.slo.ttft_s * 1e9),
+        batching=cfg.scheduler.batching,
     )
     return build_augmented_scheduler(sched_cfg, kv, env, spec)
+
+
+def build_augmented(
+    cfg: SimulationConfig,
+    sched_cfg: SchedulerConfig,
+    mem: MemoryPlan,
+    perf: PerfModel,
+    policy_seed: int,
+) -> Scheduler:
+    """The augmented scheduler of a single-instance run (:func:`augmented_engine`) on a KV
+    cache with ``augment.swap_space_gb`` of host swap space."""
+    model = get_model(cfg.model)
+    hb = host_blocks(cfg, model, cfg.tp, mem.block_size)
+    kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb)
+    return augmented_engine(cfg, sched_cfg, kv, perf, policy_seed)

@@ -20,15 +20,16 @@ import numpy as np
 
 from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
-from tidal.cluster.models import served_models, service_ms
+from tidal.cluster.models import ServedModel, served_models, service_ms
 from tidal.cluster.topology import parse_cluster
 from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import request_latencies, summarize
 from tidal.core.request import Request
 from tidal.core.units import NS_PER_S, s_to_ns
-from tidal.engine.mb import MixedBatchingScheduler
-from tidal.engine.scheduler import SchedulerConfig
+from tidal.engine.ordering import ORDERINGS
+from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -67,12 +68,17 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
         path = resolve_trace(cfg.workload.trace) if cfg.workload.trace else None
         w = servegen_mix(mix, len(models), rng, read_aggregate_rates(path))
     rs = w.requests
+    if mix.augmented is not None:
+        from tidal.workload.multimodel import augment_mix
+
+        rs = augment_mix(rs, mix.augmented, rng, c.max_model_len)
     shifted = RequestSet(
         rs.arrival_ns + s_to_ns(c.warmup_s),
         rs.prompt_len,
         rs.output_len,
         f"{rs.source}; +{c.warmup_s:g} s warm-up",
         rs.extra,
+        rs.payloads,
     )
     return MixWorkload(shifted, w.shares, w.prior_avg, w.prior_peak, w.description)
 
@@ -97,6 +103,8 @@ def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]
         sel = model == m.index
         pre, dec = service_ms(m.spec)
         svc = (pre + rs.output_len[sel] * dec) / 1000.0
+        if "call_ns" in rs.extra:  # augmented: a request stays in flight during its calls
+            svc = svc + rs.extra["call_ns"][sel] / NS_PER_S
         avg, _ = window_concurrency(t[sel] - t.min() if len(t) else t[sel], svc, span, 1)
         n = int(sel.sum())
         out.append(
@@ -118,9 +126,17 @@ class SimBackend:
         self.sim = sim
         c = cfg.cluster
         assert c is not None
-        self.sched_cfg = SchedulerConfig(c.token_budget, max(256, c.batch))
+        self.gpu = parse_cluster(c.spec).gpu
         self.names: list[str] = []
         self.free_engines: dict[str, list[int]] = {}
+        from tidal.sim.run import rng_streams
+
+        self.policy_seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
+        self.num_started = 0
+        self.retired: list[tuple[str, Scheduler]] = []
+        """Schedulers of stopped engines that were reused (their counters still count)."""
+        self._costs: dict[int, tuple[PerfModel, StepCosts]] = {}
+        """EB step costs by step-time model (kept alive here, so ``id`` stays unique)."""
 
     def now_ns(self) -> int:
         return self.sim.now_ns
@@ -128,11 +144,38 @@ class SimBackend:
     def call_at(self, t_ns: int, fn: Callable[[int], None]) -> None:
         self.sim.call_at(t_ns, fn, CONTROL)
 
-    def start_engine(self, name: str, kv: KVBlockManager, perf: PerfModel) -> int:
-        sched = MixedBatchingScheduler(self.sched_cfg, kv)
+    def scheduler(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> Scheduler:
+        """An engine's scheduler: ``scheduler.batching`` and ``scheduler.ordering`` of the run,
+        the cluster's token budget and N_max = max(256, B) (the router caps an engine at B);
+        EB and EB⁺ get the step costs of the engine's own step-time model (shared GPUs:
+        the slowed one)."""
+        c, s = self.cfg.cluster, self.cfg.scheduler
+        assert c is not None
+        costs = None
+        if s.batching != "mb":
+            hit = self._costs.get(id(perf))
+            if hit is None:
+                hit = (perf, step_costs(model.spec, self.gpu, model.tp, perf))
+                self._costs[id(perf)] = hit
+            costs = hit[1]
+        sched_cfg = SchedulerConfig(c.token_budget, max(256, c.batch), costs=costs, eb=s.eb)
+        if c.mix.augmented is not None:
+            from tidal.sim.augment import augmented_engine, host_blocks
+
+            kv.add_host_space(host_blocks(self.cfg, model.spec, model.tp, kv.block_size))
+            self.num_started += 1
+            seed = self.policy_seed + self.num_started
+            deployment = (model.spec, self.gpu, model.tp)
+            return augmented_engine(self.cfg, sched_cfg, kv, perf, seed, deployment)
+        return BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
+
+    def start_engine(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> int:
+        name = model.name
+        sched = self.scheduler(model, kv, perf)
         free = self.free_engines.get(name)
         if free:
             idx = free.pop()
+            self.retired.append((name, self.sim.instances[idx].scheduler))
             self.sim.replace_scheduler(idx, sched)
             self.sim.instances[idx].perf = perf
             return idx
@@ -147,6 +190,28 @@ class SimBackend:
 
     def deliver(self, engine: int, req: Request, now_ns: int) -> None:
         self.sim.deliver(engine, req, now_ns)
+
+
+def policy_metrics(scheds: list[Scheduler]) -> dict[str, Any]:
+    """The engines' own policy metrics, summed: every integer counter of ``extra_metrics``
+    (``mode_switches``, ``num_intercepts``, ...), and EB⁺'s ``eb_time_share`` as the share of
+    all engines' busy time spent in EB (1 for EB, absent for MB)."""
+    out: dict[str, Any] = {}
+    eb_ns = busy_ns = 0
+    for s in scheds:
+        for k, v in s.extra_metrics().items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+        modes = getattr(s, "time_in_mode", None)
+        if isinstance(modes, dict):
+            eb_ns += modes["eb"]
+            busy_ns += modes["eb"] + modes["mb"]
+        elif s.name == "eb":
+            eb_ns += 1
+            busy_ns += 1
+    if busy_ns:
+        out["eb_time_share"] = eb_ns / busy_ns
+    return out
 
 
 def _p95(values: np.ndarray) -> float | None:
@@ -216,6 +281,16 @@ def run_cluster(
     t_end = max(end_ns, first)
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
+    augmented = "call_ns" in cols
+    if augmented:
+        from tidal.core.augmented_metrics import augmented_metrics
+
+        metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
+    scheds = backend.retired + [
+        (backend.names[i], inst.scheduler) for i, inst in enumerate(sim.instances)
+    ]
+    for k, v in policy_metrics([s for _, s in scheds]).items():
+        metrics.setdefault(k, v)
     per_model: dict[str, dict[str, Any]] = {}
     engine_of_model: dict[int, list[int]] = {}
     for inst in ctl.instances:
@@ -232,6 +307,10 @@ def run_cluster(
         pm["ttft_p95_s"] = _p95(lat_m["ttft_s"])
         pm["tpot_p95_s"] = _p95(lat_m["tpot_s"])
         pm.update(ctl.cluster_metrics(m.index, first, t_end))
+        if augmented:
+            pm.update(augmented_metrics(sub, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
+        for k, v in policy_metrics([s for name, s in scheds if name == m.name]).items():
+            pm.setdefault(k, v)
         pm["tp"] = m.tp
         pm["share"] = float(mix.shares[m.index])
         per_model[m.name] = pm

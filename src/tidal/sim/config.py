@@ -114,6 +114,19 @@ class SimulationConfig(_Strict):
         ORDERINGS.get(self.scheduler.ordering)
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_augmented(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("cluster") is not None:
+            w = data.get("workload")
+            aug = w.get("augmented") if isinstance(w, dict) else None
+            if aug is not None:
+                raise ValueError(
+                    "workload.augmented applies to one instance; in a cluster set "
+                    f"cluster.mix.augmented: {aug} (augmented requests on the mix's arrivals)"
+                )
+        return data
+
 
 def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``dotted.field: message``."""

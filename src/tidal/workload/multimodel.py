@@ -74,6 +74,9 @@ class MixConfig(BaseModel):
     """ServeGen mix: simulated days."""
     window_s: float = Field(default=300.0, gt=0)
     """Forecast window of the prior."""
+    augmented: str | None = None
+    """Augmented (tool-calling) requests on the mix's arrivals: ``infercept-mix`` or
+    ``infercept:TYPE[,TYPE…]`` (:func:`augment_mix`); None: plain requests."""
 
 
 @dataclass
@@ -251,3 +254,25 @@ def servegen_mix(
     )
     desc = f"ServeGen mix of {num_models} models, {len(rs)} requests over {cfg.days:g} days"
     return MixWorkload(rs, shares, None, None, desc)
+
+
+def augment_mix(
+    rs: RequestSet, kinds: str, rng: np.random.Generator, max_context: int
+) -> RequestSet:
+    """Agentic multi-model traffic: each request of the mix keeps its arrival time and model
+    and gets an INFERCEPT-type structure (prompt, decode segments, calls; types drawn
+    uniformly, :mod:`tidal.workload.augmented`) instead of the trace's lengths, capped to
+    ``max_context``. The trace gives the arrival process per model, INFERCEPT the request."""
+    from tidal.workload.augmented import cap_context, parse_types, request_set_of, sample_request
+
+    types = parse_types(kinds)
+    which = rng.integers(0, len(types), size=len(rs))
+    prompts, specs = [], []
+    for i in range(len(rs)):
+        p, s = sample_request(types[int(which[i])], rng)
+        p, s = cap_context(p, s, max_context)
+        prompts.append(p)
+        specs.append(s)
+    out = request_set_of(rs.arrival_ns, prompts, specs, f"{rs.source}; {kinds} requests")
+    out.extra.update({k: v for k, v in rs.extra.items() if k not in out.extra})
+    return out

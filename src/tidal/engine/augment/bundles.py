@@ -26,13 +26,14 @@ from dataclasses import dataclass
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
+from tidal.engine import eb, ebplus  # noqa: F401  (registers the batching policies)
 from tidal.engine.augment.budget import DynamicBudget, StaticBudget, TokenBudget
 from tidal.engine.augment.intercept import INTERCEPTS
 from tidal.engine.augment.ordering import AUGMENT_ORDERINGS, ValueQueue
 from tidal.engine.augment.predictor import PREDICTORS
-from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
+from tidal.engine.augment.scheduler import AugmentedMixin, AugmentEnv, augmented_class
 from tidal.engine.ordering import WaitingQueue
-from tidal.engine.scheduler import SchedulerConfig
+from tidal.engine.scheduler import BATCHING, SchedulerConfig
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,13 @@ class AugmentSpec:
     stage2: bool = True
     starvation_ns: int = 10_000_000_000
     """Anti-starvation threshold τ (0: off)."""
+    batching: str = "mb"
+    """The batching policy under the interception (``BATCHING``: mb, eb, ebplus)."""
 
 
 def build_augmented_scheduler(
     config: SchedulerConfig, kv: KVBlockManager, env: AugmentEnv, spec: AugmentSpec
-) -> AugmentedScheduler:
+) -> AugmentedMixin:
     policy = SERVING_POLICIES.get(spec.serving_policy)
     ordering = spec.ordering or policy.ordering
     intercept = INTERCEPTS.get(spec.intercept or policy.intercept)()
@@ -100,7 +103,8 @@ def build_augmented_scheduler(
     predictor = PREDICTORS.get(spec.predictor)(
         spec.predictor_seed, spec.predictor_p, spec.predictor_sigma
     )
-    return AugmentedScheduler(
+    cls = augmented_class(BATCHING.get(spec.batching))
+    return cls(
         config,
         kv,
         waiting,

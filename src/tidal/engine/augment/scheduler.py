@@ -1,8 +1,15 @@
-"""The augmented-request scheduler: mixed batching plus interception.
+"""The augmented-request scheduler: interception composed over any batching policy.
 
-Not in ``BATCHING``: it needs its cost environment and policies, so runs build it through
+:class:`AugmentedMixin` adds pauses, KV handling during calls, the ready-queue order and the
+token budget to a batching policy of ``BATCHING`` by cooperative inheritance:
+:func:`augmented_class` builds ``AugmentedMixin + mb`` (:class:`AugmentedScheduler`, the
+papers' setting), ``+ eb`` or ``+ ebplus``, so AugServe and EB⁺ compose in one engine. The
+batching policy keeps its step structure (MB's mixed steps, EB's phase machine); the mixin
+runs its per-iteration work around it and supplies the step's token budget
+(:meth:`Scheduler.step_budget`). Not in ``BATCHING`` itself: it needs its cost environment
+and policies, so runs build it through
 :func:`tidal.engine.augment.bundles.build_augmented_scheduler` (selected by the workload,
-``workload.augmented``, and ``augment.serving_policy``).
+``workload.augmented``, ``augment.serving_policy`` and ``scheduler.batching``).
 
 A request whose :class:`~tidal.core.augmented.AugmentedSpec` says it calls a tool after
 output token ``N_k`` joins the decode pool with ``N_k`` as its departure target; when it
@@ -41,6 +48,7 @@ quantity INFERCEPT measures for vLLM (37–40% of model forward time, augserve.m
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +66,7 @@ from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.mb import MixedBatchingScheduler
 from tidal.engine.ordering import WaitingQueue
 from tidal.engine.plan import StepPlan
-from tidal.engine.scheduler import SchedulerConfig
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.perf import PerfModel
 
 
@@ -92,7 +100,9 @@ class AugmentEnv:
         )
 
 
-class AugmentedScheduler(MixedBatchingScheduler):
+class AugmentedMixin(Scheduler):
+    """Interception over the batching policy next in the MRO (see :func:`augmented_class`)."""
+
     name = "augmented"
 
     def __init__(
@@ -488,14 +498,24 @@ class AugmentedScheduler(MixedBatchingScheduler):
         self.last_budget = budget
         self.budget_sum += budget
         self.budget_n += 1
-        plan = StepPlan()
-        left = self._schedule_running(plan, budget)
-        if not plan.preempted:
-            self._admit_waiting(plan, left, now_ns)
+        plan = super().schedule(now_ns)  # type: ignore[safe-super]  # batching policy (MRO)
+        if not plan.num_tokens and not plan.preempted and not self.running:
+            # A policy that admits on its own path (EB's prefill phase) may find the queue
+            # head blocked by idle contexts: reclaim them (as _admit_waiting does) and retry.
+            head = self.waiting.peek() if len(self.waiting) else None
+            if head is not None and self.admission_blocked_by_kv:
+                need = self.kv.blocks_for(head.num_tokens) - head.num_blocks
+                short = need + self.kv.watermark_blocks - self.kv.num_free_blocks
+                if short > 0 and self._reclaim(short, keep=head):
+                    self._changed = True
+                    plan = super().schedule(now_ns)  # type: ignore[safe-super]
         self._transfer(plan)
         self._step_start = now_ns
         self._step_used = self.kv.num_blocks - self.kv.num_free_blocks
         return plan
+
+    def step_budget(self) -> int:
+        return self.last_budget
 
     def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
         self._integrate(end_ns)
@@ -551,6 +571,7 @@ class AugmentedScheduler(MixedBatchingScheduler):
     def extra_metrics(self) -> dict[str, Any]:
         m_gb = self.kv.block_size * self.env.kv_bytes_per_token / 1e9 / 1e9  # block·ns → GB·s
         return {
+            **super().extra_metrics(),
             "num_intercepts": self.num_intercepts,
             "intercepts_preserved": self.resolved[0],
             "intercepts_discarded": self.resolved[1],
@@ -567,3 +588,20 @@ class AugmentedScheduler(MixedBatchingScheduler):
             "swap_link_gbs": self.env.kv_bytes_per_token / self.env.swap_ns_per_token,
             "starvation_promotions": getattr(self.waiting, "num_promoted", 0),
         }
+
+
+class AugmentedScheduler(AugmentedMixin, MixedBatchingScheduler):
+    """Interception over mixed batching (vLLM v1 / Sarathi), the setting of INFERCEPT and
+    AugServe."""
+
+
+@functools.cache
+def augmented_class(batching: type[Scheduler]) -> type[AugmentedMixin]:
+    """The augmented scheduler over ``batching`` (one class per batching policy)."""
+    if batching is MixedBatchingScheduler:
+        return AugmentedScheduler
+    return type(
+        f"Augmented{batching.__name__}",
+        (AugmentedMixin, batching),
+        {"name": f"augmented+{batching.name}", "__doc__": f"Interception over {batching.name}."},
+    )
