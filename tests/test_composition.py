@@ -85,3 +85,41 @@ def test_single_instance_augmented_field_is_refused_in_a_cluster():
     data["workload"] = {"augmented": "infercept-mix"}
     with pytest.raises((TidalError, ValueError), match=r"cluster\.mix\.augmented"):
         load_config(data)
+
+
+def test_planner_searches_the_three_policies_in_one_option_and_agrees_with_exhaustive():
+    """A plan over placement × batching × serving policy on an augmented multi-model cluster
+    (capacity: GPUs of one node). Its best deployment is one configuration naming all three
+    policies, and it is the exhaustive grid's optimum, found with fewer simulations."""
+    from tidal.experiments.planner import plan
+    from tidal.experiments.space import load_plan_spec
+
+    base = _cfg().model_dump(mode="json", exclude_unset=True)
+    base["cluster"]["batch"] = 128
+    spec = load_plan_spec(
+        {
+            "base": base,
+            "search": {
+                "gpu": ["h100"],
+                "cluster.placement": ["serverlessllm", "warmserve"],
+                "scheduler.batching": ["ebplus"],
+                "augment.serving_policy": ["augserve"],
+            },
+            "capacity_key": "cluster.spec",
+            "capacity_template": "1x{n}:{gpu}",
+            "gpus_per_unit": 1,
+            "max_replicas": 4,
+            "slo": {"ttft_p99_s": 1.0},
+            "top": 1,
+        }
+    )
+    out = plan(spec)
+    exh = plan(spec, exhaustive=True)
+    assert out.best is not None
+    assert exh.best is not None
+    assert (out.best["label"], out.best["num_gpus"]) == (exh.best["label"], exh.best["num_gpus"])
+    assert out.simulations_run < exh.simulations_run
+    cfg = out.best["config"]
+    assert cfg["scheduler"]["batching"] == "ebplus"
+    assert cfg["augment"]["serving_policy"] == "augserve"
+    assert cfg["cluster"]["placement"] in ("serverlessllm", "warmserve")
