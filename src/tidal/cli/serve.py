@@ -34,6 +34,11 @@ def serve(
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
     token_budget: Annotated[int, Opt(help="Max tokens per step (B).")] = 2048,
     max_seqs: Annotated[int, Opt(help="Max running requests (N).")] = 256,
+    batching: Annotated[str, Opt(help="Batching policy: mb | eb | ebplus.")] = "mb",
+    profile: Annotated[
+        Path | None,
+        Opt(help="This machine's step-time profile (tidal calibrate); needed by eb/ebplus."),
+    ] = None,
     threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = None,
     seed: Annotated[int, Opt(help="Seed of the dummy weights and of sampling.")] = 0,
     log_level: Annotated[str, Opt(help="uvicorn log level.")] = "warning",
@@ -62,6 +67,8 @@ def serve(
             block_size=block_size,
             token_budget=token_budget,
             max_seqs=max_seqs,
+            batching=batching,
+            profile=str(profile) if profile else None,
             num_threads=threads,
             seed=seed,
         )

@@ -15,9 +15,11 @@ import tidal.engine.policies  # noqa: F401  (registers every policy)
 from tidal.core.clock import WallClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
+from tidal.engine.eb_options import EBOptions
 from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.hardware.interference import StepCosts
 from tidal.hardware.models import get_model
 
 if TYPE_CHECKING:  # torch stays lazy: importing this module must not need the engine extra
@@ -47,6 +49,11 @@ class RuntimeConfig(BaseModel):
     max_seqs: int = Field(default=256, ge=1)
     long_prefill_token_threshold: int = Field(default=0, ge=0)
     seed: int = Field(default=0, ge=0)
+    profile: str | None = None
+    """A step-time profile of this machine (``tidal calibrate``): EB and EB⁺ take their step
+    costs α/β from it (required for them, unused by ``mb``)."""
+    eb: EBOptions = EBOptions()
+    """Options of ``eb`` and ``ebplus`` (as ``scheduler.eb`` of a simulation)."""
 
     @field_validator("model")
     @classmethod
@@ -111,13 +118,53 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
         )
     cache = PagedKVCache(lcfg, num_blocks, cfg.block_size, device, dtype)
     kv = KVBlockManager(num_blocks, cfg.block_size, cfg.watermark, track_ids=True)
-    sched_cfg = SchedulerConfig(cfg.token_budget, cfg.max_seqs, cfg.long_prefill_token_threshold)
+    sched_cfg = SchedulerConfig(
+        cfg.token_budget,
+        cfg.max_seqs,
+        cfg.long_prefill_token_threshold,
+        costs=profile_step_costs(cfg),
+        eb=cfg.eb,
+    )
     scheduler = BATCHING.get(cfg.batching)(sched_cfg, kv, ORDERINGS.get(cfg.ordering)())
     runner = ModelRunner(model, cache, kv, device, cfg.seed)
     executor = RuntimeExecutor(runner, synchronize=device.type == "cuda")
     engine = Engine(scheduler, executor, WallClock())
     max_len = min(lcfg.max_position, num_blocks * cfg.block_size)
     return RuntimeEngine(cfg, engine, runner, max_len)
+
+
+def profile_step_costs(cfg: RuntimeConfig) -> StepCosts | None:
+    """EB's view of this machine for ``eb``/``ebplus``: α/β fitted to the calibrated profile
+    by the EB paper's recipe (:func:`tidal.hardware.calibration.derive_linear`, ebplus.md
+    §1.1). No mixed-step interference term: the profile measures none (on a CPU runner a mixed
+    step costs its prefill and decode work, EB paper §1.2's term is a GPU effect), so EB⁺'s
+    crossover weighs the step overheads α and the per-token costs only."""
+    if cfg.batching == "mb":
+        return None
+    if cfg.profile is None:
+        raise ConfigError(
+            "profile",
+            f"batching {cfg.batching!r} needs this machine's step costs",
+            "measure them with `tidal calibrate --out PROFILE.json` and pass --profile "
+            "PROFILE.json",
+        )
+    from tidal.hardware.calibration import derive_linear
+    from tidal.hardware.profiled import ProfiledPerfModel
+
+    try:
+        perf = ProfiledPerfModel.load(cfg.profile)
+    except ConfigError as err:  # reported under this config's field name
+        msg = str(err).removeprefix(f"{err.field}: ").removesuffix(f" ({err.fix})")
+        raise ConfigError("profile", msg, err.fix) from None
+    measured_for = perf.info.get("model")
+    if measured_for not in (None, cfg.model):
+        raise ConfigError(
+            "profile", f"{cfg.profile} was measured for {measured_for}, not {cfg.model}"
+        )
+    cal = derive_linear(perf)
+    return StepCosts(
+        cal.alpha_p, cal.beta_p, cal.alpha_d, cal.beta_d, source=f"{cal.source} ({cfg.profile})"
+    )
 
 
 def _device(name: str):  # -> torch.device
