@@ -58,11 +58,14 @@ def describe(cfg: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
 
     parts = []
     hw = []
-    if f.get("cluster.spec"):  # a multi-model cluster: model, gpu and tp are unused
+    cluster = bool(f.get("cluster.spec"))
+    augmented = f.get("workload.augmented") or f.get("cluster.mix.augmented")
+    if cluster:  # a multi-model cluster: model, gpu, tp and the engines' B/N are its own
         models = f.get("cluster.models")
         names = ", ".join(models) if isinstance(models, list) else str(models)
         parts.append(f"{f.get('cluster.placement')} on {f['cluster.spec']} ({names})")
-        skip = [*skip, "model", "gpu", "tp"]
+        skip = [*skip, "model", "gpu", "tp", "scheduler.token_budget", "scheduler.max_seqs"]
+        skip.append("scheduler.ordering")
     if has("model"):
         hw.append(str(f.get("model")))
     if has("gpu"):
@@ -71,8 +74,13 @@ def describe(cfg: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
     if hw:
         parts.append(" ".join(hw))
     sched = []
-    if has("scheduler.batching", "scheduler.ordering"):
+    if cluster or augmented:  # the ordering is the cluster's or the serving policy's
+        if has("scheduler.batching"):
+            sched.append(str(f.get("scheduler.batching")))
+    elif has("scheduler.batching", "scheduler.ordering"):
         sched.append(f"{f.get('scheduler.batching')}/{f.get('scheduler.ordering')}")
+    if augmented and has("augment.serving_policy"):
+        sched.append(f"+ {f.get('augment.serving_policy', 'vllm')} on {augmented}")
     if has("scheduler.token_budget"):
         sched.append(f"B={f.get('scheduler.token_budget')}")
     if has("scheduler.max_seqs"):
