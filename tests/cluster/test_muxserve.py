@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import needs_traces
 from tidal.cluster.policies.muxserve_plan import (
     MPS_OVERLOAD,
     MeshGroup,
@@ -207,6 +208,7 @@ def _run(cap: str, rate: float = 6.0):
     )
 
 
+@needs_traces
 @pytest.mark.parametrize("cap", ["batch", "plan", "kv"])
 def test_runtime_engines_follow_the_placement(cap):
     res = _run(cap)
@@ -244,6 +246,7 @@ def test_runtime_engines_follow_the_placement(cap):
         assert inst.cap == engines[inst.model.index].cap
 
 
+@needs_traces
 def test_literal_planned_caps_starve_the_router():
     """The optimiser's batch is just what its cost model needs for the mean rate, so as a hard
     router cap it queues every burst behind 1-s retries (the reason it is not the default)."""
