@@ -9,13 +9,14 @@ import pytest
 pytest.importorskip("torch")
 
 from tidal.cli import TidalError
-from tidal.cli.calibrate import serving_options
+from tidal.cli.calibrate import _fit, serving_options
 from tidal.hardware.perf import StepShape
 from tidal.hardware.profiled import ProfiledPerfModel
 from tidal.runtime.driver import StepRecord
 from tidal.runtime.profiling import (
     SERVING_OUTPUT,
     SERVING_PROMPT,
+    StepSample,
     _point_requests,
     serving_grid,
     speed_ratio,
@@ -123,3 +124,37 @@ def test_speed_ratio_counts_the_idle_penalty_of_steps_after_a_pause():
     assert speed_ratio(steps, model) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="no steps"):
         speed_ratio([], model)
+
+
+def _samples(model: ProfiledPerfModel, point: str, rng: np.random.Generator, n: int) -> list:
+    out = []
+    for _ in range(n):
+        nd, pt = int(rng.integers(0, 40)), int(rng.integers(0, 300))
+        s = int(rng.integers(0, 600)) if pt else 0
+        shape = StepShape(
+            nd, nd * int(rng.integers(16, 500)), pt, pt * (2 * s + pt), s + pt, int(pt > 0)
+        )
+        if nd + pt == 0:
+            continue
+        out.append(StepSample(shape, model.step_seconds(*shape), point))
+    return out
+
+
+def test_fit_on_serving_ignores_the_grid_steps():
+    rng = np.random.default_rng(3)
+    truth = ProfiledPerfModel({**COEF, "prefill_ctx": 2e-6, "decode_ctx": 0.5e-6})
+    other = ProfiledPerfModel({**COEF, "const": 9e-3, "tokens": 90e-6})
+    samples = _samples(truth, "serving:b8", rng, 300) + _samples(other, "decode:b1", rng, 300)
+    coef, rel = _fit(samples, "serving")
+    fitted = ProfiledPerfModel(coef)
+    serving = np.array([s.point.startswith("serving") for s in samples])
+    assert np.abs(rel[serving]).max() < 1e-6  # the serving steps are fitted exactly
+    assert np.median(np.abs(rel[~serving])) > 0.1  # the grid's (another speed) are not
+    shape = StepShape(8, 2000, 64, 64 * 64, 64, 1)
+    assert fitted.step_seconds(*shape) == pytest.approx(truth.step_seconds(*shape), rel=1e-6)
+    coef_all, _ = _fit(samples, "all")
+    assert ProfiledPerfModel(coef_all).step_seconds(*shape) != pytest.approx(
+        truth.step_seconds(*shape), rel=1e-3
+    )
+    with pytest.raises(TidalError, match="fit-on"):
+        _fit(samples[300:], "serving")

@@ -47,14 +47,34 @@ def machine_info(threads: int | None) -> dict[str, Any]:
     }
 
 
-def _fit(samples: list[Any]) -> tuple[dict[str, float], Any]:
-    from tidal.hardware.profiled import fit_profile
+def _fit(samples: list[Any], fit_on: str = "all") -> tuple[dict[str, float], Any]:
+    """Fit the profile to every sample, or (``fit_on="serving"``) to the serving points' steps
+    only, whose shapes are those of the workload when the points are matched to it; the
+    relative errors returned are those of every sample under that fit."""
+    import numpy as np
 
-    return fit_profile(
-        [s.shape for s in samples],
-        [s.seconds for s in samples],
-        idle_s=[s.idle_s for s in samples],
+    from tidal.hardware.profiled import ProfiledPerfModel, fit_profile
+
+    if fit_on == "all":
+        return fit_profile(
+            [s.shape for s in samples],
+            [s.seconds for s in samples],
+            idle_s=[s.idle_s for s in samples],
+        )
+    chosen = [s for s in samples if s.point.startswith("serving")]
+    if not chosen:
+        raise TidalError("fit-on: serving needs the serving points (drop --no-serving)")
+    coef, _ = fit_profile(
+        [s.shape for s in chosen],
+        [s.seconds for s in chosen],
+        idle_s=[s.idle_s for s in chosen],
     )
+    model = ProfiledPerfModel(coef)
+    pred = np.array(
+        [model.step_seconds(*s.shape) + model.idle_penalty_seconds(s.idle_s) for s in samples]
+    )
+    t = np.array([s.seconds for s in samples])
+    return coef, (pred - t) / t
 
 
 def serving_options(
@@ -120,6 +140,9 @@ def calibrate(
     serving_concurrency: Annotated[
         str, Opt(help="Serving points: running requests to aim at, comma-separated.")
     ] = "2,8,32",
+    fit_on: Annotated[
+        str, Opt(help="all: fit every profiled step; serving: the serving points' steps only.")
+    ] = "all",
     save_samples: Annotated[
         Path | None, Opt(help="Also write every profiled step (shape, seconds) as Parquet.")
     ] = None,
@@ -140,6 +163,10 @@ def calibrate(
             raise TidalError("repeats: must be >= 1")
         if clock not in CLOCKS:
             raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+        if fit_on not in ("all", "serving"):
+            raise TidalError(f"fit-on: unknown {fit_on!r} (valid: all, serving)")
+        if fit_on == "serving" and not serving:
+            raise TidalError("fit-on: serving needs the serving points (drop --no-serving)")
         cfg = runtime_config(
             model=model,
             num_threads=threads,
@@ -172,7 +199,7 @@ def calibrate(
             )
             grid = grid + points
             samples += profile(cfg, points, repeats, seed=seed + 1, progress=progress, clock=clock)
-        coef, rel = _fit(samples)
+        coef, rel = _fit(samples, fit_on)
         probe_after = probe(probe_rt, clock)
         kinds = np.array([s.point.split(":")[0] for s in samples])
         fit_err = {
@@ -190,6 +217,7 @@ def calibrate(
             "dtype": dtype,
             "block_size": block_size,
             "repeats": repeats,
+            "fit_on": fit_on,
             "grid_points": len(grid),
             "serving_points": [
                 {

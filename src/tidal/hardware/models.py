@@ -155,9 +155,6 @@ MODELS: dict[str, ModelSpec] = {
         # The real engine's test and CPU model (``tidal serve --model tiny-llama``): a 4-layer
         # Llama (GQA 8/2 heads, SwiGLU) that runs in milliseconds on a CPU, float32.
         ModelSpec("tiny-llama", 4, 256, 8, 2, 768, 512, max_context=4096, dtype_bytes=4),
-        # A larger CPU model for fidelity measurements: 8 layers of hidden 512 (96 MB float32),
-        # steps of 5-60 ms, so that per-step Python/dispatch jitter weighs less than in tiny-llama.
-        ModelSpec("small-llama", 8, 512, 8, 2, 1536, 512, max_context=4096, dtype_bytes=4),
     )
 }
 
