@@ -3,10 +3,11 @@
 # Usage: bench/engine_fidelity.sh OUT_DIR [cpu|wall] [long|short]
 #
 # long (default, the fidelity workload of BENCHMARKS.d/issue6.md, 2026-11-29 night section):
-#   prompts uniform 384-1152 tokens prefilled in chunks of a 256-token budget, outputs 32-96,
-#   3 req/s (the engine ~65 % busy); calibrated with serving points drawn from the same length
-#   distributions and budget; each real run sits between two replays of 40 held-out requests
-#   (the workload under another seed) that rescale the profile to the machine's current speed
+#   prompts uniform 384-1152 tokens prefilled in chunks of a 64-token budget (12 steps per
+#   prompt), outputs 32-96, 3 req/s (the engine ~45-60 % busy); calibrated with serving points
+#   drawn from the same length distributions and budget and fitted to those steps only
+#   (`--fit-on serving`); each real run sits between two replays of 40 held-out requests (the
+#   workload under another seed) that rescale the profile to the machine's current speed
 #   (`--recalibrate`); 40 requests of warm-up first.
 # short: the first workload measured (prompts 64-192, 15 req/s, budget 512), profile as is.
 #
@@ -21,9 +22,10 @@ uptime | tee "$out/load.txt"
 if [ "$shape" = long ]; then
     nice tidal calibrate --model tiny-llama --out "$out/profile.json" --threads 1 --repeats 2 \
         --clock "$clock" --serving-prompt-len 768 --serving-output-len 64 \
-        --serving-token-budget 256 | tee "$out/calibrate.txt"
+        --serving-token-budget 64 --serving-concurrency 2,4,8,16 --fit-on serving \
+        | tee "$out/calibrate.txt"
     common=(--model tiny-llama --profile "$out/profile.json" --num-requests 200 --rate 3
-            --prompt-len 768 --output-len 64 --length-dist uniform --token-budget 256
+            --prompt-len 768 --output-len 64 --length-dist uniform --token-budget 64
             --max-seqs 64 --num-kv-blocks 4096 --threads 1 --repeats 3 --clock "$clock"
             --warmup-requests 40 --recalibrate 40)
 else
