@@ -10,6 +10,12 @@ diagnostics put the errors in context: ``real_vs_real``, the same statistics bet
 (the measurement's noise floor), and ``speed_normalized``, the errors once the profile is
 rescaled by a speed probe measured before and after each real run (the machine's drift since
 calibration).
+
+``--recalibrate N`` replays N held-out requests (the same workload under seed + 1, never
+compared) before and after every real run and rescales the profile for that run by their
+measured / predicted step time (:func:`~tidal.runtime.profiling.speed_ratio`): the headline
+errors then use the recalibrated profile and ``raw_profile`` keeps the profile as calibrated.
+``--warmup-requests N`` replays the workload's first N requests once, unrecorded, first.
 """
 
 from __future__ import annotations
