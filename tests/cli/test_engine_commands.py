@@ -66,10 +66,24 @@ def test_calibrate_then_fidelity(tmp_path):
             "128",
             "--clock",
             "cpu",
+            "--warmup-requests",
+            "3",
+            "--recalibrate",
+            "4",
         ],
     )
     assert res.exit_code == 0, res.output
     data = json.loads((out / "fidelity.json").read_text())
+    # headline errors: the profile rescaled by held-out replays around the run
+    (ratio,) = data["recalibrated"]["speed_ratio"]
+    rep = data["per_repeat"][0]
+    assert ratio == pytest.approx((rep["speed_before"] + rep["speed_after"]) / 2)
+    assert 0.2 < ratio < 5
+    scaled = ProfiledPerfModel.load(out / "profile_recalibrated_0.json")
+    assert scaled.coef["tokens"] == pytest.approx(model.coef["tokens"] * ratio)
+    assert data["raw_profile"]["ttft_median_rel_error"] >= 0
+    assert data["recalibrate"] == 4
+    assert data["warmup_requests"] == 3
     for m in ("ttft", "tpot", "e2e"):
         for s in ("median", "p90"):
             assert data[f"{m}_{s}_rel_error"] >= 0
@@ -80,6 +94,15 @@ def test_calibrate_then_fidelity(tmp_path):
     assert 0 < share < 1
     assert (out / "real_requests.parquet").exists()
     assert (out / "sim_requests.parquet").exists()
+
+
+def test_calibrate_serving_flags_are_checked(tmp_path):
+    res = CliRunner().invoke(
+        app,
+        ["calibrate", "--out", str(tmp_path / "p.json"), "--serving-concurrency", "two"],
+    )
+    assert res.exit_code == 2
+    assert "serving-concurrency" in res.output
 
 
 def test_fidelity_refuses_a_profile_of_another_model(tmp_path):

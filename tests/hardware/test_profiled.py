@@ -28,6 +28,7 @@ COEF = {
     "hinge_32": -10e-6,
     "hinge_256": -5e-6,
     "decode_ctx": 0.7e-6,
+    "decode_batch": 0.6e-3,
     "idle": 0.2,
     "idle_after_20ms": -0.1,
     "idle_after_100ms": -0.05,
@@ -66,9 +67,18 @@ def test_step_time_is_the_documented_formula():
         + 2e-9 * 20000
         + 1e-6 * 150
         + 0.7e-6 * 5000
+        + 0.6e-3  # the step has decodes: the decode kernel's fixed cost
     )
     assert t == pytest.approx(expected, rel=1e-12)
     assert m.step_seconds(0, 0, 0, 0, 0, 0) == 0.0
+    # a prefill-only step pays no decode_batch; profiles written before it load with 0
+    only = m.step_seconds(0, 0, 100, 100 * 100, 100, 1)
+    assert only == pytest.approx(2e-3 + 40e-6 * 100 - 10e-6 * 68 + 80e-6 + 2e-5 + 1e-4)
+    old = ProfiledPerfModel({k: v for k, v in COEF.items() if k != "decode_batch"})
+    assert old.coef["decode_batch"] == 0.0
+    assert m.step_seconds(3, 90, 0, 0, 0, 0) - old.step_seconds(3, 90, 0, 0, 0, 0) == (
+        pytest.approx(0.6e-3)
+    )
 
 
 def test_idle_penalty_is_concave_piecewise_linear_in_the_idle_time():

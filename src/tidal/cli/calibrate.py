@@ -47,14 +47,65 @@ def machine_info(threads: int | None) -> dict[str, Any]:
     }
 
 
-def _fit(samples: list[Any]) -> tuple[dict[str, float], Any]:
-    from tidal.hardware.profiled import fit_profile
+def _fit(samples: list[Any], fit_on: str = "all") -> tuple[dict[str, float], Any]:
+    """Fit the profile to every sample, or (``fit_on="serving"``) to the serving points' steps
+    only, whose shapes are those of the workload when the points are matched to it; the
+    relative errors returned are those of every sample under that fit."""
+    import numpy as np
 
-    return fit_profile(
-        [s.shape for s in samples],
-        [s.seconds for s in samples],
-        idle_s=[s.idle_s for s in samples],
+    from tidal.hardware.profiled import ProfiledPerfModel, fit_profile
+
+    if fit_on == "all":
+        return fit_profile(
+            [s.shape for s in samples],
+            [s.seconds for s in samples],
+            idle_s=[s.idle_s for s in samples],
+        )
+    chosen = [s for s in samples if s.point.startswith("serving")]
+    if not chosen:
+        raise TidalError("fit-on: serving needs the serving points (drop --no-serving)")
+    coef, _ = fit_profile(
+        [s.shape for s in chosen],
+        [s.seconds for s in chosen],
+        idle_s=[s.idle_s for s in chosen],
     )
+    model = ProfiledPerfModel(coef)
+    pred = np.array(
+        [model.step_seconds(*s.shape) + model.idle_penalty_seconds(s.idle_s) for s in samples]
+    )
+    t = np.array([s.seconds for s in samples])
+    return coef, (pred - t) / t
+
+
+def serving_options(
+    prompt_len: int | None, output_len: int | None, token_budget: int, concurrency: str
+) -> dict[str, Any]:
+    """Keyword arguments of :func:`~tidal.runtime.profiling.serving_grid` from the CLI flags:
+    lengths uniform on ``[L/2, 3L/2]`` (the workload's ``uniform`` distribution, jitter ½)."""
+    from tidal.workload.lengths import uniform_bounds
+
+    kw: dict[str, Any] = {}
+    for flag, value, key in (
+        ("serving-prompt-len", prompt_len, "prompt_range"),
+        ("serving-output-len", output_len, "output_range"),
+    ):
+        if value is not None:
+            if value < 1:
+                raise TidalError(f"{flag}: must be >= 1 (got {value})")
+            kw[key] = uniform_bounds(value, 0.5)
+    if token_budget < 0:
+        raise TidalError(f"serving-token-budget: must be >= 0 (got {token_budget})")
+    kw["token_budget"] = token_budget
+    try:
+        conc = tuple(int(c) for c in concurrency.split(",") if c.strip())
+    except ValueError:
+        raise TidalError(
+            f"serving-concurrency: {concurrency!r} is not a comma-separated list of integers"
+        ) from None
+    if not conc or min(conc) < 1:
+        raise TidalError(f"serving-concurrency: need integers >= 1 (got {concurrency!r})")
+    kw["concurrencies"] = conc
+    return kw
 
 
 @app.command()
@@ -76,6 +127,22 @@ def calibrate(
     clock: Annotated[
         str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
     ] = "wall",
+    serving_prompt_len: Annotated[
+        int | None,
+        Opt(help="Serving points' prompts: uniform on L/2..3L/2 (as --length-dist uniform)."),
+    ] = None,
+    serving_output_len: Annotated[
+        int | None, Opt(help="Serving points' outputs: uniform on L/2..3L/2.")
+    ] = None,
+    serving_token_budget: Annotated[
+        int, Opt(help="Serving points' token budget (chunked prefill); 0: unchunked.")
+    ] = 0,
+    serving_concurrency: Annotated[
+        str, Opt(help="Serving points: running requests to aim at, comma-separated.")
+    ] = "2,8,32",
+    fit_on: Annotated[
+        str, Opt(help="all: fit every profiled step; serving: the serving points' steps only.")
+    ] = "all",
     save_samples: Annotated[
         Path | None, Opt(help="Also write every profiled step (shape, seconds) as Parquet.")
     ] = None,
@@ -96,6 +163,10 @@ def calibrate(
             raise TidalError("repeats: must be >= 1")
         if clock not in CLOCKS:
             raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+        if fit_on not in ("all", "serving"):
+            raise TidalError(f"fit-on: unknown {fit_on!r} (valid: all, serving)")
+        if fit_on == "serving" and not serving:
+            raise TidalError("fit-on: serving needs the serving points (drop --no-serving)")
         cfg = runtime_config(
             model=model,
             num_threads=threads,
@@ -106,6 +177,9 @@ def calibrate(
             num_kv_blocks=-(-4 * max(GRID_TOKENS, max_prompt) // block_size),
         )
         grid = default_grid(max_batch, max_ctx, max_prompt, GRID_TOKENS)
+        serving_kw = serving_options(
+            serving_prompt_len, serving_output_len, serving_token_budget, serving_concurrency
+        )
         t0 = time.perf_counter()
 
         def progress(done: int, total: int) -> None:
@@ -118,14 +192,14 @@ def calibrate(
         samples = profile(cfg, grid, repeats, seed=seed, progress=progress, clock=clock)
         if serving:
             prelim = ProfiledPerfModel(_fit(samples)[0])
-            points = serving_grid(prelim, max_batch=max_batch)
+            points = serving_grid(prelim, max_batch=max_batch, **serving_kw)
             err_console.print(
                 "  serving points: "
                 + ", ".join(f"c={p.batch} at {p.rate:.1f} req/s" for p in points)
             )
             grid = grid + points
             samples += profile(cfg, points, repeats, seed=seed + 1, progress=progress, clock=clock)
-        coef, rel = _fit(samples)
+        coef, rel = _fit(samples, fit_on)
         probe_after = probe(probe_rt, clock)
         kinds = np.array([s.point.split(":")[0] for s in samples])
         fit_err = {
@@ -143,9 +217,17 @@ def calibrate(
             "dtype": dtype,
             "block_size": block_size,
             "repeats": repeats,
+            "fit_on": fit_on,
             "grid_points": len(grid),
             "serving_points": [
-                {"concurrency": p.batch, "rate": p.rate, "num_requests": p.num_requests}
+                {
+                    "concurrency": p.batch,
+                    "rate": p.rate,
+                    "num_requests": p.num_requests,
+                    "prompt_range": list(p.prompt_range),
+                    "output_range": list(p.output_range),
+                    "token_budget": p.chunk,
+                }
                 for p in grid
                 if p.kind == "serving"
             ],

@@ -10,6 +10,12 @@ diagnostics put the errors in context: ``real_vs_real``, the same statistics bet
 (the measurement's noise floor), and ``speed_normalized``, the errors once the profile is
 rescaled by a speed probe measured before and after each real run (the machine's drift since
 calibration).
+
+``--recalibrate N`` replays N held-out requests (the same workload under seed + 1, never
+compared) before and after every real run and rescales the profile for that run by their
+measured / predicted step time (:func:`~tidal.runtime.profiling.speed_ratio`): the headline
+errors then use the recalibrated profile and ``raw_profile`` keeps the profile as calibrated.
+``--warmup-requests N`` replays the workload's first N requests once, unrecorded, first.
 """
 
 from __future__ import annotations
@@ -47,6 +53,17 @@ def fidelity(
     clock: Annotated[
         str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
     ] = "wall",
+    warmup_requests: Annotated[
+        int, Opt(help="Replay the workload's first N requests once, unrecorded, first.")
+    ] = 0,
+    recalibrate: Annotated[
+        int,
+        Opt(
+            help="Before and after each real run, replay N held-out requests (the workload "
+            "under another seed) and rescale the profile to the machine's current speed; "
+            "0: the profile as calibrated."
+        ),
+    ] = 0,
 ) -> None:
     """Replay a workload on the real engine and in the simulator; write per-request errors."""
     try:
@@ -79,6 +96,8 @@ def fidelity(
             device=device,
             dtype=dtype,
             clock=clock,
+            warmup_requests=warmup_requests,
+            recalibrate=recalibrate,
         )
     except TidalError as err:
         _fail(err)
@@ -102,6 +121,8 @@ def run_fidelity(
     device: str = "auto",
     dtype: str = "float32",
     clock: str = "wall",
+    warmup_requests: int = 0,
+    recalibrate: int = 0,
 ) -> dict[str, Any]:
     import numpy as np
 
@@ -115,6 +136,10 @@ def run_fidelity(
 
     if repeats < 1:
         raise TidalError("repeats: must be >= 1")
+    if warmup_requests < 0:
+        raise TidalError("warmup-requests: must be >= 0")
+    if recalibrate < 0:
+        raise TidalError("recalibrate: must be >= 0")
     if clock not in CLOCKS:
         raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
     prof = ProfiledPerfModel.load(profile)
@@ -163,11 +188,71 @@ def run_fidelity(
     sim = run_simulation(sim_cfg, reqs)
     prompt_rng = rng_streams(seed)["noise"]
     prompts = [prompt_rng.integers(0, 256, int(p)).tolist() for p in reqs.prompt_len]
+    speed = None
+    if recalibrate:
+        # A held-out sample of the same workload (another seed, never compared): its replay's
+        # measured / predicted step time is the machine's speed relative to the profile now.
+        from tidal.core.request import Request
+        from tidal.runtime.profiling import workload_probe
+
+        held_cfg = sim_cfg.model_copy(
+            update={
+                "seed": seed + 1,
+                "workload": sim_cfg.workload.model_copy(update={"num_requests": recalibrate}),
+            }
+        )
+        held = load_requests(held_cfg)
+        held_rng = rng_streams(seed + 1)["noise"]
+        held_reqs = [
+            Request(
+                i,
+                int(held.arrival_ns[i]),
+                int(held.prompt_len[i]),
+                int(held.output_len[i]),
+                token_ids=held_rng.integers(0, 256, int(held.prompt_len[i])).tolist(),
+            )
+            for i in range(len(held))
+        ]
+
+        def speed(rt: Any) -> float:
+            return workload_probe(rt, held_reqs, prof, clock)
+
+    if warmup_requests:
+        # The first real run of a process ran slower than the next ones (allocator, caches,
+        # the CPU's state after the simulation): a discarded prefix of the workload first.
+        k = min(warmup_requests, len(prompts))
+        t_warm = time.perf_counter()
+        _real_run(rt_cfg, reqs.take(np.arange(k)), prompts[:k], sim_cfg, clock, None)
+        console.print(f"  warm-up ({k} requests): {time.perf_counter() - t_warm:.1f} s")
     runs = []
     for rep in range(repeats):
-        runs.append(_real_run(rt_cfg, reqs, prompts, sim_cfg, clock))
+        runs.append(_real_run(rt_cfg, reqs, prompts, sim_cfg, clock, speed))
         console.print(f"  real run {rep + 1}/{repeats}: {runs[-1]['wall_s']:.1f} s")
     per_repeat = [fidelity_summary(r["columns"], sim.columns) for r in runs]
+    recal: list[dict[str, Any]] = []
+    if recalibrate:
+        out.mkdir(parents=True, exist_ok=True)
+        for i, run in enumerate(runs):
+            ratio = (run["speed_before"] + run["speed_after"]) / 2
+            scaled = ProfiledPerfModel(
+                {k: v * ratio for k, v in prof.coef.items()}, prof.knots, info=prof.info
+            )
+            path = out / f"profile_recalibrated_{i}.json"
+            write_json(path, scaled.to_json())
+            sim_i = run_simulation(
+                sim_cfg.model_copy(update={"perf_model": f"profile:{path}"}), reqs
+            )
+            recal.append(
+                {
+                    **fidelity_summary(run["columns"], sim_i.columns),
+                    "speed_before": run["speed_before"],
+                    "speed_after": run["speed_after"],
+                    "speed_ratio": ratio,
+                    "sim_metrics": sim_i.metrics,
+                }
+            )
+        raw_per_repeat = per_repeat
+        per_repeat = [{k: v for k, v in r.items() if k not in ("sim_metrics",)} for r in recal]
     keys = [f"{m}_{s}_rel_error" for m in METRICS for s in ("median", "p90")]
     keys += [f"{m}_{s}" for m in METRICS for s in ("median_signed_error", "p50_shift", "p90_shift")]
 
@@ -178,6 +263,15 @@ def run_fidelity(
 
     result: dict[str, Any] = medians(per_repeat)
     out.mkdir(parents=True, exist_ok=True)
+    if recalibrate:
+        # The headline errors above use the profile rescaled by the held-out replays around
+        # each run; these are the same statistics for the profile as calibrated.
+        result["recalibrated"] = {
+            "held_out_requests": recalibrate,
+            "speed_ratio": [r["speed_ratio"] for r in recal],
+            "sim_metrics": [r["sim_metrics"] for r in recal],
+        }
+        result["raw_profile"] = {**medians(raw_per_repeat), "per_repeat": raw_per_repeat}
     probe_cal = prof.info.get("probe_s")
     if probe_cal:
         # The same profile rescaled by the speed probe's ratio (run time / calibration time):
@@ -224,6 +318,8 @@ def run_fidelity(
             "runtime": rt_cfg.model_dump(mode="json"),
             "seed": seed,
             "clock": clock,
+            "warmup_requests": warmup_requests,
+            "recalibrate": recalibrate,
         }
     )
     write_json(out / "fidelity.json", _clean(result))
@@ -245,7 +341,12 @@ def _mean_columns(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _real_run(
-    rt_cfg: Any, reqs: Any, prompts: list[list[int]], sim_cfg: Any, clock: str
+    rt_cfg: Any,
+    reqs: Any,
+    prompts: list[list[int]],
+    sim_cfg: Any,
+    clock: str,
+    speed: Any = None,
 ) -> dict[str, Any]:
     from tidal.core.histogram import LogHistogram
     from tidal.core.metrics import summarize
@@ -259,6 +360,7 @@ def _real_run(
     driver = EngineDriver(rt)
     warm_up(rt, clock)
     probe_before = probe(rt, clock)
+    speed_before = speed(rt) if speed is not None else None
     eng = rt.engine
     eng.schedule_ns = eng.execute_ns = eng.update_ns = 0
     recorder = RequestRecorder(reqs)
@@ -272,6 +374,7 @@ def _real_run(
     t0 = time.perf_counter()
     driver.replay(requests, recorder.on_finish, steps=steps, clock=clock)
     wall = time.perf_counter() - t0
+    speed_after = speed(rt) if speed is not None else None
     probe_after = probe(rt, clock)
     import numpy as np
 
@@ -301,6 +404,8 @@ def _real_run(
         "probe_s": (probe_before + probe_after) / 2,
         "probe_before_s": probe_before,
         "probe_after_s": probe_after,
+        "speed_before": speed_before,
+        "speed_after": speed_after,
     }
 
 
@@ -334,6 +439,16 @@ def _print(result: dict[str, Any], out: Path) -> None:
             f"against each request's mean over the real runs: TTFT "
             f"{vs_mean['ttft_median_rel_error']:.1%}, TPOT {vs_mean['tpot_median_rel_error']:.1%}, "
             f"E2E {vs_mean['e2e_median_rel_error']:.1%}"
+        )
+    recal = result.get("recalibrated")
+    if recal:
+        raw = result["raw_profile"]
+        ratio = ", ".join(f"{r:.3f}" for r in recal["speed_ratio"])
+        console.print(
+            f"profile rescaled by held-out replays ({recal['held_out_requests']} requests) around "
+            f"each run: x{ratio}; the profile as calibrated: TTFT "
+            f"{raw['ttft_median_rel_error']:.1%}, TPOT {raw['tpot_median_rel_error']:.1%}, "
+            f"E2E {raw['e2e_median_rel_error']:.1%}"
         )
     norm = result.get("speed_normalized")
     if norm:

@@ -3,8 +3,8 @@
 Step time is linear in a few features of the batch shape (:class:`~tidal.hardware.perf.StepShape`)
 that follow the runner's work (DESIGN.md §5, "calibrated profile from the real engine"):
 
-    t = max(0, c₀ + c_tok·T + Σ_k c_k·max(0, T − knot_k) + c_dec·n + c_chunk·m
-               + c_pattn·A + c_pctx·C) + c_dctx·Σctx
+    t = max(0, c₀ + c_tok·T + Σ_k c_k·max(0, T − knot_k) + c_dec·n + c_dbatch·[n > 0]
+               + c_chunk·m + c_pattn·A + c_pctx·C) + c_dctx·Σctx
 
 plus, for the first step after the engine sat idle for g seconds, an idle penalty
 
@@ -13,7 +13,10 @@ plus, for the first step after the engine sat idle for g seconds, an idle penalt
 with T = decode + prefill tokens (matmuls), n decode requests (per-request work: input
 preparation, sampling, the decode kernel's per-request merge), m prefill chunks (one attention
 call each), A = Σ c(2s + c) over chunks (causal attention), C = Σ (s + c) (reading a chunk's
-context), Σctx the decode requests' attended context (the decode kernel reads each block once).
+context), Σctx the decode requests' attended context (the decode kernel reads each block once), and
+[n > 0] the fixed cost of the decode kernel's launch (a step with any decode runs ~12 more
+tensor operations per layer: gather, scores, the split-K merge; measured ≈ 1.5 ms per step
+for tiny-llama on this CPU, which ``c₀`` alone would charge to prefill-only steps too).
 Hinges at the token knots let the per-token cost fall as matmuls get larger (a concave,
 piecewise-linear function of T), as CPU matmul efficiency does. The idle penalty is what a
 shared virtual machine does to an idle process: its memory is paged out or evicted from the
@@ -45,7 +48,9 @@ from tidal.core.errors import ConfigError
 from tidal.hardware.perf import PerfModel, StepShape
 
 FEATURES = ("const", "tokens", "decodes", "prefill_chunks", "prefill_attn", "prefill_ctx")
-"""Scalar features in coefficient order; then one hinge per knot, then ``decode_ctx``."""
+"""Scalar features in coefficient order; then one hinge per knot, then ``decode_ctx``, then the
+optional ``decode_batch`` (profiles written before it load with 0)."""
+OPTIONAL = ("decode_batch",)
 DEFAULT_KNOTS = (32, 256)
 IDLE_KNOTS_S = (0.02, 0.1)
 """Idle penalty: slope in the idle time g, then hinges at these g (seconds)."""
@@ -69,7 +74,7 @@ class ProfiledPerfModel(PerfModel):
         if missing:
             raise ValueError(f"profile coefficients missing: {', '.join(missing)}")
         self.coef = {n: float(coef[n]) for n in names}
-        self.coef.update({n: float(coef.get(n, 0.0)) for n in IDLE_NAMES})  # optional
+        self.coef.update({n: float(coef.get(n, 0.0)) for n in (*OPTIONAL, *IDLE_NAMES)})
         self.source = source
         self.info = info or {}
         c = self.coef
@@ -81,6 +86,7 @@ class ProfiledPerfModel(PerfModel):
         )
         self._hinges = [(k, c[f"hinge_{k}"]) for k in self.knots]
         self._dctx = c["decode_ctx"]
+        self._dbatch = c["decode_batch"]
         self._idle = [c[n] for n in IDLE_NAMES]
 
     def step_seconds(
@@ -101,6 +107,8 @@ class ProfiledPerfModel(PerfModel):
             if tokens > knot:
                 fixed += slope * (tokens - knot)
         fixed += self._dec * num_decodes + self._chunk * num_prefills
+        if num_decodes > 0:
+            fixed += self._dbatch
         fixed += self._pattn * prefill_attn + self._pctx * prefill_ctx
         fixed = max(fixed, 0.0)
         return fixed + self._dctx * decode_ctx
@@ -153,13 +161,15 @@ class ProfiledPerfModel(PerfModel):
 def design_matrix(
     shapes: Sequence[StepShape], knots: Sequence[int], idle_s: Sequence[float] | None = None
 ) -> np.ndarray:
-    """Columns in coefficient order: scalar features, token hinges, ``decode_ctx``, idle."""
+    """Columns in coefficient order: scalar features, token hinges, ``decode_ctx``,
+    ``decode_batch``, idle."""
     s = np.asarray(shapes, dtype=np.float64).reshape(-1, 6)
     nd, dctx, pt, pattn, pctx, npf = s.T
     tokens = nd + pt
     cols = [np.ones_like(nd), tokens, nd, npf, pattn, pctx]
     cols += [np.maximum(tokens - k, 0.0) for k in knots]
     cols.append(dctx)
+    cols.append((nd > 0).astype(np.float64))
     g = np.zeros_like(nd) if idle_s is None else np.asarray(idle_s, dtype=np.float64)
     cols += [g, *(np.maximum(g - k, 0.0) for k in IDLE_KNOTS_S)]
     return np.stack(cols, axis=1)
@@ -204,5 +214,5 @@ def fit_profile(
         w = 1.0 / np.maximum(pred, 1e-9)
         coef = _signed_nnls(x * w[:, None], t * w, sign)
         pred = np.maximum(x @ coef, 1e-9)
-    names = [*FEATURES, *(f"hinge_{k}" for k in knots), "decode_ctx", *IDLE_NAMES]
+    names = [*FEATURES, *(f"hinge_{k}" for k in knots), "decode_ctx", *OPTIONAL, *IDLE_NAMES]
     return dict(zip(names, (float(c) for c in coef), strict=True)), (pred - t) / t

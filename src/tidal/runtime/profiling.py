@@ -53,6 +53,10 @@ class GridPoint:
     """Idle: how long the engine waits before the measured prefill."""
     num_requests: int = 0
     """Serving: requests replayed."""
+    prompt_range: tuple[int, int] = (16, 512)
+    """Serving: prompt lengths, uniform integers in this inclusive range."""
+    output_range: tuple[int, int] = (16, 256)
+    """Serving: output lengths, uniform integers in this inclusive range."""
 
 
 @dataclass(frozen=True)
@@ -91,23 +95,49 @@ SERVING_OUTPUT = (16, 256)
 
 
 def serving_grid(
-    prelim: PerfModel, concurrencies: tuple[int, ...] = (2, 8, 32), max_batch: int = 128
+    prelim: PerfModel,
+    concurrencies: tuple[int, ...] = (2, 8, 32),
+    max_batch: int = 128,
+    prompt_range: tuple[int, int] = SERVING_PROMPT,
+    output_range: tuple[int, int] = SERVING_OUTPUT,
+    token_budget: int = 0,
 ) -> list[GridPoint]:
     """Poisson points keeping about c requests running: λ = c / (E[output] · t(c)), with t(c)
     the preliminary model's step time at c decodes of mean context plus the arrivals' prefill
-    tokens per step (λ·E[prompt]·t, solved by a few fixed-point iterations)."""
-    p_mean = sum(SERVING_PROMPT) / 2
-    o_mean = sum(SERVING_OUTPUT) / 2
+    tokens per step (λ·E[prompt]·t, at most the budget's room left by the decodes; a few
+    fixed-point iterations). ``prompt_range``/``output_range``/``token_budget`` let the points
+    match a workload's lengths and chunking (``tidal calibrate --serving-prompt-len …``);
+    ``token_budget`` 0 keeps the profiling engine's (large) budget."""
+    p_mean = sum(prompt_range) / 2
+    o_mean = sum(output_range) / 2
     points = []
     for c in (c for c in concurrencies if c <= max_batch):
+        if token_budget and c >= token_budget:
+            continue
         ctx = int(c * (p_mean + o_mean / 2))
         t = prelim.step_seconds(c, ctx, 0, 0, 0, 0)
         for _ in range(5):
             rate = c / (o_mean * t)
             pf = int(rate * t * p_mean)
-            t = prelim.step_seconds(c, ctx, pf, int(pf * pf), pf, 1 if pf else 0)
+            if token_budget:
+                pf = min(pf, token_budget - c)
+            # a chunk of pf tokens after ~half a prompt's context (chunked prefill)
+            pctx = int(min(p_mean / 2, p_mean - pf)) if token_budget else 0
+            attn = pf * (2 * pctx + pf)
+            t = prelim.step_seconds(c, ctx, pf, attn, pctx + pf, 1 if pf else 0)
         rate = c / (o_mean * t)
-        points.append(GridPoint("serving", c, 0, rate=rate, num_requests=4 * c + 16))
+        points.append(
+            GridPoint(
+                "serving",
+                c,
+                0,
+                chunk=token_budget,
+                rate=rate,
+                num_requests=4 * c + 16,
+                prompt_range=prompt_range,
+                output_range=output_range,
+            )
+        )
     return points
 
 
@@ -127,8 +157,9 @@ def _point_requests(pt: GridPoint, decode_steps: int, rng: np.random.Generator) 
         gaps = rng.exponential(1.0 / pt.rate, pt.num_requests)
         gaps[0] = 0.0
         times = np.round(np.cumsum(gaps) * NS_PER_S).astype(np.int64).tolist()
-        prompts = rng.integers(SERVING_PROMPT[0], SERVING_PROMPT[1] + 1, pt.num_requests)
-        outputs = rng.integers(SERVING_OUTPUT[0], SERVING_OUTPUT[1] + 1, pt.num_requests)
+        (plo, phi), (olo, ohi) = pt.prompt_range, pt.output_range
+        prompts = rng.integers(plo, phi + 1, pt.num_requests)
+        outputs = rng.integers(olo, ohi + 1, pt.num_requests)
         return [
             req(i, int(p), int(o), t)
             for i, (p, o, t) in enumerate(zip(prompts, outputs, times, strict=True))
@@ -224,3 +255,40 @@ def _scheduler(cfg: RuntimeConfig, kv: KVBlockManager, token_budget: int) -> Sch
     max_seqs = min(cfg.max_seqs, token_budget)
     sc = SchedulerConfig(token_budget, max_seqs, cfg.long_prefill_token_threshold)
     return BATCHING.get(cfg.batching)(sc, kv, ORDERINGS.get(cfg.ordering)())
+
+
+def speed_ratio(steps: list[StepRecord], model: PerfModel) -> float:
+    """Measured over predicted time of a replay's steps: ``Σ period / Σ t̂(shape)``, with t̂ the
+    profile's step time plus its idle penalty (when it has one). The profile's coefficients
+    times this ratio predict the same steps' total time exactly: a one-parameter recalibration
+    of the machine's current speed, whatever shapes the steps had."""
+    if not steps:
+        raise ValueError("no steps to compare")
+    idle = getattr(model, "idle_penalty_ns", None)
+    measured = predicted = 0
+    for r in steps:
+        measured += r.period_ns
+        predicted += model.step_ns(*r.shape)
+        if idle is not None and r.idle_ns > 0:
+            predicted += idle(r.idle_ns)
+    return measured / predicted
+
+
+def workload_probe(
+    rt: RuntimeEngine,
+    requests: list[Request],
+    model: PerfModel,
+    clock: str = "wall",
+) -> float:
+    """:func:`speed_ratio` of an open-loop replay of ``requests`` on ``rt`` (a held-out sample
+    of the workload to be measured, e.g. the same distributions under another seed): how much
+    slower (> 1) or faster the machine runs this workload now than the profile predicts."""
+    reqs = [  # fresh copies: a replay appends the generated tokens to token_ids
+        Request(r.request_id, r.arrival_ns, r.prompt_len, r.max_output_len, token_ids=r.token_ids)
+        for r in requests
+    ]
+    for r in reqs:
+        r.token_ids = list(r.token_ids or ())
+    steps: list[StepRecord] = []
+    EngineDriver(rt).replay(reqs, steps=steps, clock=clock)
+    return speed_ratio(steps, model)
