@@ -5,6 +5,7 @@ from the machine's calibrated profile. Greedy outputs must not depend on the bat
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,57 @@ def test_eb_without_a_profile_says_how_to_get_one():
         tiny_engine(batching="eb")
     with pytest.raises(ConfigError, match="does not exist"):
         tiny_engine(batching="ebplus", profile="/nonexistent/cpu.json")
+
+
+def test_simulator_and_real_engine_give_eb_the_same_costs(profile):
+    """``tidal fidelity --batching eb`` compares like with like: the simulator's EB view of a
+    profile (its perf model) equals the real engine's (no interference term on either)."""
+    from tidal.hardware.calibration import build_perf_model
+    from tidal.hardware.gpus import get_gpu
+    from tidal.hardware.interference import step_costs
+    from tidal.hardware.models import get_model
+
+    model = get_model("tiny-llama")
+    perf = build_perf_model(f"profile:{profile}", model, get_gpu("h100"), 1)
+    sim = step_costs(model, get_gpu("h100"), 1, perf)
+    real = profile_step_costs(RuntimeConfig(batching="ebplus", profile=profile))
+    assert real is not None
+    assert (sim.alpha_p, sim.beta_p, sim.alpha_d, sim.beta_d) == (
+        real.alpha_p,
+        real.beta_p,
+        real.alpha_d,
+        real.beta_d,
+    )
+    assert sim.interference == real.interference
+    assert sim.interference(0.5) == 0.0
+
+
+def test_fidelity_runs_eb_on_both_backends(profile, tmp_path):
+    from tidal.cli.fidelity import run_fidelity
+
+    res = run_fidelity(
+        Path(profile),
+        tmp_path,
+        model="tiny-llama",
+        workload={
+            "num_requests": 8,
+            "rate": 50.0,
+            "prompt_len": 24,
+            "output_len": 6,
+            "length_dist": "uniform",
+        },
+        token_budget=64,
+        max_seqs=8,
+        num_kv_blocks=256,
+        block_size=16,
+        threads=1,
+        repeats=1,
+        seed=0,
+        clock="cpu",
+        batching="eb",
+    )
+    assert res["runtime"]["batching"] == "eb"
+    assert res["sim_metrics"]["eb_time_share"] == 1.0  # the simulator ran EB too
+    for m in (res["sim_metrics"], *res["real_metrics"]):
+        assert m["num_completed"] == m["num_requests"] == 8
+    assert res["ttft_median_rel_error"] >= 0

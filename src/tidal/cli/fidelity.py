@@ -43,6 +43,9 @@ def fidelity(
     ),
     token_budget: Annotated[int, Opt(help="Max tokens per step (B).")] = 512,
     max_seqs: Annotated[int, Opt(help="Max running requests (N).")] = 64,
+    batching: Annotated[
+        str, Opt(help="Batching policy of both runs: mb | eb | ebplus (EB costs: the profile's).")
+    ] = "mb",
     num_kv_blocks: Annotated[int, Opt(help="KV cache blocks (both runs).")] = 2048,
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
     threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = 1,
@@ -88,6 +91,7 @@ def fidelity(
             },
             token_budget=token_budget,
             max_seqs=max_seqs,
+            batching=batching,
             num_kv_blocks=num_kv_blocks,
             block_size=block_size,
             threads=threads,
@@ -123,6 +127,7 @@ def run_fidelity(
     clock: str = "wall",
     warmup_requests: int = 0,
     recalibrate: int = 0,
+    batching: str = "mb",
 ) -> dict[str, Any]:
     import numpy as np
 
@@ -161,7 +166,11 @@ def run_fidelity(
                 "watermark": watermark,
                 "num_blocks": num_kv_blocks,
             },
-            "scheduler": {"token_budget": token_budget, "max_seqs": max_seqs},
+            "scheduler": {
+                "token_budget": token_budget,
+                "max_seqs": max_seqs,
+                "batching": batching,
+            },
             "workload": workload,
             "seed": seed,
         }
@@ -181,6 +190,8 @@ def run_fidelity(
         watermark=watermark,
         token_budget=token_budget,
         max_seqs=max_seqs,
+        batching=batching,
+        profile=str(profile),
         seed=seed,
         device=device,
         dtype=dtype,

@@ -240,9 +240,13 @@ def step_costs(model: ModelSpec, gpu: GPUSpec, tp: int, perf: PerfModel) -> Step
     else:  # e.g. a profile measured on the real engine: the same recipe, measured on it
         cal = derive_linear(base)
         a_p, b_p, a_d, b_d, src = cal.alpha_p, cal.beta_p, cal.alpha_d, cal.beta_d, cal.source
-    q = (
-        perf.interference
-        if isinstance(perf, InterferencePerfModel)
-        else step_interference(model, gpu, tp)[0]
-    )
+    inner = base
+    while isinstance(inner, WrappedPerfModel):  # e.g. an SM-share or eager-overhead wrapper
+        inner = inner.base
+    if isinstance(perf, InterferencePerfModel):
+        q = perf.interference
+    elif isinstance(inner, (LinearPerfModel, RooflinePerfModel)):
+        q = step_interference(model, gpu, tp)[0]
+    else:  # a measured profile: its machine is not ``gpu``, and it measured no interference
+        q = Quadratic(0.0, 0.0, 0.0)
     return StepCosts(a_p, b_p, a_d, b_d, q, MB_COST_FITS.get((model.name, gpu.name, tp)), src)
