@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Simulator fidelity against the real engine on this machine (BENCHMARKS.d/issue6.md).
-# Usage: bench/engine_fidelity.sh OUT_DIR [cpu|wall] [long|short]
+# Usage: bench/engine_fidelity.sh OUT_DIR [cpu|wall] [long|short] [mb|eb|ebplus]
 #
 # long (default, the fidelity workload of BENCHMARKS.d/issue6.md, 2026-11-29 night section):
 #   prompts uniform 384-1152 tokens prefilled in chunks of a 64-token budget (12 steps per
@@ -14,9 +14,10 @@
 # Calibrates tiny-llama on one CPU thread, then replays a steady Poisson and a bursty Gamma
 # (CV 3) workload through the real engine (3 runs each) and through the simulator.
 set -euo pipefail
-out=${1:?usage: bench/engine_fidelity.sh OUT_DIR [cpu|wall] [long|short]}
+out=${1:?usage: bench/engine_fidelity.sh OUT_DIR [cpu|wall] [long|short] [mb|eb|ebplus]}
 clock=${2:-cpu}
 shape=${3:-long}
+batching=${4:-mb}   # both backends run this batching policy (EB costs from the profile)
 mkdir -p "$out"
 uptime | tee "$out/load.txt"
 if [ "$shape" = long ]; then
@@ -35,6 +36,7 @@ else
             --prompt-len 128 --output-len 64 --length-dist uniform --token-budget 512
             --max-seqs 64 --num-kv-blocks 2048 --threads 1 --repeats 3 --clock "$clock")
 fi
+common+=(--batching "$batching")
 nice tidal fidelity "${common[@]}" --arrival-cv 1 --out "$out/poisson" | tee "$out/poisson.txt"
 uptime | tee -a "$out/load.txt"
 nice tidal fidelity "${common[@]}" --arrival-cv 3 --out "$out/gamma3" | tee "$out/gamma3.txt"

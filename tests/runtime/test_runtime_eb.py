@@ -112,6 +112,7 @@ def test_fidelity_runs_eb_on_both_backends(profile, tmp_path):
     )
     assert res["runtime"]["batching"] == "eb"
     assert res["sim_metrics"]["eb_time_share"] == 1.0  # the simulator ran EB too
+    assert res["real_metrics"][0]["eb_time_share"] == 1.0
     for m in (res["sim_metrics"], *res["real_metrics"]):
         assert m["num_completed"] == m["num_requests"] == 8
     assert res["ttft_median_rel_error"] >= 0

@@ -397,6 +397,9 @@ def _real_run(
     cols = recorder.columns()
     slo = sim_cfg.slo
     metrics = summarize(cols, slo.ttft_s, slo.tpot_s, itl)
+    # the policy's own counters (EB⁺: mode switches, time in EB), warm-up and probes included
+    for k, v in rt.scheduler.extra_metrics().items():
+        metrics.setdefault(k, v)
     n = max(len(steps), 1)
     step_ns = eng.schedule_ns + eng.execute_ns + eng.update_ns
     overhead = {
