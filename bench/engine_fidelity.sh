@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Simulator fidelity against the real engine on this machine (BENCHMARKS.d/issue6.md).
+# Simulator fidelity against the real engine on this machine (BENCHMARKS.md, issue 6).
 # Usage: bench/engine_fidelity.sh OUT_DIR [cpu|wall] [long|short] [mb|eb|ebplus]
 #
-# long (default, the fidelity workload of BENCHMARKS.d/issue6.md, 2026-11-29 night section):
+# long (default, the fidelity workload of BENCHMARKS.md, issue 6, 2026-11-29 night section):
 #   prompts uniform 384-1152 tokens prefilled in chunks of a 64-token budget (12 steps per
 #   prompt), outputs 32-96, 3 req/s (the engine ~45-60 % busy); calibrated with serving points
 #   drawn from the same length distributions and budget and fitted to those steps only

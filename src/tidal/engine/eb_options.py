@@ -57,7 +57,7 @@ class EBOptions(BaseModel):
     scheduler does, whose memory-safe update also leaves the recovery clock alone — under a
     saturated queue (≥ N_max/2 waiting) N returns to N_max 2 s after each recovery and the
     KV-aware gate, not N̂*, bounds the batch (the configuration behind the paper's EB numbers;
-    see BENCHMARKS.d/issue3.md)."""
+    see BENCHMARKS.md, issue 3)."""
 
     # -- EB+ selector (§3.3)
     delta: float = Field(default=1e-5, ge=0)

@@ -62,7 +62,7 @@ class AugmentConfig(BaseModel):
     """AugServe Stage II: recompute the value whenever a request re-enters the queue."""
     starvation_factor: float = Field(default=60.0, ge=0)
     """Anti-starvation threshold τ = factor × slo.ttft_s (0: off). The spec's default is 5×
-    (augserve.md §3.3 [DEF]); measured (BENCHMARKS.d/issue4.md, GPT-J-6B at 5 req/s, past
+    (augserve.md §3.3 [DEF]); measured (BENCHMARKS.md, issue 4, GPT-J-6B at 5 req/s, past
     AugServe's knee), 5× turns AugServe most of the way back into FCFS under sustained
     overload — every queued request soon starves (0.43 req/s effective vs 2.46 without the
     tier) — so the default is 60× (τ = 60 s at a 1 s TTFT SLO): 0.97 req/s, with a p99 TTFT
