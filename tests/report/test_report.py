@@ -175,3 +175,10 @@ def test_cluster_configs_are_described_by_placement_and_spec():
     title = describe(cfg)
     assert title.startswith("warmserve on 2x8:h100 (a, b)")
     assert "qwen3-8b" not in title
+    assert "B=" not in title  # the engines' budget and cap are the cluster's, not scheduler.*
+    # a composed run names its batching policy, serving policy and augmented workload
+    cfg["scheduler"]["batching"] = "ebplus"
+    cfg["augment"] = {"serving_policy": "augserve"}
+    cfg["cluster"]["mix"] = {"augmented": "infercept-mix"}
+    title = describe(cfg)
+    assert "ebplus + augserve on infercept-mix" in title
