@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from tests.conftest import unit_perf
 from tidal.core.augmented import AugmentedSpec, ToolCall
@@ -98,3 +99,35 @@ def run(rs: RequestSet, sched, perf=None, fast_forward: bool = True):
     sim = Simulation([inst], rs, rec)
     sim.run()
     return rec, sim
+
+
+@st.composite
+def augmented_workloads(
+    draw,
+    max_requests: int = 12,
+    max_gap_s: float = 0.02,
+    max_calls: int = 4,
+    max_decode: int = 40,
+    max_call_ms: float = 30.0,
+    max_return: int = 60,
+    max_prompt: int = 200,
+    max_final: int | None = None,
+) -> RequestSet:
+    """Random augmented workloads: up to ``max_requests`` requests, each a prompt and up to
+    ``max_calls`` (decode, call, returned tokens) segments before a final decode."""
+    n = draw(st.integers(1, max_requests))
+    arrivals = np.cumsum(draw(st.lists(st.floats(0, max_gap_s), min_size=n, max_size=n)))
+    prompts, specs = [], []
+    for _ in range(n):
+        k = draw(st.integers(0, max_calls))
+        segs = [
+            (
+                draw(st.integers(1, max_decode)),
+                draw(st.floats(0, max_call_ms)),
+                draw(st.integers(0, max_return)),
+            )
+            for _ in range(k)
+        ]
+        specs.append(spec(*segs, final=draw(st.integers(1, max_final or max_decode))))
+        prompts.append(draw(st.integers(1, max_prompt)))
+    return workload(arrivals, prompts, specs)

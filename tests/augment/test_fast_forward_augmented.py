@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.augment.helpers import make, run, spec, workload
+from tests.augment.helpers import augmented_workloads, make, run, spec, workload
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
@@ -30,24 +30,17 @@ POLICIES = [
 ]
 
 
-@st.composite
-def augmented_workloads(draw):
-    n = draw(st.integers(1, 25))
-    arrivals = np.cumsum(draw(st.lists(st.floats(0, 0.3), min_size=n, max_size=n)))
-    prompts, specs = [], []
-    for _ in range(n):
-        k = draw(st.integers(0, 5))
-        segs = [
-            (draw(st.integers(1, 120)), draw(st.floats(0, 400)), draw(st.integers(0, 150)))
-            for _ in range(k)
-        ]
-        specs.append(spec(*segs, final=draw(st.integers(1, 200))))
-        prompts.append(draw(st.integers(1, 500)))
-    return workload(arrivals, prompts, specs)
-
-
 @given(
-    rs=augmented_workloads(),
+    rs=augmented_workloads(
+        max_requests=25,
+        max_gap_s=0.3,
+        max_calls=5,
+        max_decode=120,
+        max_call_ms=400.0,
+        max_return=150,
+        max_prompt=500,
+        max_final=200,
+    ),
     policy=st.sampled_from(POLICIES),
     predictor=st.sampled_from(["oracle", "noisy", "mean", "none"]),
     spare=st.integers(0, 300),

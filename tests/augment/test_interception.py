@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.augment.helpers import MS, US, make, run, spec, workload
+from tests.augment.helpers import MS, US, augmented_workloads, make, run, spec, workload
 
 # unit_perf: a step with prefill costs 1 ms + 1 µs per token; a decode-only step 1 ms + 1 µs
 # per request. Request: prompt 100, decode 3, call 10 ms returning 5 tokens, decode 2.
@@ -55,22 +55,6 @@ def test_preserve_waste_is_the_idle_context_times_the_call():
     # 102 computed tokens = 7 blocks held for the 10 ms call, 16 000 bytes per block
     assert s.idle_block_ns == 7 * 10 * MS
     assert s.extra_metrics()["waste_preserve_gb_s"] == pytest.approx(7 * 16 * 1000 * 0.010 / 1e9)
-
-
-@st.composite
-def augmented_workloads(draw):
-    n = draw(st.integers(1, 12))
-    arrivals = np.cumsum(draw(st.lists(st.floats(0, 0.02), min_size=n, max_size=n)))
-    prompts, specs = [], []
-    for _ in range(n):
-        k = draw(st.integers(0, 4))
-        segs = [
-            (draw(st.integers(1, 40)), draw(st.floats(0, 30)), draw(st.integers(0, 60)))
-            for _ in range(k)
-        ]
-        specs.append(spec(*segs, final=draw(st.integers(1, 40))))
-        prompts.append(draw(st.integers(1, 200)))
-    return workload(arrivals, prompts, specs)
 
 
 POLICIES = [
