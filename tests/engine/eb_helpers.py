@@ -27,3 +27,26 @@ def make_eb(
     kv = KVBlockManager(num_blocks, block_size, watermark)
     cfg = SchedulerConfig(token_budget, max_seqs, costs=costs, eb=EBOptions(**opts))
     return cls(cfg, kv)
+
+
+def run_closed_loop(batching: str, gpu: str, conc: int, n: int, prompt: int, output: int, **sched):
+    """Qwen3-8B on ``gpu`` under ``conc`` closed-loop clients, uniform lengths around
+    (prompt, output): the EB paper's benchmark protocol in miniature. Returns the SimResult."""
+    from tidal.sim.config import load_config
+    from tidal.sim.run import run_simulation
+
+    cfg = load_config(
+        {
+            "model": "qwen3-8b",
+            "gpu": gpu,
+            "scheduler": {"batching": batching, **sched},
+            "workload": {
+                "num_requests": n,
+                "concurrency": conc,
+                "prompt_len": prompt,
+                "output_len": output,
+                "length_dist": "uniform",
+            },
+        }
+    )
+    return run_simulation(cfg)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import make_request, request_set, simulate, unit_perf
-from tests.engine.eb_helpers import make_eb
+from tests.engine.eb_helpers import make_eb, run_closed_loop
 from tidal.core.clock import VirtualClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
@@ -201,24 +201,7 @@ def test_decode_oom_preempts_the_newest_request():
 
 
 def _run(batching: str, gpu: str, conc: int, n: int, prompt: int, output: int, **sched):
-    from tidal.sim.config import load_config
-    from tidal.sim.run import run_simulation
-
-    cfg = load_config(
-        {
-            "model": "qwen3-8b",
-            "gpu": gpu,
-            "scheduler": {"batching": batching, **sched},
-            "workload": {
-                "num_requests": n,
-                "concurrency": conc,
-                "prompt_len": prompt,
-                "output_len": output,
-                "length_dist": "uniform",
-            },
-        }
-    )
-    return run_simulation(cfg).metrics
+    return run_closed_loop(batching, gpu, conc, n, prompt, output, **sched).metrics
 
 
 def test_eb_beats_mb_on_a_bandwidth_poor_gpu_with_lower_tpot():

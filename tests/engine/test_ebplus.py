@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import make_request, request_set, simulate, unit_perf
 from tests.engine.eb_helpers import H200_COSTS, make_eb
+from tests.engine.eb_helpers import run_closed_loop as _run
 from tidal.core.clock import VirtualClock
 from tidal.engine import eb_theory
 from tidal.engine.eb import DECODE
@@ -161,27 +162,6 @@ def test_mb_to_eb_takes_over_the_running_set():
         plan = eng.step()
         assert plan is None or not (plan.prefills and plan.num_decodes)
     s.check()
-
-
-def _run(batching: str, gpu: str, conc: int, n: int, prompt: int, output: int, **sched):
-    from tidal.sim.config import load_config
-    from tidal.sim.run import run_simulation
-
-    cfg = load_config(
-        {
-            "model": "qwen3-8b",
-            "gpu": gpu,
-            "scheduler": {"batching": batching, **sched},
-            "workload": {
-                "num_requests": n,
-                "concurrency": conc,
-                "prompt_len": prompt,
-                "output_len": output,
-                "length_dist": "uniform",
-            },
-        }
-    )
-    return run_simulation(cfg)
 
 
 def test_low_concurrency_keeps_mb_and_matches_it():

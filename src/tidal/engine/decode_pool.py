@@ -96,6 +96,22 @@ class DecodePool:
     def needs_block(self, req: Request) -> bool:
         return (req.pool_base + self.steps) % self.block_size == 0
 
+    def steps_until_departure_or_full(self, free_blocks: int) -> int:
+        """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
+        than the last step whose new KV blocks (counted from the next step on) fit in
+        ``free_blocks`` (bisection on the monotone :meth:`blocks_needed_range`)."""
+        m = self.steps_to_departure()
+        if self.blocks_needed_range(1, m) > free_blocks:
+            lo, hi = 1, m  # lo fits, hi does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self.blocks_needed_range(1, mid) <= free_blocks:
+                    lo = mid
+                else:
+                    hi = mid
+            m = lo
+        return m
+
     def steps_to_departure(self) -> int:
         """Steps until the earliest departure (≥ 1), or a huge number when empty."""
         heap = self._leave

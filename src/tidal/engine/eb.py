@@ -354,8 +354,7 @@ class ExclusiveBatchingScheduler(Scheduler):
         for req in list(self.prefilling):
             if budget <= 0:
                 break
-            deficit = req.num_tokens - req.num_computed_tokens
-            n = min(deficit, budget, cap) if cap else min(deficit, budget)
+            deficit, n = self._chunk(req, budget, cap)
             if kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks > kv.num_free_blocks:
                 continue
             plan.add_chunk(req, n)
@@ -369,8 +368,7 @@ class ExclusiveBatchingScheduler(Scheduler):
         max_seqs = self.config.max_num_seqs
         while len(waiting) and budget > 0 and remaining > 0 and len(self.running) < max_seqs:
             req = waiting.peek()
-            deficit = req.num_tokens - req.num_computed_tokens
-            n = min(deficit, budget, cap) if cap else min(deficit, budget)
+            deficit, n = self._chunk(req, budget, cap)
             if not kv.can_admit(kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks):
                 self.admission_blocked_by_kv = True
                 break
@@ -382,6 +380,13 @@ class ExclusiveBatchingScheduler(Scheduler):
             if n == deficit:
                 self.prefilled += 1
                 remaining -= 1
+
+    @staticmethod
+    def _chunk(req: Any, budget: int, cap: int) -> tuple[int, int]:
+        """(tokens still to prefill, this step's chunk: within the budget and the per-request
+        cap ``long_prefill_token_threshold``, 0 = none)."""
+        deficit = req.num_tokens - req.num_computed_tokens
+        return deficit, min(deficit, budget, cap) if cap else min(deficit, budget)
 
     def _schedule_decodes(self, plan: StepPlan) -> None:
         """Decode-only step: every pooled request computes one token. While the step's new KV
@@ -416,24 +421,9 @@ class ExclusiveBatchingScheduler(Scheduler):
             self.opts.kv_gate and self._kv_full()
         ):
             return 1, True
-        m = self._steps_until_departure_or_kv()
+        m = self.pool.steps_until_departure_or_full(self.kv.num_free_blocks)
         saturated = waiting >= max(0, self.n - plan.num_decodes) and self.n >= target
         return m, not saturated
-
-    def _steps_until_departure_or_kv(self) -> int:
-        pool = self.pool
-        m = pool.steps_to_departure()
-        free = self.kv.num_free_blocks
-        if pool.blocks_needed_range(1, m) > free:
-            lo, hi = 1, m
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if pool.blocks_needed_range(1, mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid
-            m = lo
-        return m
 
     def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
         if self._plan_phase is not None:

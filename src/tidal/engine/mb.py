@@ -25,18 +25,7 @@ class MixedBatchingScheduler(Scheduler):
         arrival can overtake it; otherwise the next arrival ends the run."""
         if plan.prefills or plan.preempted or not plan.num_decodes:
             return 1, True
-        pool = self.pool
-        m = pool.steps_to_departure()
-        free = self.kv.num_free_blocks
-        if pool.blocks_needed_range(1, m) > free:
-            lo, hi = 1, m  # lo fits, hi does not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if pool.blocks_needed_range(1, mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid
-            m = lo
+        m = self.pool.steps_until_departure_or_full(self.kv.num_free_blocks)
         full = len(self.running) >= self.config.max_num_seqs
         blocked = self.admission_blocked_by_kv and not self.waiting.arrival_can_jump_head
         return m, not (full or blocked)
