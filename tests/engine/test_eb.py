@@ -153,6 +153,7 @@ def test_controller_sets_k_from_theta_and_caps_n_by_the_memory_safe_bound():
         max_seqs=256,
         update_every=50,
         min_samples=30,
+        n_bound="clt",
     )
     assert s.theta == 0.7
     assert s.k == int(0.7 * 256)
@@ -170,6 +171,65 @@ def test_controller_sets_k_from_theta_and_caps_n_by_the_memory_safe_bound():
     assert 0.01 <= s.theta <= 0.8
     hist = s.extra_tables()["eb"]
     assert len(hist["time_ns"]) == s.stats.num_completed // 50
+
+
+def test_forecast_bound_sets_n_to_the_steady_state_bound_and_never_overflows():
+    s = make_eb(
+        num_blocks=1500,
+        block_size=16,
+        token_budget=4096,
+        max_seqs=256,
+        update_every=50,
+        min_samples=30,
+        n_bound="forecast",
+    )
+    assert s.forecast is not None
+    at_first_estimate = []
+    refit = s._refit
+
+    def first(now_ns):
+        if not at_first_estimate:
+            at_first_estimate.append(s.num_preemptions)
+        refit(now_ns)
+
+    s._refit = first
+    rs = request_set([0.0] * 400, [200] * 400, [60 + (i * 37) % 80 for i in range(400)])
+    simulate(rs, s, unit_perf(), concurrency=300)
+    assert s.forecast.ready
+    # N = the renewal (continuous-batching) bound from the window, not the CFR N̂*
+    window = s.stats.window()
+    expect = eb_theory.stationary_safe_n(
+        s.capacity_tokens,
+        s.stats.mu_l,
+        s.stats.var_l,
+        *eb_theory.output_moments(window),
+        0.01,
+        256,
+    )
+    assert s.n_stat == expect
+    assert s.n_hat == expect
+    assert s.n <= s.n_hat
+    clt = eb_theory.memory_safe_n(
+        s.capacity_tokens, s.theta, s.stats.p0, max(1.0, s.stats.mu_l), 0.01, 256
+    )
+    assert expect > clt  # bounded outputs: the CFR occupancy overstates the need
+    # once estimated, every fill and refill passed the forecast: no decode OOM, no KV-escape
+    # drop (before it, the cold fill at N_max may drop a chunk)
+    assert s.num_oom == 0
+    assert s.num_preemptions == at_first_estimate[0]
+
+
+def test_forecast_bound_runs_eb_at_a_larger_safe_batch_than_the_clt_bound():
+    # H200 decode-heavy in miniature: N̂*'s CFR occupancy (μ_L + 1/p0) overstates what
+    # uniform outputs hold, so the paper's bound runs EB at a smaller batch than the cache allows
+    kw = {"token_budget": 16384, "max_seqs": 1024}
+    out = {
+        b: _run("eb", "h200", 1024, 2500, 128, 1024, eb={"n_bound": b}, **kw)
+        for b in ("clt", "forecast")
+    }
+    assert out["forecast"]["eb_n"] > out["clt"]["eb_n"]
+    assert out["forecast"]["token_throughput"] > out["clt"]["token_throughput"]
+    assert out["forecast"]["num_preemptions"] <= 0.01 * out["forecast"]["num_requests"]
 
 
 def test_theta_fixed_pins_the_threshold_and_auto_n_off_keeps_n_max():

@@ -243,7 +243,7 @@ def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
     # EB⁺ held in MB (δ huge) with far more clients than the KV cache holds
     rs = request_set([0.0] * 600, [40] * 600, [60 + (i * 53) % 120 for i in range(600)])
     runs = {}
-    for cap in ("none", "mb_safe"):
+    for cap in ("none", "mb_safe", "forecast"):
         s = make_eb(
             num_blocks=700,
             token_budget=1024,
@@ -257,9 +257,9 @@ def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
         admitted = []
         orig = s._admit_waiting
 
-        def admit(plan, budget, now_ns, max_seqs=None, s=s, orig=orig, log=admitted):
+        def admit(plan, budget, now_ns, max_seqs=None, kv_ok=None, *, s=s, orig=orig, log=admitted):
             before = len(s.running)
-            out = orig(plan, budget, now_ns, max_seqs)
+            out = orig(plan, budget, now_ns, max_seqs, kv_ok)
             if len(s.running) > before:
                 log.append((max_seqs, len(s.running)))
             return out
@@ -287,3 +287,39 @@ def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
     # ... and the KV overflows (recompute preemptions) drop
     assert s_c.num_preemptions < s_n.num_preemptions
     assert (rec_c.finish_ns > 0).all()
+    # the forecast tests each admission on the running set's state, under the steady-state
+    # count bound alone; fewer overflows than v1
+    rec_f, s_f, adm_f = runs["forecast"]
+    assert s_f.forecast is not None
+    assert s_f.forecast.ready
+    capped_f = [(c, n) for c, n in adm_f if c is not None]
+    assert capped_f
+    assert all(n <= c for c, n in capped_f)
+    assert s_f.n_stat == s_f._mb_cap() >= s_f.n_mb
+    assert s_f.num_preemptions < s_n.num_preemptions
+    assert (rec_f.finish_ns > 0).all()
+
+
+def test_forecast_cap_preempts_less_when_outputs_get_longer():
+    # 300 short outputs, then 300 long ones: the window lags the shift, so a count cap from
+    # it admits too many; the forecast sees running requests older than every sample
+    n = 600
+    outs = [40 + (i * 37) % 40 for i in range(300)] + [200 + (i * 53) % 100 for i in range(300)]
+    rs = request_set([0.0] * n, [40] * n, outs)
+    preempted = {}
+    for cap in ("mb_safe", "forecast"):
+        s = make_eb(
+            num_blocks=1500,
+            token_budget=1024,
+            max_seqs=256,
+            cls=EBPlusScheduler,
+            update_every=25,
+            min_samples=10,
+            delta=1.0,
+            mb_cap=cap,
+        )
+        rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
+        assert (rec.finish_ns > 0).all()
+        assert s.mode == "mb"
+        preempted[cap] = s.num_preemptions
+    assert preempted["forecast"] < 0.75 * preempted["mb_safe"]

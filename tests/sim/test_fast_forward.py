@@ -83,7 +83,8 @@ def test_fast_forward_skips_most_events_on_a_decode_heavy_run():
     cooldown=st.integers(0, 2),
     n_cooldown_s=st.sampled_from([0.0, 0.02, 2.0]),
     n_recovery=st.sampled_from(["n_hat", "n_max"]),
-    mb_cap=st.sampled_from(["mb_safe", "n_hat", "none"]),
+    mb_cap=st.sampled_from(["mb_safe", "forecast", "n_hat", "none"]),
+    n_bound=st.sampled_from(["clt", "forecast"]),
 )
 def test_fast_forward_is_exact_for_exclusive_batching(
     rs,
@@ -99,6 +100,7 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     n_cooldown_s,
     n_recovery,
     mb_cap,
+    n_bound,
 ):
     """EB's phase machine (both N recoveries) and EB⁺'s per-step demand EMA, surge test, mode
     switches and MB-mode running cap must give the same timestamps whether decode runs are
@@ -133,6 +135,7 @@ def test_fast_forward_is_exact_for_exclusive_batching(
             n_update_cooldown_s=n_cooldown_s,
             n_recovery=n_recovery,
             mb_cap=mb_cap,
+            n_bound=n_bound,
         )
         rec, sim, _ = simulate(rs, s, perf, fast_forward=ff, concurrency=concurrency)
         runs.append((rec, sim, s))

@@ -10,12 +10,16 @@ step therefore costs O(1) however large the batch, and the simulator can jump ma
   histogram of ``pool_base mod block_size`` answers "blocks needed at offset i" in O(1);
 * departures (last output token, or the token before an external call) are known when a request
   joins: a heap of (departure step, request id) yields the next one.
+* per-member arrays (a slot per member: ``pool_base`` and prompt + extra tokens) give the
+  members' token counts and ages as numpy arrays without a Python loop (the KV forecast).
 Invariant while pooled: ``computed = num_tokens − 1`` and ``num_blocks = ceil(computed / bs)``.
 """
 
 from __future__ import annotations
 
 import heapq
+
+import numpy as np
 
 from tidal.core.request import Request
 
@@ -30,6 +34,12 @@ class DecodePool:
         self._leave: list[tuple[int, int, int]] = []  # (departure step, request id, join id)
         self._join_id: dict[int, int] = {}
         self._joins = 0
+        self._slot: dict[int, int] = {}
+        self._free_slots: list[int] = []
+        self._slot_base = np.zeros(64, dtype=np.int64)
+        self._slot_input = np.zeros(64, dtype=np.int64)
+        """Prompt + extra tokens of the member in each slot."""
+        self._slot_used = np.zeros(64, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -47,6 +57,19 @@ class DecodePool:
         target_computed = target_output + req.prompt_len + req.num_extra_tokens - 1
         self._joins += 1
         self._join_id[req.request_id] = self._joins
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        else:
+            slot = len(self._slot)
+            if slot == len(self._slot_used):
+                grow = len(self._slot_used)
+                self._slot_base = np.concatenate([self._slot_base, np.zeros(grow, np.int64)])
+                self._slot_input = np.concatenate([self._slot_input, np.zeros(grow, np.int64)])
+                self._slot_used = np.concatenate([self._slot_used, np.zeros(grow, bool)])
+        self._slot[req.request_id] = slot
+        self._slot_base[slot] = base
+        self._slot_input[slot] = req.prompt_len + req.num_extra_tokens
+        self._slot_used[slot] = True
         heapq.heappush(self._leave, (target_computed - base, req.request_id, self._joins))
 
     def computed(self, req: Request) -> int:
@@ -63,6 +86,9 @@ class DecodePool:
         self.materialize(req)
         del self.members[req.request_id]
         del self._join_id[req.request_id]
+        slot = self._slot.pop(req.request_id)
+        self._slot_used[slot] = False
+        self._free_slots.append(slot)
         self._base_sum -= req.pool_base
         self._residue[req.pool_base % self.block_size] -= 1
         req.in_pool = False
@@ -72,6 +98,13 @@ class DecodePool:
             self.materialize(req)
 
     # ------------------------------------------------------------------ aggregates
+    def tokens_and_ages(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every member's tokens after the next step's input (``computed + 1``) and its
+        generated output tokens (``tokens − prompt − extra``), in slot order."""
+        used = self._slot_used
+        tokens = self._slot_base[used] + (self.steps + 1)
+        return tokens, tokens - self._slot_input[used]
+
     def decode_ctx(self) -> int:
         """Σ attended context of the next step: Σ(computed + 1)."""
         n = len(self.members)

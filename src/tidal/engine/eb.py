@@ -38,12 +38,16 @@ the newest pending chunk — the reference would stall there.
 
 from __future__ import annotations
 
-from itertools import islice
+from collections.abc import Callable
+from itertools import chain, islice
 from typing import Any
+
+import numpy as np
 
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.engine import eb_theory as theory
+from tidal.engine.kv_forecast import KVForecast
 from tidal.engine.ordering import WaitingQueue
 from tidal.engine.output_stats import OutputStats
 from tidal.engine.plan import StepPlan
@@ -82,6 +86,16 @@ class ExclusiveBatchingScheduler(Scheduler):
         """Current batch size N."""
         self.k = 1
         self._set_k()
+        # KV forecast (``n_bound: forecast``; EB⁺'s ``mb_cap: forecast``)
+        self.n_stat: int | None = None
+        """Steady-state memory-safe N of continuous batching (set with the forecast)."""
+        self.forecast: KVForecast | None = None
+        if self._uses_forecast():
+            self.forecast = KVForecast(self.capacity_tokens, kv.block_size, opts.eps)
+        self._fc_stale = True
+        """The projection misses a change of the running set: re-project before the next
+        admission decision. Only departures and preemptions set it (and EB⁺'s mode switches),
+        so a decision stays a function of events that end a fast-forwarded run."""
         # phase machine
         self.phase = INITIAL_FILL
         self.prefilled = 0
@@ -155,11 +169,26 @@ class ExclusiveBatchingScheduler(Scheduler):
             else:
                 a = opts.theta_ema
                 self.theta = a * star + (1.0 - a) * self.theta
+        if self.forecast is not None:
+            window = stats.window()
+            self.n_stat = theory.stationary_safe_n(
+                self.capacity_tokens,
+                stats.mu_l,
+                stats.var_l,
+                *theory.output_moments(window),
+                opts.eps,
+                self.config.max_num_seqs,
+            )
+            self.forecast.set_outputs(window)
+            self._fc_stale = True
         if opts.auto_n:
             mu_l = max(1.0, stats.mu_l)
-            self.n_hat = theory.memory_safe_n(
-                self.capacity_tokens, self.theta, p0, mu_l, opts.eps, self.config.max_num_seqs
-            )
+            if opts.n_bound == "forecast" and self.n_stat is not None:
+                self.n_hat = self.n_stat
+            else:
+                self.n_hat = theory.memory_safe_n(
+                    self.capacity_tokens, self.theta, p0, mu_l, opts.eps, self.config.max_num_seqs
+                )
             # the reference's memory-safe update leaves the recovery clock alone
             self._set_n(self.n_hat, now_ns, stamp=opts.n_recovery == "n_hat")
         self._set_k()
@@ -200,8 +229,54 @@ class ExclusiveBatchingScheduler(Scheduler):
         """Every ``update_every`` completions, after the μ̂_O/p̂ update (EB⁺ evaluates here)."""
 
     def _finish(self, req: Any, now_ns: int) -> None:
+        self._fc_stale = True
         super()._finish(req, now_ns)
         self._observe_completion(req.prompt_len, req.num_output_tokens, now_ns)
+
+    def _preempt(self, req: Any) -> None:
+        self._fc_stale = True
+        super()._preempt(req)
+
+    # ------------------------------------------------------------------ KV forecast
+    def _uses_forecast(self) -> bool:
+        return self.opts.n_bound == "forecast"
+
+    def _forecast_ready(self) -> KVForecast | None:
+        """The forecast with its projection of the running set current (None: not in use or
+        no estimate yet)."""
+        fc = self.forecast
+        if fc is None or not fc.ready:
+            return None
+        if self._fc_stale:
+            kv = self.kv
+            tokens, ages = self.pool.tokens_and_ages()
+            held = int(((tokens - 1 + kv.block_size - 1) // kv.block_size).sum())
+            pending = self.prefilling
+            if pending:
+                tokens = np.concatenate([tokens, [r.num_tokens for r in pending]])
+                ages = np.concatenate([ages, [r.num_output_tokens for r in pending]])
+                held += sum(r.num_blocks for r in pending)
+            # blocks held outside the running set (a composed policy's idle contexts)
+            other = kv.num_blocks - kv.num_free_blocks - held
+            fc.project(tokens, ages, reserved_tokens=max(0, other) * kv.block_size)
+            self._fc_stale = False
+        return fc
+
+    def _forecast_test(self) -> Callable[[Any], bool] | None:
+        """Admission test that commits accepted requests to the projection (None: no test)."""
+        fc = self._forecast_ready()
+        if fc is None:
+            return None
+
+        def test(req: Any) -> bool:
+            if fc.admit(req.num_tokens, req.num_output_tokens):
+                return True
+            if not self.running:  # never refuse an empty instance (liveness)
+                self._fc_stale = True
+                return True
+            return False
+
+        return test
 
     # ------------------------------------------------------------------ KV heuristics
     def _kv_threshold(self) -> float:
@@ -211,6 +286,11 @@ class ExclusiveBatchingScheduler(Scheduler):
         return max(0.05, min(self.opts.kv_threshold_max, blocks / kv.num_blocks))
 
     def _kv_full(self) -> bool:
+        """Free KV below τ_KV of the cache; with ``n_bound: forecast`` (once estimated) the
+        forecast reserves the decode growth itself, so "full" means fewer free blocks than
+        decoding requests (the next block boundary could not be crossed by all of them)."""
+        if self.opts.n_bound == "forecast" and self.forecast is not None and self.forecast.ready:
+            return self.kv.num_free_blocks < len(self.pool)
         return self.kv.num_free_blocks < self.kv.num_blocks * self._kv_threshold()
 
     def _min_n(self) -> int:
@@ -300,12 +380,21 @@ class ExclusiveBatchingScheduler(Scheduler):
 
     def _fillable(self, n_dec: int, waiting: int) -> int | None:
         """The refill size if the threshold test ``fillable·(N − k) ≥ n·k`` passes, else None
-        (``fillable = min(waiting + pending, N − n)``; the integer form of θ/(1−θ))."""
+        (``fillable = min(waiting + pending, N − n)``; the integer form of θ/(1−θ)). With
+        ``n_bound: forecast``, ``fillable`` is further limited to the queue-head requests the KV
+        forecast admits (tested only once the unlimited test passes: it is monotone)."""
         fillable = min(waiting, max(0, self.n - n_dec))
         denom = self.n - self.k
-        if denom > 0 and fillable * denom >= n_dec * self.k:
-            return fillable
-        return None
+        if denom <= 0 or fillable * denom < n_dec * self.k:
+            return None
+        if self.opts.n_bound == "forecast":
+            fc = self._forecast_ready()
+            if fc is not None:
+                heads = islice(chain(self.prefilling, self.waiting), fillable)
+                fillable = fc.room((r.num_tokens, r.num_output_tokens) for r in heads)
+                if fillable * denom < n_dec * self.k:
+                    return None
+        return fillable
 
     # ------------------------------------------------------------------ steps
     def schedule(self, now_ns: int) -> StepPlan:
@@ -366,10 +455,13 @@ class ExclusiveBatchingScheduler(Scheduler):
         self.admission_blocked_by_kv = False
         waiting = self.waiting
         max_seqs = self.config.max_num_seqs
+        kv_ok = self._forecast_test() if self.opts.n_bound == "forecast" else None
         while len(waiting) and budget > 0 and remaining > 0 and len(self.running) < max_seqs:
             req = waiting.peek()
             deficit, n = self._chunk(req, budget, cap)
-            if not kv.can_admit(kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks):
+            if not kv.can_admit(kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks) or (
+                kv_ok is not None and not kv_ok(req)
+            ):
                 self.admission_blocked_by_kv = True
                 break
             waiting.pop()

@@ -42,6 +42,13 @@ class EBOptions(BaseModel):
     """Cap N by the memory-safe N̂* (CLT form) after each estimate."""
     eps: float = Field(default=0.01, gt=0, lt=1)
     """Target KV-overflow probability ε of N̂*."""
+    n_bound: Literal["clt", "forecast"] = "forecast"
+    """What keeps EB within the KV cache: ``clt`` = the paper's N̂* (§2.5, the CFR cycle
+    occupancy); ``forecast`` = N ≤ the steady-state bound of continuous batching (the renewal
+    occupancy of :func:`eb_theory.stationary_safe_n`, from the window) and every fill or
+    refill limited to the queue-head requests the KV forecast admits
+    (:mod:`tidal.engine.kv_forecast`: the running set's projected occupancy, conditioned on
+    each request's age) — a refill whose admissible part fails the threshold test waits."""
 
     # -- phase machine (§3.2)
     kv_gate: bool = True
@@ -77,12 +84,15 @@ class EBOptions(BaseModel):
     surge_factor: float = Field(default=2.0, gt=1)
     """Evaluate at once when demand exceeds surge_factor·N_obs (outside cooldown)."""
     cold_mode: Literal["mb", "eb"] = "mb"
-    mb_cap: Literal["mb_safe", "n_hat", "none"] = "mb_safe"
+    mb_cap: Literal["mb_safe", "forecast", "n_hat", "none"] = "forecast"
     """Running-set cap of EB⁺'s MB mode once the estimator has data: ``mb_safe`` = the
     memory-safe batch size of MB itself (the §2.5 CLT bound with MB's slot occupancy read from
     the estimator's window: ``μ_L + E[O²]/(2E[O])`` in steady state — the paper's ``D(θ → 0)``
     for geometric outputs — and ``(μ_L + t)·P(O > t)`` for a cohort admitted at once;
     :func:`eb_theory.mb_safe_n`);
+    ``forecast`` = no count cap, but each admission must keep the running set's projected KV
+    occupancy, conditioned on every running request's age, within the cache at every future
+    step (:mod:`tidal.engine.kv_forecast`; a time-varying cap);
     ``n_hat`` = EB's N̂* (its CFR occupancy overstates MB's KV need on bounded outputs, so
     it costs MB throughput); ``none`` = N_max with recompute preemption, as the reference."""
     mb_memory_safe: bool = False

@@ -236,6 +236,14 @@ def cohort_safe_n(
     return max(1, min(n_cap, n))
 
 
+def output_moments(outputs: np.ndarray) -> tuple[float, float, float]:
+    """``(E[O], E[O²], E[O³])`` of an output-length sample (zeros when empty)."""
+    o = np.asarray(outputs, dtype=np.float64)
+    if len(o) == 0:
+        return 0.0, 0.0, 0.0
+    return float(o.mean()), float((o * o).mean()), float((o**3).mean())
+
+
 def mb_safe_n(
     capacity: float,
     mu_l: float,
@@ -250,7 +258,7 @@ def mb_safe_n(
     o = np.asarray(outputs, dtype=np.float64)
     if len(o) == 0:
         return n_cap
-    m1, m2, m3 = float(o.mean()), float((o * o).mean()), float((o**3).mean())
+    m1, m2, m3 = output_moments(o)
     return min(
         stationary_safe_n(capacity, mu_l, var_l, m1, m2, m3, eps, n_cap),
         cohort_safe_n(capacity, mu_l, var_l, o, eps, n_cap),

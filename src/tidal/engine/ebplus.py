@@ -154,6 +154,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         self.mode = "eb"
         self.cooldown_left = self.opts.cooldown
         self.num_switches += 1
+        self._fc_stale = True
         n_dec = len(self.pool)
         if n_dec:
             self.phase = DECODE
@@ -176,6 +177,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         self.phase = INITIAL_FILL
         self.prefilled = 0
         self.refill_target = 0
+        self._fc_stale = True
         self._log(now_ns, "to_mb", float("nan"), float("nan"), float("nan"), self.opts.delta)
 
     def _on_batch(self, now_ns: int) -> None:
@@ -189,13 +191,23 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         )
         self._log(now_ns, "estimate", float("nan"), float("nan"), float("nan"), self.opts.delta)
 
+    def _mb_cap_kind(self) -> str:
+        return "n_hat" if self.opts.mb_memory_safe else self.opts.mb_cap
+
+    def _uses_forecast(self) -> bool:
+        return super()._uses_forecast() or self._mb_cap_kind() == "forecast"
+
     def _mb_cap(self) -> int | None:
-        """The MB mode's running-set cap (``mb_cap``; None = N_max)."""
-        kind = "n_hat" if self.opts.mb_memory_safe else self.opts.mb_cap
+        """The MB mode's running-set cap (``mb_cap``; None = N_max). With ``forecast`` the
+        count cap is the steady-state bound alone (the cohort bound's worst case is what the
+        forecast tests per admission, from the actual ages)."""
+        kind = self._mb_cap_kind()
         if kind == "mb_safe":
             return self.n_mb
         if kind == "n_hat":
             return self._n_target()
+        if kind == "forecast":
+            return self.n_stat
         return None
 
     def _log(
@@ -239,7 +251,8 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         plan = StepPlan()
         budget = self._schedule_running(plan, self.step_budget())
         if not plan.preempted:
-            self._admit_waiting(plan, budget, now_ns, self._mb_cap())
+            kv_ok = self._forecast_test() if self._mb_cap_kind() == "forecast" else None
+            self._admit_waiting(plan, budget, now_ns, self._mb_cap(), kv_ok)
         return plan
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
@@ -280,7 +293,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             "mode_switches": self.num_switches,
             "eb_time_share": self.time_in_mode["eb"] / busy if busy else 0.0,
             "ebplus_final_mode": self.mode,
-            "ebplus_mb_cap": -1 if self.n_mb is None else self.n_mb,
+            "ebplus_mb_cap": -1 if (cap := self._mb_cap()) is None else cap,
             **self._eb_metrics(),
         }
 

@@ -203,10 +203,17 @@ class Scheduler(ABC):
         return False
 
     def _admit_waiting(
-        self, plan: StepPlan, budget: int, now_ns: int, max_seqs: int | None = None
+        self,
+        plan: StepPlan,
+        budget: int,
+        now_ns: int,
+        max_seqs: int | None = None,
+        kv_ok: Callable[[Request], bool] | None = None,
     ) -> int:
         """Admit from the queue head while under N (``max_seqs``, default the configured N),
-        within budget, and above the KV watermark."""
+        within budget, and above the KV watermark — and, with ``kv_ok``, while it accepts the
+        head (a KV forecast; a refusal counts as blocked by KV: it holds until the running set
+        changes)."""
         self.admission_blocked_by_kv = False
         waiting, kv = self.waiting, self.kv
         if max_seqs is None:
@@ -218,7 +225,7 @@ class Scheduler(ABC):
             if cap:
                 n = min(n, cap)
             blocks = kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks
-            if not kv.can_admit(blocks):
+            if not kv.can_admit(blocks) or (kv_ok is not None and not kv_ok(req)):
                 self.admission_blocked_by_kv = True
                 break
             waiting.pop()

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -437,14 +438,19 @@ class AugmentedMixin(Scheduler):
         self.waiting.push_front(req)
 
     def _admit_waiting(
-        self, plan: StepPlan, budget: int, now_ns: int, max_seqs: int | None = None
+        self,
+        plan: StepPlan,
+        budget: int,
+        now_ns: int,
+        max_seqs: int | None = None,
+        kv_ok: Callable[[Request], bool] | None = None,
     ) -> int:
         """Admission (vLLM v1: stop at the first request that does not fit, as INFERCEPT's
         waiting stage does). Only when nothing runs are idle contexts reclaimed for the head
         (else memory held by idle requests could block the instance forever)."""
         cap = self.config.long_prefill_token_threshold
         while True:
-            budget = super()._admit_waiting(plan, budget, now_ns, max_seqs)
+            budget = super()._admit_waiting(plan, budget, now_ns, max_seqs, kv_ok)
             if not self.admission_blocked_by_kv or budget <= 0 or self.running:
                 return budget
             head = self.waiting.peek()
