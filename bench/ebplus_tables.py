@@ -4,8 +4,9 @@
 
 * ``fig4`` (checks 1, 2, 5): Qwen3-8B, the three synthetic mixes (4000 requests, c = 2048,
   uniform ±50 % lengths, 100 warm-ups), MB (vLLM v1) / EB(k̂*) / EB⁺ each at its own best (B, N)
-  of the paper's grid, on RTX PRO 6000 and H200; also EB with the reference scheduler's N
-  recovery (``n_recovery: n_max``), EB⁺ with each MB-mode cap (``mb_cap``), MB at fixed N on
+  of the paper's grid, on RTX PRO 6000 and H200; also EB with the paper's N̂* (``n_bound:
+  clt``) and with the reference scheduler's N recovery (``n_recovery: n_max``), EB⁺ with each
+  MB-mode cap (``mb_cap``), MB at fixed N on
   H200 DH (the preemption/throughput frontier of any static cap), and MB against 1/β_MB^e(r).
 * ``table4`` (check 3): μ_L = 512, μ_O = 256, c ∈ {32, 512, 2048}, (B, N) = (14336, 1024) as the
   authors' Table 4 script, 100 warm-ups.
@@ -156,35 +157,43 @@ def fig4(quick: bool) -> dict[str, Any]:
         )
     )
 
-    # EB with the reference scheduler's N recovery (N back to N_max under a long queue)
+    # EB's memory bound: the forecast (default), the paper's N̂*, and the reference scheduler
+    # (N̂*, with N recovered to N_max under a long queue)
     rows = []
+    variants = {
+        "eb_clt": {"n_bound": "clt"},
+        "eb_reference": {"n_bound": "clt", "n_recovery": "n_max"},
+    }
     for gpu in ("h200", "rtx-pro-6000"):
         paper = {s: fig4_tokps(gpu, s) for s in ("mb", "eb")}
         for mix in MIXES:
-            m, bn = best_of_grid(gpu, "eb", mix, 2048, grid_b, grid_n, eb={"n_recovery": "n_max"})
             c = out[f"{gpu}/{mix}"]
-            c["eb_n_max"] = {"metrics": m, "bn": bn}
             mb, eb = c["mb"]["metrics"], c["eb"]["metrics"]
-            rows.append(
-                [
-                    gpu,
-                    mix,
-                    f"{pct(eb['token_throughput'] / mb['token_throughput'] - 1)} ({pre(eb):.1%})",
-                    f"{pct(m['token_throughput'] / mb['token_throughput'] - 1)} ({pre(m):.1%})",
-                    pct(paper["eb"][mix] / paper["mb"][mix] - 1),
-                    f"{bn[0] // 1024}k/{bn[1]}",
-                ]
-            )
-    print("\nEB's N recovery: memory-safe (default) against the reference scheduler's:\n")
+            row = [
+                gpu,
+                mix,
+                f"{pct(eb['token_throughput'] / mb['token_throughput'] - 1)} ({pre(eb):.1%})",
+            ]
+            for key, opts in variants.items():
+                m, bn = best_of_grid(gpu, "eb", mix, 2048, grid_b, grid_n, eb=opts)
+                c[key] = {"metrics": m, "bn": bn}
+                row.append(
+                    f"{pct(m['token_throughput'] / mb['token_throughput'] - 1)} ({pre(m):.1%})"
+                )
+            row.append(pct(paper["eb"][mix] / paper["mb"][mix] - 1))
+            row.append(f"{eb['eb_n']} / {c['eb_clt']['metrics']['eb_n']}")
+            rows.append(row)
+    print("\nEB's memory bound, each at its best (B, N): vs MB (preemption)\n")
     print(
         md_table(
             [
                 "GPU",
                 "mix",
-                "EB n_hat vs MB (preempt.)",
-                "EB n_max vs MB (preempt.)",
+                "forecast (default)",
+                "clt: paper's N̂*",
+                "clt + N recovery to N_max (reference)",
                 "paper EB vs v1",
-                "best B/N n_max",
+                "final N forecast / clt",
             ],
             rows,
         )
@@ -197,13 +206,13 @@ def fig4(quick: bool) -> dict[str, Any]:
             c = out[f"{gpu}/{mix}"]
             mb = c["mb"]["metrics"]
             row = [gpu, mix]
-            for cap in ("none", "n_hat", "mb_safe"):
-                if cap == "mb_safe":
+            for cap in ("none", "n_hat", "mb_safe", "forecast"):
+                if cap == "forecast":
                     m = c["ebplus"]["metrics"]
                 else:
-                    m, bn = best_of_grid(
-                        gpu, "ebplus", mix, 2048, grid_b, grid_n, eb={"mb_cap": cap}
-                    )
+                    # n_hat: EB's own N̂* (the paper's CLT bound), as before the forecast
+                    opts = {"mb_cap": cap, **({"n_bound": "clt"} if cap == "n_hat" else {})}
+                    m, bn = best_of_grid(gpu, "ebplus", mix, 2048, grid_b, grid_n, eb=opts)
                     c[f"ebplus_{cap}"] = {"metrics": m, "bn": bn}
                 row.append(
                     f"{pct(m['token_throughput'] / mb['token_throughput'] - 1)} ({pre(m):.1%})"
@@ -221,7 +230,8 @@ def fig4(quick: bool) -> dict[str, Any]:
                 "mix",
                 "none (reference)",
                 "n_hat (EB's N̂*)",
-                "mb_safe (default)",
+                "mb_safe (static bound)",
+                "forecast (default)",
                 "MB preempt.",
                 "final N_MB",
             ],

@@ -21,7 +21,12 @@ a decode step. The phase machine runs at the start of every step:
 decode step that needs a KV block which is not free preempts the newest running request (by
 recompute) and counts an OOM event.
 
-The threshold ``k̂ = ⌊θ̂·N⌋`` and the memory-safe ``N̂*`` come from the online controller
+With ``n_bound: forecast`` (the default) N is the steady-state memory-safe N of continuous
+batching instead of N̂*, fills and refills take only the queue-head requests the KV forecast
+admits (:mod:`tidal.engine.kv_forecast`), and "KV full" means fewer free blocks than decoding
+requests (the forecast reserves the growth the τ_KV heuristics guessed at). With ``n_bound:
+clt`` (the paper):
+the threshold ``k̂ = ⌊θ̂·N⌋`` and the memory-safe ``N̂*`` come from the online controller
 (Algorithm 1): every 100 completions the output-length hazard is re-fitted on a 500-sample window
 (:mod:`tidal.engine.output_stats`), ``θ* = θ0 + Δθ`` (CFR base + IFR correction, §2.3–§2.4) is
 clipped to [max(0.01, θ_floor), θ_max] and smoothed (EMA 0.3), and N̂* (CLT form, §2.5) caps N.

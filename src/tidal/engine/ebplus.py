@@ -18,15 +18,17 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
 * a decision needs the estimator initialised, no cooldown (3 evaluations after a switch) and
   ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties).
 
-The MB mode admits at most ``N_MB`` running requests once the estimator has data (``mb_cap``,
-default ``mb_safe``): the §2.5 CLT bound ``N·D + σ·sqrt(N·ln(1/ε)) ≤ C`` evaluated with MB's
-own slot occupancy instead of EB's cycle — in steady state ``D = μ_L + E[O²]/(2E[O])`` (renewal
-reward; the paper's ``D(θ → 0) = μ_L + 1/p0`` for geometric outputs), and for a cohort admitted
-at once (closed-loop clients at a phase start) ``(μ_L + t)·P(O > t)`` at every age t — the
-smaller N of the two (:func:`eb_theory.mb_safe_n`), from the estimator's window and prompt EMAs,
-re-computed at every estimate. The reference runs MB at N_max and relies on
-recompute preemption (``mb_cap: none``); EB's N̂* (``n_hat``) overstates MB's need on bounded
-outputs. Before the first estimate MB runs at N_max.
+The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
+default: each admission must keep the running set's age-conditioned projected occupancy within
+the cache, :mod:`tidal.engine.kv_forecast`, under a count cap of the steady-state bound below),
+or at most ``N_MB`` running requests (``mb_cap: mb_safe``): the §2.5 CLT bound ``N·D +
+σ·sqrt(N·ln(1/ε)) ≤ C`` evaluated with MB's own slot occupancy instead of EB's cycle — in steady
+state ``D = μ_L + E[O²]/(2E[O])`` (renewal reward; the paper's ``D(θ → 0) = μ_L + 1/p0`` for
+geometric outputs), and for a cohort admitted at once (closed-loop clients at a phase start)
+``(μ_L + t)·P(O > t)`` at every age t — the smaller N of the two (:func:`eb_theory.mb_safe_n`),
+from the estimator's window and prompt EMAs, re-computed at every estimate. The reference runs
+MB at N_max and relies on recompute preemption (``mb_cap: none``); EB's N̂* (``n_hat``)
+overstates MB's need on bounded outputs. Before the first estimate MB runs at N_max.
 
 MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
 ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, EB starts a fresh fill. EB → MB:
