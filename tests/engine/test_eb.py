@@ -145,16 +145,21 @@ def test_invariants_at_every_step(
     assert s.kv.num_free_blocks == s.kv.num_blocks
 
 
-def test_controller_sets_k_from_theta_and_caps_n_by_the_memory_safe_bound():
-    s = make_eb(
-        num_blocks=4000,
+def _controlled(num_blocks: int, n_bound: str):
+    """EB at N_max = 256 estimating every 50 completions, with memory bound ``n_bound``."""
+    return make_eb(
+        num_blocks=num_blocks,
         block_size=16,
         token_budget=4096,
         max_seqs=256,
         update_every=50,
         min_samples=30,
-        n_bound="clt",
+        n_bound=n_bound,
     )
+
+
+def test_controller_sets_k_from_theta_and_caps_n_by_the_memory_safe_bound():
+    s = _controlled(4000, "clt")
     assert s.theta == 0.7
     assert s.k == int(0.7 * 256)
     rs = request_set([0.0] * 400, [200] * 400, [60 + (i * 37) % 80 for i in range(400)])
@@ -174,15 +179,7 @@ def test_controller_sets_k_from_theta_and_caps_n_by_the_memory_safe_bound():
 
 
 def test_forecast_bound_sets_n_to_the_steady_state_bound_and_never_overflows():
-    s = make_eb(
-        num_blocks=1500,
-        block_size=16,
-        token_budget=4096,
-        max_seqs=256,
-        update_every=50,
-        min_samples=30,
-        n_bound="forecast",
-    )
+    s = _controlled(1500, "forecast")
     assert s.forecast is not None
     at_first_estimate = []
     refit = s._refit

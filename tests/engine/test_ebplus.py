@@ -239,21 +239,28 @@ def test_mb_cap_is_mbs_own_memory_bound_from_the_window():
     assert legacy._mb_cap() == 300
 
 
+def _held_in_mb(cap: str, num_blocks: int) -> EBPlusScheduler:
+    """EB⁺ held in MB mode (δ huge), estimating every 25 completions, with MB cap ``cap``."""
+    s = make_eb(
+        num_blocks=num_blocks,
+        token_budget=1024,
+        max_seqs=256,
+        cls=EBPlusScheduler,
+        update_every=25,
+        min_samples=10,
+        delta=1.0,
+        mb_cap=cap,
+    )
+    assert isinstance(s, EBPlusScheduler)
+    return s
+
+
 def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
     # EB⁺ held in MB (δ huge) with far more clients than the KV cache holds
     rs = request_set([0.0] * 600, [40] * 600, [60 + (i * 53) % 120 for i in range(600)])
     runs = {}
     for cap in ("none", "mb_safe", "forecast"):
-        s = make_eb(
-            num_blocks=700,
-            token_budget=1024,
-            max_seqs=256,
-            cls=EBPlusScheduler,
-            update_every=25,
-            min_samples=10,
-            delta=1.0,
-            mb_cap=cap,
-        )
+        s = _held_in_mb(cap, num_blocks=700)
         admitted = []
         orig = s._admit_waiting
 
@@ -308,16 +315,7 @@ def test_forecast_cap_preempts_less_when_outputs_get_longer():
     rs = request_set([0.0] * n, [40] * n, outs)
     preempted = {}
     for cap in ("mb_safe", "forecast"):
-        s = make_eb(
-            num_blocks=1500,
-            token_budget=1024,
-            max_seqs=256,
-            cls=EBPlusScheduler,
-            update_every=25,
-            min_samples=10,
-            delta=1.0,
-            mb_cap=cap,
-        )
+        s = _held_in_mb(cap, num_blocks=1500)
         rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
         assert (rec.finish_ns > 0).all()
         assert s.mode == "mb"
