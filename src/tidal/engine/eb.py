@@ -44,7 +44,7 @@ the newest pending chunk — the reference would stall there.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import chain, islice
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -395,8 +395,10 @@ class ExclusiveBatchingScheduler(Scheduler):
         if self.opts.n_bound == "forecast":
             fc = self._forecast_ready()
             if fc is not None:
-                heads = islice(chain(self.prefilling, self.waiting), fillable)
-                fillable = fc.room((r.num_tokens, r.num_output_tokens) for r in heads)
+                # pending chunks are running already (in the projection); test the queue heads
+                pending = min(len(self.prefilling), fillable)
+                heads = islice(iter(self.waiting), fillable - pending)
+                fillable = pending + fc.room((r.num_tokens, r.num_output_tokens) for r in heads)
                 if fillable * denom < n_dec * self.k:
                     return None
         return fillable
