@@ -239,8 +239,9 @@ def test_theta_fixed_pins_the_threshold_and_auto_n_off_keeps_n_max():
 
 
 def test_decode_oom_preempts_the_newest_request():
-    # 3 requests of 8-token prompts and 20 outputs (7 blocks of 4 each) in 9 blocks
-    s = make_eb(num_blocks=9, block_size=4, token_budget=64, max_seqs=3, k_fixed=1)
+    # 3 requests of 8-token prompts and 20 outputs (7 blocks of 4 each) in 9 blocks, admitted
+    # as vLLM would (no cold-start reserve)
+    s = make_eb(num_blocks=9, block_size=4, token_budget=64, max_seqs=3, k_fixed=1, cold_reserve=0)
     for i in range(3):
         s.add_request(make_request(i, 8, 20))
     rec_order = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from tests.conftest import make_request, request_set, simulate, unit_perf
@@ -12,7 +13,7 @@ from tests.engine.eb_helpers import H200_COSTS, make_eb
 from tests.engine.eb_helpers import run_closed_loop as _run
 from tidal.core.clock import VirtualClock
 from tidal.engine import eb_theory
-from tidal.engine.eb import DECODE
+from tidal.engine.eb import DECODE, ExclusiveBatchingScheduler
 from tidal.engine.ebplus import EBPlusScheduler
 from tidal.engine.engine import Engine
 from tidal.engine.executor import ModelledExecutor
@@ -321,3 +322,90 @@ def test_forecast_cap_preempts_less_when_outputs_get_longer():
         assert s.mode == "mb"
         preempted[cap] = s.num_preemptions
     assert preempted["forecast"] < 0.75 * preempted["mb_safe"]
+
+
+def test_a_surge_evaluates_at_the_demand_not_the_lagging_ema():
+    # N_obs = 100, then 1000 requests: the EMA moves to 370, the surge fires (1000 > 740)
+    sig = {}
+    for n_obs in (370.0, 1000.0):
+        sig[n_obs] = signal_of(primed(make_plus(), n_obs=n_obs))
+    assert sig[370.0] < sig[1000.0]  # RHS ∝ 1/N: the lagging EMA understates EB's case
+    delta = (sig[370.0] + sig[1000.0]) / 2.0
+    modes = {}
+    for surge_n in ("demand", "ema"):
+        s = primed(make_plus(delta=delta, surge_n=surge_n), n_obs=100.0)
+        for i in range(1000):
+            s.add_request(make_request(i, 10, 5))
+        s.schedule(0)
+        row = s.extra_tables()["ebplus"]
+        i = list(row["event"]).index("surge")
+        assert row["n_obs"][i] == pytest.approx(370.0)
+        assert row["signal"][i] == pytest.approx(sig[1000.0 if surge_n == "demand" else 370.0])
+        modes[surge_n] = s.mode
+    assert modes == {"demand": "eb", "ema": "mb"}
+
+
+@pytest.mark.parametrize("cls", [EBPlusScheduler, ExclusiveBatchingScheduler])
+def test_cold_reserve_keeps_headroom_until_the_first_estimate(cls):
+    # 100 blocks of 16; prompts of 160 tokens = 10 blocks each; budget admits all at once
+    admitted = {}
+    for reserve in (0.5, 0.0):
+        s = make_eb(
+            num_blocks=100,
+            token_budget=8192,
+            max_seqs=64,
+            cls=cls,
+            cold_reserve=reserve,
+        )
+        for i in range(20):
+            s.add_request(make_request(i, 160, 50))
+        s.schedule(0)
+        admitted[reserve] = len(s.running)
+    # (1 − 0.5)·100 = 50 blocks → 5 requests; no reserve → prompts up to the cache: 10
+    assert admitted == {0.5: 5, 0.0: 10}
+    # an empty instance always admits its queue head (liveness), even beyond the limit
+    s = make_eb(num_blocks=100, token_budget=8192, cls=cls)
+    s.add_request(make_request(0, 960, 10))  # 60 blocks > 50
+    s.schedule(0)
+    assert len(s.running) == 1
+    # once there is an estimate the forecast decides instead: short outputs admit more
+    s = make_eb(num_blocks=100, token_budget=8192, max_seqs=64, cls=cls)
+    assert s.forecast is not None
+    s.forecast.set_outputs(np.full(50, 2))
+    for i in range(20):
+        s.add_request(make_request(i, 160, 2))
+    s.schedule(0)
+    assert 5 < len(s.running) < 10
+
+
+def test_cold_reserve_cuts_preemptions_of_a_burst_before_any_estimate():
+    # 300 clients at once into an instance with no estimate; outputs 1.5–4.5× the prompt
+    n = 600
+    rs = request_set([0.0] * n, [40] * n, [60 + (i * 53) % 120 for i in range(n)])
+    before, total = {}, {}
+    for reserve in (0.0, 0.5):
+        s = make_eb(
+            num_blocks=1400,
+            token_budget=1024,
+            max_seqs=256,
+            cls=EBPlusScheduler,
+            update_every=25,
+            min_samples=10,
+            delta=1.0,
+            cold_reserve=reserve,
+        )
+        early = []
+        orig = s._preempt
+
+        def pre(req, *, s=s, orig=orig, log=early):
+            log.append(s.forecast.ready)
+            orig(req)
+
+        s._preempt = pre
+        rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
+        assert (rec.finish_ns > 0).all()
+        before[reserve] = sum(not ready for ready in early)
+        total[reserve] = s.num_preemptions
+    assert before[0.0] > 0
+    assert before[0.5] < before[0.0] / 2
+    assert total[0.5] < total[0.0]

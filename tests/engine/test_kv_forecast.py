@@ -81,3 +81,33 @@ def test_reserved_tokens_shrink_the_room():
     fc.set_outputs(np.full(50, 10))
     fc.project([], [], reserved_tokens=30)
     assert fc.room([(5, 0)] * 10) == 4  # 30 + 4·15 = 90 ≤ 100 < 105
+
+
+def test_recent_outputs_lift_the_survival_only_when_they_are_longer():
+    # 400 outputs of 10 then 100 of 30 (outputs got longer): the window says S(20) = 0.2,
+    # the last 100 say 1 → S(20) = 1; 400 of 30 then 100 of 10 (shorter): the window's 0.8
+    # stays (the last 100 say 0)
+    longer = np.concatenate([np.full(400, 10), np.full(100, 30)])
+    shorter = np.concatenate([np.full(400, 30), np.full(100, 10)])
+    for outputs, recent, s20 in (
+        (longer, 0, 0.2),
+        (longer, 100, 1.0),
+        (shorter, 100, 0.8),
+        (longer, 500, 0.2),  # as long as the window: nothing more recent
+    ):
+        fc = KVForecast(capacity_tokens=10_000, block_size=2, eps=0.01)
+        fc.set_outputs(outputs, recent)
+        assert fc.surv is not None
+        assert fc.surv[20] == pytest.approx(s20)
+        assert fc.surv[5] == 1.0
+        assert fc.surv[30] == 0.0
+    # a cohort of new requests (5 tokens each, cache 1000): the window mixture admits as if
+    # 80 % leave at step 10; the recent sample keeps every one of them to step 29 (peak 35)
+    adm = {}
+    for recent in (0, 100):
+        fc = KVForecast(capacity_tokens=1000, block_size=2, eps=0.01)
+        fc.set_outputs(longer, recent)
+        fc.project([], [])
+        adm[recent] = sum(fc.admit(5) for _ in range(100))
+    assert adm[100] == 1000 // 35  # deterministic: 28 requests of peak 5 + 29 + 1 tokens
+    assert adm[0] > adm[100]

@@ -184,7 +184,7 @@ class ExclusiveBatchingScheduler(Scheduler):
                 opts.eps,
                 self.config.max_num_seqs,
             )
-            self.forecast.set_outputs(window)
+            self.forecast.set_outputs(window, opts.forecast_recent)
             self._fc_stale = True
         if opts.auto_n:
             mu_l = max(1.0, stats.mu_l)
@@ -268,16 +268,39 @@ class ExclusiveBatchingScheduler(Scheduler):
         return fc
 
     def _forecast_test(self) -> Callable[[Any], bool] | None:
-        """Admission test that commits accepted requests to the projection (None: no test)."""
+        """Admission test that commits accepted requests to the projection (None: no test).
+        Before the first estimate: the ``cold_reserve`` headroom test."""
         fc = self._forecast_ready()
         if fc is None:
-            return None
+            return self._cold_test()
 
         def test(req: Any) -> bool:
             if fc.admit(req.num_tokens, req.num_output_tokens):
                 return True
             if not self.running:  # never refuse an empty instance (liveness)
                 self._fc_stale = True
+                return True
+            return False
+
+        return test
+
+    def _cold_test(self) -> Callable[[Any], bool] | None:
+        """Before any output length is known, admit while the running set's whole contexts
+        and the candidate's fit in ``(1 − cold_reserve)`` of the cache. Contexts only grow
+        until a departure, so a refusal holds until one (exact under fast-forward)."""
+        reserve = self.opts.cold_reserve
+        if self.forecast is None or reserve <= 0:
+            return None
+        kv = self.kv
+        limit = (1.0 - reserve) * kv.num_blocks
+        committed = kv.num_blocks - kv.num_free_blocks
+        committed += sum(kv.blocks_for(r.num_tokens) - r.num_blocks for r in self.prefilling)
+
+        def test(req: Any) -> bool:
+            nonlocal committed
+            need = kv.blocks_for(req.num_tokens) - req.num_blocks
+            if committed + need <= limit or not self.running:
+                committed += need
                 return True
             return False
 

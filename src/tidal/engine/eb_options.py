@@ -55,6 +55,17 @@ class EBOptions(BaseModel):
     refill limited to the queue-head requests the KV forecast admits
     (:mod:`tidal.engine.kv_forecast`: the running set's projected occupancy, conditioned on
     each request's age) — a refill whose admissible part fails the threshold test waits."""
+    forecast_recent: int = Field(default=100, ge=0)
+    """The forecast's survival is the pointwise max of the window's and that of the last
+    ``forecast_recent`` completions (0: the window alone): a shift to longer outputs shows in
+    the latest completions one update after it starts, in the window's mixture only slowly
+    (:meth:`tidal.engine.kv_forecast.KVForecast.set_outputs`)."""
+    cold_reserve: float = Field(default=0.5, ge=0, lt=1)
+    """Before the first estimate (the forecast has no survival curve yet), forecast-bounded
+    admissions keep this fraction of the KV cache free: the running set's full contexts
+    (prompts counted whole while they are being prefilled) plus the candidate's must fit in
+    ``(1 − cold_reserve)·C``. 0.5 = every admitted context may double before any output length
+    has been observed; 0 = vLLM's admission (prompts up to the cache)."""
 
     # -- phase machine (§3.2)
     kv_gate: bool = True
@@ -89,6 +100,9 @@ class EBOptions(BaseModel):
     n_obs_down: float = Field(default=0.03, gt=0, le=1)
     surge_factor: float = Field(default=2.0, gt=1)
     """Evaluate at once when demand exceeds surge_factor·N_obs (outside cooldown)."""
+    surge_n: Literal["demand", "ema"] = "demand"
+    """N_obs of a surge evaluation: ``demand`` = the demand that fired it (the EMA is known to
+    lag it by more than ``surge_factor``×); ``ema`` = the lagging EMA, as the reference."""
     cold_mode: Literal["mb", "eb"] = "mb"
     mb_cap: Literal["mb_safe", "forecast", "n_hat", "none"] = "forecast"
     """Running-set cap of EB⁺'s MB mode once the estimator has data: ``mb_safe`` = the

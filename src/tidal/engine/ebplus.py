@@ -108,8 +108,9 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             and self.stats.initialized
         )
 
-    def evaluate(self, now_ns: int, event: str = "evaluate") -> None:
-        """The EB⁺ decision (ebplus.md §3.3 ``evaluate_mode_switch``)."""
+    def evaluate(self, now_ns: int, event: str = "evaluate", n_obs: float | None = None) -> None:
+        """The EB⁺ decision (ebplus.md §3.3 ``evaluate_mode_switch``) at demand ``n_obs``
+        (default: the EMA N_obs)."""
         stats, c, opts = self.stats, self.costs, self.opts
         if not stats.initialized:
             return
@@ -117,7 +118,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         if not 0.0 < theta0 < 1.0:
             return
         paper = opts.mb_cost == "paper"
-        n_obs = max(1.0, self.n_obs)
+        n_obs = max(1.0, self.n_obs if n_obs is None else n_obs)
         n_mb, n_eb = n_obs, n_obs
         if opts.crossover_n == "effective":
             cap = self._mb_cap()
@@ -244,7 +245,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
         self._demand = demand
         self.n_obs = self._ema_step(demand, self.n_obs)
         if self._surge(demand):
-            self.evaluate(now_ns, "surge")
+            self.evaluate(now_ns, "surge", demand if self.opts.surge_n == "demand" else None)
         if self.mode == "eb":
             return super().schedule(now_ns)
         self.waiting.refresh(now_ns)

@@ -43,6 +43,12 @@ GRID = 48
 """Points of the look-ahead grid ``s`` (0 … longest output, evenly spaced)."""
 
 
+def _survival(o: np.ndarray, t_max: int) -> np.ndarray:
+    """``S(t) = #{O > t} / n`` for t = 0 … t_max + 1."""
+    counts = np.bincount(o, minlength=t_max + 2).astype(np.float64)
+    return (len(o) - np.cumsum(counts)) / len(o)
+
+
 class KVForecast:
     def __init__(self, capacity_tokens: int, block_size: int, eps: float) -> None:
         self.capacity = float(capacity_tokens)
@@ -59,15 +65,21 @@ class KVForecast:
     def ready(self) -> bool:
         return self.surv is not None
 
-    def set_outputs(self, outputs: np.ndarray) -> None:
-        """Rebuild ``S`` and the grid from an output-length sample (the estimator's window)."""
+    def set_outputs(self, outputs: np.ndarray, recent: int = 0) -> None:
+        """Rebuild ``S`` and the grid from an output-length sample (the estimator's window, in
+        completion order). With ``recent`` > 0, ``S(t) = max(S_window(t), S_recent(t))``, the
+        latter from the last ``recent`` outputs: when outputs get longer the window is a
+        mixture of the two regimes for a whole window length and admits a cohort of the new,
+        longer requests as if most were old, short ones; the recent sample follows the shift
+        within one update. When outputs get shorter the window stays the larger (it
+        overstates the new occupancy until it turns over: safe)."""
         o = np.asarray(outputs, dtype=np.int64)
         if len(o) == 0:
             return
         t_max = int(o.max())
-        counts = np.bincount(o, minlength=t_max + 2).astype(np.float64)
-        # S(t) = #{O > t} / n for t = 0 … t_max + 1
-        self.surv = (len(o) - np.cumsum(counts)) / len(o)
+        self.surv = _survival(o, t_max)
+        if 0 < recent < len(o):
+            self.surv = np.maximum(self.surv, _survival(o[-recent:], t_max))
         self.s = np.unique(np.linspace(0, t_max, GRID).round().astype(np.int64))
 
     def _q(self, ages: np.ndarray) -> np.ndarray:
