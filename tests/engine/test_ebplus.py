@@ -409,3 +409,28 @@ def test_cold_reserve_cuts_preemptions_of_a_burst_before_any_estimate():
     assert before[0.0] > 0
     assert before[0.5] < before[0.0] / 2
     assert total[0.5] < total[0.0]
+
+
+def test_a_candidate_that_surely_fits_is_admitted_without_projecting():
+    # cache 100 blocks of 16 = 1600 tokens; every output 10 tokens (horizon T = 10, b/2 = 8);
+    # z² = 2·ln(100)
+    s = make_eb(num_blocks=100, token_budget=8192, max_seqs=64, cls=EBPlusScheduler)
+    fc = s.forecast
+    assert fc is not None
+    fc.set_outputs(np.full(50, 10))
+    projections = []
+    orig = fc.project
+    fc.project = lambda *a, **k: (projections.append(len(s.running)), orig(*a, **k))[1]
+    z = math.sqrt(2 * math.log(100))
+    # 100 tokens: worst case 118 + z·110/2 = 285 ≤ 1600 → no projection needed
+    assert 118 + z * 110 / 2 <= 1600
+    # 1400 tokens: worst case 1418 + z·1410/2 > 1600 → project (the first one is running by
+    # then): mean 108 + s + 1408 + s ≤ 1534 at s = 9, no variance (every output is 10) → admit
+    assert 1418 + z * 1410 / 2 > 1600
+    # 200 more: 1534 + 218 > 1600 → refused
+    for i, p in enumerate((100, 1400, 200)):
+        s.add_request(make_request(i, p, 10))
+    s.schedule(0)
+    assert [r.request_id for r in s.running.values()] == [0, 1]
+    assert projections == [1]
+    assert s.admission_blocked_by_kv
