@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import islice
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 GRID = 48
 """Points of the look-ahead grid ``s`` (0 … longest output, evenly spaced)."""
+ROOM_CHUNK = 32
+"""First chunk of :meth:`KVForecast.room` (then doubling)."""
 
 
 def _survival(o: np.ndarray, t_max: int) -> np.ndarray:
@@ -129,13 +132,22 @@ class KVForecast:
 
     def room(self, candidates: Iterable[tuple[int, int]]) -> int:
         """How many of ``candidates`` ((tokens, age), in order) :meth:`admit` would accept one
-        after another, without committing them (one vectorised pass)."""
-        pairs = np.array(list(candidates), dtype=np.int64).reshape(-1, 2)
-        if len(pairs) == 0:
-            return 0
-        q = self._q(pairs[:, 1])
-        xs = pairs[:, :1].astype(np.float64) + self.s[None, :]
-        mean = self.mean + np.cumsum((xs + self.half_block) * q, axis=0)
-        var = self.var + np.cumsum(xs * xs * q * (1.0 - q), axis=0)
-        over = (mean + np.sqrt(var * self.ell) > self.capacity).any(axis=1)
-        return int(np.argmax(over)) if over.any() else len(pairs)
+        after another, without committing them. Vectorised over chunks of doubling size, so
+        a long queue behind a small room is not materialised."""
+        it = iter(candidates)
+        mean, var = self.mean, self.var
+        total, size = 0, ROOM_CHUNK
+        while True:
+            pairs = np.array(list(islice(it, size)), dtype=np.int64).reshape(-1, 2)
+            if len(pairs) == 0:
+                return total
+            q = self._q(pairs[:, 1])
+            xs = pairs[:, :1].astype(np.float64) + self.s[None, :]
+            m = mean + np.cumsum((xs + self.half_block) * q, axis=0)
+            v = var + np.cumsum(xs * xs * q * (1.0 - q), axis=0)
+            over = (m + np.sqrt(v * self.ell) > self.capacity).any(axis=1)
+            if over.any():
+                return total + int(np.argmax(over))
+            total += len(pairs)
+            mean, var = m[-1], v[-1]
+            size *= 2
