@@ -7,7 +7,9 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
 
 * every step: demand D = running + waiting; ``N_obs ← a·D + (1−a)·N_obs`` with a = 0.3 when D
   rises above N_obs and 0.03 otherwise (fast up, slow down); a surge ``D > 2·N_obs`` outside
-  the cooldown triggers an evaluation at once;
+  the cooldown triggers an evaluation at once — at N_obs = D (``surge_n: demand``, default):
+  the surge means the EMA lags the demand by more than 2×, and the reference's evaluation at
+  the lagging EMA kept MB for 100 completions where EB wins (BENCHMARKS.md, issue3d);
 * every 100 completions (after the estimator's μ̂_O/p̂ update): an evaluation with
   ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p`` — or,
   with ``crossover_n: effective`` (default), at the batch sizes each policy can actually run:
@@ -28,7 +30,8 @@ geometric outputs), and for a cohort admitted at once (closed-loop clients at a 
 ``(μ_L + t)·P(O > t)`` at every age t — the smaller N of the two (:func:`eb_theory.mb_safe_n`),
 from the estimator's window and prompt EMAs, re-computed at every estimate. The reference runs
 MB at N_max and relies on recompute preemption (``mb_cap: none``); EB's N̂* (``n_hat``)
-overstates MB's need on bounded outputs. Before the first estimate MB runs at N_max.
+overstates MB's need on bounded outputs. Before the first estimate MB runs at N_max; with
+``mb_cap: forecast`` its admissions keep ``cold_reserve`` of the cache free until then.
 
 MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
 ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, EB starts a fresh fill. EB → MB:
