@@ -240,7 +240,7 @@ def test_mb_cap_is_mbs_own_memory_bound_from_the_window():
     assert legacy._mb_cap() == 300
 
 
-def _held_in_mb(cap: str, num_blocks: int) -> EBPlusScheduler:
+def _held_in_mb(cap: str, num_blocks: int, **opts: object) -> EBPlusScheduler:
     """EB⁺ held in MB mode (δ huge), estimating every 25 completions, with MB cap ``cap``."""
     s = make_eb(
         num_blocks=num_blocks,
@@ -251,6 +251,7 @@ def _held_in_mb(cap: str, num_blocks: int) -> EBPlusScheduler:
         min_samples=10,
         delta=1.0,
         mb_cap=cap,
+        **opts,
     )
     assert isinstance(s, EBPlusScheduler)
     return s
@@ -384,16 +385,7 @@ def test_cold_reserve_cuts_preemptions_of_a_burst_before_any_estimate():
     rs = request_set([0.0] * n, [40] * n, [60 + (i * 53) % 120 for i in range(n)])
     before, total = {}, {}
     for reserve in (0.0, 0.5):
-        s = make_eb(
-            num_blocks=1400,
-            token_budget=1024,
-            max_seqs=256,
-            cls=EBPlusScheduler,
-            update_every=25,
-            min_samples=10,
-            delta=1.0,
-            cold_reserve=reserve,
-        )
+        s = _held_in_mb("forecast", 1400, cold_reserve=reserve)
         early = []
         orig = s._preempt
 
