@@ -268,3 +268,31 @@ def test_mb_safe_n_is_the_tighter_of_the_steady_state_and_cohort_bounds():
     assert ebt.mb_safe_n(c, 128.0, 0.0, rng.integers(512, 1537, 500)) > 1.5 * ebt.memory_safe_n(
         c, 0.098, 1 / 1024, 128.0
     )
+
+
+def test_mb_interference_counts_only_the_steps_that_mix():
+    # ΔI(x) = x (s/token at decode share x), μ_L = 512, μ_O = 256
+    def di(x: float) -> float:
+        return x
+
+    r = 256 / 768
+    # ≥ 1 completion per step (N − 1 ≥ μ_O): every step mixes at the workload's share
+    assert ebt.mb_interference(512, 256, 2048, di) == pytest.approx(r)
+    assert ebt.mb_interference(512, 256, 257, di) == pytest.approx(r)  # continuous at the edge
+    # N = 33: one mixed step per request, 512 prefill + 32 decode tokens at r_s = 32/544
+    assert ebt.mb_interference(512, 256, 33, di) == pytest.approx(32 / 544 * 544 / 768)
+    assert ebt.mb_interference(512, 256, 1, di) == 0.0  # a lone request never mixes
+    # in the crossover: the same LHS at high N, a smaller one at low N (with the paper's ΔI > 0)
+    args = (512.0, 256.0)
+    costs = (0.02, 1e-4, 0.01, 2e-4)
+
+    def bm(x: float) -> float:
+        return ebt.beta_eb_w(x, costs[1], costs[3]) + 1e-5 * (1 + x)
+
+    for n, same in ((2048, True), (32, False)):
+        paper = ebt.crossover(*args, n, 0.3, *costs, bm)
+        steps = ebt.crossover(*args, n, 0.3, *costs, bm, mixed_steps=True)
+        assert steps.rhs == paper.rhs
+        assert (steps.lhs == pytest.approx(paper.lhs)) is same
+        if not same:
+            assert steps.lhs == pytest.approx(1e-5 * (1 + 31 / 543) * 543 / 768)

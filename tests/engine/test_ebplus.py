@@ -28,6 +28,7 @@ def primed(s, mu_l=512.0, mu_o=256.0, theta=0.7, n_obs=2048.0):
     s.stats.mu_l, s.stats.mu_o = mu_l, mu_o
     s.theta = theta
     s.n_obs = n_obs
+    s._demand = int(n_obs)  # the load is steady (not ebbing)
     return s
 
 
@@ -118,6 +119,18 @@ def test_drain_filter_and_uninitialised_estimator_block_decisions():
     s2.evaluate(0)  # no estimate yet
     assert s2.mode == "mb"
     assert list(s2.extra_tables()["ebplus"]["event"]) == ["start"]
+
+
+def test_no_decision_while_the_load_ebbs():
+    # EB, N_obs = 40 from the phase that left, 10 requests still here (< 40/2): the signal
+    # at N_obs = 40 says MB, but a decision would act on the departed load
+    for ebb, mode in ((2.0, "eb"), (0.0, "mb")):
+        s = primed(make_plus(delta=0.0, ebb_factor=ebb), n_obs=40.0)
+        s.mode = "eb"
+        assert signal_of(s) < 0
+        s._demand = 10
+        s.evaluate(0)
+        assert s.mode == mode
 
 
 def test_demand_ema_is_fast_up_slow_down_and_a_surge_evaluates():

@@ -77,18 +77,13 @@ def explain_setting(
         "k_exact": th.optimal_k(max(1, int(n)), p0, c.alpha_p, c.alpha_d, c.beta_d),
     }
     for name, f in fits.items():
-        x = th.crossover(
-            prompt_len,
-            output_len,
-            n,
-            theta0,
-            c.alpha_p,
-            c.beta_p,
-            c.alpha_d,
-            c.beta_d,
-            f,
-        )
+        args = (prompt_len, output_len, n, theta0, c.alpha_p, c.beta_p, c.alpha_d, c.beta_d, f)
+        x = th.crossover(*args)
+        xs = th.crossover(*args, mixed_steps=True)
         out[name] = {
+            # EB⁺'s default selector (``crossover_lhs: steps``): interference on mixed steps only
+            "steps_lhs": xs.lhs,
+            "steps_winner": xs.winner,
             "winner": x.winner,
             "margin": x.margin,
             "lhs": x.lhs,
@@ -173,6 +168,13 @@ def explain(
             "never" if nx is None else f"{nx:.0f}",
         )
     console.print(t)
+    x = res["step"]
+    if x["steps_winner"] != x["winner"] or x["steps_lhs"] != x["lhs"]:
+        console.print(
+            f"EB⁺'s selector counts interference only on steps that mix (at N = {res['n']:.0f}, "
+            f"{res['n'] - 1:.0f} decodes beside each prefill): LHS = "
+            f"{x['steps_lhs'] * 1e6:.2f} µs/token → {x['steps_winner'].upper()}"
+        )
     console.print(
         "β_MB^e: step = β_EB^w + the simulator's step interference; paper = the authors' measured "
         "fit. r* = decode share beyond which MB's marginal cost exceeds a pure decode step."

@@ -102,6 +102,11 @@ class EBOptions(BaseModel):
     """Evaluations skipped after a switch."""
     drain_n: float = Field(default=16, ge=0)
     """No decision while the demand EMA N_obs is below this (drain filter)."""
+    ebb_factor: float = Field(default=2.0, ge=0)
+    """No decision while the demand is below N_obs/ebb_factor (0: off, as the reference): the
+    mirror of the surge — N_obs decays slowly (0.03 per step), so between two load phases it
+    still reports the departed load, and with ``crossover_lhs: steps`` a decision there can
+    leave EB for MB just before the next phase arrives."""
     n_obs_up: float = Field(default=0.3, gt=0, le=1)
     n_obs_down: float = Field(default=0.03, gt=0, le=1)
     surge_factor: float = Field(default=2.0, gt=1)
@@ -126,6 +131,11 @@ class EBOptions(BaseModel):
     crossover_n: Literal["effective", "demand"] = "effective"
     """Batch sizes in the crossover test: ``demand`` = N_obs for both (reference);
     ``effective`` = min(N_obs, N_max) for MB and min(N_obs, N̂*, N_max) for EB's k̂."""
+    crossover_lhs: Literal["workload", "steps"] = "steps"
+    """LHS of the crossover: ``workload`` = ΔI(r) at the workload's decode share on every token
+    (the paper); ``steps`` = the interference MB pays at the N it runs
+    (:func:`eb_theory.mb_interference`: the same at N ≥ 1 + μ_O, less below, where most MB
+    steps carry no prefill)."""
     mb_cost: Literal["step", "paper"] = "step"
     """β_MB^e used by the selector: ``step`` = β_EB^w + the simulator's step interference
     (self-calibrated, Q14); ``paper`` = the paper's measured quadratic where one exists."""

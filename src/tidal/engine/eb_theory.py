@@ -318,6 +318,7 @@ def crossover(
     beta_mb_e: Callable[[float], float],
     alpha_mb: float | None = None,
     k: float | None = None,
+    mixed_steps: bool = False,
 ) -> Crossover:
     """The EB–MB crossover (§2.6). Per-token costs:
 
@@ -325,7 +326,11 @@ def crossover(
     * MB: ``c_MB = β_MB^e(r) + α_MB·(1+μ_O)/(N·(μ_L+μ_O))``;
 
     EB wins iff ``LHS = β_MB^e − β_EB^w > RHS = [(α_p − α_d·ln(1−θ0)·μ_O)/k − α_MB(1+μ_O)/N]
-    / (μ_L+μ_O)``. ``k`` defaults to θ0·N (EB⁺ online form) and ``α_MB`` to α_p."""
+    / (μ_L+μ_O)``. ``k`` defaults to θ0·N (EB⁺ online form) and ``α_MB`` to α_p.
+
+    ``mixed_steps``: LHS is the interference MB actually pays at N running requests
+    (:func:`mb_interference`) instead of ΔI(r) on every token — the same above N = 1 + μ_O,
+    less below it, where most of MB's steps carry no prefill."""
     r = decode_share(mu_l, mu_o)
     a_mb = alpha_p if alpha_mb is None else alpha_mb
     kk = theta0 * n if k is None else k
@@ -333,6 +338,10 @@ def crossover(
     lam = -math.log(1.0 - theta0)
     bw = beta_eb_w(r, beta_p, beta_d)
     bm = beta_mb_e(r)
+    if mixed_steps:
+        bm = bw + mb_interference(
+            mu_l, mu_o, n, lambda x: beta_mb_e(x) - beta_eb_w(x, beta_p, beta_d)
+        )
     eb_fixed = (alpha_p + alpha_d * lam * mu_o) / (kk * tokens)
     mb_fixed = a_mb * (1.0 + mu_o) / (n * tokens)
     return Crossover(
@@ -345,6 +354,23 @@ def crossover(
         c_eb=bw + eb_fixed,
         c_mb=bm + mb_fixed,
     )
+
+
+def mb_interference(mu_l: float, mu_o: float, n: float, delta_i: Callable[[float], float]) -> float:
+    """Per-token interference of MB in steady state at ``n`` running requests, where a mixed
+    step of ``n_p`` prefill and ``n_d`` decode tokens costs ``ΔI(r_s)·(n_p + n_d)`` extra,
+    ``r_s = n_d/(n_p + n_d)`` (the simulator's step model, Q14). Requests complete at
+    ``λ = n/(1 + μ_O)`` per step. With ``λ ≥ 1`` every step mixes prefills and decodes in the
+    workload's proportion: ΔI(r) per token, the paper's LHS (§2.6). With ``λ < 1`` only one
+    step per request is mixed: its prefill of ``μ_L`` tokens beside the ``n − 1`` others'
+    decodes, so ``ΔI(r_s)·(n − 1 + μ_L)/(μ_L + μ_O)`` per token with
+    ``r_s = (n − 1)/(n − 1 + μ_L)`` — continuous at ``n − 1 = μ_O``, 0 for a lone request."""
+    d = n - 1.0
+    if d >= mu_o:
+        return delta_i(decode_share(mu_l, mu_o))
+    if d <= 0:
+        return 0.0
+    return delta_i(d / (d + mu_l)) * (d + mu_l) / (mu_l + mu_o)
 
 
 def threshold_decode_share(beta_mb_e: Callable[[float], float], beta_d: float) -> float | None:

@@ -138,6 +138,7 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             c.beta_d,
             lambda r: c.beta_mb_e(r, paper_fit=paper),
             k=theta0 * n_eb,
+            mixed_steps=opts.crossover_lhs == "steps",
         )
         signal = x.delta
         if n_obs >= opts.drain_n:
@@ -151,6 +152,8 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             return
         if n_obs < opts.drain_n:
             return
+        if opts.ebb_factor and self._demand * opts.ebb_factor < self.n_obs:
+            return  # draining: the slow-down EMA describes the load that has left
         if signal > delta and self.mode != "eb":
             self._to_eb(now_ns)
         elif signal < -opts.sticky * delta and self.mode != "mb":
