@@ -15,7 +15,11 @@ Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4), ex
   in the reference): a surge evaluates at the demand that fired it, forecast-bounded admissions
   keep half the cache free until the first estimate, and the forecast's survival follows a
   shift to longer outputs within one update (BENCHMARKS.md, issue3d: with them EB⁺ preempts
-  ≤ 0.1 % in all 32 benchmark cells, and matches EB in Table 4 at c = 2048).
+  ≤ 0.1 % in all 32 benchmark cells, and matches EB in Table 4 at c = 2048);
+* ``crossover_lhs`` = ``steps``, ``ebb_factor`` = 2: the crossover's interference counts only
+  MB's mixed steps (fewer than one completion per step below N = 1 + μ_O), and no decision is
+  taken while the demand ebbs below half its EMA (issue3d: EB⁺ ≥ MB − 1 % in all 14 cells of
+  the alternative-calibration run too).
 """
 
 from __future__ import annotations

@@ -17,8 +17,13 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
   credits EB with N_obs even when memory caps it far lower);
   ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference, Q14) or, with
   ``mb_cost: paper``, the paper's measured quadratic;
-* a decision needs the estimator initialised, no cooldown (3 evaluations after a switch) and
-  ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties).
+* a decision needs the estimator initialised, no cooldown (3 evaluations after a switch),
+  ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties) and — ours,
+  ``ebb_factor`` — a demand of at least N_obs/2 (between load phases the slowly decaying EMA
+  describes the load that left);
+* LHS: with ``crossover_lhs: steps`` (default) the interference MB pays at N running requests,
+  :func:`eb_theory.mb_interference` — the paper's ΔI(r) at N ≥ 1 + μ_O, less below, where
+  most MB steps carry no prefill.
 
 The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
 default: each admission must keep the running set's age-conditioned projected occupancy within
