@@ -321,3 +321,26 @@ def test_n_recovery_keeps_n_memory_safe_or_restores_n_max_as_the_reference(ff):
     assert all(n <= cap for n, cap in out["n_hat"])
     # the reference: a long queue brings N back to N_max after the cooldown
     assert any(n == 64 for n, _ in out["n_max"])
+
+
+def test_recent_outputs_cut_the_overflow_when_outputs_get_longer():
+    # 600 short outputs (40–79), then 600 long ones (200–299), 300 clients: the 500-sample
+    # window mixes both regimes for a long time; the last 100 completions show the new one
+    n = 1200
+    outs = [40 + (i * 37) % 40 for i in range(600)] + [200 + (i * 53) % 100 for i in range(600)]
+    rs = request_set([0.0] * n, [40] * n, outs)
+    preempted = {}
+    for recent in (0, 100):
+        s = make_eb(
+            num_blocks=2500,
+            token_budget=4096,
+            max_seqs=256,
+            update_every=50,
+            min_samples=30,
+            forecast_recent=recent,
+        )
+        rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
+        assert (rec.finish_ns > 0).all()
+        preempted[recent] = s.num_preemptions
+    assert preempted[0] > 0
+    assert preempted[100] < 0.6 * preempted[0]
