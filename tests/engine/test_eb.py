@@ -145,7 +145,7 @@ def test_invariants_at_every_step(
     assert s.kv.num_free_blocks == s.kv.num_blocks
 
 
-def _controlled(num_blocks: int, n_bound: str):
+def _controlled(num_blocks: int, n_bound: str, **opts: object):
     """EB at N_max = 256 estimating every 50 completions, with memory bound ``n_bound``."""
     return make_eb(
         num_blocks=num_blocks,
@@ -155,6 +155,7 @@ def _controlled(num_blocks: int, n_bound: str):
         update_every=50,
         min_samples=30,
         n_bound=n_bound,
+        **opts,
     )
 
 
@@ -331,14 +332,7 @@ def test_recent_outputs_cut_the_overflow_when_outputs_get_longer():
     rs = request_set([0.0] * n, [40] * n, outs)
     preempted = {}
     for recent in (0, 100):
-        s = make_eb(
-            num_blocks=2500,
-            token_budget=4096,
-            max_seqs=256,
-            update_every=50,
-            min_samples=30,
-            forecast_recent=recent,
-        )
+        s = _controlled(2500, "forecast", forecast_recent=recent)
         rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
         assert (rec.finish_ns > 0).all()
         preempted[recent] = s.num_preemptions
