@@ -338,3 +338,36 @@ def test_recent_outputs_cut_the_overflow_when_outputs_get_longer():
         preempted[recent] = s.num_preemptions
     assert preempted[0] > 0
     assert preempted[100] < 0.6 * preempted[0]
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["arrive", "admit", "front", "ask"]), st.integers(1, 40)),
+        max_size=60,
+    )
+)
+def test_cached_refill_room_equals_the_forecast_room(ops):
+    """EB's refill room is cached while the projection and the queue heads it depended on
+    stay the same; after any mix of arrivals, admissions and preempted requests pushed back,
+    it equals a fresh :meth:`KVForecast.room` of the queue heads."""
+    import numpy as np
+
+    s = make_eb(num_blocks=200, block_size=4, max_seqs=64)
+    fc = s.forecast
+    assert fc is not None
+    fc.set_outputs(np.arange(5, 40))
+    fc.project([], [])
+    rid = 0
+    for op, x in ops:
+        if op == "arrive":
+            s.waiting.push(make_request(rid, x, 10))
+            rid += 1
+        elif op == "front":
+            s.waiting.push_front(make_request(rid, x, 10))
+            rid += 1
+        elif op == "admit" and len(s.waiting):
+            req = s.waiting.pop()
+            fc.admit(req.num_tokens, req.num_output_tokens)
+        count = min(x, len(s.waiting))
+        want = fc.room((r.num_tokens, r.num_output_tokens) for r in list(s.waiting)[:count])
+        assert s._room(fc, count) == want

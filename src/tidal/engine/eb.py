@@ -98,6 +98,7 @@ class ExclusiveBatchingScheduler(Scheduler):
         self.forecast: KVForecast | None = None
         if self._uses_forecast():
             self.forecast = KVForecast(self.capacity_tokens, kv.block_size, opts.eps)
+        self._room_cache: tuple[int, list[Any], int, int] | None = None
         self._fc_stale = True
         """The projection misses a change of the running set: re-project before the next
         admission decision. Only departures and preemptions set it (and EB⁺'s mode switches),
@@ -448,11 +449,31 @@ class ExclusiveBatchingScheduler(Scheduler):
             if fc is not None:
                 # pending chunks are running already (in the projection); test the queue heads
                 pending = min(len(self.prefilling), fillable)
-                heads = islice(iter(self.waiting), fillable - pending)
-                fillable = pending + fc.room((r.num_tokens, r.num_output_tokens) for r in heads)
+                fillable = pending + self._room(fc, fillable - pending)
                 if fillable * denom < n_dec * self.k:
                     return None
         return fillable
+
+    def _room(self, fc: KVForecast, count: int) -> int:
+        """:meth:`KVForecast.room` of the first ``count`` queued requests, reusing the last
+        answer while the projection and the requests it depended on are unchanged (a refill
+        test that fails re-asks every decode step until a departure): the answer ``r`` depends
+        on the first ``r + 1`` candidates only, or on all ``count`` when all fit."""
+        cached = self._room_cache
+        if cached is not None and cached[0] == fc.version:
+            _, heads, r, asked = cached
+            # a refusal at index r < count, or all of exactly ``count`` fitting
+            if (r < asked and r < count) or r == asked == count:
+                same = len(self.waiting) >= len(heads) and all(
+                    a is b
+                    for a, b in zip(heads, islice(iter(self.waiting), len(heads)), strict=True)
+                )
+                if same:
+                    return r
+        heads = list(islice(iter(self.waiting), count))
+        r = fc.room((q.num_tokens, q.num_output_tokens) for q in heads)
+        self._room_cache = (fc.version, heads[: r + 1], r, len(heads))
+        return r
 
     # ------------------------------------------------------------------ steps
     def schedule(self, now_ns: int) -> StepPlan:

@@ -63,6 +63,8 @@ class KVForecast:
         self.s = np.zeros(1)
         self.mean = np.zeros(1)
         self.var = np.zeros(1)
+        self.version = 0
+        """Bumped whenever ``S``, ``M`` or ``V`` change (callers may cache :meth:`room`)."""
 
     @property
     def ready(self) -> bool:
@@ -80,6 +82,7 @@ class KVForecast:
         if len(o) == 0:
             return
         t_max = int(o.max())
+        self.version += 1
         self.surv = _survival(o, t_max)
         if 0 < recent < len(o):
             self.surv = np.maximum(self.surv, _survival(o[-recent:], t_max))
@@ -99,6 +102,7 @@ class KVForecast:
     def project(self, tokens: ArrayLike, ages: ArrayLike, reserved_tokens: int = 0) -> None:
         """Set ``M(s), V(s)`` from the running set's token counts and ages, plus a constant
         ``reserved_tokens`` held by others (e.g. paused requests' preserved contexts)."""
+        self.version += 1
         x = np.asarray(tokens, dtype=np.float64)
         if len(x) == 0:
             self.mean = np.full(len(self.s), float(reserved_tokens))
@@ -128,6 +132,7 @@ class KVForecast:
         if np.any(mean + np.sqrt(var * self.ell) > self.capacity):
             return False
         self.mean, self.var = mean, var
+        self.version += 1
         return True
 
     def room(self, candidates: Iterable[tuple[int, int]]) -> int:
