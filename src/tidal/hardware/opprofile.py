@@ -197,6 +197,7 @@ def save_profile(profile: GPUProfile, path: str | Path) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
