@@ -58,6 +58,9 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("h200", 989.0, 1979.0, 4.8, 141.0, 64.0, 450.0, 3.8),
         GPUSpec("a100-80gb", 312.0, None, 2.039, 80.0, 32.0, 300.0, 1.8),
         GPUSpec("l40s", 362.0, 733.0, 0.864, 48.0, 32.0, 0.0, 1.0),
+        # A40 (Vidur's third profiled GPU): 149.7 TFLOP/s dense bf16, 696 GB/s GDDR6, NVLink
+        # bridge 112.5 GB/s for a pair (56.25 per direction).
+        GPUSpec("a40", 149.7, None, 0.696, 48.0, 32.0, 56.25, 0.8),
         GPUSpec("rtx-pro-6000", 504.0, 1008.0, 1.792, 96.0, 64.0, 0.0, 1.6),
         GPUSpec("b200", 2250.0, 4500.0, 8.0, 180.0, 64.0, 900.0, 6.0),
     )
