@@ -27,7 +27,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from tidal.hardware.opprofile import (  # noqa: E402
+from tidal.hardware.opprofile import (
     BUNDLED_DIR,
     LAYER_OPS,
     AllReduceOps,
@@ -53,11 +53,12 @@ MODELS = {
     "meta-llama/Meta-Llama-3-70B": "llama-3-70b",
 }
 GPUS = {"a100": "a100-80gb", "h100": "h100", "a40": "a40"}
-NETWORK = {  # (vidur network dir, commit or None for HEAD, path) -> (gpu, link)
-    "a100": [("dgx", "data/profiling/network/a100_dgx/all_reduce.csv", None),
-             ("pairwise_nvlink", "data/profiling/network/a100_pairwise_nvlink/all_reduce.csv", None)],
-    "h100": [("dgx", "data/profiling/network/h100_dgx/all_reduce.csv", None),
-             ("pairwise_nvlink", "data/profiling/network/h100_pairwise_nvlink/all_reduce.csv", None)],
+NET = "data/profiling/network"
+NETWORK = {  # gpu -> [(link kind, path, commit or None for HEAD)]
+    "a100": [("dgx", f"{NET}/a100_dgx/all_reduce.csv", None),
+             ("pairwise_nvlink", f"{NET}/a100_pairwise_nvlink/all_reduce.csv", None)],
+    "h100": [("dgx", f"{NET}/h100_dgx/all_reduce.csv", None),
+             ("pairwise_nvlink", f"{NET}/h100_pairwise_nvlink/all_reduce.csv", None)],
     "a40": [("pairwise_nvlink", "data/profiling/a40/all_reduce.csv", "acb95f6")],
 }  # fmt: skip
 ATTENTION = {"a100": ("acb95f6", "data/profiling/a100/attention.csv")}

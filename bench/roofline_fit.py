@@ -164,7 +164,8 @@ def fit_attention(p: GPUProfile, eta_b: float) -> AttentionConst:
     a = p.attention[0]
     gpu = get_gpu(p.gpu)
     kvb = 2.0 * a.kv_heads * a.head_dim * 2
-    assert a.decode is not None and a.prefill is not None
+    assert a.decode is not None
+    assert a.prefill is not None
     rows, ts = [], []
     for b, r in zip(a.decode.rows, a.decode.us, strict=True):
         for c, v in zip(a.decode.cols, r, strict=True):

@@ -32,15 +32,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import md_table, save  # noqa: E402
-from roofline_fit import fit_all  # noqa: E402
+from _common import md_table, save
+from roofline_fit import fit_all
 
-from tidal.hardware.corrected import CONSTANTS_PATH, CorrectedRooflinePerfModel  # noqa: E402
-from tidal.hardware.gpus import get_gpu  # noqa: E402
-from tidal.hardware.interp import Curve, binned_median  # noqa: E402
-from tidal.hardware.measured import MeasuredPerfModel  # noqa: E402
-from tidal.hardware.models import ModelSpec, get_model  # noqa: E402
-from tidal.hardware.opprofile import (  # noqa: E402
+from tidal.hardware.corrected import CONSTANTS_PATH, CorrectedRooflinePerfModel
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.interp import Curve, binned_median
+from tidal.hardware.measured import MeasuredPerfModel
+from tidal.hardware.models import ModelSpec, get_model
+from tidal.hardware.opprofile import (
     AllReduceOps,
     AttentionOps,
     Deployment,
@@ -50,7 +50,7 @@ from tidal.hardware.opprofile import (  # noqa: E402
     bundled_profiles,
     deployment,
 )
-from tidal.hardware.perf import RooflinePerfModel  # noqa: E402
+from tidal.hardware.perf import RooflinePerfModel
 
 CTX = 1024
 CLASSES: dict[str, list[tuple[int, int]]] = {  # (decodes, prefill tokens)
@@ -93,7 +93,8 @@ class Truth:
         if self.attn is None:
             return float(s)
         a = self.attn
-        assert a.decode is not None and a.prefill is not None
+        assert a.decode is not None
+        assert a.prefill is not None
         if b:
             if b not in a.decode.rows or CTX not in a.decode.cols:
                 return None
@@ -128,8 +129,9 @@ def old_roofline(model: ModelSpec, gpu_name: str, tp: int, b: int, p: int, attn:
     r = RooflinePerfModel(bare, get_gpu(gpu_name), tp, step_overhead_s=0.0, seq_overhead_s=0.0)
     a = shape_args(b, p, attn)
     return float(
-        r.step_seconds(b, a["decode_ctx"], p, a["prefill_attn"], a["prefill_ctx"],
-                       a["num_prefills"])  # fmt: skip
+        r.step_seconds(
+            b, a["decode_ctx"], p, a["prefill_attn"], a["prefill_ctx"], a["num_prefills"]
+        )
     )
 
 
@@ -138,7 +140,7 @@ def thin(dep: Deployment) -> Deployment:
 
     def keep(n: int, last: bool = True) -> list[int]:
         k = list(range(0, n, 2))
-        return k + [n - 1] if last and k[-1] != n - 1 else k
+        return [*k, n - 1] if last and k[-1] != n - 1 else k
 
     lin = dep.linear
     k = keep(len(lin.tokens))
@@ -154,7 +156,8 @@ def thin(dep: Deployment) -> Deployment:
                           us=[ar.us[i] for i in ka])  # fmt: skip
     att = dep.attention
     if att is not None:
-        assert att.decode is not None and att.prefill is not None
+        assert att.decode is not None
+        assert att.prefill is not None
 
         def g2(g: Grid2D) -> Grid2D:
             kr, kc = keep(len(g.rows), False), keep(len(g.cols))
@@ -186,8 +189,12 @@ def held_out_shapes(dep: Deployment, thinned: Deployment) -> dict[str, list[tupl
         "decode b>=128": [(t, 0) for t in drop if 128 <= t <= 512 and dec_ok(t)],
         "prefill <=256": [(0, t) for t in drop if t <= 256 and pre_ok(t)],
         "prefill >=512": [(0, t) for t in drop if t >= 512 and pre_ok(t)],
-        "mixed": [(b, t - b) for t in drop for b in (8, 16, 32) if t - b >= 64 and t <= 1536
-                  and dec_ok(b) and pre_ok(t - b)],  # fmt: skip
+        "mixed": [
+            (b, t - b)
+            for t in drop
+            for b in (8, 16, 32)
+            if t - b >= 64 and t <= 1536 and dec_ok(b) and pre_ok(t - b)
+        ],
     }
     return out
 
@@ -293,7 +300,8 @@ def report(res: dict[str, Any]) -> None:
             vals = [r[col] for r in sel if col in r]
             if not vals:
                 return "–"
-            return f"{100 * statistics.median(v[0] for v in vals):.0f}/{100 * max(v[1] for v in vals):.0f}"
+            med = 100 * statistics.median(v[0] for v in vals)
+            return f"{med:.0f}/{100 * max(v[1] for v in vals):.0f}"
 
         per_dep.append([dep, fmt("roofline"), fmt("corrected_lomo"),
                         fmt("corrected_a100_to_h100"), fmt("measured_heldout")])  # fmt: skip

@@ -10,6 +10,7 @@ operations in the same order, so :meth:`Curve.at` on each element of an array eq
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_right
 from collections.abc import Sequence
 
@@ -24,7 +25,7 @@ class Curve:
             raise ValueError("a curve needs as many y as x values, at least one")
         x = [float(v) for v in xs]
         y = [float(v) for v in ys]
-        if any(b <= a for a, b in zip(x, x[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(x)):
             raise ValueError("curve grid must be strictly ascending")
         if len(x) == 1:
             x, y = [x[0], x[0] + 1.0], [y[0], y[0]]

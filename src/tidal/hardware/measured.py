@@ -89,10 +89,9 @@ class MeasuredPerfModel(PerfModel):
         L = model.num_layers
         layer = np.sum([np.asarray(v, dtype=float) for v in lin.layer_us.values()], axis=0)
         total = L * layer + np.asarray(lin.step_us.get("emb", [0.0] * len(lin.tokens)))
-        self._tok = Curve(lin.tokens, total * 1e-6)
-        self._head = Curve(lin.tokens, np.asarray(lin.step_us["lm_head"]) * 1e-6) if (
-            "lm_head" in lin.step_us
-        ) else None  # fmt: skip
+        self._tok = Curve(lin.tokens, list(total * 1e-6))
+        head = lin.step_us.get("lm_head")
+        self._head = Curve(lin.tokens, [v * 1e-6 for v in head]) if head else None
         self._ar: Curve | None = None
         if tp > 1 and dep.all_reduce is not None:
             x, y = binned_median(dep.all_reduce.bytes, dep.all_reduce.us)
@@ -101,7 +100,7 @@ class MeasuredPerfModel(PerfModel):
         if dep.host is not None:
             keys = ("schedule", "sampler", "prepare_inputs", "process_outputs")
             ms = np.sum([np.asarray(dep.host.ms[k]) for k in keys if k in dep.host.ms], axis=0)
-            self._host = Curve(dep.host.batch, ms * 1e-3)
+            self._host = Curve(dep.host.batch, list(ms * 1e-3))
         a = dep.attention
         self._dec = _Table2D(a.decode) if a is not None and a.decode is not None else None
         self._pre = _Table2D(a.prefill) if a is not None and a.prefill is not None else None
