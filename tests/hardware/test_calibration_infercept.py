@@ -18,7 +18,7 @@ from tidal.hardware.calibration import (
 from tidal.hardware.corrected import CorrectedRooflinePerfModel
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
-from tidal.hardware.perf import LinearPerfModel, RooflinePerfModel
+from tidal.hardware.perf import LinearPerfModel
 
 A100 = get_gpu("a100-80gb")
 GPTJ = get_model("gpt-j-6b")

@@ -42,7 +42,8 @@ def test_layer_gemms_follow_the_megatron_split() -> None:
         ("mlp_up_proj", 8192, 2 * 28672 // 8),
         ("mlp_down_proj", 28672 // 8, 8192),
     ]
-    assert link_kind(get_gpu("h100")) == "dgx" and link_kind(get_gpu("l40s")) == "pcie"
+    assert link_kind(get_gpu("h100")) == "dgx"
+    assert link_kind(get_gpu("l40s")) == "pcie"
     assert link_kind(get_gpu("a40")) == "pairwise_nvlink"
 
 
@@ -60,10 +61,12 @@ def test_decode_is_exactly_affine_in_the_context() -> None:
 def test_gpus_without_data_borrow_their_familys_constants() -> None:
     c = bundled_constants()
     assert set(c.gpu) == {"a100-80gb", "h100", "a40"}
-    assert c.gpu_const("h200") == c.gpu["h100"] and c.gpu_const("l40s") == c.gpu["a40"]
+    assert c.gpu_const("h200") == c.gpu["h100"]
+    assert c.gpu_const("l40s") == c.gpu["a40"]
     assert c.gpu_const("h100@2TBs") == c.gpu["h100"]
     assert c.link_const("h200", "dgx", 4) == c.link["h100/dgx/tp4"]
-    assert 0.5 < c.gpu["a100-80gb"].eta_bw <= 1.0 and 0.5 < c.gpu["h100"].eta_flops <= 1.0
+    assert 0.5 < c.gpu["a100-80gb"].eta_bw <= 1.0
+    assert 0.5 < c.gpu["h100"].eta_flops <= 1.0
     empty = RooflineConstants()  # defaults load without a fit
     assert CorrectedRooflinePerfModel(get_model("qwen3-8b"), get_gpu("h100"), 1, empty).step_ns(
         8, 8000) > 0  # fmt: skip

@@ -62,20 +62,24 @@ def test_step_is_the_hand_computed_sum_of_the_measured_operators() -> None:
     # a batch beyond the table scales the largest measured row: b = 4 → 2 × row 2
     assert m._dec_curve(4).at(15) == pytest.approx(2 * 8e-6)
     # the unmeasured prefill cell (chunk 4, cached 8): its row's only measured value, flat
-    assert m._pre is not None and m._pre.us[1] == [16.0, 16.0]
+    assert m._pre is not None
+    assert m._pre.us[1] == [16.0, 16.0]
 
 
 def test_grid_points_are_reproduced_exactly_and_the_fallback_fills_the_gaps() -> None:
     model = get_model("llama-2-7b")
     dep = deployment("a100-80gb", "llama-2-7b", 1, heads=(32, 32, 128))
-    assert dep is not None and dep.attention is None and dep.host is not None
+    assert dep is not None
+    assert dep.attention is None
+    assert dep.host is not None
     m = MeasuredPerfModel(dep, model, get_gpu("a100-80gb"), 1)
     i = dep.linear.tokens.index(256)
     want = 32 * sum(v[i] for v in dep.linear.layer_us.values()) + dep.linear.step_us["emb"][i]
     assert m.tokens_s(256) == pytest.approx(want * 1e-6, rel=1e-12)
     parts = m.parts
     assert parts["attention_decode"] == "corrected-roofline"
-    assert parts["host"].startswith("measured:") and parts["all_reduce"] == "none (tp 1)"
+    assert parts["host"].startswith("measured:")
+    assert parts["all_reduce"] == "none (tp 1)"
     # decode with fallback attention is affine in the context, and exactly so
     c, a = m.decode_affine(16)  # type: ignore[misc]
     for ctx in (0, 1000, 123_457):
@@ -123,7 +127,8 @@ def test_curve_scalar_and_array_paths_agree_bit_for_bit(xs, ys, qs) -> None:
 def test_fill_row_and_binned_median() -> None:
     assert fill_row([None, 2.0, None, 4.0, None, None]) == [2.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     x, y = binned_median([1000, 1001, 1002, 4000, 4001], [5, 50, 6, 4, 4], per_octave=1)
-    assert x == [1001.0, 4000.5] and y == [6.0, 6.0]  # median, then never falling
+    assert x == [1001.0, 4000.5]
+    assert y == [6.0, 6.0]
 
 
 def test_auto_prefers_paper_calibrations_then_measured_then_corrected() -> None:
@@ -139,6 +144,6 @@ def test_auto_prefers_paper_calibrations_then_measured_then_corrected() -> None:
     assert perf_model_source(corr) == "corrected-roofline"
     wrapped = build_perf_model("auto", get_model("llama-2-7b"), a100, interference=True)
     assert perf_model_source(wrapped) == "measured:vidur/a100-80gb/llama-2-7b/tp1+interference"
-    with pytest.raises(ConfigError, match="no measured profile for llama-3.1-8b on h200"):
+    with pytest.raises(ConfigError, match=r"no measured profile for llama-3\.1-8b on h200"):
         build_perf_model("measured", get_model("llama-3.1-8b"), get_gpu("h200"))
     assert build_perf_model("roofline", get_model("llama-2-7b"), a100).name == "roofline"

@@ -84,7 +84,8 @@ def test_bundled_profiles_match_the_catalog_and_stay_small() -> None:
                 m.hidden_size, m.num_heads, m.num_kv_heads)  # fmt: skip
             assert lin.shape.intermediate == m.intermediate_size
             assert lin.shape.gated_mlp == m.gated_mlp
-            assert lin.provenance is not None and lin.provenance.repo == "microsoft/vidur"
+            assert lin.provenance is not None
+            assert lin.provenance.repo == "microsoft/vidur"
             assert all(v >= 0 for col in lin.layer_us.values() for v in col)
             n += 1
     assert n == 71  # 7 models × 4 TP on A100 + phi-2, Llama-3 8B/70B; 5×4 + phi-2 on H100/A40
@@ -94,12 +95,17 @@ def test_deployment_lookup_picks_the_per_gpu_attention_shape_and_the_dgx_link() 
     m = get_model("codellama-34b")
     heads = (m.num_heads, m.num_kv_heads, m.d_head)
     tp2 = deployment("a100-80gb", "codellama-34b", 2, heads=heads)
-    assert tp2 is not None and tp2.attention is not None
+    assert tp2 is not None
+    assert tp2.attention is not None
     assert (tp2.attention.q_heads, tp2.attention.kv_heads) == (32, 4)
-    assert tp2.all_reduce is not None and tp2.all_reduce.link == "dgx"
-    assert tp2.host is not None and tp2.key == "vidur/a100-80gb/codellama-34b/tp2"
+    assert tp2.all_reduce is not None
+    assert tp2.all_reduce.link == "dgx"
+    assert tp2.host is not None
+    assert tp2.key == "vidur/a100-80gb/codellama-34b/tp2"
     tp1 = deployment("a100-80gb", "codellama-34b", 1, heads=heads)
-    assert tp1 is not None and tp1.attention is None and tp1.all_reduce is None
+    assert tp1 is not None
+    assert tp1.attention is None
+    assert tp1.all_reduce is None
     assert deployment("a100-80gb", "codellama-34b", 2, heads=heads, link="pairwise_nvlink")\
         .all_reduce.link == "pairwise_nvlink"  # type: ignore[union-attr]  # fmt: skip
     assert deployment("h200", "qwen3-8b", 1) is None

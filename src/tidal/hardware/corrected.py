@@ -193,6 +193,12 @@ class CorrectedRooflinePerfModel(PerfModel):
         self.ctx_slope = L * kvb / (a.decode_eta_bw * gpu.mem_bw)
         self._tok_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}
+        self._dec_cache: dict[int, float] = {}
+        # elementwise time is affine in the tokens: e0 + e1·T per layer (and per step for emb)
+        self._e0 = self.elementwise_s(0)
+        self._e1 = self.elementwise_s(1) - self._e0
+        self._emb0 = self.elementwise_s(0, ("emb",))
+        self._emb1 = self.elementwise_s(1, ("emb",)) - self._emb0
 
     # ---------------------------------------------------------------- components (seconds)
     def gemm_s(self, m: float, k: int, n: int) -> float:
@@ -240,8 +246,8 @@ class CorrectedRooflinePerfModel(PerfModel):
         if t is None:
             m = self.model
             ar = 2.0 * self.allreduce_s(tokens * m.hidden_size * m.dtype_bytes)
-            layer = self.layer_linear_s(tokens) + self.elementwise_s(tokens) + ar
-            t = m.num_layers * layer + self.elementwise_s(tokens, ("emb",))
+            layer = self.layer_linear_s(tokens) + self._e0 + self._e1 * tokens + ar
+            t = m.num_layers * layer + self._emb0 + self._emb1 * tokens
             if len(self._tok_cache) < 65536:
                 self._tok_cache[tokens] = t
         return t
@@ -259,6 +265,12 @@ class CorrectedRooflinePerfModel(PerfModel):
         if t is None:
             t = self.head_s(seqs) + self.host_s(seqs)
             self._seq_cache[seqs] = t
+        return t
+
+    def _dec_fixed(self, num_decodes: int) -> float:
+        t = self._dec_cache.get(num_decodes)
+        if t is None:
+            t = self._dec_cache[num_decodes] = self.attn_decode_fixed_s(num_decodes)
         return t
 
     def attn_decode_fixed_s(self, num_decodes: int) -> float:
@@ -292,12 +304,15 @@ class CorrectedRooflinePerfModel(PerfModel):
         if tokens == 0:
             return 0.0
         seqs = num_decodes + num_prefills
+        tok = self._tok_cache.get(tokens)
+        sq = self._seq_cache.get(seqs)
         const = (
-            self.tokens_s(tokens)
-            + self.seqs_s(seqs)
-            + self.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
-            + self.attn_decode_fixed_s(num_decodes)
-        )
+            (self.tokens_s(tokens) if tok is None else tok)
+            + (self.seqs_s(seqs) if sq is None else sq)
+            + (self.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills) if num_prefills
+               else 0.0)
+            + (self._dec_fixed(num_decodes) if num_decodes else 0.0)
+        )  # fmt: skip
         return const + self.ctx_slope * decode_ctx
 
     def kernel_seconds(

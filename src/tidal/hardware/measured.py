@@ -189,15 +189,21 @@ class MeasuredPerfModel(PerfModel):
         tokens = num_decodes + prefill_tokens
         if tokens == 0:
             return 0.0
-        const = self.tokens_s(tokens) + self.seqs_s(num_decodes + num_prefills)
-        pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
-        if pre < 0:
-            pre = self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
-        const += pre
+        seqs = num_decodes + num_prefills
+        tok = self._tok_cache.get(tokens)
+        sq = self._seq_cache.get(seqs)
+        const = (self.tokens_s(tokens) if tok is None else tok) + (
+            self.seqs_s(seqs) if sq is None else sq
+        )
+        if num_prefills:
+            pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
+            if pre < 0:
+                pre = self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
+            const += pre
         if num_decodes == 0:
             return const
         if self._dec is None:
-            return const + self.fb.attn_decode_fixed_s(num_decodes) + self.fb.ctx_slope * decode_ctx
+            return const + self.fb._dec_fixed(num_decodes) + self.fb.ctx_slope * decode_ctx
         curve = self._dec_curve(num_decodes)
         L = self.model.num_layers
         if isinstance(decode_ctx, np.ndarray):
