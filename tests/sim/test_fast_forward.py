@@ -116,10 +116,10 @@ def test_fast_forward_is_exact_for_exclusive_batching(
 
     longest = int((rs.prompt_len + rs.output_len).max())
     blocks = max(blocks, -(-longest // block_size) + 2)
-    m, g, kind = PERFS[perf_idx]
+    m, g, kind, tp = PERFS[perf_idx]
     model, gpu = get_model(m), get_gpu(g)
-    perf = build_perf_model(kind, model, gpu, interference=True)
-    costs = step_costs(model, gpu, 1, perf)
+    perf = build_perf_model(kind, model, gpu, tp, interference=True)
+    costs = step_costs(model, gpu, tp, perf)
     budget = max(budget, max_seqs)
     cls = EBPlusScheduler if batching == "ebplus" else None
     runs = []
