@@ -162,7 +162,9 @@ class MeasuredPerfModel(PerfModel):
             top = self._dec.rows[-1]
             row = self._dec.row_mix(min(float(n), top))
             scale = n / top if n > top else 1.0
-            c = Curve(self._dec.cols, [scale * v * 1e-6 for v in row])
+            L = self.model.num_layers
+            # in the step's total context Σctx = n × (context per request), all L layers
+            c = Curve([x * n for x in self._dec.cols], [L * scale * v * 1e-6 for v in row])
             self._dec_curves[n] = c
         return c
 
@@ -204,11 +206,7 @@ class MeasuredPerfModel(PerfModel):
             return const
         if self._dec is None:
             return const + self.fb._dec_fixed(num_decodes) + self.fb.ctx_slope * decode_ctx
-        curve = self._dec_curve(num_decodes)
-        L = self.model.num_layers
-        if isinstance(decode_ctx, np.ndarray):
-            return const + L * curve.many(decode_ctx / num_decodes)
-        return const + L * curve.at(decode_ctx / num_decodes)
+        return self._dec_curve(num_decodes).plus(const, decode_ctx)
 
     def kernel_seconds(
         self, num_decodes: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int = 0,
@@ -223,6 +221,17 @@ class MeasuredPerfModel(PerfModel):
             num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills
         )
         return float(full - s0)
+
+    def decode_segment(self, num_decodes: int, decode_ctx: int) -> tuple[float, float, float]:
+        """``(c, a, ctx_end)``: a pure-decode step of total context x takes exactly
+        ``c + a·x`` seconds for ``decode_ctx ≤ x < ctx_end`` (one segment of the measured
+        decode-attention curve); lets the simulator time runs without the vector path."""
+        if self._dec is None:
+            c, a = self.decode_affine(num_decodes)  # type: ignore[misc]
+            return c, a, float("inf")
+        seqs = num_decodes
+        const = self.tokens_s(num_decodes) + self.seqs_s(seqs)
+        return self._dec_curve(num_decodes).segment(const, decode_ctx)
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         if self._dec is not None or num_decodes == 0:
