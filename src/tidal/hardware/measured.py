@@ -26,6 +26,7 @@ array (:mod:`tidal.hardware.interp`), so ``decode_run_ns`` equals per-step ``ste
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,7 @@ class _Table2D:
         if len(xs) == 1:
             return 0, 0.0
         x = max(x, xs[0])
-        j = min(int(np.searchsorted(xs, x, side="right")) - 1, len(xs) - 2)
+        j = min(bisect_right(xs, x) - 1, len(xs) - 2)
         return j, (x - xs[j]) / (xs[j + 1] - xs[j])
 
     def row_mix(self, r: float) -> list[float]:
@@ -65,11 +66,15 @@ class _Table2D:
         return [x + w * (y - x) for x, y in zip(a, b, strict=True)]
 
     def at(self, r: float, c: float) -> float:
-        row = self.row_mix(r)
-        if len(self.cols) == 1:
-            return row[0]
-        j, w = self._bracket(self.cols, c)
-        return row[j] + w * (row[j + 1] - row[j])
+        """Bilinear in the four cells around (r, c)."""
+        i, wr = self._bracket(self.rows, r)
+        j, wc = self._bracket(self.cols, c)
+        i1 = min(i + 1, len(self.rows) - 1)
+        j1 = min(j + 1, len(self.cols) - 1)
+        a, b = self.us[i], self.us[i1]
+        lo = a[j] + wc * (a[j1] - a[j])
+        hi = b[j] + wc * (b[j1] - b[j])
+        return lo + wr * (hi - lo)
 
 
 class MeasuredPerfModel(PerfModel):

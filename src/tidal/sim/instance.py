@@ -189,9 +189,9 @@ class SimInstance:
     def _start_run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
         """Plan a run of up to ``k`` identical pure-decode steps, each starting no later than
         ``horizon_ns`` (the first one starts now). When the perf model is affine in the context
-        (``decode_affine``; or piecewise affine, ``decode_segment``) the steps are timed inline; otherwise (or for long runs) in vectorised chunks. Every
-        path evaluates the same float expression per step, so durations are bit-identical to
-        :meth:`PerfModel.step_ns`."""
+        (``decode_affine``; piecewise affine: ``decode_segment``) the steps are timed inline;
+        otherwise (or for long runs) in vectorised chunks. Every path evaluates the same float
+        expression per step, so durations are bit-identical to :meth:`PerfModel.step_ns`."""
         n = plan.num_decodes
         ctx0 = plan.decode_ctx
         perf = self.perf
