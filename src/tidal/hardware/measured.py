@@ -66,12 +66,23 @@ class _Table2D:
         return [x + w * (y - x) for x, y in zip(a, b, strict=True)]
 
     def at(self, r: float, c: float) -> float:
-        """Bilinear in the four cells around (r, c)."""
-        i, wr = self._bracket(self.rows, r)
-        j, wc = self._bracket(self.cols, c)
-        i1 = min(i + 1, len(self.rows) - 1)
-        j1 = min(j + 1, len(self.cols) - 1)
-        a, b = self.us[i], self.us[i1]
+        """Bilinear in the four cells around (r, c) (inlined brackets: a hot path)."""
+        rows, cols, us = self.rows, self.cols, self.us
+        nr, nc = len(rows), len(cols)
+        if r < rows[0]:
+            r = rows[0]
+        if c < cols[0]:
+            c = cols[0]
+        i = bisect_right(rows, r) - 1 if nr > 1 else 0
+        if i > nr - 2:
+            i = max(nr - 2, 0)
+        j = bisect_right(cols, c) - 1 if nc > 1 else 0
+        if j > nc - 2:
+            j = max(nc - 2, 0)
+        i1, j1 = min(i + 1, nr - 1), min(j + 1, nc - 1)
+        wr = (r - rows[i]) / (rows[i1] - rows[i]) if i1 != i else 0.0
+        wc = (c - cols[j]) / (cols[j1] - cols[j]) if j1 != j else 0.0
+        a, b = us[i], us[i1]
         lo = a[j] + wc * (a[j1] - a[j])
         hi = b[j] + wc * (b[j1] - b[j])
         return lo + wr * (hi - lo)
