@@ -121,6 +121,8 @@ class MeasuredPerfModel(PerfModel):
         self._dec = _Table2D(a.decode) if a is not None and a.decode is not None else None
         self._pre = _Table2D(a.prefill) if a is not None and a.prefill is not None else None
         self._dec_curves: dict[int, Curve] = {}
+        self._seg_cache: dict[int, tuple[float, Curve]] = {}
+        self._pre_cache: dict[tuple[int, int, int, int], float] = {}
         self._tok_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}
 
@@ -214,15 +216,21 @@ class MeasuredPerfModel(PerfModel):
             self.seqs_s(seqs) if sq is None else sq
         )
         if num_prefills:
-            pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
-            if pre < 0:
-                pre = self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
+            key = (prefill_tokens, prefill_ctx, num_prefills, prefill_attn)
+            pre = self._pre_cache.get(key)
+            if pre is None:
+                pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
+                if pre < 0:
+                    pre = self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
+                if len(self._pre_cache) < 65536:
+                    self._pre_cache[key] = pre
             const += pre
         if num_decodes == 0:
             return const
         if self._dec is None:
             return const + self.fb._dec_fixed(num_decodes) + self.fb.ctx_slope * decode_ctx
-        return self._dec_curve(num_decodes).plus(const, decode_ctx)
+        curve = self._dec_curves.get(num_decodes) or self._dec_curve(num_decodes)
+        return curve.plus(const, decode_ctx)
 
     def kernel_seconds(
         self, num_decodes: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int = 0,
@@ -245,9 +253,11 @@ class MeasuredPerfModel(PerfModel):
         if self._dec is None:
             c, a = self.decode_affine(num_decodes)  # type: ignore[misc]
             return c, a, float("inf")
-        seqs = num_decodes
-        const = self.tokens_s(num_decodes) + self.seqs_s(seqs)
-        return self._dec_curve(num_decodes).segment(const, decode_ctx)
+        hit = self._seg_cache.get(num_decodes)
+        if hit is None:
+            const = self.tokens_s(num_decodes) + self.seqs_s(num_decodes)
+            hit = self._seg_cache[num_decodes] = (const, self._dec_curve(num_decodes))
+        return hit[1].segment(hit[0], decode_ctx)
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         if self._dec is not None or num_decodes == 0:
