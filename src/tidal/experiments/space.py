@@ -37,9 +37,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from tidal.core.errors import ConfigError
+from tidal.core.strict import StrictModel
 from tidal.experiments.replicas import ROUTERS
 
 DEFAULT_TP = [1, 2, 4]
@@ -50,12 +51,12 @@ DEFAULT_MAX_SEQS = [128, 256]
 SLO_METRICS = tuple(f"{m}_p{p}_s" for m in ("ttft", "tpot", "e2e") for p in (50, 90, 99))
 
 
-class PlanSpec(BaseModel):
+class PlanSpec(StrictModel):
     model_config = ConfigDict(extra="forbid")
 
     base: dict[str, Any] = Field(default_factory=dict)
     search: dict[str, list[Any]] = Field(default_factory=dict)
-    slo: dict[str, float | None] = Field(default_factory=dict)
+    slo: dict[str, float | None] = Field(default_factory=dict, validate_default=True)
     """SLO targets on summary metrics (``ttft_p99_s``, ``tpot_p99_s``, any ``*_p{50,90,99}_s``);
     a deployment meets the SLO when every request completes and every target holds."""
     max_replicas: int = Field(default=16, ge=1)
@@ -131,6 +132,7 @@ class PlanSpec(BaseModel):
                     "the planner sizes deployments for one workload",
                     "set it in base; compare workloads with tidal sweep",
                 )
+            _check_names(key, values)
             reg = _registry(key)
             if reg is None:
                 continue
@@ -140,6 +142,19 @@ class PlanSpec(BaseModel):
                         f"search.{key}", f"unknown value {v!r}", f"valid: {', '.join(reg.names())}"
                     )
         return axes
+
+
+def _check_names(key: str, values: list[Any]) -> None:
+    """GPU and model axes name catalog entries: a typo is an error, not an empty option."""
+    from tidal.hardware.gpus import get_gpu
+    from tidal.hardware.models import get_model
+
+    lookup = {"gpu": get_gpu, "model": get_model}.get(key)
+    for v in values if lookup is not None else ():
+        try:
+            lookup(str(v))
+        except ConfigError as err:
+            raise ConfigError(f"search.{key}", str(err).removeprefix(f"{key}: ")) from None
 
 
 REGISTRY_AXES = {

@@ -6,20 +6,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
+from tidal.core.strict import StrictModel
 from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
+from tidal.hardware.models import check_tp, get_model
 from tidal.sim.augment import AugmentConfig
 from tidal.workload.config import WorkloadConfig
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = StrictModel
 
 
 class MemoryConfig(_Strict):
@@ -103,6 +102,14 @@ class SimulationConfig(_Strict):
         except ConfigError as err:
             raise ValueError(str(err).removeprefix("perf_model: ")) from None
         return v
+
+    @model_validator(mode="after")
+    def _tp(self) -> SimulationConfig:
+        try:
+            check_tp(get_model(self.model), self.tp)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return self
 
     @model_validator(mode="after")
     def _policies(self) -> SimulationConfig:
