@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tidal.core.errors import ConfigError
-from tidal.report.io import atomic_write, replacing_dir, write_json
+from tidal.report.io import atomic_write, write_json
 from tidal.report.results import write_run
 
 
@@ -120,6 +120,8 @@ def test_a_failing_file_write_leaves_no_temporary_file(tmp_path: Path) -> None:
 
 
 def _fail_inside(out: Path) -> None:
+    from tidal.report.io import replacing_dir
+
     with replacing_dir(out) as tmp:
         (tmp / "summary.json").write_text("{}")
         raise RuntimeError("stop")

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from tidal.cli import app
 from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import MODELS, check_tp, get_model
+from tidal.hardware.models import MODELS, get_model
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 from tidal.workload.build import build_workload
@@ -72,6 +72,8 @@ def _vllm_accepts(heads: int, kv: int, tp: int) -> bool:
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_tp_rule_matches_vllm_for_every_model(name: str) -> None:
+    from tidal.hardware.models import check_tp
+
     m = get_model(name)
     for tp in range(1, 2 * m.num_heads + 1):
         ok = _vllm_accepts(m.num_heads, m.num_kv_heads, tp)

@@ -175,9 +175,17 @@ def test_trace_info_of_a_long_sparse_trace_needs_no_dense_bins(tmp_path: Path) -
     path = _jsonl(tmp_path / "t.jsonl", [_mc(0), _mc(500), _mc(ten_years_ms)])
     res = CliRunner().invoke(app, ["trace", "info", str(path)])
     assert res.exit_code == 0, res.output
+    import tracemalloc
+
     from tidal.workload.info import trace_info
 
-    info = trace_info(path)
+    tracemalloc.start()
+    try:
+        info = trace_info(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20  # numpy's buffers are traced: no K-sized array
     k = ten_years_ms // 1000 + 1
     m = 3 / k
     assert info["idc_1s"] == pytest.approx((5 / k - m * m) / m, rel=1e-9)
