@@ -35,6 +35,7 @@ each unit of it costing ``gpus_per_unit`` GPUs; the run is then a plain ``run_si
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
@@ -149,8 +150,11 @@ def _check_names(key: str, values: list[Any]) -> None:
     from tidal.hardware.gpus import get_gpu
     from tidal.hardware.models import get_model
 
-    lookup = {"gpu": get_gpu, "model": get_model}.get(key)
-    for v in values if lookup is not None else ():
+    lookups: dict[str, Callable[[str], object]] = {"gpu": get_gpu, "model": get_model}
+    lookup = lookups.get(key)
+    if lookup is None:
+        return
+    for v in values:
         try:
             lookup(str(v))
         except ConfigError as err:
