@@ -10,6 +10,7 @@ with zero or negative bandwidth, TP degrees that do not divide the heads.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import yaml
@@ -127,7 +128,11 @@ def _attempt(fn: Any, *args: Any) -> tuple[Any, ConfigError | None]:
         return None, err
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("TIDAL_FUZZ_EXAMPLES", "120")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(configs())
 def test_yaml_config_fuzz(data: dict[str, Any]) -> None:
     text = yaml.safe_dump(data)

@@ -118,7 +118,8 @@ def _draw_residual(rows: _Rows, rng: np.random.Generator) -> np.ndarray:
 def _to_ns(seconds: np.ndarray, cap_ns: np.ndarray) -> np.ndarray:
     """Seconds → int64 ns, capped at ``cap_ns``; only gaps reaching past the window's end are
     capped, which changes nothing inside the window."""
-    return np.rint(np.minimum(seconds * NS_PER_S, cap_ns)).astype(np.int64)
+    with np.errstate(over="ignore"):  # an infinite gap is capped like any long one
+        return np.rint(np.minimum(seconds * NS_PER_S, cap_ns)).astype(np.int64)
 
 
 def _renewal(rows: _Rows, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
