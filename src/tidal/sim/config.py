@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -139,9 +140,10 @@ def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``dotted.field: message``."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{loc}: {msg}")
+        named = re.match(r"[\w.]+: ", msg) is not None  # a model-level check names its field
+        lines.append(msg if not loc and named else f"{loc or 'config'}: {msg}")
     return "\n".join(lines)
 
 
