@@ -24,7 +24,14 @@ class _Strict(BaseModel):
 
 class MemoryConfig(_Strict):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    activation_reserve_gb: float = Field(default=3.0, ge=0)
+    """vLLM ``gpu_memory_utilization``: share of the driver-reported memory the instance plans."""
+    activation_reserve_gb: float | None = Field(default=None, ge=0)
+    """None: vLLM's profiled plan (``hardware/memory.py``); a number: one flat reserve of that
+    many GB for activations, non-torch memory and CUDA graphs (the pre-issue-13 method)."""
+    non_torch_gib: float | None = Field(default=None, ge=0)
+    """Non-torch memory per GPU, GiB (None: 0.35 + 0.25 per further TP rank)."""
+    cuda_graph_gib: float | None = Field(default=None, ge=0)
+    """CUDA-graph reserve per GPU, GiB (None: 0.40; 0 for ``enforce_eager``)."""
     block_size: int = Field(default=16, ge=1)
     watermark: float = Field(default=0.01, ge=0, lt=1)
     num_blocks: int | None = Field(default=None, ge=1)
