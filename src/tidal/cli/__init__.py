@@ -164,6 +164,7 @@ from tidal.cli import (  # noqa: E402, F401
     ebplus,
     fidelity,
     plan,
+    profile_gpu,
     report,
     serve,
     simulate,
