@@ -35,14 +35,15 @@ CUDAGRAPHS=1``; before, graphs came out of the ``1 − utilization`` headroom). 
   (cuBLAS workspaces, NCCL and custom all-reduce buffers): 0.35 GiB at TP 1 (vLLM v1 logs of
   Llama-3.1-8B on H100 print 0.32–0.35 GiB) + 0.25 GiB per further rank (logs print 1.39 GiB at
   TP 4 and 2.10 GiB at TP 8).
-* **CUDA graphs** — 0.40 GiB: vLLM's own figures for dense models up to 14B ("Graph capturing
-  finished …, took 0.41 / 0.47 GiB"; v0.2x "… 0.28 / 0.32 GiB for CUDAGraph memory"). 0 with
-  ``cuda_graph_gib=0`` (``enforce_eager``).
+* **CUDA graphs** — 0.40 GiB: what vLLM reports for 7–16B models with its default capture
+  sizes ("Graph capturing finished …, took 0.41 / 0.47 GiB"; v0.2x "… 0.28 / 0.32 GiB for
+  CUDAGraph memory"). 0 with ``cuda_graph_gib=0`` (``enforce_eager``).
 
-Cross-check (vLLM v0.11, Llama-3.1-8B, H100, TP 1, utilization 0.9, 8192 batched tokens, 256
-sequences, graphs not subtracted): the log reads weights 14.99 GiB, non-torch 0.35, activation
-1.24, KV 54.62 GiB = 447 088 tokens; this plan gives 14.96, 0.35, 0.92 and 54.97 GiB = 450 304
-tokens (+0.7 %) — ``tests/hardware/test_memory.py`` works the case by hand.
+Cross-check: published start-up logs of Llama-3.1-8B on one H100 at utilization 0.9 (vLLM
+0.6–0.11, graphs not yet subtracted) read total 79.11–79.15 GiB, weights 14.99 GiB, non-torch
+0.12–0.35 GiB, activation peak 1.19–1.24 GiB, KV 54.62–54.93 GiB; this plan at 8192 tokens and
+256 sequences without the graph term gives 14.96, 0.35, 0.92 and 54.97 GiB (450 304 tokens);
+with it, 54.57 GiB = 447 024 tokens — ``tests/hardware/test_memory.py`` works it by hand.
 
 ``activation_reserve_gb`` (a number) replaces activation, non-torch and graphs by one flat
 reserve of that many 10⁹ bytes (the previous method), e.g. to match a paper's stated reserve.
