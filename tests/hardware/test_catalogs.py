@@ -9,6 +9,7 @@ import pytest
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.calibration import build_perf_model, derive_linear
+from tidal.hardware.corrected import CorrectedRooflinePerfModel
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.memory import plan_memory
 from tidal.hardware.models import get_model
@@ -78,7 +79,9 @@ def test_auto_perf_model_uses_measured_constants_where_they_exist():
     assert p.alpha_p == 1.2786e-3
     # A pure decode of 256 requests at a 512-token context: α_d + β_d·256 (the paper's fit).
     assert p.step_ns(256, 256 * 512) == pytest.approx((8.9212e-3 + 45.865e-6 * 256) * 1e9, abs=2)
-    assert isinstance(build_perf_model("auto", m, get_gpu("h100")), RooflinePerfModel)
+    # no calibration and no measured profile for Qwen3-8B on H100: the corrected roofline
+    assert isinstance(build_perf_model("auto", m, get_gpu("h100")), CorrectedRooflinePerfModel)
+    assert isinstance(build_perf_model("roofline", m, get_gpu("h100")), RooflinePerfModel)
 
 
 def test_roofline_prefill_8192_tokens_on_h200_is_compute_bound():

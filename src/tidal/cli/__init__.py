@@ -163,6 +163,7 @@ from tidal.cli import (  # noqa: E402, F401
     demo,
     ebplus,
     fidelity,
+    hardware,
     plan,
     profile_gpu,
     report,

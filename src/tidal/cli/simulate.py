@@ -31,7 +31,12 @@ def simulate(
     ] = None,
     tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
     perf_model: Annotated[
-        str | None, Opt(help="auto | roofline | linear | profile:PATH (tidal calibrate).")
+        str | None,
+        Opt(
+            help="auto (paper calibration > measured profile > corrected roofline) | roofline | "
+            "corrected-roofline | measured | linear | profile:PATH (tidal calibrate) | "
+            "measured:PATH (tidal-gpu-profile/1)."
+        ),
     ] = None,
     trace: Annotated[
         str | None, Opt(help="Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).")

@@ -10,7 +10,8 @@ not the marketing ``mem_gb``: an "80 GB" H100 reports 79.11 GiB (= 84.9·10⁹ b
 Values (``cuda_total_gib``) are read off public vLLM start-up logs ("total_gpu_memory (X GiB)"
 / "Free memory on device (…/X GiB)"): H100 79.11, A100-80GB 79.15, H200 139.81, L40S 44.39,
 RTX PRO 6000 94.97. The driver keeps ≈ 0.55–0.62 GiB below ``nvidia-smi``'s MiB total on each
-of those; B200 (no log at hand) is nvidia-smi's 183 359 MiB (179.06 GiB) less 0.58 GiB.
+of those; B200 (no log at hand) is nvidia-smi's 183 359 MiB (179.06 GiB) less 0.58 GiB, and the
+A40 (46 068 MiB, as the L40S) is taken as the L40S.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("h200", 989.0, 1979.0, 4.8, 141.0, 64.0, 450.0, 3.8, 139.81),
         GPUSpec("a100-80gb", 312.0, None, 2.039, 80.0, 32.0, 300.0, 1.8, 79.15),
         GPUSpec("l40s", 362.0, 733.0, 0.864, 48.0, 32.0, 0.0, 1.0, 44.39),
+        # A40 (Vidur's third profiled GPU): 149.7 TFLOP/s dense bf16, 696 GB/s GDDR6, NVLink
+        # bridge 112.5 GB/s for a pair (56.25 per direction).
+        GPUSpec("a40", 149.7, None, 0.696, 48.0, 32.0, 56.25, 0.8, 44.39),
         GPUSpec("rtx-pro-6000", 504.0, 1008.0, 1.792, 96.0, 64.0, 0.0, 1.6, 94.97),
         GPUSpec("b200", 2250.0, 4500.0, 8.0, 180.0, 64.0, 900.0, 6.0, 178.48),
     )

@@ -21,6 +21,7 @@ Files are JSON, gzip-compressed when the name ends in ``.gz``; writes are atomic
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import tempfile
@@ -78,7 +79,7 @@ class ModelShape(_Strict):
 
 
 def _check_grid(name: str, grid: list[int], columns: dict[str, list[float]]) -> None:
-    if not grid or any(b <= a for a, b in zip(grid, grid[1:], strict=False)):
+    if not grid or any(b <= a for a, b in itertools.pairwise(grid)):
         raise ValueError(f"{name}: grid must be non-empty and strictly ascending")
     for op, col in columns.items():
         if len(col) != len(grid):
@@ -160,7 +161,7 @@ class HostOps(_Strict):
 
 
 class GPUProfile(_Strict):
-    format: Literal["tidal-gpu-profile/1"] = FORMAT
+    format: Literal["tidal-gpu-profile/1"] = "tidal-gpu-profile/1"
     gpu: str
     source: str
     """Who measured: ``vidur`` (imported) or ``tidal profile-gpu``."""
@@ -197,6 +198,7 @@ def save_profile(profile: GPUProfile, path: str | Path) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -213,7 +215,10 @@ def load_profile(path: str | Path) -> GPUProfile:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         return GPUProfile.model_validate_json(raw)
-    except (ValidationError, OSError, EOFError, ValueError) as err:
+    except ValidationError as err:
+        what = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError("profile", f"{p} is not a valid {FORMAT} file: {what}") from None
+    except (OSError, EOFError, ValueError) as err:
         raise ConfigError("profile", f"{p} is not a valid {FORMAT} file: {err}") from None
 
 

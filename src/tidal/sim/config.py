@@ -73,6 +73,10 @@ class SimulationConfig(_Strict):
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
     perf_model: str = "auto"
+    """``auto``: a paper's calibration for (model, GPU, TP), else the bundled measured GPU
+    profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
+    ``roofline``, ``corrected-roofline``, ``measured``, ``linear``, ``profile:PATH``,
+    ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
     interference: bool | Literal["auto"] = "auto"
     """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2).
     ``auto``: where it was measured (Qwen3-8B on H200 and RTX PRO 6000); ``true``: everywhere,

@@ -16,7 +16,7 @@ from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
-from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.calibration import build_perf_model, perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
@@ -167,6 +167,7 @@ def run_simulation(
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
+    metrics["perf_model_source"] = perf_model_source(perf)
     if "call_ns" in cols:
         from tidal.core.augmented_metrics import augmented_metrics
 
