@@ -4,6 +4,7 @@ dense attention."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -122,3 +123,35 @@ def test_the_decode_it_times_is_paged_attention_over_each_request_context():
 )  # fmt: skip
 def test_device_names_map_to_the_catalog(name, gpu):
     assert catalog_gpu(name) == gpu
+
+
+def test_the_profile_drives_the_measured_perf_model(tmp_path):
+    """Written as h100 data (shapes timed on this CPU), the file is a ``measured:PATH`` perf
+    model: its layer time at a grid point is L·Σ ops + emb, a pure decode step at a grid cell
+    adds L·(the decode cell), and a simulation names the profile as its source."""
+    from tidal.hardware.calibration import build_perf_model
+    from tidal.hardware.gpus import get_gpu
+
+    path = tmp_path / "h100-cpu.json"
+    _profile(path, "--gpu", "h100")
+    lin, attn = load_profile(path).linear[0], load_profile(path).attention[0]
+    perf = build_perf_model(f"measured:{path}", TINY, get_gpu("h100"), 1)
+    assert perf.source == "measured:tidal profile-gpu/h100/tiny-llama/tp1"
+    L, i = TINY.num_layers, lin.tokens.index(4)
+    layer = sum(col[i] for col in lin.layer_us.values())
+    expect_tok = (L * layer + lin.step_us["emb"][i]) * 1e-6
+    assert perf.kernel_seconds(4, 4 * 16, 0, attention=False) == pytest.approx(expect_tok)
+    assert attn.decode is not None
+    cell = attn.decode.us[attn.decode.rows.index(4)][attn.decode.cols.index(16)]
+    assert cell is not None
+    got = perf.kernel_seconds(4, 4 * 16, 0)
+    assert got == pytest.approx(expect_tok + L * cell * 1e-6)
+    out = tmp_path / "run"
+    res = runner.invoke(
+        app, ["simulate", "--model", "tiny-llama", "--gpu", "h100", "--perf-model",
+              f"measured:{path}", "--num-requests", "20", "--rate", "5", "--prompt-len", "32",
+              "--output-len", "8", "--out", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metrics"]["perf_model_source"] == perf.source
