@@ -2,7 +2,9 @@
 # One prepared GPU session (issue 13, item 6), at most 8 minutes on an H200:
 #   1. device facts (nvidia-smi, torch's mem_get_info total: the KV plan's cuda_total_gib);
 #   2. `tidal profile-gpu` of llama-3.1-8b and qwen3-8b → $OUT/profile-h200.json
-#      (tidal-gpu-profile/1; becomes the catalog's H200 data once committed);
+#      (tidal-gpu-profile/1; becomes the catalog's H200 data once committed), and its step
+#      times beside the EB paper's measured H200 constants and the rooflines
+#      (bench/gpu/crosscheck.py → $OUT/crosscheck.json, crosscheck.txt);
 #   3. `tidal serve` once on CUDA (bf16, dummy weights): start, a few requests over loopback
 #      (bench/gpu/serve_smoke.py), stop → $OUT/serve.json, serve.log;
 #   4. a short sim-vs-engine fidelity run on CUDA: `tidal calibrate` (small grid) then
@@ -42,11 +44,14 @@ step() {
 }
 
 if [ "$mode" = cpu ]; then
+    # dry run: CPU times of tiny shapes, labelled h200 only so that crosscheck.py runs
     device=cpu dtype=float32 grid=tiny models=(tiny-llama) serve_model=tiny-llama
+    label=(--gpu h200 --threads 1) prof="$OUT/profile-cpu.json"
     cal=(--max-batch 16 --max-ctx 256 --max-prompt 512 --threads 1)
     fid=(--num-requests 40 --rate 5 --prompt-len 128 --output-len 32 --threads 1)
 else
     device=cuda dtype=bfloat16 grid=full models=(llama-3.1-8b qwen3-8b)
+    label=() prof="$OUT/profile-h200.json"   # GPU name from the device (h200 on an H200)
     serve_model=${SERVE_MODEL:-llama-3.1-8b}
     cal=(--max-batch 64 --max-ctx 1024 --max-prompt 2048)
     fid=(--num-requests 80 --rate 4 --prompt-len 512 --output-len 64 --token-budget 2048
@@ -69,12 +74,15 @@ if torch.cuda.is_available():
 print(json.dumps(info, indent=2))
 EOF
 
-# 2. operator profiles
+# 2. operator profiles, then their step times beside the other perf models
 for m in "${models[@]}"; do
     step "profile-$m" 150 tidal profile-gpu --model "$m" --device "$device" --dtype "$dtype" \
-        --grid "$grid" --out "$OUT/profile-$([ "$mode" = cpu ] && echo cpu || echo h200).json" \
-        > "$OUT/profile-$m.txt" 2>&1
+        --grid "$grid" "${label[@]}" --out "$prof" > "$OUT/profile-$m.txt" 2>&1
 done
+if [ -s "$prof" ]; then
+    step crosscheck 30 "$PY" bench/gpu/crosscheck.py "$prof" --out "$OUT/crosscheck.json" \
+        > "$OUT/crosscheck.txt" 2>&1
+fi
 
 # 3. tidal serve on the device, a few loopback requests, stop
 port=${PORT:-8765}

@@ -26,7 +26,7 @@ TINY = get_model("tiny-llama")  # 8 q heads, 2 KV heads of 32, h 256, I 768, V 5
 def _profile(path, *args: str) -> None:
     res = runner.invoke(
         app, ["profile-gpu", "--model", "tiny-llama", "--device", "cpu", "--out", str(path),
-              "--warmup", "1", "--reps", "3", *args],
+              "--warmup", "1", "--reps", "3", "--threads", "1", *args],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
 
