@@ -33,8 +33,8 @@ CUDAGRAPHS=1``; before, graphs came out of the ``1 − utilization`` headroom). 
     states [T, h] and the R sampled rows are still referenced.
 * **non-torch** — memory outside PyTorch's allocator that grows during load and profiling
   (cuBLAS workspaces, NCCL and custom all-reduce buffers): 0.35 GiB at TP 1 (vLLM v1 logs of
-  Llama-3.1-8B on H100 print 0.32–0.35 GiB) + 0.25 GiB per further rank (logs print 1.39 GiB at
-  TP 4 and 2.10 GiB at TP 8).
+  Llama-3.1-8B on H100 print 0.32–0.35 GiB) + 0.25 GiB per further rank (start-up logs of
+  other models print 1.39 GiB at TP 4 and 2.10 GiB at TP 8).
 * **CUDA graphs** — 0.40 GiB: what vLLM reports for 7–16B models with its default capture
   sizes ("Graph capturing finished …, took 0.41 / 0.47 GiB"; v0.2x "… 0.28 / 0.32 GiB for
   CUDAGraph memory"). 0 with ``cuda_graph_gib=0`` (``enforce_eager``).
