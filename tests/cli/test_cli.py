@@ -115,7 +115,7 @@ def test_model_that_does_not_fit_states_the_numbers():
     res = runner.invoke(app, ["simulate", *SYNTH, "--model", "llama-2-70b", "--gpu", "l40s"])
     assert res.exit_code == 2
     assert "does not fit" in res.output
-    assert "GB" in res.output
+    assert "GiB" in res.output
 
 
 def test_malformed_trace_names_file_line_and_column(tmp_path):

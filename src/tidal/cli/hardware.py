@@ -50,26 +50,28 @@ def models_for(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
 
 
 def kv_plan_rows(model: Any, gpu: Any, tp: int) -> list[tuple[str, str]]:
-    """Every field of ``plan_memory``'s plan (bytes shown in GiB), then its KV capacity."""
-    import dataclasses
-
     from tidal.hardware.memory import plan_memory
 
     try:
         plan = plan_memory(model, gpu, tp)
     except TidalError as err:
         return [("does not fit", str(err))]
-    rows = []
-    for f in dataclasses.fields(plan):
-        v = getattr(plan, f.name)
-        if isinstance(v, float) and "bytes" in f.name and "per_token" not in f.name:
-            rows.append((f.name, f"{v / 1024**3:.2f} GiB"))
-        elif isinstance(v, int | float):
-            rows.append((f.name, f"{v:,.0f}" if float(v).is_integer() else f"{v:,.3f}"))
-        else:
-            rows.append((f.name, str(v)))
-    rows.append(("kv_capacity_tokens", f"{plan.kv_capacity_tokens:,}"))
-    return rows
+    gib = 1024**3
+    return [
+        ("device memory (driver)", f"{plan.total_bytes / gib:.2f} GiB"),
+        ("× gpu_memory_utilization 0.9", f"{plan.requested_bytes / gib:.2f} GiB"),
+        ("weights per GPU", f"{plan.weight_bytes_per_gpu / gib:.2f} GiB"),
+        (
+            f"activation peak ({plan.token_budget} tokens, {plan.max_seqs} seqs)",
+            f"{plan.activation_bytes / gib:.2f} GiB",
+        ),
+        ("non-torch memory", f"{plan.non_torch_bytes / gib:.2f} GiB"),
+        ("CUDA graphs", f"{plan.cuda_graph_bytes / gib:.2f} GiB"),
+        ("KV cache per GPU", f"{plan.kv_bytes_per_gpu / gib:.2f} GiB"),
+        ("KV bytes per token per GPU", f"{plan.kv_bytes_per_token_per_gpu:,.0f}"),
+        ("KV blocks", f"{plan.num_blocks:,} × {plan.block_size} tokens"),
+        ("kv_capacity_tokens", f"{plan.kv_capacity_tokens:,}"),
+    ]
 
 
 @hardware_app.command("show")

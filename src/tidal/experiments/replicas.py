@@ -159,7 +159,7 @@ def run_replicated(
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
-    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics.update(mem.summary())
     metrics["num_steps"] = sum(s.num_steps for s, _, _ in built)
     metrics["busy_fraction"] = float(
         np.mean([inst.busy_ns / max(sim.now_ns, 1) for inst in instances])

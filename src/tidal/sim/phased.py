@@ -149,7 +149,7 @@ def run_phases(
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
-    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(now - t_measured, 1)
     metrics["perf_model"] = perf.name
