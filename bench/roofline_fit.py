@@ -8,7 +8,8 @@ fitted separately, each on its own data:
 * elementwise ops: per op (t0, k), pooled over GPUs through BW;
 * all-reduce: per (GPU, link) (a, b, η);
 * attention: decode (t0, t1, η_A) and prefill (t0, η_P) on the A100 table;
-* host: (h0, h1) on the A100 host times minus the modelled LM head.
+* host: (h0, h1) on the A100 host times minus the modelled LM head (``vidur``), and vLLM
+  v1's on the EB paper's step constants of other models than Qwen3-8B (``bench/host_fit.py``).
 
 ``profiles`` selects what a fit may see (hold-out splits in ``bench/step_accuracy.py``).
 """
@@ -229,4 +230,7 @@ def fit_all(
     host = next((p for p in profiles if p.host and p.gpu == "a100-80gb"), None)
     if host is not None:
         consts.host = fit_host(host, consts)
+    from host_fit import fit_vllm_v1_host
+
+    consts.hosts = {"vllm-v1": fit_vllm_v1_host(consts)}
     return consts

@@ -187,6 +187,8 @@ class ClusterConfig(_Strict):
     warmup_s: float = Field(default=60.0, ge=0)
     """Control time before the first request (initial prewarming, static loads)."""
     perf_model: str = "auto"
+    perf_host: Literal["vllm-v1", "vidur"] = "vllm-v1"
+    """Per-step host time of the measured and corrected models (as ``SimulationConfig``)."""
     eager_overhead: bool = False
     """Add the eager-mode per-step overhead measured in MuxServe's profile, by model size and
     tensor-parallel degree (:mod:`tidal.cluster.eager`; a sensitivity setting)."""

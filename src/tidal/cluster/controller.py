@@ -279,7 +279,9 @@ class ClusterController:
     def engine_perf(self, spec: ModelSpec, tp: int) -> PerfModel:
         """Step-time model of an unshared engine of ``spec`` on ``tp`` GPUs (plus the eager-mode
         overhead with ``cluster.eager_overhead``)."""
-        perf = build_perf_model(self.cfg.perf_model, spec, self.topo.gpu, tp)
+        perf = build_perf_model(
+            self.cfg.perf_model, spec, self.topo.gpu, tp, host=self.cfg.perf_host
+        )
         if self.cfg.eager_overhead:
             perf = EagerPerfModel(perf, eager_overhead_s(spec, tp))
         return perf

@@ -181,7 +181,7 @@ def check_perf_model(kind: str) -> None:
 
 
 def measured_model(
-    model: ModelSpec, gpu: GPUSpec, tp: int, path: str | None = None
+    model: ModelSpec, gpu: GPUSpec, tp: int, path: str | None = None, host: str = "vllm-v1"
 ) -> PerfModel | None:
     """The :class:`~tidal.hardware.measured.MeasuredPerfModel` of (model, GPU, TP) from the
     bundled profiles (or the profile file ``path``), None when they have no data for it."""
@@ -191,7 +191,7 @@ def measured_model(
     profiles = (load_profile(path),) if path is not None else None
     heads = (model.num_heads, model.num_kv_heads, model.d_head)
     dep = deployment(gpu.name, model.name, tp, profiles, heads)
-    return None if dep is None else MeasuredPerfModel(dep, model, gpu, tp)
+    return None if dep is None else MeasuredPerfModel(dep, model, gpu, tp, host=host)
 
 
 def perf_model_source(perf: PerfModel) -> str:
@@ -221,6 +221,7 @@ def build_perf_model(
     tp: int = 1,
     eff_bw: float = 0.8,
     interference: bool = False,
+    host: str = "vllm-v1",
     **roofline_kw: float,
 ) -> PerfModel:
     """``profile:PATH``: the profile measured on the real engine (``tidal calibrate``).
@@ -230,8 +231,10 @@ def build_perf_model(
     ``linear``: measured constants, or constants derived from the roofline (α from a
     one-token step, β from the marginal cost of a 512-token-context decode and of a prefill
     token) when none were measured. ``interference`` adds the mixed-step interference term of
-    :mod:`tidal.hardware.interference` (EB paper §1.2) on top of either."""
-    base = _build_base(kind, model, gpu, tp, eff_bw, **roofline_kw)
+    :mod:`tidal.hardware.interference` (EB paper §1.2) on top of either. ``host``: whose
+    per-step host time the measured and corrected models add (``vllm-v1``, the default, or
+    ``vidur``; :data:`tidal.hardware.corrected.HOST_MODES`)."""
+    base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)
     if not interference:
         return base
     from tidal.hardware.interference import InterferencePerfModel, step_interference
@@ -241,22 +244,26 @@ def build_perf_model(
 
 
 def _build_base(
-    kind: str, model: ModelSpec, gpu: GPUSpec, tp: int, eff_bw: float, **roofline_kw: float
-) -> PerfModel:
+    kind: str, model: ModelSpec, gpu: GPUSpec, tp: int, eff_bw: float, host: str,
+    **roofline_kw: float,
+) -> PerfModel:  # fmt: skip
+    from tidal.hardware.corrected import check_host
+
     check_perf_model(kind)
+    check_host(host)
     if kind.startswith(PROFILE_PREFIX):
         from tidal.hardware.profiled import ProfiledPerfModel
 
         return ProfiledPerfModel.load(kind.removeprefix(PROFILE_PREFIX))
     if kind.startswith(MEASURED_PREFIX):
-        meas = measured_model(model, gpu, tp, kind.removeprefix(MEASURED_PREFIX))
+        meas = measured_model(model, gpu, tp, kind.removeprefix(MEASURED_PREFIX), host)
         if meas is None:
             raise _no_measured(model, gpu, tp, kind.removeprefix(MEASURED_PREFIX))
         return meas
     cal = CALIBRATIONS.get((model.name, gpu.name, tp))
     kappa = model.kv_bytes_per_token_per_gpu(tp) * tp / (eff_bw * gpu.mem_bw * tp)
     if kind == "measured" or (kind == "auto" and cal is None):
-        meas = measured_model(model, gpu, tp)
+        meas = measured_model(model, gpu, tp, host=host)
         if meas is not None:
             return meas
         if kind == "measured":
@@ -265,7 +272,7 @@ def _build_base(
     if kind in ("corrected-roofline", "corrected"):
         from tidal.hardware.corrected import CorrectedRooflinePerfModel
 
-        return CorrectedRooflinePerfModel(model, gpu, tp)
+        return CorrectedRooflinePerfModel(model, gpu, tp, host=host)
     if kind == "roofline":
         return RooflinePerfModel(model, gpu, tp, eff_bw=eff_bw, **roofline_kw)
     if cal is None:

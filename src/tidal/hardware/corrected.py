@@ -17,7 +17,8 @@ Per layer and GPU shard (M = step tokens, F = peak FLOP/s, BW = memory bytes/s):
   + kv_bytes·C/(η_B·BW)`` for m chunks with A = Σ c(2s + c), C = Σ(s + c);
 
 plus per step the LM head (a GEMM with M = sequences, N = vocab/TP) and a host term
-``h0 + h1·sequences`` (scheduling, input preparation, sampling, output processing).
+``h0 + h1·sequences`` (scheduling, input preparation, sampling, output processing) of the
+engine named by ``host`` (:data:`HOST_MODES`: vLLM v1 by default, or Vidur's older vLLM).
 Constants are per GPU (η_F, η_B; GPUs without data borrow a family member's), per link kind
 and global; ``bench/fit_roofline.py`` fits them on the Vidur profiles (``data/profiles``) and
 reports held-out errors only. Exactness: only the ``κ·Σctx`` term touches ``decode_ctx``, added
@@ -79,6 +80,22 @@ class HostConst(_C):
     per_seq_us: float = 5.0
 
 
+HOST_MODES = ("vllm-v1", "vidur")
+"""Which engine's per-step host time the models add (``docs/PROFILE_FORMAT.md``, BENCHMARKS.md
+issue 13): ``vllm-v1`` (default) fitted on the EB paper's vLLM-v1 step constants of other
+models than the one cross-checked (``bench/host_fit.py``); ``vidur``: Vidur's host times of
+an older vLLM (``cpu_overheads``, CodeLlama-34B TP 2, batches 8–128)."""
+DEFAULT_HOST = "vllm-v1"
+
+
+def check_host(host: str, field: str = "perf_host") -> str:
+    if host not in HOST_MODES:
+        from tidal.core.errors import ConfigError
+
+        raise ConfigError(field, f"unknown host model {host!r}", f"use one of {HOST_MODES}")
+    return host
+
+
 class RooflineConstants(_C):
     format: str = "tidal-roofline-fit/1"
     fitted_on: list[str] = []
@@ -93,6 +110,12 @@ class RooflineConstants(_C):
     """``<gpu>/<link kind>`` → constants (the GPU part resolved through ``family``)."""
     attention: AttentionConst = AttentionConst()
     host: HostConst = HostConst()
+    """The ``vidur`` host term (fitted by ``bench/roofline_fit.py`` on Vidur's host times)."""
+    hosts: dict[str, HostConst] = {}
+    """Other host terms by mode (``vllm-v1``: ``bench/host_fit.py``)."""
+
+    def host_const(self, mode: str) -> HostConst:
+        return self.host if mode == "vidur" else self.hosts.get(mode, self.host)
 
     def gpu_const(self, gpu: str) -> GPUConst:
         return self.gpu.get(self._family(gpu), GPUConst())
@@ -157,6 +180,15 @@ def ridge_tokens(gpu: GPUSpec, dtype_bytes: int) -> float:
     return gpu.flops * dtype_bytes / (2.0 * gpu.mem_bw)
 
 
+def weight_read_floor_s(model: ModelSpec, gpu: GPUSpec, tp: int) -> float:
+    """Seconds to read one shard's dense weights (all layers' non-expert matrices and the LM
+    head; not the input embedding, which is gathered) at the GPU's peak bandwidth: no step
+    can be faster (the floor every perf model's context-independent part is held above)."""
+    dt = model.dtype_bytes
+    gathered = 0 if model.tie_embeddings else model.embedding_params * dt
+    return max(model.non_expert_weight_bytes - gathered, 0) / tp / gpu.mem_bw
+
+
 def gemm_time(
     m: Any, k: Any, n: Any, dtype: float, flops: Any, bw: Any,
     eta_f: Any, eta_b: Any, m_half: float, t0_us: float, p: float,
@@ -177,9 +209,12 @@ class CorrectedRooflinePerfModel(PerfModel):
         tp: int = 1,
         consts: RooflineConstants | None = None,
         link: str | None = None,
+        host: str = DEFAULT_HOST,
     ) -> None:
         self.model, self.gpu, self.tp = model, gpu, tp
         self.c = consts if consts is not None else bundled_constants()
+        self.host = check_host(host)
+        self._host_c = self.c.host_const(host)
         self.link = link or link_kind(gpu)
         g = self.c.gpu_const(gpu.name)
         self._eta_f, self._eta_b = g.eta_flops, g.eta_bw
@@ -191,6 +226,7 @@ class CorrectedRooflinePerfModel(PerfModel):
         L = model.num_layers
         self._kv_layer = kvb
         self.ctx_slope = L * kvb / (a.decode_eta_bw * gpu.mem_bw)
+        self._floor = weight_read_floor_s(model, gpu, tp)
         self._tok_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}
         self._dec_cache: dict[int, float] = {}
@@ -257,7 +293,7 @@ class CorrectedRooflinePerfModel(PerfModel):
         return self.gemm_s(seqs, m.hidden_size, m.vocab_size // self.tp) if seqs else 0.0
 
     def host_s(self, seqs: int) -> float:
-        h = self.c.host
+        h = self._host_c
         return (h.step_us + h.per_seq_us * seqs) * 1e-6
 
     def seqs_s(self, seqs: int) -> float:
@@ -313,6 +349,8 @@ class CorrectedRooflinePerfModel(PerfModel):
                else 0.0)
             + (self._dec_fixed(num_decodes) if num_decodes else 0.0)
         )  # fmt: skip
+        if const < self._floor:
+            const = self._floor
         return const + self.ctx_slope * decode_ctx
 
     def kernel_seconds(
@@ -338,5 +376,6 @@ class CorrectedRooflinePerfModel(PerfModel):
             "eta_flops": g.eta_flops,
             "eta_bw": g.eta_bw,
             "link": self.link,
+            "host": self.host,
             "constants": self.c.format,
         }

@@ -2,10 +2,12 @@
 
 ``y(x) = y_j + s_j·(x − x_j)`` with ``j`` the grid segment holding ``x``: below the first point
 the curve is flat (``x`` is clamped to ``x_0``: a kernel never gets faster than its smallest
-measured size), beyond the last point it extends the last segment. The scalar path (bisect on
-Python lists) and the array path (``searchsorted`` on float64 arrays) perform the same IEEE
-operations in the same order, so :meth:`Curve.at` on each element of an array equals
-:meth:`Curve.many` on the array bit for bit (DESIGN.md §2).
+measured size), beyond the last point it extends the last segment, never downwards (a
+falling last segment is held flat at the last value: a bigger batch is never faster than the
+largest measured one); :func:`isotonic` gives the monotone envelope of noisy data. The
+scalar path (bisect on Python lists) and the array path (``searchsorted`` on float64 arrays)
+perform the same IEEE operations in the same order, so :meth:`Curve.at` on each element of
+an array equals :meth:`Curve.many` on the array bit for bit (DESIGN.md §2).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Curve:
             raise ValueError("curve grid must be strictly ascending")
         if len(x) == 1:
             x, y = [x[0], x[0] + 1.0], [y[0], y[0]]
+        elif y[-1] < y[-2]:  # hold a falling tail flat past the grid
+            x, y = [*x, x[-1] + 1.0], [*y, y[-1]]
         self._x, self._y = x, y
         self._s = [(y[i + 1] - y[i]) / (x[i + 1] - x[i]) for i in range(len(x) - 1)]
         self._xa = np.array(x)
@@ -82,9 +86,30 @@ class Curve:
         return Curve(self._x, [k * v for v in self._y])
 
 
+def isotonic(ys: Sequence[float]) -> list[float]:
+    """The least-squares non-decreasing fit of ``ys`` (pool-adjacent-violators), floored at 0.
+
+    Used as the monotone envelope of measured kernel times: a noisy dip (or a falling tail)
+    is pooled with its neighbours, so a step never gets faster with more tokens, requests or
+    context. The operator is order-preserving (``a ≤ b`` elementwise ⇒ ``iso(a) ≤ iso(b)``),
+    so applying it to the rows and then the columns of a table leaves both monotone."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for v in ys:
+        blocks.append([max(float(v), 0.0), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+    out: list[float] = []
+    for s, n in blocks:
+        out.extend([s / n] * int(n))
+    return out
+
+
 def fill_row(values: Sequence[float | None]) -> list[float]:
     """Fill unmeasured cells of a grid row: leading gaps take the first measured value,
-    gaps inside interpolate linearly by index, trailing gaps extend the last two points."""
+    gaps inside interpolate linearly by index, trailing gaps extend the last two points
+    (never downwards)."""
     idx = [i for i, v in enumerate(values) if v is not None]
     if not idx:
         raise ValueError("a row with no measured value")
@@ -92,7 +117,7 @@ def fill_row(values: Sequence[float | None]) -> list[float]:
     out = np.interp(np.arange(len(values)), idx, known)
     if len(idx) >= 2:
         i1, i2 = idx[-2], idx[-1]
-        slope = (known[-1] - known[-2]) / (i2 - i1)
+        slope = max((known[-1] - known[-2]) / (i2 - i1), 0.0)
         for i in range(i2 + 1, len(values)):
             out[i] = known[-1] + slope * (i - i2)
     return [float(v) for v in out]

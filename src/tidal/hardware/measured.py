@@ -13,9 +13,15 @@ sequences on L layers (Vidur's sum, ``shared/research/gpu-profiles.md``):
   scaled by n/n_max beyond them) and the mean context Σctx/n; ``attn_p``: m chunks of the mean
   size P/m after the mean cached context (C − P)/m, bilinear in the prefill table (the step
   shape keeps only sums over chunks, so equal chunks are assumed);
-* ``host(S)``: the measured host times (schedule, sampler — which includes the LM head —
-  input preparation, output processing); without them the LM head and host term of the
-  corrected roofline.
+* ``host(S)``: with ``host="vidur"`` the profile's measured host times (schedule, sampler —
+  which includes the LM head — input preparation, output processing) of Vidur's older vLLM;
+  by default (``vllm-v1``) and without them, the LM head and the corrected roofline's host
+  term of the chosen engine.
+
+Robustness: every measured curve is its isotonic envelope (:func:`~tidal.hardware.interp.
+isotonic`), so step time never falls as tokens, requests or context grow, and the
+context-independent part is floored at the weight-read time at the GPU's peak bandwidth
+(:func:`~tidal.hardware.corrected.weight_read_floor_s`).
 
 Parts the profile lacks (attention for other head shapes, an all-reduce sweep, the host) come
 from :class:`~tidal.hardware.corrected.CorrectedRooflinePerfModel`; :attr:`parts` says which.
@@ -32,22 +38,59 @@ from typing import Any
 
 import numpy as np
 
-from tidal.hardware.corrected import CorrectedRooflinePerfModel
+from tidal.hardware.corrected import (
+    DEFAULT_HOST,
+    CorrectedRooflinePerfModel,
+    check_host,
+    weight_read_floor_s,
+)
 from tidal.hardware.gpus import GPUSpec
-from tidal.hardware.interp import Curve, binned_median, fill_row
+from tidal.hardware.interp import Curve, binned_median, fill_row, isotonic
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.opprofile import Deployment, Grid2D
 from tidal.hardware.perf import PerfModel
 
 
-class _Table2D:
-    """Bilinear interpolation on a filled grid; flat below the first row and column, linear
-    extension beyond the last ones."""
+def _monotone_row(values: list[float | None]) -> list[float]:
+    """The isotonic envelope of a row's measured cells, then its gaps filled."""
+    idx = [i for i, v in enumerate(values) if v is not None]
+    iso = isotonic([values[i] for i in idx])  # type: ignore[misc]
+    out: list[float | None] = [None] * len(values)
+    for i, v in zip(idx, iso, strict=True):
+        out[i] = v
+    return fill_row(out)
 
-    def __init__(self, grid: Grid2D) -> None:
+
+def _extend(xs: list[float], us: list[list[float]]) -> tuple[list[float], list[list[float]]]:
+    """Append a virtual last column whose slope from the last real one is the running maximum,
+    down the rows, of the rows' last slopes: beyond the grid each row then rises at least as
+    fast as the rows below it, so linear extension keeps the table monotone in both axes."""
+    if len(xs) < 2:
+        return xs, us
+    dx = xs[-1] - xs[-2]
+    top, out = 0.0, []
+    for r in us:
+        top = max(top, (r[-1] - r[-2]) / dx)
+        out.append([*r, r[-1] + top * dx])
+    return [*xs, xs[-1] + dx], out
+
+
+class _Table2D:
+    """Bilinear interpolation on a filled grid made monotone in both axes (isotonic rows, then
+    columns); flat below the first row and column, linear extension beyond the last ones
+    (through virtual cells that keep it monotone, :func:`_extend`; beyond the last row only
+    when ``extend_rows``)."""
+
+    def __init__(self, grid: Grid2D, extend_rows: bool = True) -> None:
         self.rows = [float(r) for r in grid.rows]
-        self.cols = [float(c) for c in grid.cols]
-        self.us = [fill_row(r) for r in grid.us]
+        filled = [_monotone_row(list(r)) for r in grid.us]
+        cols = [isotonic(c) for c in zip(*filled, strict=True)]
+        back = [list(r) for r in zip(*cols, strict=True)]
+        self.cols, us = _extend([float(c) for c in grid.cols], back)
+        if extend_rows:
+            self.rows, t = _extend(self.rows, [list(c) for c in zip(*us, strict=True)])
+            us = [list(r) for r in zip(*t, strict=True)]
+        self.us = us
 
     @staticmethod
     def _bracket(xs: list[float], x: float) -> tuple[int, float]:
@@ -98,28 +141,31 @@ class MeasuredPerfModel(PerfModel):
         gpu: GPUSpec,
         tp: int = 1,
         fallback: CorrectedRooflinePerfModel | None = None,
+        host: str = DEFAULT_HOST,
     ) -> None:
         self.dep, self.model, self.gpu, self.tp = dep, model, gpu, tp
-        self.fb = fallback or CorrectedRooflinePerfModel(model, gpu, tp)
+        self.host = check_host(host)
+        self.fb = fallback or CorrectedRooflinePerfModel(model, gpu, tp, host=host)
         lin = dep.linear
         L = model.num_layers
         layer = np.sum([np.asarray(v, dtype=float) for v in lin.layer_us.values()], axis=0)
         total = L * layer + np.asarray(lin.step_us.get("emb", [0.0] * len(lin.tokens)))
-        self._tok = Curve(lin.tokens, list(total * 1e-6))
+        self._tok = Curve(lin.tokens, isotonic(total * 1e-6))
         head = lin.step_us.get("lm_head")
-        self._head = Curve(lin.tokens, [v * 1e-6 for v in head]) if head else None
+        self._head = Curve(lin.tokens, isotonic([v * 1e-6 for v in head])) if head else None
         self._ar: Curve | None = None
         if tp > 1 and dep.all_reduce is not None:
             x, y = binned_median(dep.all_reduce.bytes, dep.all_reduce.us)
             self._ar = Curve(x, [v * 1e-6 for v in y])
         self._host: Curve | None = None
-        if dep.host is not None:
+        if dep.host is not None and host == "vidur":
             keys = ("schedule", "sampler", "prepare_inputs", "process_outputs")
             ms = np.sum([np.asarray(dep.host.ms[k]) for k in keys if k in dep.host.ms], axis=0)
-            self._host = Curve(dep.host.batch, list(ms * 1e-3))
+            self._host = Curve(dep.host.batch, isotonic(ms * 1e-3))
         a = dep.attention
-        self._dec = _Table2D(a.decode) if a is not None and a.decode is not None else None
+        self._dec = _Table2D(a.decode, False) if a is not None and a.decode is not None else None
         self._pre = _Table2D(a.prefill) if a is not None and a.prefill is not None else None
+        self._floor = weight_read_floor_s(model, gpu, tp)
         self._dec_curves: dict[int, Curve] = {}
         self._seg_cache: dict[int, tuple[float, Curve]] = {}
         self._pre_cache: dict[tuple[int, int, int, int], float] = {}
@@ -225,6 +271,8 @@ class MeasuredPerfModel(PerfModel):
                 if len(self._pre_cache) < 65536:
                     self._pre_cache[key] = pre
             const += pre
+        if const < self._floor:
+            const = self._floor
         if num_decodes == 0:
             return const
         if self._dec is None:
@@ -256,6 +304,8 @@ class MeasuredPerfModel(PerfModel):
         hit = self._seg_cache.get(num_decodes)
         if hit is None:
             const = self.tokens_s(num_decodes) + self.seqs_s(num_decodes)
+            if const < self._floor:
+                const = self._floor
             hit = self._seg_cache[num_decodes] = (const, self._dec_curve(num_decodes))
         return hit[1].segment(hit[0], decode_ctx)
 
@@ -266,4 +316,4 @@ class MeasuredPerfModel(PerfModel):
         return self.step_seconds(num_decodes, 0, 0, 0, 0, 0), self.fb.ctx_slope
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.source, "parts": self.parts}
+        return {"name": self.name, "source": self.source, "parts": self.parts, "host": self.host}

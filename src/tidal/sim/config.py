@@ -77,6 +77,9 @@ class SimulationConfig(_Strict):
     profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
     ``roofline``, ``corrected-roofline``, ``measured``, ``linear``, ``profile:PATH``,
     ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
+    perf_host: Literal["vllm-v1", "vidur"] = "vllm-v1"
+    """Per-step host time the measured and corrected models add: vLLM v1's (fitted on the EB
+    paper's vLLM-v1 step constants) or ``vidur`` (Vidur's host times of an older vLLM)."""
     interference: bool | Literal["auto"] = "auto"
     """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2).
     ``auto``: where it was measured (Qwen3-8B on H200 and RTX PRO 6000); ``true``: everywhere,

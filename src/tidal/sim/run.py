@@ -112,7 +112,9 @@ def build_instance(
     interference = cfg.interference
     if interference == "auto":
         interference = has_measured_interference(model, gpu, cfg.tp)
-    perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
+    perf = build_perf_model(
+        cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host
+    )
     kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
