@@ -64,7 +64,7 @@ def _wlstsq(a: np.ndarray, t: np.ndarray) -> np.ndarray:
     return coef
 
 
-def fit_gemm(lins: Sequence[Lin]) -> tuple[GemmConst, dict[str, GPUConst]]:
+def fit_gemm(lins: Sequence[Lin], m_tile: int = 0) -> tuple[GemmConst, dict[str, GPUConst]]:
     gpus = sorted({x.gpu for x in lins})
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("g", "m", "k", "n", "dt", "t", "w")}
     for x in lins:
@@ -91,7 +91,7 @@ def fit_gemm(lins: Sequence[Lin]) -> tuple[GemmConst, dict[str, GPUConst]]:
     def resid(p: np.ndarray) -> np.ndarray:
         ef, eb = p[3 : 3 + ng][gi], p[3 + ng :][gi]
         mh = p[0] * ridge
-        pred = gemm_time(d["m"], d["k"], d["n"], d["dt"], f, bw, ef, eb, mh, p[1], p[2])
+        pred = gemm_time(d["m"], d["k"], d["n"], d["dt"], f, bw, ef, eb, mh, p[1], p[2], m_tile)
         return sw * np.log(pred / d["t"])
 
     x0 = np.array([0.3, 3.0, 3.0, *([0.75] * ng), *([0.8] * ng)])
@@ -99,7 +99,7 @@ def fit_gemm(lins: Sequence[Lin]) -> tuple[GemmConst, dict[str, GPUConst]]:
     hi = [20.0, 50.0, 12.0, *([1.0] * ng), *([1.0] * ng)]
     r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
     p = r.x
-    gemm = GemmConst(m_half_ridge=float(p[0]), t0_us=float(p[1]), p=float(p[2]))
+    gemm = GemmConst(m_half_ridge=float(p[0]), t0_us=float(p[1]), p=float(p[2]), m_tile=m_tile)
     per = {g: GPUConst(eta_flops=float(p[3 + i]), eta_bw=float(p[3 + ng + i])) for i, g in
            enumerate(gpus)}  # fmt: skip
     return gemm, per
@@ -210,11 +210,12 @@ def fit_all(
     profiles: Sequence[GPUProfile],
     exclude_model: str | None = None,
     gemm_profiles: Sequence[GPUProfile] | None = None,
+    m_tile: int = 0,
 ) -> RooflineConstants:
     """All constants. GEMM and elementwise fits see ``gemm_profiles`` (default: all) without
     ``exclude_model``; links, attention and host see ``profiles``."""
     lins = linears(gemm_profiles if gemm_profiles is not None else profiles, exclude_model)
-    gemm, per = fit_gemm(lins)
+    gemm, per = fit_gemm(lins, m_tile)
     consts = RooflineConstants(
         fitted_on=sorted({f"{x.gpu}/{x.ops.model}/tp{x.ops.tp}" for x in lins}),
         gemm=gemm,

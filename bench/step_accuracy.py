@@ -13,9 +13,11 @@ host time (the profiles have none), so each model is asked for the same kernel s
 * ``measured (held-out)``: the profile with every other grid point removed (tokens, all-reduce
   sizes, attention rows), evaluated at the removed points.
 
-    python bench/step_accuracy.py [--write-constants]
+    python bench/step_accuracy.py [--m-tile 64] [--write-constants]
 
-``--write-constants`` also fits on all data and writes ``data/profiles/roofline_fit.json``.
+``--m-tile T`` adds the corrected roofline with GEMM tile quantisation in M (fitted and held
+out the same way) as two more columns, in the same run; ``--write-constants`` also fits on all
+data (with ``--m-tile``'s quantisation) and writes ``data/profiles/roofline_fit.json``.
 """
 
 from __future__ import annotations
@@ -208,11 +210,14 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     profiles = bundled_profiles()
     t0 = time.perf_counter()
     models = sorted({x.model for p in profiles for x in p.linear})
-    lomo = {m: fit_all(profiles, exclude_model=m) for m in models}
-    a100 = [p for p in profiles if p.gpu == "a100-80gb"]
-    cross = fit_all(a100)
-    cross.family = {"h100": "a100-80gb", **cross.family}
-    cross.link = {k.replace("a100-80gb", "h100"): v for k, v in cross.link.items()}
+    tiles = [0] + ([args.m_tile] if args.m_tile else [])
+    lomo, cross = {}, {}
+    for tile in tiles:
+        lomo[tile] = {m: fit_all(profiles, exclude_model=m, m_tile=tile) for m in models}
+        a100 = [p for p in profiles if p.gpu == "a100-80gb"]
+        cx = cross[tile] = fit_all(a100, m_tile=tile)
+        cx.family = {"h100": "a100-80gb", **cx.family}
+        cx.link = {k.replace("a100-80gb", "h100"): v for k, v in cx.link.items()}
     fit_s = time.perf_counter() - t0
     rows: list[dict[str, Any]] = []
     for prof in profiles:
@@ -220,18 +225,20 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             model = get_model(lin.model)
             dep = deployment(prof.gpu, lin.model, lin.tp, (prof,), heads(model))
             assert dep is not None
-            rows += evaluate_deployment(prof, dep, model, lomo[lin.model], cross)
+            variants = {t: (lomo[t][lin.model], cross[t]) for t in tiles}
+            rows += evaluate_deployment(prof, dep, model, variants)
     return {"rows": rows, "fit_s": fit_s, "lomo_models": models}
 
 
 def evaluate_deployment(
-    prof: GPUProfile, dep: Deployment, model: ModelSpec, lomo: Any, cross: Any
+    prof: GPUProfile, dep: Deployment, model: ModelSpec, variants: dict[int, tuple[Any, Any]]
 ) -> list[dict[str, Any]]:
+    """``variants``: M tile (0: none) → (LOMO constants, A100-only constants)."""
     gpu, tp = get_gpu(prof.gpu), dep.linear.tp
     truth = Truth(dep, model)
     attn = dep.attention is not None
+    lomo, _ = variants[0]
     cr = CorrectedRooflinePerfModel(model, gpu, tp, lomo)
-    cx = CorrectedRooflinePerfModel(model, gpu, tp, cross) if prof.gpu == "h100" else None
     thinned = thin(dep)
     meas = MeasuredPerfModel(thinned, model, gpu, tp, cr)
     out = []
@@ -245,12 +252,16 @@ def evaluate_deployment(
         row: dict[str, Any] = {"deployment": key, "gpu": prof.gpu, "class": cls, "n": len(pts)}
         row["roofline"] = errors([old_roofline(model, prof.gpu, tp, b, p, attn)
                                   for b, p, _ in pts], tr)  # fmt: skip
-        row["corrected_lomo"] = errors([cr.kernel_seconds(**shape_args(b, p, attn))
-                                        for b, p, _ in pts], tr)  # fmt: skip
-        if cx is not None:
-            row["corrected_a100_to_h100"] = errors(
-                [cx.kernel_seconds(**shape_args(b, p, attn)) for b, p, _ in pts], tr
-            )
+        for tile, (lc, xc) in variants.items():
+            sfx = f"_tile{tile}" if tile else ""
+            pairs = [("corrected_lomo", lc)] + ([("corrected_a100_to_h100", xc)]
+                                                if prof.gpu == "h100" else [])  # fmt: skip
+            for col, consts in pairs:
+                perf = CorrectedRooflinePerfModel(model, gpu, tp, consts)
+                pr = [perf.kernel_seconds(**shape_args(b, p, attn)) for b, p, _ in pts]
+                row[col + sfx] = errors(pr, tr)
+                e = [abs(x / t - 1) for x, t in zip(pr, tr, strict=True)]
+                row[col + sfx + "_worst_shape"] = pts[int(np.argmax(e))][:2]
         out.append(row)
     for cls, shapes in held_out_shapes(dep, thinned).items():
         pts = [(b, p, truth.kernel(b, p)) for b, p in shapes]
@@ -262,6 +273,15 @@ def evaluate_deployment(
                 row["measured_heldout"] = errors(pr, [t for _, _, t in pts])
                 row["n_measured"] = len(pts)
     return out
+
+
+def worst_shapes(rows: list[dict[str, Any]], cols: list[str], k: int = 6) -> None:
+    """The (deployment, class, shape) of the largest errors, per corrected column."""
+    for col in cols:
+        sel = sorted((r for r in rows if col in r), key=lambda r: -r[col][1])[:k]
+        items = [f"{r['deployment']} {r['class']} (b, p)={tuple(r[col + '_worst_shape'])} "
+                 f"{100 * r[col][1]:.0f} %" for r in sel]  # fmt: skip
+        print(f"worst of {col}: " + "; ".join(items))
 
 
 def summarize(rows: list[dict[str, Any]], col: str, where: Any = None) -> tuple[str, str, str]:
@@ -277,6 +297,9 @@ def report(res: dict[str, Any]) -> None:
     rows = res["rows"]
     cols = [("roofline", None), ("corrected_lomo", None),
             ("corrected_a100_to_h100", None), ("measured_heldout", None)]  # fmt: skip
+    tile = res.get("m_tile", 0)
+    if tile:
+        cols += [(f"corrected_lomo_tile{tile}", None), (f"corrected_a100_to_h100_tile{tile}", None)]
     table = []
     for cls in CLASSES:
         cells = [cls]
@@ -290,8 +313,12 @@ def report(res: dict[str, Any]) -> None:
         cells.append(f"{med} / {worst}")
     table.append(cells)
     print("median of per-(deployment, class) median |error| / worst |error|")
-    print(md_table(["class", "today's roofline", "corrected (LOMO)", "corrected (A100→H100)",
-                    "measured (held-out shapes)"], table))  # fmt: skip
+    heads_ = ["class", "today's roofline", "corrected (LOMO)", "corrected (A100→H100)",
+              "measured (held-out shapes)"]  # fmt: skip
+    if tile:
+        heads_ += [f"LOMO, M tiles of {tile}", f"A100→H100, M tiles of {tile}"]
+    print(md_table(heads_, table))
+    worst_shapes(rows, [c for c, _ in cols if c.startswith("corrected")])
     per_dep = []
     for dep in sorted({r["deployment"] for r in rows}):
         sel = [r for r in rows if r["deployment"] == dep]
@@ -339,15 +366,18 @@ def paper_cross_check() -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write-constants", action="store_true")
+    ap.add_argument("--m-tile", type=int, default=0,
+                    help="also fit and evaluate GEMMs with tile quantisation in M")  # fmt: skip
     args = ap.parse_args()
     res = evaluate(args)
+    res["m_tile"] = args.m_tile
     report(res)
     print("\ncross-check: whole steps ÷ the papers' measured step models (not fitted here)")
     cross = paper_cross_check()
     print(md_table(["deployment", "model", "ratio by shape"], cross))
     res["paper_cross_check"] = cross
     if args.write_constants:
-        consts = fit_all(bundled_profiles())
+        consts = fit_all(bundled_profiles(), m_tile=args.m_tile)
         CONSTANTS_PATH.write_text(consts.model_dump_json(indent=1) + "\n")
         print(f"wrote {CONSTANTS_PATH}")
     save("step_accuracy", res)

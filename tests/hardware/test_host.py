@@ -47,7 +47,7 @@ def test_marginal_decode_cost_matches_the_held_out_eb_measurement(gpu: str) -> N
     """Qwen3-8B was not in the host fit: the corrected roofline's cost of one more decode
     request at 512 context (kernels + LM head + host, between 256 and 1024 requests) is
     within 20 % of the EB paper's measured β_d (45.9 µs on H200, 103.9 µs on RTX PRO 6000:
-    53.0 and 105.9 µs); with Vidur's host term it was 84.6 and 137.6 µs."""
+    53.8 and 106.6 µs); with Vidur's host term 85.0 and 137.8 µs."""
     m, g = get_model("qwen3-8b"), get_gpu(gpu)
     beta_d = CALIBRATIONS[("qwen3-8b", gpu, 1)].beta_d
 

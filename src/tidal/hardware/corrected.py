@@ -34,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from tidal.hardware.gpus import GPUSpec
@@ -54,6 +55,9 @@ class GemmConst(_C):
     turns compute-bound), so that the corner's shape carries over between GPUs."""
     t0_us: float = 3.0
     p: float = 3.0
+    m_tile: int = 0
+    """Tile quantisation in M (0: off): the compute term uses ⌈M/m_tile⌉·m_tile rows, as a
+    GEMM kernel computes whole tiles (``bench/step_accuracy.py`` compares both)."""
 
 
 class GPUConst(_C):
@@ -191,10 +195,16 @@ def weight_read_floor_s(model: ModelSpec, gpu: GPUSpec, tp: int) -> float:
 
 def gemm_time(
     m: Any, k: Any, n: Any, dtype: float, flops: Any, bw: Any,
-    eta_f: Any, eta_b: Any, m_half: float, t0_us: float, p: float,
+    eta_f: Any, eta_b: Any, m_half: float, t0_us: float, p: float, m_tile: int = 0,
 ) -> Any:  # fmt: skip
     """Seconds of an (m×k)·(k×n) GEMM (module docstring); works on numpy arrays too."""
-    tc = 2.0 * n * k * (m + m_half) / (eta_f * flops)
+    if m_tile <= 0:
+        mq = m
+    elif isinstance(m, np.ndarray):
+        mq = np.ceil(m / m_tile) * m_tile
+    else:
+        mq = float(math.ceil(m / m_tile) * m_tile)
+    tc = 2.0 * n * k * (mq + m_half) / (eta_f * flops)
     tm = dtype * (m * k + k * n + m * n) / (eta_b * bw)
     return t0_us * 1e-6 + (tc**p + tm**p) ** (1.0 / p)
 
@@ -241,7 +251,7 @@ class CorrectedRooflinePerfModel(PerfModel):
         g = self.c.gemm
         return gemm_time(
             m, k, n, self.model.dtype_bytes, self.gpu.flops, self.gpu.mem_bw,
-            self._eta_f, self._eta_b, g.m_half_ridge * self._ridge, g.t0_us, g.p,
+            self._eta_f, self._eta_b, g.m_half_ridge * self._ridge, g.t0_us, g.p, g.m_tile,
         )  # fmt: skip
 
     def layer_linear_s(self, tokens: int) -> float:
