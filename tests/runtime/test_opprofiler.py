@@ -4,6 +4,7 @@ dense attention."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -145,7 +146,20 @@ def test_the_profile_drives_the_measured_perf_model(tmp_path):
     cell = attn.decode.us[attn.decode.rows.index(4)][attn.decode.cols.index(16)]
     assert cell is not None
     got = perf.kernel_seconds(4, 4 * 16, 0)
-    assert got == pytest.approx(expect_tok + L * cell * 1e-6)
+    # CPU timings are noisy: the model reads the table's monotone (isotonic) envelope, equal
+    # to the cell where the table already rises, else pooled within the measured range
+    ri, ci = attn.decode.rows.index(4), attn.decode.cols.index(16)
+    env = perf._dec.us[ri][ci]
+    assert got == pytest.approx(expect_tok + L * env * 1e-6)
+    raw = [v for row in attn.decode.us for v in row if v is not None]
+    rising = all(
+        all(a <= b for a, b in itertools.pairwise(v for v in row if v is not None))
+        for row in attn.decode.us
+    ) and all(
+        all(a <= b for a, b in itertools.pairwise(v for v in col if v is not None))
+        for col in zip(*attn.decode.us, strict=True)
+    )
+    assert env == pytest.approx(cell) if rising else min(raw) <= env <= max(raw)
     out = tmp_path / "run"
     res = runner.invoke(
         app, ["simulate", "--model", "tiny-llama", "--gpu", "h100", "--perf-model",
