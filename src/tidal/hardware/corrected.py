@@ -3,8 +3,9 @@
 Per layer and GPU shard (M = step tokens, F = peak FLOP/s, BW = memory bytes/s):
 
 * each GEMM (QKV, O, gate+up, down; an M×K by K×N product) takes
-  ``t0 + (t_c^p + t_m^p)^(1/p)`` with ``t_c = 2·N·K·(M + M_½)/(η_F·F)`` — compute at the
-  efficiency ``η_F·M/(M + M_½)`` that grows with M (small-M GEMMs leave the tensor cores
+  ``t0 + (t_c^p + t_m^p)^(1/p)`` with ``t_c = 2·N·K·(M' + M_½)/(η_F·F)``, M' = M rounded up
+  to whole tiles of ``m_tile`` rows (a kernel computes whole tiles) — compute at the
+  efficiency ``η_F·M/(M' + M_½)`` that grows with M (small-M GEMMs leave the tensor cores
   idle) — and ``t_m = dtype·(MK + KN + MN)/(η_B·BW)`` (weights and activations read once); the
   p-norm rounds the roofline's corner, where neither bound is reached;
 * each elementwise op (two RMSNorms, RoPE, SiLU·mul, residual add)
