@@ -1,4 +1,4 @@
-"""The host term: vLLM v1's by default (fitted on other models' EB constants), Vidur's on request."""
+"""The host term: vLLM v1's by default (fitted on other models' EB constants), or Vidur's."""
 
 from __future__ import annotations
 
@@ -58,3 +58,21 @@ def test_marginal_decode_cost_matches_the_held_out_eb_measurement(gpu: str) -> N
 
     assert slope("vllm-v1") == pytest.approx(beta_d, rel=0.20)
     assert abs(slope("vidur") / beta_d - 1) > abs(slope("vllm-v1") / beta_d - 1)
+
+
+def test_perf_host_config_key_reaches_the_simulation() -> None:
+    """``perf_host: vidur`` charges the older engine's host time: the same run is slower."""
+    from tidal.sim.config import load_config
+    from tidal.sim.run import run_simulation
+
+    def tpot(host: str) -> float:
+        cfg = load_config({
+            "model": "llama-3.1-8b", "gpu": "h100", "perf_model": "corrected-roofline",
+            "perf_host": host, "seed": 3,
+            "workload": {"num_requests": 40, "rate": 20.0, "prompt_len": 256, "output_len": 32},
+        })  # fmt: skip
+        return float(run_simulation(cfg).metrics["tpot_mean_s"])
+
+    assert tpot("vidur") > tpot("vllm-v1")
+    with pytest.raises(ConfigError):
+        load_config({"perf_host": "sglang", "workload": {"num_requests": 1, "rate": 1.0}})
