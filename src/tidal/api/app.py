@@ -69,6 +69,7 @@ class ServerState:
         self.metrics = EngineMetrics(driver)
         self.created = proto.now_s()
         self.streams = 0
+        self.lifespans = 0
         """Streamed requests submitted and not yet ended in the engine."""
         self._lock = threading.Lock()
         driver.done_callbacks.append(self._on_done)
@@ -108,11 +109,15 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        """Starts the engine; the last of overlapping lifespans (test clients) stops it."""
+        state.lifespans += 1
         driver.start()
         try:
             yield
         finally:
-            driver.stop()
+            state.lifespans -= 1
+            if state.lifespans == 0:
+                driver.stop()
 
     app = FastAPI(title="Tidal", lifespan=lifespan)
     app.state.tidal = state
