@@ -182,6 +182,7 @@ def test_a_full_queue_answers_429_and_drains():
                     )
                     return r.usage.completion_tokens
                 except openai.RateLimitError as err:
+                    assert int(err.response.headers["retry-after"]) >= 1
                     return 429 if err.body["code"] == "rate_limit_exceeded" else -1
 
             return await asyncio.gather(*(one(i) for i in range(6)))
