@@ -14,6 +14,7 @@ import tidal.engine.policies  # noqa: F401
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
+from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
@@ -63,8 +64,28 @@ def check_context(model: ModelSpec, reqs: RequestSet) -> None:
         )
 
 
+def make_kv(cfg: SimulationConfig, num_blocks: int, content: bool) -> KVBlockManager:
+    """The instance's KV manager: prefix caching if on and the workload has content to match
+    (otherwise the plain manager, whose results and speed caching cannot change)."""
+    mem = cfg.memory
+    if mem.prefix_caching and content:
+        return PrefixCachingKVManager(num_blocks, mem.block_size, mem.watermark)
+    return KVBlockManager(num_blocks, mem.block_size, mem.watermark)
+
+
+def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
+    """vLLM's prefix-cache counters (tokens), the hit rate, and evicted cached blocks."""
+    return {
+        "prefix_caching": kv.prefix_caching,
+        "prefix_cache_queries": kv.cache_queries,
+        "prefix_cache_hits": kv.cache_hits,
+        "prefix_cache_hit_rate": kv.cache_hits / kv.cache_queries if kv.cache_queries else 0.0,
+        "prefix_cache_evicted_blocks": getattr(kv, "num_evicted_blocks", 0),
+    }
+
+
 def build_instance(
-    cfg: SimulationConfig, max_request_tokens: int
+    cfg: SimulationConfig, max_request_tokens: int, content: bool = False
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
     mem = cfg.memory
@@ -83,7 +104,7 @@ def build_instance(
     if interference == "auto":
         interference = has_measured_interference(model, gpu, cfg.tp)
     perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
-    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
+    kv = make_kv(cfg, plan.num_blocks, content)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
         s.token_budget,
@@ -131,7 +152,7 @@ def run_simulation(
     t_load = time.perf_counter()
     check_context(get_model(cfg.model), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
-    scheduler, perf, mem = build_instance(cfg, max_tokens)
+    scheduler, perf, mem = build_instance(cfg, max_tokens, reqs.content is not None)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     recorder = RequestRecorder(reqs)
     n = len(reqs)
@@ -159,6 +180,8 @@ def run_simulation(
         from tidal.core.augmented_metrics import augmented_metrics
 
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
+    if reqs.content is not None:
+        metrics.update(prefix_cache_metrics(scheduler.kv))
     metrics.update(scheduler.extra_metrics())
     t_end = time.perf_counter()
     run_info = {

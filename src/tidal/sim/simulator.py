@@ -94,6 +94,7 @@ class Simulation:
         self._prompt = requests.prompt_len.tolist()
         self._output = requests.output_len.tolist()
         self._payloads = requests.payloads
+        self._content = requests.content
         self.make_request = make_request or self._default_request
         self.on_request_finish: Callable[[Request], None] | None = None
         """Called after a request finishes (the cluster's in-flight accounting)."""
@@ -104,7 +105,10 @@ class Simulation:
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
         payload = self._payloads[rid] if self._payloads is not None else None
-        return Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+        req = Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+        if self._content is not None:
+            req.content = self._content.block_content(rid, rid)
+        return req
 
     def _pauser(self, idx: int) -> Callable[[Request, int], None]:
         """Tool calls are timers (DESIGN.md §1): a paused request resumes at its return time,

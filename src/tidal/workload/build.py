@@ -30,6 +30,7 @@ from tidal.core.units import NS_PER_S
 from tidal.workload.arrivals import arrival_times
 from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
+from tidal.workload.content import PrefixContent
 from tidal.workload.lengths import sample_lengths
 from tidal.workload.servegen import load_servegen
 from tidal.workload.traces import detect_format, load_azure, load_mooncake
@@ -44,6 +45,7 @@ def _with(rs: RequestSet, idx: np.ndarray | slice, note: str) -> RequestSet:
         f"{rs.source}; {note}",
         sub.extra,
         sub.payloads,
+        sub.content,
     )
 
 
@@ -60,7 +62,13 @@ def time_window(rs: RequestSet, start_s: float, end_s: float | None) -> RequestS
     end = "end" if end_s is None else f"{end_s:g}"
     out = _with(rs, slice(i, j), f"window [{start_s:g}, {end}) s")
     return RequestSet(
-        out.arrival_ns - lo, out.prompt_len, out.output_len, out.source, out.extra, out.payloads
+        out.arrival_ns - lo,
+        out.prompt_len,
+        out.output_len,
+        out.source,
+        out.extra,
+        out.payloads,
+        out.content,
     )
 
 
@@ -76,6 +84,7 @@ def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
         f"{rs.source}; rate x{rate_scale:g}",
         rs.extra,
         rs.payloads,
+        rs.content,
     )
 
 
@@ -95,7 +104,11 @@ def cap_lengths(rs: RequestSet, max_prompt: int | None, max_output: int | None) 
         notes.append(f"output ≤ {max_output}")
     if not notes:
         return rs
-    return RequestSet(rs.arrival_ns, prompt, output, "; ".join([rs.source, *notes]), rs.extra)
+    content = rs.content
+    if content is not None and prompt is not rs.prompt_len:
+        content = content.truncate(prompt)
+    source = "; ".join([rs.source, *notes])
+    return RequestSet(rs.arrival_ns, prompt, output, source, rs.extra, content=content)
 
 
 def synthetic(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
@@ -112,12 +125,23 @@ def synthetic(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
         jitter=cfg.length_jitter,
         sigma=cfg.length_sigma,
     )
+    content = None
+    groups, shared = cfg.shared_prefix_groups, cfg.shared_prefix_len
+    if groups and shared:
+        # G system prompts of L tokens, each request's chosen uniformly, then its question.
+        group = rng.integers(groups, size=n)
+        prompt = prompt + shared
+        content = PrefixContent.from_segments(
+            group.astype(np.int64), np.full(n, shared, np.int64), np.ones(n, np.int64)
+        )
     process = "poisson" if cfg.arrival_cv == 1.0 else f"gamma cv {cfg.arrival_cv:g}"
     lengths = cfg.length_dist
     if not lengths.startswith("empirical:"):
         lengths += f" (prompt {cfg.prompt_len}, output {cfg.output_len})"
     source = f"synthetic: {n} requests, {process} at {rate:g} req/s, lengths {lengths}"
-    return RequestSet(arrivals, prompt, output, source)
+    if content is not None:
+        source += f", {groups} shared prefixes of {shared} tokens"
+    return RequestSet(arrivals, prompt, output, source, content=content)
 
 
 def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
@@ -186,7 +210,12 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
             if fmt == "azure":
                 rs = load_azure(cfg.trace)
             else:
-                rs = load_mooncake(cfg.trace, spread_ticks=cfg.spread_ticks, rng=rng)
+                rs = load_mooncake(
+                    cfg.trace,
+                    spread_ticks=cfg.spread_ticks,
+                    rng=rng,
+                    hash_block_tokens=cfg.hash_block_tokens,
+                )
             rs = time_window(rs, cfg.start_s, cfg.end_s)
             rs = scale_rate(rs, cfg.rate_scale)
     rs = first_n(rs, cfg.max_requests)

@@ -29,6 +29,13 @@ class WorkloadConfig(BaseModel):
     spread_ticks: bool = False
     """Mooncake only: move each request uniformly within its timestamp tick (3 s in the
     conversation trace) instead of replaying the quantised times."""
+    hash_block_tokens: int = Field(default=512, ge=1)
+    """Mooncake only: tokens per ``hash_ids`` entry (512 in the FAST'25 traces); the ids are
+    the prompts' content for prefix caching."""
+    shared_prefix_groups: int = Field(default=0, ge=0)
+    """Synthetic: G system prompts; request i starts with prompt ``i mod G`` (0: none)."""
+    shared_prefix_len: int = Field(default=0, ge=0)
+    """Synthetic: tokens of each shared system prompt (the prompt length adds to it)."""
     max_requests: int | None = Field(default=None, ge=1)
     """Keep only the first N requests of the trace (after the time window)."""
     rate_scale: float = Field(default=1.0, gt=0)
@@ -93,6 +100,11 @@ class WorkloadConfig(BaseModel):
                 raise ValueError(
                     "rate: a synthetic workload needs a rate in req/s (or inf, or a concurrency)"
                 )
+        if (self.shared_prefix_groups > 0) != (self.shared_prefix_len > 0):
+            raise ValueError(
+                "shared_prefix_groups: give both shared_prefix_groups and shared_prefix_len "
+                "(--shared-prefix-groups G --shared-prefix-len L), or neither"
+            )
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError("end_s: the time window ends before it starts")
         if self.rate is not None and math.isnan(self.rate):
