@@ -58,23 +58,35 @@ class BlockContent:
     """Exclusive end token of each segment, increasing."""
     tail: int
     """Hash of the request's own tokens past the last segment (its output)."""
+    _bs: int = 0
+    _bounds: list[int] | None = None
+
+    def bounds(self, bs: int) -> list[int]:
+        """End block of each segment's node (``ends[s] // bs``), then an open-ended tail."""
+        if self._bounds is None or self._bs != bs:
+            self._bs = bs
+            self._bounds = [e // bs for e in self.ends]
+            self._bounds.append(_OPEN)
+        return self._bounds
+
+    def key(self, s: int) -> int:
+        return self.hashes[s] if s < len(self.hashes) else self.tail
 
     def nodes(self, bs: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """(node key, first block, end block) of the nodes that own blocks in ``[lo, hi)``."""
-        ends = self.ends
-        bounds = [e // bs for e in ends]
+        bounds = self.bounds(bs)
         s = bisect_right(bounds, lo)
-        out: list[tuple[int, int, int]] = []
         start = bounds[s - 1] if s else 0
+        out: list[tuple[int, int, int]] = []
         while start < hi:
-            if s < len(ends):
-                end, key = bounds[s], self.hashes[s]
-            else:
-                end, key = 1 << 62, self.tail
+            end = bounds[s]
             if end > start:
-                out.append((key, start, end))
+                out.append((self.key(s), start, end))
             start, s = end, s + 1
         return out
+
+
+_OPEN = 1 << 62
 
 
 class _Node:
@@ -132,8 +144,7 @@ class PrefixCachingKVManager(KVBlockManager):
         self.num_free_blocks -= n
         free = self._free
         while n > 0:
-            k = next(iter(free))
-            v = free[k]
+            k, v = next(iter(free.items()))
             if isinstance(v, int):
                 if v > n:
                     free[k] = v - n
@@ -161,18 +172,27 @@ class PrefixCachingKVManager(KVBlockManager):
         bs = self.block_size
         limit = (req.num_tokens - 1) // bs
         hits: list[tuple[_Node, int]] = []
-        hit = shared = 0
-        nodes = self._nodes
-        for key, lo, hi in content.nodes(bs, 0, limit):
-            node = nodes.get(key)
-            if node is None or node.cached == 0:
+        hit = shared = lo = 0
+        get = self._nodes.get
+        hashes, bounds = content.hashes, content.bounds(bs)
+        last = len(hashes)
+        for s, hi in enumerate(bounds):
+            if lo >= limit:
+                break
+            if hi == lo:
+                continue
+            node = get(hashes[s] if s < last else content.tail)
+            if node is None:
                 break
             take = min(node.cached, hi - lo, limit - lo)
+            if take == 0:
+                break
             hits.append((node, take))
             hit += take
             shared += min(take, node.held)
             if take < hi - lo:
                 break
+            lo = hi
         self._pending = (req.request_id, hits)
         return hit * bs, shared
 
@@ -208,30 +228,39 @@ class PrefixCachingKVManager(KVBlockManager):
         of scheduled tokens); blocks another request cached first stay anonymous."""
         content = req.content
         rid = req.request_id
-        a = self._upto.get(rid, 0)
-        if content is None or full <= a:
+        start = self._upto.get(rid, 0)
+        if content is None or full <= start:
             return
-        refs = self._refs.setdefault(rid, [])
+        self._upto[rid] = full
+        refs = self._refs.get(rid)
+        if refs is None:
+            refs = self._refs[rid] = []
         nodes = self._nodes
-        for key, lo, hi in content.nodes(self.block_size, a, full):
-            b = min(full, hi)
-            k = b - max(a, lo)
+        hashes, bounds = content.hashes, content.bounds(self.block_size)
+        last = len(hashes)
+        s = bisect_right(bounds, start)
+        lo = bounds[s - 1] if s else 0
+        while start < full:
+            hi = bounds[s]
+            if hi == start:  # a segment shorter than a block owns no block
+                s += 1
+                continue
+            b = full if full < hi else hi
+            key = hashes[s] if s < last else content.tail
             node = nodes.get(key)
             if node is None:
-                if a > lo:
-                    continue  # this request's earlier blocks of the node are not registered
-                node = nodes[key] = _Node(key)
-            ext = node.holders.get(rid)
-            if ext is None:
-                if node.cached or a > lo:
-                    continue  # someone else's copy: ours stays anonymous
-                refs.append(node)
-                ext = 0
-            if ext != max(a, lo) - lo or node.cached != ext:
-                continue
-            node.cached = node.held = ext + k
-            node.holders[rid] = ext + k
-        self._upto[rid] = full
+                if start == lo:  # else this request's first blocks of the node are anonymous
+                    node = nodes[key] = _Node(key)
+                    node.cached = node.held = node.holders[rid] = b - lo
+                    refs.append(node)
+            else:
+                ext = node.holders.get(rid)
+                # extend only our own copy at the node's frontier; another's copy: ours stays
+                # anonymous (a duplicate)
+                if ext is not None and ext == start - lo and node.cached == ext:
+                    node.cached = node.held = node.holders[rid] = b - lo
+            lo = start = hi
+            s += 1
 
     # ------------------------------------------------------------------ mutation
     def allocate(self, req: Request, num_tokens: int) -> None:
@@ -258,10 +287,11 @@ class PrefixCachingKVManager(KVBlockManager):
         tail: list[_Node] = []
         if refs:
             for node in reversed(refs):
-                ext = node.holders.pop(rid)
+                holders = node.holders
+                ext = holders.pop(rid)
                 registered += ext
                 if ext == node.held:
-                    node.held = max(node.holders.values(), default=0)
+                    node.held = max(holders.values()) if holders else 0
                     if node.held < ext:
                         freed += ext - node.held
                         tail.append(node)
