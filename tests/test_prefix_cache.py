@@ -46,7 +46,9 @@ def admit(kv: KVBlockManager, req: Request, chunk: int | None = None) -> int:
     return hit
 
 
-def reference_hit(seen: set[tuple[object, ...]], req: Request, prompt: list[tuple[int, int]]) -> int:
+def reference_hit(
+    seen: set[tuple[object, ...]], req: Request, prompt: list[tuple[int, int]]
+) -> int:
     """Longest run of leading full blocks whose content (the token ids up to the block's end)
     was computed before, capped at num_tokens − 1 tokens, from first principles."""
     tokens: list[object] = [tid for i, n in prompt for tid in [(i, n, k) for k in range(n)]]
@@ -138,7 +140,9 @@ def test_invariants_under_random_operations(spec: list, ops: list, num_blocks: i
     assert kv.num_free_blocks == kv.num_blocks - bulk
 
 
-def used_by_reqs_and_bulk_check(kv: PrefixCachingKVManager, running: list[Request], bulk: int) -> None:
+def used_by_reqs_and_bulk_check(
+    kv: PrefixCachingKVManager, running: list[Request], bulk: int
+) -> None:
     # Bulk-taken blocks belong to no request: account for them as a phantom anonymous holder.
     phantom = Request(-1, 0, 1, 1)
     phantom.num_blocks = bulk

@@ -52,7 +52,8 @@ def test_cached_prefix_costs_no_prefill_compute() -> None:
     ttft = rec.first_token_ns - rec.arrival_ns
     assert ttft[0] == 1_000_000 + 104_000
     assert ttft[1] == 1_000_000 + 8_000
-    assert s.kv.cache_queries == 208 and s.kv.cache_hits == 96
+    assert s.kv.cache_queries == 208
+    assert s.kv.cache_hits == 96
 
 
 @st.composite
@@ -85,7 +86,7 @@ def test_fast_forward_is_exact_with_prefix_caching(rs, blocks, block_size, budge
         s = caching_scheduler(blocks, block_size, budget, max_seqs, cls)
         rec, sim, _ = simulate(rs, s, perf, fast_forward=ff)
         runs.append((rec, sim, s))
-    (a, sa, s1), (b, sb, s2) = runs
+    (a, _, s1), (b, _, s2) = runs
     for col in ("first_scheduled_ns", "first_token_ns", "finish_ns", "num_preemptions"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
     np.testing.assert_array_equal(a.cached_tokens, b.cached_tokens)
@@ -116,7 +117,8 @@ def infinite_cache_bound(path: str, bs: int = 16) -> tuple[float, np.ndarray]:
     figure), and per request (arrival order, stable) the tokens an infinite cache holds for
     its prompt capped at MAX_PROMPT: the leading 512-token blocks seen before, with their
     lengths, in whole KV blocks, at most prompt − 1 tokens."""
-    rows = [json.loads(line) for line in gzip.open(path, "rt") if line.strip()]
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     rows.sort(key=lambda r: r["timestamp"])
     seen_ids: set[tuple[int, ...]] = set()
     seen: set[tuple[tuple[int, int], ...]] = set()

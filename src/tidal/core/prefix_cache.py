@@ -90,7 +90,7 @@ _OPEN = 1 << 62
 
 
 class _Node:
-    __slots__ = ("cached", "holders", "held", "key")
+    __slots__ = ("cached", "held", "holders", "key")
 
     def __init__(self, key: int) -> None:
         self.key = key
@@ -206,7 +206,8 @@ class PrefixCachingKVManager(KVBlockManager):
         pending, self._pending = self._pending, None
         if not hit_tokens:
             return
-        assert pending is not None and pending[0] == req.request_id, "commit without a match"
+        assert pending is not None, "commit_prefix without match_prefix"
+        assert pending[0] == req.request_id, "commit_prefix for another request"
         rid, free = req.request_id, self._free
         refs = self._refs.setdefault(rid, [])
         for node, take in pending[1]:

@@ -49,6 +49,8 @@ class PrefixContent:
     """int64, per request: first segment."""
     count: np.ndarray
     """int64, per request: number of segments (0: no content, never shared)."""
+    keep: np.ndarray
+    """bool, flat: the segment ends a run the cache can treat as one (see :func:`runs`)."""
 
     @classmethod
     def from_segments(cls, ids: np.ndarray, lens: np.ndarray, count: np.ndarray) -> PrefixContent:
@@ -70,7 +72,7 @@ class PrefixContent:
             prev = hashes[at - 1] if p else np.full(len(at), _SEED, dtype=np.uint64)
             h = mix_array(prev, ids[at].astype(np.uint64))
             hashes[at] = mix_array(h, lens[at].astype(np.uint64))
-        return cls(ids, lens, ends, hashes, offset, count)
+        return cls(ids, lens, ends, hashes, offset, count, runs(hashes, offset, count))
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -78,13 +80,20 @@ class PrefixContent:
     def take(self, idx: np.ndarray | slice) -> PrefixContent:
         """The rows ``idx`` (flat arrays shared)."""
         return PrefixContent(
-            self.ids, self.lens, self.ends, self.hashes, self.offset[idx], self.count[idx]
+            self.ids,
+            self.lens,
+            self.ends,
+            self.hashes,
+            self.offset[idx],
+            self.count[idx],
+            self.keep,
         )
 
     def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids, lens, count) of the rows, back to back (gathered)."""
         flat = np.repeat(self.offset, self.count) + (
-            np.arange(int(self.count.sum())) - np.repeat(np.cumsum(self.count) - self.count, self.count)
+            np.arange(int(self.count.sum()))
+            - np.repeat(np.cumsum(self.count) - self.count, self.count)
         )
         return self.ids[flat], self.lens[flat], self.count
 
@@ -93,7 +102,11 @@ class PrefixContent:
         ids, lens, count = self.segments()
         row = np.repeat(np.arange(len(count)), count)
         ends = np.cumsum(lens)
-        ends = ends - np.repeat(ends[np.cumsum(count) - count] - lens[np.cumsum(count) - count], count) if len(lens) else ends
+        ends = (
+            ends - np.repeat(ends[np.cumsum(count) - count] - lens[np.cumsum(count) - count], count)
+            if len(lens)
+            else ends
+        )
         starts = ends - lens
         cap = np.asarray(max_tokens, dtype=np.int64)[row]
         keep = starts < cap
@@ -107,6 +120,30 @@ class PrefixContent:
         if c == 0:
             return None
         o = int(self.offset[i])
-        hashes = self.hashes[o : o + c].tolist()
-        ends = self.ends[o : o + c].tolist()
+        at = o + np.flatnonzero(self.keep[o : o + c])
+        hashes = self.hashes[at].tolist()
+        ends = self.ends[at].tolist()
         return BlockContent(hashes, ends, mix(mix(hashes[-1], _TAIL), salt))
+
+
+def runs(hashes: np.ndarray, offset: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Which segments end a run: segment s is merged into s + 1 when, in every request, the
+    content up to s (chain hash H_s) goes on, always with the same next segment. Then no
+    request can share s without s + 1, so the cache's hit, eviction and accounting are those
+    of the unmerged segments while it handles one node instead of many (a static radix-tree
+    compression: a long prompt's never-shared tail becomes one node)."""
+    n = len(hashes)
+    keep = np.ones(n, dtype=bool)
+    if n == 0:
+        return keep
+    end = np.uint64(1 << 63)  # chain hashes are < 2^63
+    succ = np.full(n, end, dtype=np.uint64)
+    last = np.zeros(n, dtype=bool)
+    last[(offset + count - 1)[count > 0]] = True
+    inner = np.flatnonzero(~last)
+    succ[inner] = hashes[inner + 1]
+    pairs = np.unique(np.stack([hashes, succ]), axis=1)
+    heads, fanout = np.unique(pairs[0], return_counts=True)
+    single = heads[fanout == 1]
+    keep[np.isin(hashes, single) & (succ != end)] = False
+    return keep

@@ -139,7 +139,7 @@ def _valid_mooncake(df: pl.DataFrame) -> bool:
 
 def _read_mooncake(data: bytes, where: str, hash_ids: bool = False) -> pl.DataFrame:
     """Fast path with polars; on any problem a line-by-line scan names the bad line."""
-    schema = dict(_MOONCAKE_SCHEMA)
+    schema: dict[str, pl.DataType | type[pl.DataType]] = dict(_MOONCAKE_SCHEMA)
     if hash_ids:
         schema["hash_ids"] = pl.List(pl.Int64)
     try:
