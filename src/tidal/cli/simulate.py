@@ -104,6 +104,10 @@ def simulate(
     shared_prefix_len: Annotated[
         int | None, Opt(help="Synthetic: tokens of each shared system prompt.")
     ] = None,
+    turns: Annotated[int | None, Opt(help="Synthetic: turns per multi-turn session.")] = None,
+    think_time: Annotated[
+        float | None, Opt(help="Sessions: mean think time between turns (s).")
+    ] = None,
     cluster: Annotated[
         str | None, Opt(help="Multi-model cluster NODESxGPUS:GPU, e.g. 2x8:h100.")
     ] = None,
@@ -180,6 +184,8 @@ def simulate(
             ("workload.hash_block_tokens", hash_block_tokens),
             ("workload.shared_prefix_groups", shared_prefix_groups),
             ("workload.shared_prefix_len", shared_prefix_len),
+            ("workload.turns", turns),
+            ("workload.think_time_s", think_time),
         ):
             _set(flags, key, val)
         if no_fast_forward:

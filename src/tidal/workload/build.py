@@ -199,7 +199,11 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     """The request set described by ``cfg`` (module docstring gives the order of the steps)."""
     if cfg.augmented is not None:
         return _augmented(cfg, rng)
-    if cfg.trace is None:
+    if cfg.trace is None and cfg.turns > 1:
+        from tidal.workload.sessions import sessions
+
+        rs = sessions(cfg, rng)
+    elif cfg.trace is None:
         rs = synthetic(cfg, rng)
         rs = time_window(rs, cfg.start_s, cfg.end_s)
     else:

@@ -36,6 +36,11 @@ class WorkloadConfig(BaseModel):
     """Synthetic: G system prompts; request i starts with prompt ``i mod G`` (0: none)."""
     shared_prefix_len: int = Field(default=0, ge=0)
     """Synthetic: tokens of each shared system prompt (the prompt length adds to it)."""
+    turns: int = Field(default=1, ge=1)
+    """Synthetic: turns per multi-turn session (1: independent requests); each turn's prompt
+    is the previous prompt + its answer + new user tokens (:mod:`tidal.workload.sessions`)."""
+    think_time_s: float = Field(default=0.0, ge=0)
+    """Multi-turn sessions: mean (exponential) time between an answer and the next turn."""
     max_requests: int | None = Field(default=None, ge=1)
     """Keep only the first N requests of the trace (after the time window)."""
     rate_scale: float = Field(default=1.0, gt=0)
