@@ -58,6 +58,10 @@ class KVBlockManager:
     def usage(self) -> float:
         return (self.num_blocks - self.num_free_blocks) / self.num_blocks
 
+    def num_cached_free_blocks(self) -> int:
+        """Free blocks still holding reusable prefix content (none without prefix caching)."""
+        return 0
+
     def can_admit(self, num_new_blocks: int) -> bool:
         """Whether a *new* request may take ``num_new_blocks``, keeping the watermark free."""
         return self.num_free_blocks - num_new_blocks >= self.watermark_blocks

@@ -117,6 +117,8 @@ class PrefixCachingKVManager(KVBlockManager):
         """LRU free queue, head first: anonymous runs (negative ids → count) and nodes with
         evictable blocks (key → node)."""
         self._anon_seq = -1
+        self._anon_free = num_blocks
+        """Free blocks without content (the anonymous runs of the free queue)."""
         self._refs: dict[int, list[_Node]] = {}
         """Nodes each request references, in block order."""
         self._upto: dict[int, int] = {}
@@ -128,6 +130,7 @@ class PrefixCachingKVManager(KVBlockManager):
     def _push_anon(self, count: int) -> None:
         if count <= 0:
             return
+        self._anon_free += count
         free = self._free
         if free:
             last = next(reversed(free))
@@ -148,8 +151,10 @@ class PrefixCachingKVManager(KVBlockManager):
             if isinstance(v, int):
                 if v > n:
                     free[k] = v - n
+                    self._anon_free -= n
                     return
                 del free[k]
+                self._anon_free -= v
                 n -= v
                 continue
             m = min(v.cached - v.held, n)
@@ -343,8 +348,8 @@ class PrefixCachingKVManager(KVBlockManager):
 
     # ------------------------------------------------------------------ queries
     def num_cached_free_blocks(self) -> int:
-        """Free blocks that still hold reusable content."""
-        return sum(v.cached - v.held for v in self._free.values() if not isinstance(v, int))
+        """Free blocks that still hold reusable content (evictable)."""
+        return self.num_free_blocks - self._anon_free
 
     def check(self, resident: list[Request]) -> None:
         anon_free = sum(v for v in self._free.values() if isinstance(v, int))
@@ -356,6 +361,7 @@ class PrefixCachingKVManager(KVBlockManager):
             cached += node.cached
             held += node.held
         assert anon_free + cached - held == self.num_free_blocks, "free count drifted"
+        assert anon_free == self._anon_free
         anon_used = 0
         for r in resident:
             reg = sum(n.holders[r.request_id] for n in self._refs.get(r.request_id, []))
