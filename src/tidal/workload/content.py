@@ -49,8 +49,14 @@ class PrefixContent:
     """int64, per request: first segment."""
     count: np.ndarray
     """int64, per request: number of segments (0: no content, never shared)."""
-    keep: np.ndarray
-    """bool, flat: the segment ends a run the cache can treat as one (see :func:`runs`)."""
+    run_hashes: np.ndarray
+    """uint64, flat: chain hash of each run (segments the cache treats as one, :func:`runs`)."""
+    run_ends: np.ndarray
+    """int64, flat: end token of each run within its request."""
+    run_offset: np.ndarray
+    """int64, per request: first run."""
+    run_count: np.ndarray
+    """int64, per request: number of runs."""
 
     @classmethod
     def from_segments(cls, ids: np.ndarray, lens: np.ndarray, count: np.ndarray) -> PrefixContent:
@@ -72,7 +78,13 @@ class PrefixContent:
             prev = hashes[at - 1] if p else np.full(len(at), _SEED, dtype=np.uint64)
             h = mix_array(prev, ids[at].astype(np.uint64))
             hashes[at] = mix_array(h, lens[at].astype(np.uint64))
-        return cls(ids, lens, ends, hashes, offset, count, runs(hashes, offset, count))
+        keep = runs(hashes, offset, count)
+        row = np.repeat(np.arange(len(count)), count)
+        run_count = np.bincount(row[keep], minlength=len(count)).astype(np.int64)
+        run_offset = np.cumsum(run_count) - run_count
+        return cls(
+            ids, lens, ends, hashes, offset, count, hashes[keep], ends[keep], run_offset, run_count
+        )
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -86,7 +98,10 @@ class PrefixContent:
             self.hashes,
             self.offset[idx],
             self.count[idx],
-            self.keep,
+            self.run_hashes,
+            self.run_ends,
+            self.run_offset[idx],
+            self.run_count[idx],
         )
 
     def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -116,13 +131,12 @@ class PrefixContent:
 
     def block_content(self, i: int, salt: int) -> BlockContent | None:
         """Request ``i``'s content (``salt`` makes its tail, the output, unique)."""
-        c = int(self.count[i])
+        c = int(self.run_count[i])
         if c == 0:
             return None
-        o = int(self.offset[i])
-        at = o + np.flatnonzero(self.keep[o : o + c])
-        hashes = self.hashes[at].tolist()
-        ends = self.ends[at].tolist()
+        o = int(self.run_offset[i])
+        hashes = self.run_hashes[o : o + c].tolist()
+        ends = self.run_ends[o : o + c].tolist()
         return BlockContent(hashes, ends, mix(mix(hashes[-1], _TAIL), salt))
 
 
