@@ -104,6 +104,9 @@ def simulate(
     shared_prefix_len: Annotated[
         int | None, Opt(help="Synthetic: tokens of each shared system prompt.")
     ] = None,
+    n: Annotated[
+        int | None, Opt("--n", help="Synthetic: parallel sampling, branches per prompt.")
+    ] = None,
     turns: Annotated[int | None, Opt(help="Synthetic: turns per multi-turn session.")] = None,
     think_time: Annotated[
         float | None, Opt(help="Sessions: mean think time between turns (s).")
@@ -185,6 +188,7 @@ def simulate(
             ("workload.shared_prefix_groups", shared_prefix_groups),
             ("workload.shared_prefix_len", shared_prefix_len),
             ("workload.turns", turns),
+            ("workload.n", n),
             ("workload.think_time_s", think_time),
         ):
             _set(flags, key, val)

@@ -141,7 +141,46 @@ def synthetic(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     source = f"synthetic: {n} requests, {process} at {rate:g} req/s, lengths {lengths}"
     if content is not None:
         source += f", {groups} shared prefixes of {shared} tokens"
+    if cfg.n > 1:
+        rs = parallel_branches(
+            RequestSet(arrivals, prompt, output, source, content=content), cfg, rng
+        )
+        return RequestSet(
+            rs.arrival_ns,
+            rs.prompt_len,
+            rs.output_len,
+            f"{source}; {rs.source}",
+            content=rs.content,
+        )
     return RequestSet(arrivals, prompt, output, source, content=content)
+
+
+def parallel_branches(rs: RequestSet, cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
+    """Each request becomes ``cfg.n`` branches: same arrival and prompt (its content, then a
+    question id of its own, shared by the branches), outputs drawn again per branch."""
+    n, k = len(rs), cfg.n
+    _, output = sample_lengths(
+        cfg.length_dist,
+        n * k,
+        rng,
+        prompt_len=cfg.prompt_len,
+        output_len=cfg.output_len,
+        jitter=cfg.length_jitter,
+        sigma=cfg.length_sigma,
+    )
+    shared = cfg.shared_prefix_len if rs.content is not None else 0
+    base = 1 << 41  # question ids, apart from the system prompts' group ids
+    if rs.content is not None:
+        ids = np.stack([rs.content.ids, base + np.arange(n)], axis=1)
+        lens = np.stack([np.full(n, shared), rs.prompt_len - shared], axis=1)
+    else:
+        ids, lens = (base + np.arange(n))[:, None], rs.prompt_len[:, None]
+    segs = np.repeat(np.arange(n), k)
+    content = PrefixContent.from_segments(
+        ids[segs].ravel(), lens[segs].ravel(), np.full(n * k, ids.shape[1], np.int64)
+    )
+    source = f"parallel sampling n = {k} ({cfg.branch_policy} branches to completion)"
+    return RequestSet(rs.arrival_ns[segs], rs.prompt_len[segs], output, source, content=content)
 
 
 def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:

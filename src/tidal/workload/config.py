@@ -36,6 +36,12 @@ class WorkloadConfig(BaseModel):
     """Synthetic: G system prompts; request i starts with prompt ``i mod G`` (0: none)."""
     shared_prefix_len: int = Field(default=0, ge=0)
     """Synthetic: tokens of each shared system prompt (the prompt length adds to it)."""
+    n: int = Field(default=1, ge=1)
+    """Synthetic: parallel sampling, each prompt answered ``n`` times (vLLM's
+    ``SamplingParams.n``). As vLLM v1 does, the n branches are n requests of one prompt that
+    arrive together and share it through the prefix cache; ``num_requests`` counts prompts."""
+    branch_policy: Literal["all"] = "all"
+    """Parallel sampling: ``all`` runs every branch to completion (majority voting)."""
     turns: int = Field(default=1, ge=1)
     """Synthetic: turns per multi-turn session (1: independent requests); each turn's prompt
     is the previous prompt + its answer + new user tokens (:mod:`tidal.workload.sessions`)."""
@@ -105,6 +111,8 @@ class WorkloadConfig(BaseModel):
                 raise ValueError(
                     "rate: a synthetic workload needs a rate in req/s (or inf, or a concurrency)"
                 )
+        if self.n > 1 and self.turns > 1:
+            raise ValueError("n: parallel sampling of multi-turn sessions is not supported")
         if (self.shared_prefix_groups > 0) != (self.shared_prefix_len > 0):
             raise ValueError(
                 "shared_prefix_groups: give both shared_prefix_groups and shared_prefix_len "
