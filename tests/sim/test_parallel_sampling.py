@@ -3,8 +3,6 @@ prefix cache): the prompt is computed once, the other branches reuse it."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 
@@ -23,12 +21,12 @@ def test_branches_share_the_prompt() -> None:
     assert len(c["prompt_len"]) == 24
     p = c["prompt_len"].reshape(6, 4)
     assert (p == p[:, :1]).all()
-    assert (c["arrival_ns"].reshape(6, 4).T == c["arrival_ns"][::4]).all()
+    assert (c["arrival_ns"][::4] == c["arrival_ns"].reshape(6, 4).T).all()
     cached = c["cached_tokens"].reshape(6, 4)
     assert (cached[:, 0] == 0).all()
     # admitted in the same step as the first branch, whose prompt blocks are registered at
     # allocation (vLLM): all full blocks but the one holding the last prompt token
-    assert (cached[:, 1:].T == (p[:, 0] - 1) // 16 * 16).all()
+    assert ((p[:, 0] - 1) // 16 * 16 == cached[:, 1:].T).all()
     off = run(4, caching=False)
     assert off.columns["cached_tokens"].sum() == 0
     assert res.metrics["ttft_mean_s"] < off.metrics["ttft_mean_s"]
