@@ -70,3 +70,25 @@ def test_sessions_fast_forward_is_exact() -> None:
     for col in ("arrival_ns", "first_token_ns", "finish_ns", "cached_tokens", "num_preemptions"):
         np.testing.assert_array_equal(a.columns[col], b.columns[col], err_msg=col)
     assert a.columns["num_preemptions"].sum() > 0  # a small cache: recompute re-hits too
+
+
+def test_agent_chain_text_handoff_reuses_nothing_and_is_slower() -> None:
+    """A chain of 4 agents (think time 0): handing the context on as KV reuses it, as text
+    (same prompt lengths, instruction first) recomputes it."""
+    base = {
+        "num_requests": 40,
+        "rate": 1.0,
+        "turns": 4,
+        "prompt_len": 300,
+        "output_len": 150,
+        "length_dist": "uniform",
+    }
+    runs = {
+        h: run_simulation(load_config({"workload": {**base, "handoff": h}, "seed": 1}))
+        for h in ("kv", "text")
+    }
+    kv, text = runs["kv"].columns, runs["text"].columns
+    np.testing.assert_array_equal(kv["prompt_len"], text["prompt_len"])
+    assert text["cached_tokens"].sum() == 0
+    assert kv["cached_tokens"].sum() > 0.5 * kv["prompt_len"][np.arange(40) % 4 > 0].sum()
+    assert runs["kv"].metrics["ttft_mean_s"] < runs["text"].metrics["ttft_mean_s"]

@@ -108,6 +108,9 @@ def simulate(
         int | None, Opt("--n", help="Synthetic: parallel sampling, branches per prompt.")
     ] = None,
     turns: Annotated[int | None, Opt(help="Synthetic: turns per multi-turn session.")] = None,
+    handoff: Annotated[
+        str | None, Opt(help="Sessions/agent chains: context handed on as kv or text.")
+    ] = None,
     think_time: Annotated[
         float | None, Opt(help="Sessions: mean think time between turns (s).")
     ] = None,
@@ -189,6 +192,7 @@ def simulate(
             ("workload.shared_prefix_len", shared_prefix_len),
             ("workload.turns", turns),
             ("workload.n", n),
+            ("workload.handoff", handoff),
             ("workload.think_time_s", think_time),
         ):
             _set(flags, key, val)

@@ -47,6 +47,10 @@ class WorkloadConfig(BaseModel):
     is the previous prompt + its answer + new user tokens (:mod:`tidal.workload.sessions`)."""
     think_time_s: float = Field(default=0.0, ge=0)
     """Multi-turn sessions: mean (exponential) time between an answer and the next turn."""
+    handoff: Literal["kv", "text"] = "kv"
+    """Sessions as agent chains (``think_time_s: 0``): each agent gets the previous context
+    as KV (``kv``: the context is a cached prefix, as Agent Primitives' latent handoff) or
+    re-sent as text after its own instruction (``text``: same tokens, nothing reused)."""
     max_requests: int | None = Field(default=None, ge=1)
     """Keep only the first N requests of the trace (after the time window)."""
     rate_scale: float = Field(default=1.0, gt=0)

@@ -12,6 +12,9 @@ tokens ``u_j`` (id ``2i_j``) and the answer ``o_j`` (id ``2i_j + 1``), optionall
 system prompt; its own answer ends the content, so the tokens it generates are cached under
 that id and the next turn can reuse them (vLLM caches generated blocks the same way).
 Lengths: ``(u_k, o_k)`` pairs from ``length_dist`` (the prompt length stands for u).
+Agent chains (``handoff``): ``kv`` is the above; ``text`` gives turn k the same number of
+tokens as one segment of its own (its instruction, then the history re-sent as text), so
+nothing is reused (Agent Primitives' text-based multi-agent baseline, arXiv 2602.03695).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from tidal.workload.lengths import sample_lengths
 
 _SYSTEM_ID = 1 << 40
 """Ids of shared system prompts (group g has id _SYSTEM_ID + g), apart from turn ids."""
+_TEXT_ID = 1 << 42
+"""Ids of the text handoffs (request i: _TEXT_ID + i), never shared."""
 
 
 def sessions(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
@@ -61,9 +66,15 @@ def sessions(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
         if shared:
             segs_i.append(_SYSTEM_ID + int(group[session[i]]))
             lens_i.append(shared)
-        for j in range(first, i + 1):
-            segs_i += [2 * j, 2 * j + 1]
-            lens_i += [int(user[j]), int(out[j])]
+        if cfg.handoff == "text" and k > 0:
+            # the instruction first, then the history as text: same tokens, no shared prefix
+            history = sum(int(user[j]) + int(out[j]) for j in range(first, i)) + int(user[i])
+            segs_i += [_TEXT_ID + i, 2 * i + 1]
+            lens_i += [history, int(out[i])]
+        else:
+            for j in range(first, i + 1):
+                segs_i += [2 * j, 2 * j + 1]
+                lens_i += [int(user[j]), int(out[j])]
         ids += segs_i
         lens += lens_i
         count[i] = len(segs_i)
