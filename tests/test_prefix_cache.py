@@ -91,7 +91,8 @@ def test_hit_is_longest_cached_full_block_prefix(spec: list[tuple[list, int]]) -
     assert kv.cache_hits == sum(r.num_cached_tokens for r in reqs)
 
 
-op_st = st.tuples(st.sampled_from(["admit", "grow", "take", "free", "preempt"]), st.integers(0, 99))
+OPS = ["admit", "grow", "take", "free", "preempt", "swap_out", "swap_in"]
+op_st = st.tuples(st.sampled_from(OPS), st.integers(0, 99))
 
 
 @settings(max_examples=200, deadline=None)
@@ -105,7 +106,7 @@ def test_invariants_under_random_operations(spec: list, ops: list, num_blocks: i
     total, under admissions (chunked), growth, bulk takes, frees and preemptions."""
     prompts, extra = [p for p, _ in spec], [e for _, e in spec]
     reqs = make_requests(prompts, extra)
-    kv = PrefixCachingKVManager(num_blocks, BS, watermark=0.0)
+    kv = PrefixCachingKVManager(num_blocks, BS, watermark=0.0, num_host_blocks=16)
     waiting = list(reqs)
     running: list[Request] = []
     bulk = 0  # blocks charged by "take" (a decode pool's growth), owned by no request
@@ -117,6 +118,8 @@ def test_invariants_under_random_operations(spec: list, ops: list, num_blocks: i
                 running.append(req)
         elif op == "grow" and running:
             req = running[x % len(running)]
+            if kv.host_blocks_of(req):
+                continue  # partly swapped out: it does not run
             n = min(1 + x % 5, req.num_tokens - req.num_computed_tokens)
             if n > 0 and kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks <= (
                 kv.num_free_blocks
@@ -127,16 +130,25 @@ def test_invariants_under_random_operations(spec: list, ops: list, num_blocks: i
             k = 1 + x % kv.num_free_blocks
             kv.take(k)
             bulk += k
+        elif op == "swap_out" and running:
+            req = running[x % len(running)]
+            kv.swap_out_blocks(req, 1 + x % 4)
+        elif op == "swap_in" and running:
+            req = running[x % len(running)]
+            kv.swap_in_blocks(req, 1 + x % 4)
         elif op in ("free", "preempt") and running:
             req = running.pop(x % len(running))
             kv.free(req)
+            kv.drop_swapped(req)
             req.num_computed_tokens = 0
             if op == "preempt":
                 waiting.append(req)
         used_by_reqs_and_bulk_check(kv, running, bulk)
     for req in running:
         kv.free(req)
+        kv.drop_swapped(req)
     used_by_reqs_and_bulk_check(kv, [], bulk)
+    assert kv.num_free_host_blocks == kv.num_host_blocks
     assert kv.num_free_blocks == kv.num_blocks - bulk
 
 
@@ -148,7 +160,7 @@ def used_by_reqs_and_bulk_check(
     phantom.num_blocks = bulk
     kv.check([*running, phantom] if bulk else running)
     for r in running:
-        assert r.num_blocks == kv.blocks_for(r.num_computed_tokens)
+        assert r.num_blocks + kv.host_blocks_of(r) == kv.blocks_for(r.num_computed_tokens)
 
 
 @settings(max_examples=100, deadline=None)

@@ -322,15 +322,41 @@ class PrefixCachingKVManager(KVBlockManager):
         return True
 
     def swap_out_blocks(self, req: Request, n: int) -> int:
-        if req.request_id in self._refs:
-            raise RuntimeError("partial swaps of cached blocks are not supported")
+        """Move up to ``n`` of ``req``'s last GPU blocks to host memory: its anonymous blocks
+        first, then its registered ones from the last node; their GPU copies stay cached
+        (evictable) if no one else references them, so a later admission may re-hit them."""
         m = max(0, min(n, req.num_blocks, self.num_free_host_blocks))
-        if m:
-            req.num_blocks -= m
-            self._push_anon(m)
-            self.num_free_blocks += m
-            self.num_free_host_blocks -= m
-            self._host[req.request_id] = self._host.get(req.request_id, 0) + m
+        if not m:
+            return 0
+        rid = req.request_id
+        if req.content is not None:
+            self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
+        refs = self._refs.get(rid, [])
+        registered = sum(node.holders[rid] for node in refs)
+        anon = min(m, req.num_blocks - registered)
+        self._push_anon(anon)
+        freed, left = anon, m - anon
+        while left:
+            node = refs[-1]
+            ext = node.holders[rid]
+            k = min(left, ext)
+            left -= k
+            if k == ext:
+                del node.holders[rid]
+                refs.pop()
+            else:
+                node.holders[rid] = ext - k
+            if ext == node.held:
+                node.held = max(node.holders.values()) if node.holders else 0
+                if node.held < ext:
+                    freed += ext - node.held
+                    self._free[node.key] = node
+                    self._free.move_to_end(node.key)
+        req.num_blocks -= m
+        self._upto[rid] = min(self._upto.get(rid, 0), req.num_blocks)
+        self.num_free_blocks += freed
+        self.num_free_host_blocks -= m
+        self._host[rid] = self._host.get(rid, 0) + m
         return m
 
     def swap_in_blocks(self, req: Request, n: int, keep_free: int = 0) -> int:
