@@ -546,6 +546,8 @@ class ExclusiveBatchingScheduler(Scheduler):
             waiting.pop()
             self._start_running(req, now_ns)
             kv.commit_prefix(req, hit)
+            if hit:
+                self._on_prefix_hit(req, hit)
             plan.add_chunk(req, n)
             kv.allocate(req, req.num_computed_tokens + n)
             budget -= n

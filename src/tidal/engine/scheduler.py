@@ -234,10 +234,16 @@ class Scheduler(ABC):
             waiting.pop()
             self._start_running(req, now_ns)
             kv.commit_prefix(req, hit)
+            if hit:
+                self._on_prefix_hit(req, hit)
             plan.add_chunk(req, n)
             kv.allocate(req, req.num_computed_tokens + n)
             budget -= n
         return budget
+
+    def _on_prefix_hit(self, req: Request, hit_tokens: int) -> None:
+        """``req`` was admitted with ``hit_tokens`` found in the prefix cache (a policy that
+        counts recomputation, e.g. after a Discard, hears of the tokens it was spared)."""
 
     def _start_running(self, req: Request, now_ns: int) -> None:
         req.state = RequestState.RUNNING

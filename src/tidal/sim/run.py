@@ -30,6 +30,7 @@ from tidal.sim.recorder import RequestRecorder
 from tidal.sim.simulator import Simulation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
+from tidal.workload.content import unique_content
 
 SEED_STREAMS = ("workload", "policy", "cluster", "noise")
 """Named random streams, spawned in this order from the run seed (``SeedSequence.spawn``)."""
@@ -149,6 +150,8 @@ def run_simulation(
         return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
+    if cfg.workload.augmented and cfg.augment.prefix_caching and reqs.content is None:
+        reqs = dataclasses.replace(reqs, content=unique_content(reqs.prompt_len))
     t_load = time.perf_counter()
     check_context(get_model(cfg.model), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())

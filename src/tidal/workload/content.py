@@ -161,3 +161,11 @@ def runs(hashes: np.ndarray, offset: np.ndarray, count: np.ndarray) -> np.ndarra
     single = heads[fanout == 1]
     keep[np.isin(hashes, single) & (succ != end)] = False
     return keep
+
+
+def unique_content(prompt_len: np.ndarray) -> PrefixContent:
+    """Every prompt its own content (shared with no other request): the cache then serves
+    only a request's own re-admissions (after a preemption or a discarded tool call)."""
+    n = len(prompt_len)
+    ids = (1 << 43) + np.arange(n, dtype=np.int64)
+    return PrefixContent.from_segments(ids, np.asarray(prompt_len), np.ones(n, dtype=np.int64))
