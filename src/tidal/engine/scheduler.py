@@ -241,7 +241,7 @@ class Scheduler(ABC):
             budget -= n
         return budget
 
-    def _on_prefix_hit(self, req: Request, hit_tokens: int) -> None:
+    def _on_prefix_hit(self, req: Request, hit_tokens: int) -> None:  # noqa: B027 (a hook)
         """``req`` was admitted with ``hit_tokens`` found in the prefix cache (a policy that
         counts recomputation, e.g. after a Discard, hears of the tokens it was spared)."""
 
