@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidal.core.errors import unknown_name
+from tidal.core.errors import ConfigError, unknown_name
+
+MAX_BW_TBS = 1000.0
+"""Largest what-if bandwidth accepted (TB/s): 100× today's HBM, far past any sweep."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +75,17 @@ def get_gpu(name: str) -> GPUSpec:
     except KeyError:
         raise unknown_name("gpu", name, GPUS) from None
     if bw:
-        try:
-            value = float(bw.removesuffix("TBs").removesuffix("tbs"))
-        except ValueError:
-            raise unknown_name("gpu", name, [f"{g}@<TB/s>" for g in GPUS]) from None
-        gpu = gpu.with_bandwidth(value)
+        gpu = gpu.with_bandwidth(_bandwidth(name, bw))
     return gpu
+
+
+def _bandwidth(name: str, text: str) -> float:
+    """The X of ``gpu@XTBs``: a finite number of TB/s in (0, 1000]."""
+    fix = f"write GPU@XTBs with X a bandwidth in TB/s in (0, {MAX_BW_TBS:g}], e.g. h100@2TBs"
+    try:
+        value = float(text.removesuffix("TBs").removesuffix("tbs"))
+    except ValueError:
+        raise ConfigError("gpu", f"{name!r}: {text!r} is not a bandwidth", fix) from None
+    if not 0 < value <= MAX_BW_TBS:  # also refuses nan
+        raise ConfigError("gpu", f"{name!r}: memory bandwidth must be > 0 and finite", fix)
+    return value

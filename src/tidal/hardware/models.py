@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidal.core.errors import unknown_name
+from tidal.core.errors import ConfigError, unknown_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +157,24 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("tiny-llama", 4, 256, 8, 2, 768, 512, max_context=4096, dtype_bytes=4),
     )
 }
+
+
+def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
+    """vLLM's tensor-parallel rule (``QKVParallelLinear``): the attention heads split evenly,
+    ``num_heads % tp == 0``; KV heads split evenly when ``tp ≤ num_kv_heads``
+    (``num_kv_heads % tp == 0``), else each is replicated on ``tp / num_kv_heads`` ranks, so
+    ``tp % num_kv_heads == 0``. Raises :class:`ConfigError` naming the valid degrees."""
+    h, kv = model.num_heads, model.num_kv_heads
+    kv_ok = kv % tp == 0 if tp <= kv else tp % kv == 0
+    if tp >= 1 and h % tp == 0 and kv_ok:
+        return
+    valid = [t for t in range(1, h + 1) if h % t == 0 and (kv % t == 0 if t <= kv else t % kv == 0)]
+    raise ConfigError(
+        field,
+        f"tensor parallelism {tp} does not divide {model.name}'s {h} attention heads and "
+        f"{kv} KV heads (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
+        "valid: " + ", ".join(map(str, valid)),
+    )
 
 
 def get_model(name: str) -> ModelSpec:

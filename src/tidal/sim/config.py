@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
+from tidal.core.strict import StrictModel
 from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
+from tidal.hardware.models import check_tp, get_model
 from tidal.sim.augment import AugmentConfig
 from tidal.workload.config import WorkloadConfig
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = StrictModel
 
 
 class MemoryConfig(_Strict):
@@ -109,6 +109,14 @@ class SimulationConfig(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _tp(self) -> SimulationConfig:
+        try:
+            check_tp(get_model(self.model), self.tp)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
     def _policies(self) -> SimulationConfig:
         import tidal.engine.policies  # noqa: F401  (registers every policy)
         from tidal.engine.ordering import ORDERINGS
@@ -136,9 +144,10 @@ def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``dotted.field: message``."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{loc}: {msg}")
+        named = re.match(r"[\w.]+: ", msg) is not None  # a model-level check names its field
+        lines.append(msg if not loc and named else f"{loc or 'config'}: {msg}")
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 import tidal.engine.policies  # noqa: F401
 from tidal.core.errors import ConfigError
-from tidal.core.kv import KVBlockManager
+from tidal.core.kv import KVBlockManager, cdiv
 from tidal.core.metrics import summarize
 from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.engine.ordering import ORDERINGS
@@ -85,6 +85,23 @@ def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
     }
 
 
+def check_num_blocks(num_blocks: int, block_size: int, watermark: float, tokens: int) -> None:
+    """``memory.num_blocks`` must hold the longest request (``⌈tokens / block_size⌉`` blocks)
+    with the admission watermark (``⌊watermark · num_blocks⌋`` blocks) kept free."""
+    need = cdiv(tokens, block_size)
+    least = need
+    while least - int(watermark * least) < need:
+        least += 1
+    if num_blocks < least:
+        raise ConfigError(
+            "memory.num_blocks",
+            f"{num_blocks} blocks of {block_size} tokens cannot hold the longest request "
+            f"({tokens} tokens = {need} blocks, plus the {watermark:g} watermark): at least "
+            f"{least} blocks are needed",
+            f"set memory.num_blocks ≥ {least}, or leave it unset to plan from GPU memory",
+        )
+
+
 def build_instance(
     cfg: SimulationConfig, max_request_tokens: int, content: bool = False
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
@@ -100,6 +117,7 @@ def build_instance(
         min_tokens=max_request_tokens,
     )
     if mem.num_blocks is not None:
+        check_num_blocks(mem.num_blocks, mem.block_size, mem.watermark, max_request_tokens)
         plan = dataclasses.replace(plan, num_blocks=mem.num_blocks)
     interference = cfg.interference
     if interference == "auto":
