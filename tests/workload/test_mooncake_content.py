@@ -34,7 +34,7 @@ def test_hash_ids_become_segments_in_arrival_order(tmp_path):
 
 def test_a_wrong_number_of_ids_names_the_field_and_the_fix(tmp_path):
     rows = [{"timestamp": 0, "input_length": 1100, "output_length": 3, "hash_ids": [1, 2]}]
-    with pytest.raises(TraceError, match="hash_ids.*hash_block_tokens"):
+    with pytest.raises(TraceError, match=r"hash_ids.*hash_block_tokens"):
         load_mooncake(write(tmp_path, rows), hash_block_tokens=512)
 
 
