@@ -24,7 +24,14 @@ _Strict = StrictModel
 
 class MemoryConfig(_Strict):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    activation_reserve_gb: float = Field(default=3.0, ge=0)
+    """vLLM ``gpu_memory_utilization``: share of the driver-reported memory the instance plans."""
+    activation_reserve_gb: float | None = Field(default=None, ge=0)
+    """None: vLLM's profiled plan (``hardware/memory.py``); a number: one flat reserve of that
+    many GB for activations, non-torch memory and CUDA graphs (the pre-issue-13 method)."""
+    non_torch_gib: float | None = Field(default=None, ge=0)
+    """Non-torch memory per GPU, GiB (None: 0.35 + 0.25 per further TP rank)."""
+    cuda_graph_gib: float | None = Field(default=None, ge=0)
+    """CUDA-graph reserve per GPU, GiB (None: 0.40; 0 for ``enforce_eager``)."""
     block_size: int = Field(default=16, ge=1)
     watermark: float = Field(default=0.01, ge=0, lt=1)
     num_blocks: int | None = Field(default=None, ge=1)
@@ -70,6 +77,10 @@ class SimulationConfig(_Strict):
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
     perf_model: str = "auto"
+    """``auto``: a paper's calibration for (model, GPU, TP), else the bundled measured GPU
+    profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
+    ``roofline``, ``corrected-roofline``, ``measured``, ``linear``, ``profile:PATH``,
+    ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
     interference: bool | Literal["auto"] = "auto"
     """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2).
     ``auto``: where it was measured (Qwen3-8B on H200 and RTX PRO 6000); ``true``: everywhere,
