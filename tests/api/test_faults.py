@@ -175,3 +175,31 @@ def test_tidal_serve_exits_nonzero_when_the_engine_dies(monkeypatch):
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert result["code"] == EXIT_ENGINE_DIED
+
+
+def test_a_failed_step_leaves_no_half_written_block_in_the_prefix_cache(monkeypatch):
+    """Prefix caching registers a full block when it is allocated (vLLM's rule), before the step
+    writes it. Before: a step that raised left those blocks cached, so the next request with the
+    same prompt reused KV that was never computed: a silently wrong output."""
+    prompt = "a prompt of several full KV blocks, shared by two requests. " * 2
+    ref = _body(prompt=prompt, temperature=0, max_tokens=8)
+    with in_process() as (client, _):
+        expected = client.post("/v1/completions", json=ref).json()["choices"][0]["text"]
+    with in_process() as (client, driver):
+        assert driver.scheduler.kv.prefix_caching
+        executor = driver.engine.executor
+        real = executor.execute
+        calls = {"n": 0}
+
+        def execute(plan, scheduler):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise RuntimeError("injected fault before any KV was written")
+            return real(plan, scheduler)
+
+        monkeypatch.setattr(executor, "execute", execute)
+        assert client.post("/v1/completions", json=ref).status_code == 500
+        again = client.post("/v1/completions", json=ref).json()
+        assert again["choices"][0]["text"] == expected
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        _healthy(client, driver)
