@@ -26,7 +26,7 @@ from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import request_latencies, summarize
 from tidal.core.request import Request
-from tidal.core.units import NS_PER_S, s_to_ns
+from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.interference import StepCosts, step_costs
@@ -128,6 +128,8 @@ class SimBackend:
         assert c is not None
         self.gpu = parse_cluster(c.spec).gpu
         self.names: list[str] = []
+        self.model_index: dict[str, int] = {}
+        """Model name → index (engines serve one model for life)."""
         self.free_engines: dict[str, list[int]] = {}
         from tidal.sim.run import rng_streams
 
@@ -180,9 +182,15 @@ class SimBackend:
             self.sim.instances[idx].perf = perf
             return idx
         inst = SimInstance(
-            len(self.sim.instances), sched, perf, self.cfg.fast_forward, buffer_capacity=16
+            len(self.sim.instances),
+            sched,
+            perf,
+            self.cfg.fast_forward,
+            timeline_interval_ns=INF_NS,  # a cluster run reports no per-engine timeline
+            buffer_capacity=16,
         )
         self.names.append(name)
+        self.model_index[name] = model.index
         return self.sim.add_instance(inst)
 
     def release_engine(self, engine: int) -> None:
@@ -251,11 +259,24 @@ def run_cluster(
         first_arrival_ns=first,
     )
 
+    arrived = [0] * len(ctl.models)
+    own_times = [reqs.arrival_ns[model_of == m].tolist() + [INF_NS] for m in range(len(arrived))]
+
     def route(req: Request) -> int:
+        arrived[int(model_of[req.request_id])] += 1
         ctl.on_arrival(req, sim.now_ns)
         return -1
 
+    def horizon(idx: int) -> Callable[[], int]:
+        """Engine ``idx`` stops its runs at its model's next arrival or its own next call
+        return; everything else reaches it through ``deliver`` (which cuts runs)."""
+        m = backend.model_index[backend.names[idx]]
+        times = own_times[m]
+        resumes = sim.next_resume_ns
+        return lambda: min(times[arrived[m]], resumes(idx))
+
     sim.route = route
+    sim.horizon = horizon
     sim.on_request_finish = lambda req: ctl.on_finish(req, sim.now_ns)
     ctl.start()
     sim.run()

@@ -13,7 +13,10 @@ So at equal times: step ends, then resumes, then arrivals, then control ticks, e
 insertion order (``seq`` is a per-run counter; no event object has ``__lt__``). A step that starts
 at the instant of an arrival does not see it. Instances fast-forward only up to the next
 external event (:meth:`Simulation.next_external_ns`), so the result equals step-by-step
-simulation exactly.
+simulation exactly. A cluster narrows that horizon per instance (:attr:`Simulation.horizon`):
+the next arrival of the instance's own model and the instance's own tool-call returns; work
+that reaches an instance by any other path goes through :meth:`Simulation.deliver`, which cuts
+a run where stepping would first see it.
 """
 
 from __future__ import annotations
@@ -99,6 +102,11 @@ class Simulation:
         """Called after a request finishes (the cluster's in-flight accounting)."""
         self._cur_seq: list[int] = []
         self._stale: set[int] = set()
+        self._resumes: list[list[int]] = []
+        """Per instance, a heap of the return times of its paused requests."""
+        self.horizon: Callable[[int], Callable[[], int]] | None = None
+        """Per-instance fast-forward horizon (a cluster's): given an instance index, the
+        callable its runs stop at; None: :meth:`next_external_ns` for every instance."""
         for inst in instances:
             self._register(inst)
 
@@ -111,7 +119,10 @@ class Simulation:
         then its instance is woken if idle."""
 
         def on_pause(req: Request, resume_ns: int) -> None:
+            heapq.heappush(self._resumes[idx], resume_ns)
+
             def fire(t: int) -> None:
+                heapq.heappop(self._resumes[idx])
                 self.instances[idx].scheduler.resume(req, t)
                 self.wake(idx, t)
 
@@ -121,8 +132,10 @@ class Simulation:
 
     def _register(self, inst: SimInstance) -> None:
         inst.scheduler.on_finish = self._on_finish
-        inst.scheduler.on_pause = self._pauser(len(self._cur_seq))
-        inst.next_event_ns = self.next_external_ns
+        idx = len(self._cur_seq)
+        inst.scheduler.on_pause = self._pauser(idx)
+        self._resumes.append([])
+        inst.next_event_ns = self.next_external_ns if self.horizon is None else self.horizon(idx)
         self._cur_seq.append(-1)
 
     def _on_finish(self, req: Request) -> None:
@@ -183,6 +196,11 @@ class Simulation:
         if self._timers and self._timers[0][0] < t:
             return self._timers[0][0]
         return t
+
+    def next_resume_ns(self, idx: int) -> int:
+        """The earliest return of a paused request of instance ``idx`` (INF_NS: none)."""
+        r = self._resumes[idx]
+        return r[0] if r else INF_NS
 
     def _push_step(self, end: int, idx: int) -> None:
         self._seq += 1
