@@ -4,6 +4,8 @@ millions of samples in constant memory.
 Bins are floating-point-like and computed exactly: a value v = m·2^e with m in [0.5, 1)
 (``numpy.frexp``, exact for integers below 2^53) falls in bin ``e·256 + ⌊(2m − 1)·256⌋``, so a
 bin spans a relative width of at most 1/256 (0.4%); percentiles are reported as bin midpoints.
+Counts are float64 sums of integer weights, exact below 2^53 whatever the order of the adds, so
+a batch is binned over just the span of bins it touches.
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ import numpy as np
 
 _SUB = 256
 _NBINS = 64 * _SUB
+
+
+def _bins(v: np.ndarray) -> np.ndarray:
+    m, e = np.frexp(np.maximum(v, 1).astype(np.float64))
+    return e.astype(np.int64) * _SUB + np.floor((m * 2.0 - 1.0) * _SUB).astype(np.int64)
 
 
 class LogHistogram:
@@ -34,17 +41,21 @@ class LogHistogram:
             self._flush()
 
     def add_many(self, values: np.ndarray, weight: int) -> None:
-        self._flush()
-        self._bin(
-            np.asarray(values, dtype=np.int64), np.full(len(values), weight, dtype=np.float64)
-        )
+        """Add numpy samples sharing one weight (binned now, over the bins they span)."""
+        if len(values) == 0:
+            return
+        idx = _bins(np.asarray(values, dtype=np.int64))
+        lo = int(idx.min())
+        c = np.bincount(idx - lo)
+        self._counts[lo : lo + len(c)] += c * float(weight)
 
     def _bin(self, v: np.ndarray, w: np.ndarray) -> None:
         if len(v) == 0:
             return
-        m, e = np.frexp(np.maximum(v, 1).astype(np.float64))
-        idx = e.astype(np.int64) * _SUB + np.floor((m * 2.0 - 1.0) * _SUB).astype(np.int64)
-        self._counts += np.bincount(idx, weights=w, minlength=_NBINS)
+        idx = _bins(v)
+        lo = int(idx.min())
+        c = np.bincount(idx - lo, weights=w)
+        self._counts[lo : lo + len(c)] += c
 
     def _flush(self) -> None:
         if self._values:
