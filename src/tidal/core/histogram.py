@@ -25,18 +25,19 @@ class LogHistogram:
     def __init__(self) -> None:
         self._counts = np.zeros(_NBINS, dtype=np.float64)
         self._values: list[int] = []
-        self._weights: list[int] = []
+        self._runs: list[int] = []
+        """Buffered weights as runs: (length, weight) pairs, flattened."""
 
     def add(self, value: int, weight: int) -> None:
         self._values.append(value)
-        self._weights.append(weight)
+        self._runs += (1, weight)
         if len(self._values) >= 65_536:
             self._flush()
 
     def extend(self, values: list[int], weight: int) -> None:
         """Add Python-int samples sharing one weight (buffered, binned in bulk)."""
-        self._values.extend(values)
-        self._weights.extend([weight] * len(values))
+        self._values += values
+        self._runs += (len(values), weight)
         if len(self._values) >= 65_536:
             self._flush()
 
@@ -59,11 +60,11 @@ class LogHistogram:
 
     def _flush(self) -> None:
         if self._values:
-            self._bin(
-                np.array(self._values, dtype=np.int64), np.array(self._weights, dtype=np.float64)
-            )
+            runs = np.array(self._runs, dtype=np.int64)
+            w = np.repeat(runs[1::2].astype(np.float64), runs[0::2])
+            self._bin(np.array(self._values, dtype=np.int64), w)
             self._values.clear()
-            self._weights.clear()
+            self._runs.clear()
 
     def merge(self, other: LogHistogram) -> None:
         """Add ``other``'s samples (the histogram of the union of both sample sets)."""

@@ -7,8 +7,8 @@ step therefore costs O(1) however large the batch, and the simulator can jump ma
 * Σ attended context = Σ(pool_base) + n·(steps + 1), kept as one running sum;
 * KV growth: a member needs a new block before a step iff its computed count is a multiple of
   the block size, i.e. iff ``pool_base ≡ −(steps + i) (mod block_size)`` at step offset i. A
-  histogram of ``pool_base mod block_size`` answers "blocks needed at offset i" in O(1), and its
-  prefix sums (rebuilt lazily after a membership change) a sum over any range of offsets;
+  histogram of ``pool_base mod block_size`` answers "blocks needed at offset i" in O(1), and a
+  sum over a range of offsets with whole cycles counted at once and at most two slice sums;
 * departures (last output token, or the token before an external call) are known when a request
   joins: a heap of (departure step, request id) yields the next one.
 * per-member arrays (a slot per member: ``pool_base`` and prompt + extra tokens) give the
@@ -19,7 +19,6 @@ Invariant while pooled: ``computed = num_tokens − 1`` and ``num_blocks = ceil(
 from __future__ import annotations
 
 import heapq
-import itertools
 
 import numpy as np
 
@@ -33,8 +32,6 @@ class DecodePool:
         self.members: dict[int, Request] = {}
         self._base_sum = 0
         self._residue = [0] * block_size
-        self._prefix: list[int] | None = None
-        """Prefix sums of ``_residue`` (``[0, r0, r0 + r1, …]``); None after a change."""
         self._leave: list[tuple[int, int, int]] = []  # (departure step, request id, join id)
         self._join_id: dict[int, int] = {}
         self._joins = 0
@@ -58,7 +55,6 @@ class DecodePool:
         self.members[req.request_id] = req
         self._base_sum += base
         self._residue[base % self.block_size] += 1
-        self._prefix = None
         target_computed = target_output + req.prompt_len + req.num_extra_tokens - 1
         self._joins += 1
         self._join_id[req.request_id] = self._joins
@@ -96,7 +92,6 @@ class DecodePool:
         self._free_slots.append(slot)
         self._base_sum -= req.pool_base
         self._residue[req.pool_base % self.block_size] -= 1
-        self._prefix = None
         req.in_pool = False
 
     def materialize_all(self) -> None:
@@ -123,9 +118,9 @@ class DecodePool:
     def blocks_needed_range(self, start: int, stop: int) -> int:
         """Σ blocks_needed(i) for start ≤ i < stop (each member needs one per block_size steps).
 
-        The ``count mod block_size`` offsets left after whole cycles read residues
+        The ``p = count mod block_size`` offsets left after whole cycles read residues
         j0, j0 − 1, …, j0 − p + 1 (mod block_size), with j0 = −(steps + first) mod block_size:
-        one cyclic range of the prefix sums, so O(1)."""
+        one cyclic range, summed as at most two slices (no Python loop)."""
         bs = self.block_size
         count = stop - start
         if count <= 0:
@@ -133,15 +128,13 @@ class DecodePool:
         full, part = divmod(count, bs)
         total = full * len(self.members)
         if part:
-            prefix = self._prefix
-            if prefix is None:
-                prefix = self._prefix = [0, *itertools.accumulate(self._residue)]
+            res = self._residue
             j0 = (-(self.steps + start + full * bs)) % bs
             lo = j0 - part + 1
             if lo >= 0:
-                total += prefix[j0 + 1] - prefix[lo]
+                total += sum(res[lo : j0 + 1])
             else:
-                total += prefix[j0 + 1] + prefix[bs] - prefix[bs + lo]
+                total += sum(res[: j0 + 1]) + sum(res[bs + lo :])
         return total
 
     def needs_block(self, req: Request) -> bool:
@@ -152,7 +145,9 @@ class DecodePool:
         than the last step whose new KV blocks (counted from the next step on) fit in
         ``free_blocks`` (bisection on the monotone :meth:`blocks_needed_range`)."""
         m = self.steps_to_departure()
-        if self.blocks_needed_range(1, m) > free_blocks:
+        # each member needs at most one block per block_size steps: ⌈(m − 1)/bs⌉ in m − 1 steps
+        bound = -(-(m - 1) // self.block_size) * len(self.members)
+        if bound > free_blocks and self.blocks_needed_range(1, m) > free_blocks:
             lo, hi = 1, m  # lo fits, hi does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2

@@ -89,6 +89,8 @@ class WarmServe(ClusterPolicy):
         per_req = -(-mcfg.max_model_len // mcfg.block_size)
         self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
         self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in ctl.models]
+        self._scores_key: tuple[int, ...] = ()
+        self._scores_val: list[list[float]] = []
 
     # ------------------------------------------------------------------ loops
     def setup(self, now_ns: int) -> None:
@@ -143,21 +145,18 @@ class WarmServe(ClusterPolicy):
     # ------------------------------------------------------------------ prewarming
     def _prewarm(self, now_ns: int) -> None:
         ctl = self.ctl
-        scores = []
-        for m in range(len(ctl.models)):
-            f = self.forecasters[m]
-            _, _, s = model_scores(
-                f.pred_avg, f.pred_peak, len(ctl.serving[m]), self.cfg.batch, self.tcold[m]
-            )
-            scores.append(s)
-        existing = self._existing()
-        have = [0] * len(scores)
-        for q in existing:
-            have[q.model] += 1
-        if self.on["placement"] and all(len(s) <= h for s, h in zip(scores, have, strict=True)):
-            return  # every model has its N replicas: nothing to place
+        scores = self._scores()
+        if self.on["placement"]:
+            have = [0] * len(scores)
+            for r in ctl.replicas.values():
+                have[r.model.index] += 1
+            for inst in ctl.live.values():
+                have[inst.model.index] += 1
+            if all(len(s) <= h for s, h in zip(scores, have, strict=True)):
+                return  # every model has its N replicas: nothing to place
         if not any(scores):
             return
+        existing = self._existing()
         free = [ctl.memory.free(g) for g in range(ctl.topo.num_gpus)]
         slots = [self.ws.max_slots - len(ctl.gpu_replicas[g]) for g in range(ctl.topo.num_gpus)]
         nodes = [ctl.topo.gpus_of(k) for k in range(ctl.topo.num_nodes)]
@@ -173,6 +172,23 @@ class WarmServe(ClusterPolicy):
         )
         for m, group in actions:
             ctl.prewarm(ctl.models[m], group, now_ns)
+
+    def _scores(self) -> list[list[float]]:
+        """Every model's replica scores (§2.2). Their inputs change only when a forecast
+        window closes (predictions) or an instance starts or stops (running counts), so they
+        are recomputed only then."""
+        ctl = self.ctl
+        key = (self.window_k, *(len(s) for s in ctl.serving))
+        if key != self._scores_key:
+            self._scores_key = key
+            self._scores_val = []
+            for m in range(len(ctl.models)):
+                f = self.forecasters[m]
+                _, _, s = model_scores(
+                    f.pred_avg, f.pred_peak, len(ctl.serving[m]), self.cfg.batch, self.tcold[m]
+                )
+                self._scores_val.append(s)
+        return self._scores_val
 
     def _existing(self) -> list[PlanReplica]:
         """Replicas as the artifact's planner sees them: warm and loading replicas and the
