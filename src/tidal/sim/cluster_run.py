@@ -118,6 +118,33 @@ def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]
     return out
 
 
+class RetiredStats:
+    """What :func:`policy_metrics` reads from schedulers, summed over stopped ones (so they
+    can be dropped): integer counters, and time per mode (``{"eb": n, "mb": 0}`` for n
+    pure-EB schedulers, which count 1 each)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ints: dict[str, int] = {}
+        self.time_in_mode: dict[str, int] | None = None
+
+    def add(self, sched: Scheduler) -> None:
+        for k, v in sched.extra_metrics().items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                self._ints[k] = self._ints.get(k, 0) + v
+        modes = getattr(sched, "time_in_mode", None)
+        if not isinstance(modes, dict) and sched.name == "eb":
+            modes = {"eb": 1, "mb": 0}
+        if isinstance(modes, dict):
+            if self.time_in_mode is None:
+                self.time_in_mode = {"eb": 0, "mb": 0}
+            self.time_in_mode["eb"] += modes["eb"]
+            self.time_in_mode["mb"] += modes["mb"]
+
+    def extra_metrics(self) -> dict[str, int]:
+        return self._ints
+
+
 class SimBackend:
     """Implements :class:`tidal.cluster.backend.Backend` on a :class:`Simulation`."""
 
@@ -135,8 +162,9 @@ class SimBackend:
 
         self.policy_seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         self.num_started = 0
-        self.retired: list[tuple[str, Scheduler]] = []
-        """Schedulers of stopped engines that were reused (their counters still count)."""
+        self.retired: list[tuple[str, RetiredStats]] = []
+        """Per model, the summed counters of its stopped schedulers (engines reused)."""
+        self._retired_of: dict[str, RetiredStats] = {}
         self._costs: dict[int, tuple[PerfModel, StepCosts]] = {}
         """EB step costs by step-time model (kept alive here, so ``id`` stays unique)."""
 
@@ -177,7 +205,7 @@ class SimBackend:
         free = self.free_engines.get(name)
         if free:
             idx = free.pop()
-            self.retired.append((name, self.sim.instances[idx].scheduler))
+            self._retire_scheduler(name, self.sim.instances[idx].scheduler)
             self.sim.replace_scheduler(idx, sched)
             self.sim.instances[idx].perf = perf
             return idx
@@ -192,6 +220,13 @@ class SimBackend:
         self.names.append(name)
         self.model_index[name] = model.index
         return self.sim.add_instance(inst)
+
+    def _retire_scheduler(self, name: str, sched: Scheduler) -> None:
+        acc = self._retired_of.get(name)
+        if acc is None:
+            acc = self._retired_of[name] = RetiredStats(sched.name)
+            self.retired.append((name, acc))
+        acc.add(sched)
 
     def release_engine(self, engine: int) -> None:
         self.free_engines.setdefault(self.names[engine], []).append(engine)
@@ -260,7 +295,7 @@ def run_cluster(
     )
 
     arrived = [0] * len(ctl.models)
-    own_times = [reqs.arrival_ns[model_of == m].tolist() + [INF_NS] for m in range(len(arrived))]
+    own_times = [[*reqs.arrival_ns[model_of == m].tolist(), INF_NS] for m in range(len(arrived))]
 
     def route(req: Request) -> int:
         arrived[int(model_of[req.request_id])] += 1
@@ -313,16 +348,10 @@ def run_cluster(
     for k, v in policy_metrics([s for _, s in scheds]).items():
         metrics.setdefault(k, v)
     per_model: dict[str, dict[str, Any]] = {}
-    engine_of_model: dict[int, list[int]] = {}
-    for inst in ctl.instances:
-        if inst.engine >= 0:
-            engines = engine_of_model.setdefault(inst.model.index, [])
-            if inst.engine not in engines:
-                engines.append(inst.engine)
     for m in ctl.models:
         sel = model_of == m.index
         sub = {k: v[sel] for k, v in cols.items()}
-        engines = engine_of_model.get(m.index, [])
+        engines = [e for e, name in enumerate(backend.names) if name == m.name]
         pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
         lat_m = request_latencies(sub)
         pm["ttft_p95_s"] = _p95(lat_m["ttft_s"])

@@ -90,6 +90,8 @@ class WarmServe(ClusterPolicy):
         self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
         self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in ctl.models]
         self._scores_key: tuple[int, ...] = ()
+        self._quiet_version = -1
+        self._quiet_until = 0
         self._scores_val: list[list[float]] = []
 
     # ------------------------------------------------------------------ loops
@@ -97,10 +99,38 @@ class WarmServe(ClusterPolicy):
         self.ctl.every(self.ws.control_period_s, self.tick, now_ns)
 
     def tick(self, now_ns: int) -> None:
+        """One control period. A tick that changed nothing, with every input that moves with
+        the clock already settled (see :meth:`_settled`), is repeated exactly by every later
+        tick until the controller's version changes or the forecast window closes: those
+        return at once."""
+        ctl = self.ctl
+        if ctl.version == self._quiet_version and now_ns < self._quiet_until:
+            return
+        v0 = ctl.version
         self._autoscale(now_ns)
         if self.on["forecast"]:
             self._forecast(now_ns)
             self._prewarm(now_ns)
+        if ctl.version == v0 and self._settled(now_ns):
+            self._quiet_version = v0
+            self._quiet_until = ctl.first_arrival_ns + (self.window_k + 1) * self.window_ns
+        else:
+            self._quiet_version = -1
+
+    def _settled(self, now_ns: int) -> bool:
+        """Whether the tick's clock-driven inputs hold still from now on while nothing else
+        changes: traffic has started (warm-up ticks reset the window statistics), every
+        model's 5-s average is its current count (its last stamp is a whole window old), and
+        every serving instance is past its scale-down protection."""
+        ctl, ws = self.ctl, self.ws
+        if now_ns < ctl.first_arrival_ns:
+            return False
+        start = now_ns - s_to_ns(ws.scale_window_s)
+        for load in ctl.loads:
+            if load.stamps and load.stamps[-1][0] > start:
+                return False
+        protect = s_to_ns(ws.protect_s)
+        return all(now_ns - i.created_ns > protect for insts in ctl.serving for i in insts)
 
     def _forecast(self, now_ns: int) -> None:
         start = self.ctl.first_arrival_ns
@@ -109,6 +139,7 @@ class WarmServe(ClusterPolicy):
                 avg, peak = self.ctl.loads[m].close_window(now_ns, self.window_ns)
                 f.observe(avg, peak)
             self.window_k += 1
+            self.ctl.version += 1
         if now_ns < start:
             # before traffic: discard the empty warm-up from the window statistics
             for load in self.ctl.loads:
@@ -140,7 +171,10 @@ class WarmServe(ClusterPolicy):
             for insts in ctl.serving:
                 for inst in insts:
                     if inst.kv is not None and inst.state == State.READY:
+                        before = inst.kv.target_free
                         inst.kv.set_target(int(inst.kv.initial_blocks * inst.inflight / b))
+                        if inst.kv.target_free != before:
+                            ctl.version += 1
 
     # ------------------------------------------------------------------ prewarming
     def _prewarm(self, now_ns: int) -> None:
