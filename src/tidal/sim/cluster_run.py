@@ -295,10 +295,13 @@ def run_cluster(
     )
 
     arrived = [0] * len(ctl.models)
-    own_times = [[*reqs.arrival_ns[model_of == m].tolist(), INF_NS] for m in range(len(arrived))]
+    own_times = [np.append(reqs.arrival_ns[model_of == m], INF_NS) for m in range(len(arrived))]
+    next_own = [int(t[0]) for t in own_times]
 
     def route(req: Request) -> int:
-        arrived[int(model_of[req.request_id])] += 1
+        m = int(model_of[req.request_id])
+        arrived[m] += 1
+        next_own[m] = int(own_times[m][arrived[m]])
         ctl.on_arrival(req, sim.now_ns)
         return -1
 
@@ -306,9 +309,8 @@ def run_cluster(
         """Engine ``idx`` stops its runs at its model's next arrival or its own next call
         return; everything else reaches it through ``deliver`` (which cuts runs)."""
         m = backend.model_index[backend.names[idx]]
-        times = own_times[m]
         resumes = sim.next_resume_ns
-        return lambda: min(times[arrived[m]], resumes(idx))
+        return lambda: min(next_own[m], resumes(idx))
 
     sim.route = route
     sim.horizon = horizon

@@ -37,26 +37,35 @@ ARRIVAL = 2
 CONTROL = 3
 
 
+_CHUNK = 65_536
+
+
 class ArrivalStream:
-    """Yields request ids and their arrival times. Open loop: the workload's times. Closed loop
+    """Yields request ids and their arrival times. Open loop: the workload's times (read from
+    the array in chunks of Python ints, so memory does not grow with the trace). Closed loop
     (``concurrency`` c): c requests at t = 0, then one more at each completion."""
 
     def __init__(self, requests: RequestSet, concurrency: int | None = None) -> None:
         self.n = len(requests)
         self.next_id = 0
         self.concurrency = concurrency
-        if concurrency is None:
-            self._times: list[int] = requests.arrival_ns.tolist()
-            self._ready: deque[int] = deque()
-        else:
-            self._times = []
+        self._arrival = requests.arrival_ns
+        self._chunk: list[int] = []
+        self._base = 0
+        self._ready: deque[int] = deque()
+        if concurrency is not None:
             self._ready = deque([0] * min(concurrency, self.n))
 
     def peek(self) -> int:
         if self.next_id >= self.n:
             return INF_NS
         if self.concurrency is None:
-            return self._times[self.next_id]
+            i = self.next_id - self._base
+            if i >= len(self._chunk):
+                self._base = self.next_id
+                self._chunk = self._arrival[self.next_id : self.next_id + _CHUNK].tolist()
+                i = 0
+            return self._chunk[i]
         return self._ready[0] if self._ready else INF_NS
 
     def pop(self) -> tuple[int, int]:
@@ -94,8 +103,8 @@ class Simulation:
         self._steps: list[tuple[int, int, int]] = []  # (end, seq, instance)
         self._timers: list[tuple[int, int, int, Callable[[int], None]]] = []
         self._seq = 0
-        self._prompt = requests.prompt_len.tolist()
-        self._output = requests.output_len.tolist()
+        self._prompt = requests.prompt_len
+        self._output = requests.output_len
         self._payloads = requests.payloads
         self.make_request = make_request or self._default_request
         self.on_request_finish: Callable[[Request], None] | None = None
@@ -112,7 +121,7 @@ class Simulation:
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
         payload = self._payloads[rid] if self._payloads is not None else None
-        return Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+        return Request(rid, t_ns, int(self._prompt[rid]), int(self._output[rid]), payload=payload)
 
     def _pauser(self, idx: int) -> Callable[[Request, int], None]:
         """Tool calls are timers (DESIGN.md §1): a paused request resumes at its return time,
