@@ -235,7 +235,7 @@ class SimBackend:
         self.sim.deliver(engine, req, now_ns)
 
 
-def policy_metrics(scheds: list[Scheduler]) -> dict[str, Any]:
+def policy_metrics(scheds: list[Scheduler | RetiredStats]) -> dict[str, Any]:
     """The engines' own policy metrics, summed: every integer counter of ``extra_metrics``
     (``mode_switches``, ``num_intercepts``, ...), and EB⁺'s ``eb_time_share`` as the share of
     all engines' busy time spent in EB (1 for EB, absent for MB)."""
