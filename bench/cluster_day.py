@@ -118,11 +118,14 @@ def day(args: argparse.Namespace) -> None:
 
 
 def rss(args: argparse.Namespace) -> None:
-    """Peak RSS of 1 and 14 days at the same rate (the long-run bench's 0.5 req/s default)."""
+    """Peak RSS of 1 and 14 days at the same rate (the long-run bench's 0.5 req/s default),
+    and of 14 days with the 1-day run's request count (rate / 14): the span alone."""
     print(f"load before: {load()}\n")
     print(HEADER)
-    for days in (1.0, 14.0):
-        runs, med = measured(args.spec, args.models, days, args.rate, args.placement, 1)
+    for days, rate in ((1.0, args.rate), (14.0, args.rate), (14.0, args.rate / 14)):
+        if args.only_span and rate == args.rate:
+            continue
+        runs, med = measured(args.spec, args.models, days, rate, args.placement, 1)
         print(row(args.spec, args.models, days, runs, med))
         sys.stdout.flush()
     print(f"\nload after: {load()}")
@@ -155,6 +158,7 @@ def main() -> None:
     ap.add_argument("--models", type=int, default=4)
     ap.add_argument("--placement", default="warmserve")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only-span", action="store_true", help="rss: only the equal-count run")
     args = ap.parse_args()
     {"day": day, "rss": rss, "scale": scale, "once": once}[args.what](args)
 
