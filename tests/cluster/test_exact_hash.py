@@ -1,11 +1,11 @@
 """Golden hashes of whole cluster runs: every per-request column, the cluster and per-model
 metrics and the result tables (GPU memory log, instances) of a small workload per placement.
 
-The hashes were recorded from the code before the control and fast-forward optimisations of
-issue 19 (sleeping control ticks, per-model fast-forward horizons, vectorised helpers, dropped
-retired instances); each optimisation must leave every one of them unchanged. A change of
-*behaviour* (a policy fix, a new metric) changes them on purpose: re-record with
-``python -m tests.cluster.test_exact_hash`` and say why in the commit.
+The hashes were recorded from the code before issue 19's optimisations (skipped control ticks,
+per-model fast-forward horizons, vectorised helpers, dropped stopped instances), re-recorded
+from main's code when main changed the KV plan; each optimisation must leave every one of them
+unchanged. A change of *behaviour* (a policy fix, a new metric) changes them on purpose:
+re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
 """
 
 from __future__ import annotations
@@ -71,18 +71,18 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 GOLDEN: dict[str, str] = {
-    "dedicated": "61922d070b7f4b0480c5ba8fb545643e2079dc9a8f884d3b5d7dd4311b5a7ec2",
-    "muxserve": "8dd3516b0466f29b9c6e0d0ffaa204c1370a4e046b948e3b08c454391fb9403d",
-    "muxserve-servegen": "316e806d63abb48e68efe8bd989341c74253fd54290984ce43e79757c288c7a0",
-    "serverlessllm": "52ba5c571e98cab7464c1ba774cedf004dfc9409fc62b437c481e7d3d1ca7c3a",
-    "serverlessllm-servegen": "49229e248df28eece5c3a08582cb4890a0cff2228def8ab8d3d0a61cccd930ea",
-    "warmserve": "3a9faf51065c009d79d4096a2063ad161961a55bda0fc1e901362cf43fe0d493",
-    "warmserve-augmented": "26a41c08a1a90f680680fd1d02366ec67790631daae0c9747a8284394890b423",
-    "warmserve-ebplus": "c2c1c967c76b1fc440c2a8eb96ae464722c0ee1b52e71e606029104781f068d6",
-    "warmserve-round-robin": "91189037cd3a000ad06908a723167f869d88b06ddd84276abc4762d81ac1fbfb",
-    "warmserve-servegen": "38ea9da9bef9143cf2528b3fdfba7b6f8d907b1bc12e22c080c67e26b217ccd0",
-    "warmserve-small-batch": "731afd24aad115d817a78f5493136352ad399406e8b1215bc585aabe32153235",
-    "warmserve-ssd-ablation-a": "a1d83a93cb81442accc379829916e730b4cb6284301dd0fc6806adee02112fde",
+    "dedicated": "da4146f41cefbc887561ffc3932d7ec55d8ace1268812eeaf777651b0a2fc7c1",
+    "muxserve": "871c5b8009907441e24fb198fc6c2904b82b5954455b194fb5a9e62d750c1848",
+    "muxserve-servegen": "eb22b4326c8a798f2b8e646ff0fdfc323d69eec453926a9f25458514c0a1988c",
+    "serverlessllm": "21c6cd93346a9bcabb39b40a0feced113e724c2b6ed6aae4f619cddc42547555",
+    "serverlessllm-servegen": "808858cf7f55f688b84283f75c5352884badb7d93f57461bbc681e0ecd31bd12",
+    "warmserve": "a45e3e516dfc16295baf74fb3a2b6b7549aa773db5581037dbfe52e2f33f3816",
+    "warmserve-augmented": "78f203acd6797ed168dc1fe325a91f82f64d3168e0c9336e0c56ba618a73c4c2",
+    "warmserve-ebplus": "0e70383a5c87e3446868aad8884018773d8aa848c40f6502c917dfd998e6f1f2",
+    "warmserve-round-robin": "b742933928b16f347abef61fec76cb42c5274cd0a31773ce014443fbc3d21fb7",
+    "warmserve-servegen": "6179143240b7176f5ef8cc0eb906539b3c5166cb987b8c0c735639de10dd1e15",
+    "warmserve-small-batch": "6a5791eb7c95781952ecb078fed673bb1deedd001a2ebda9a067531773351126",
+    "warmserve-ssd-ablation-a": "538ac0bb0d3f816b86bdd2040b054b30b6f34697b01f6de4187a6c69a9003499",
 }
 
 
