@@ -61,7 +61,7 @@ def test_stopped_instances_are_dropped():
     assert not ctl.live
     del res
     gc.collect()
-    alive = [o for o in gc.get_objects() if isinstance(o, ModelInstance) and o.stopped_ns >= 0]
+    alive = [o for o in gc.get_objects() if type(o) is ModelInstance and o.stopped_ns >= 0]
     # at most one per engine slot: its current (drained) scheduler's KV names its instance
     assert len(alive) <= len(ctl.backend.sim.instances) < ctl.num_instances
     assert len(ctl.backend.retired) <= len(ctl.models)  # stopped schedulers summed per model
