@@ -3,9 +3,10 @@ metrics and the result tables (GPU memory log, instances) of a small workload pe
 
 The hashes were recorded from the code before issue 19's optimisations (skipped control ticks,
 per-model fast-forward horizons, vectorised helpers, dropped stopped instances), re-recorded
-from main's code when main changed the KV plan; each optimisation must leave every one of them
-unchanged. A change of *behaviour* (a policy fix, a new metric) changes them on purpose:
-re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
+from main's code whenever main changed results (KV plan, prefix cache); each optimisation
+must leave every one of them unchanged. A change of *behaviour* (a policy fix, a new metric)
+changes them on purpose: re-record with ``python -m tests.cluster.test_exact_hash`` and say
+why in the commit.
 """
 
 from __future__ import annotations
@@ -71,18 +72,18 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 GOLDEN: dict[str, str] = {
-    "dedicated": "da4146f41cefbc887561ffc3932d7ec55d8ace1268812eeaf777651b0a2fc7c1",
-    "muxserve": "871c5b8009907441e24fb198fc6c2904b82b5954455b194fb5a9e62d750c1848",
-    "muxserve-servegen": "eb22b4326c8a798f2b8e646ff0fdfc323d69eec453926a9f25458514c0a1988c",
-    "serverlessllm": "21c6cd93346a9bcabb39b40a0feced113e724c2b6ed6aae4f619cddc42547555",
-    "serverlessllm-servegen": "808858cf7f55f688b84283f75c5352884badb7d93f57461bbc681e0ecd31bd12",
-    "warmserve": "a45e3e516dfc16295baf74fb3a2b6b7549aa773db5581037dbfe52e2f33f3816",
-    "warmserve-augmented": "78f203acd6797ed168dc1fe325a91f82f64d3168e0c9336e0c56ba618a73c4c2",
-    "warmserve-ebplus": "0e70383a5c87e3446868aad8884018773d8aa848c40f6502c917dfd998e6f1f2",
-    "warmserve-round-robin": "b742933928b16f347abef61fec76cb42c5274cd0a31773ce014443fbc3d21fb7",
-    "warmserve-servegen": "6179143240b7176f5ef8cc0eb906539b3c5166cb987b8c0c735639de10dd1e15",
-    "warmserve-small-batch": "6a5791eb7c95781952ecb078fed673bb1deedd001a2ebda9a067531773351126",
-    "warmserve-ssd-ablation-a": "538ac0bb0d3f816b86bdd2040b054b30b6f34697b01f6de4187a6c69a9003499",
+    "dedicated": "9e1433ad5b958133310b88817b51466d21828bddcb2439908b65602692f7aee4",
+    "muxserve": "88c4d33406cf5fd512710bbe9aba040845a13b1b8a82bc71c75ac753abf0375f",
+    "muxserve-servegen": "b3ee14f080a637fc17c821c9d1633d531089fb5b90da9c5b224e66529ca4a68c",
+    "serverlessllm": "4daf1ba337e8aee7ad15f59171e6f56cf1f8e6be7c9ab9fda9ab5b4bae4d4951",
+    "serverlessllm-servegen": "43a0a09aa5355ac6a2d423b2a448581e3c62edeee5a77e16aa1d80660ee65ff5",
+    "warmserve": "03d608472460eb3f4b348662eb0d0fb62ce9ebfb6383ef3ac7118c7fc3a0a032",
+    "warmserve-augmented": "d0e011a7b9ea33402ca5547c8ac26a2ea3c20b37173ca2a1c95d2c79462171f1",
+    "warmserve-ebplus": "3d2ce0adf6f1a541701692cb62aab0b24e88186e00fff81dd19807af9ec19b34",
+    "warmserve-round-robin": "77790ae917cb6b46a8620909249e07bf058c47ba4e82ae61f851fa265261d00f",
+    "warmserve-servegen": "e29bb3360b928dfcc14c98f6f412759788ee0c45b61ec9aa5c5d1b401a6100b1",
+    "warmserve-small-batch": "e964feb620b8bca615aa8ea343864b5ecd586843fa0a68263e0a50c753c7dcfb",
+    "warmserve-ssd-ablation-a": "5ca55641b1f4f0e5a98e6ff37e9dac1acd695065164f99ee3fe6e3cf700b442d",
 }
 
 
