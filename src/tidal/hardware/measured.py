@@ -131,6 +131,22 @@ class _Table2D:
         return lo + wr * (hi - lo)
 
 
+_TABLES: dict[tuple[int, bool], tuple[Grid2D, _Table2D]] = {}
+
+
+def _table(grid: Grid2D, extend_rows: bool = True) -> _Table2D:
+    """The monotone table of ``grid``, built once per grid object (the bundled profiles are
+    loaded once; the isotonic passes over a large attention table cost more than a short
+    simulation). The grid is kept beside its table, so its id cannot be reused."""
+    key = (id(grid), extend_rows)
+    hit = _TABLES.get(key)
+    if hit is None or hit[0] is not grid:
+        if len(_TABLES) > 256:
+            _TABLES.clear()
+        hit = _TABLES[key] = (grid, _Table2D(grid, extend_rows))
+    return hit[1]
+
+
 class MeasuredPerfModel(PerfModel):
     name = "measured"
 
@@ -163,8 +179,8 @@ class MeasuredPerfModel(PerfModel):
             ms = np.sum([np.asarray(dep.host.ms[k]) for k in keys if k in dep.host.ms], axis=0)
             self._host = Curve(dep.host.batch, isotonic(ms * 1e-3))
         a = dep.attention
-        self._dec = _Table2D(a.decode, False) if a is not None and a.decode is not None else None
-        self._pre = _Table2D(a.prefill) if a is not None and a.prefill is not None else None
+        self._dec = _table(a.decode, False) if a is not None and a.decode is not None else None
+        self._pre = _table(a.prefill) if a is not None and a.prefill is not None else None
         self._floor = weight_read_floor_s(model, gpu, tp)
         self._dec_curves: dict[int, Curve] = {}
         self._seg_cache: dict[int, tuple[float, Curve]] = {}
