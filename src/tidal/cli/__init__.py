@@ -159,6 +159,7 @@ def main() -> None:  # pragma: no cover
 
 # Command modules register themselves on ``app`` when imported.
 from tidal.cli import (  # noqa: E402, F401
+    bench,
     calibrate,
     demo,
     ebplus,

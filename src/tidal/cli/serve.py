@@ -5,14 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import typer
+
 from tidal.cli import Opt, TidalError, _fail, app, console
 
 
 @app.command()
 def serve(
-    model: Annotated[str, Opt(help="Model: a catalog id (tiny-llama, llama-3.1-8b, ...).")] = (
-        "tiny-llama"
-    ),
+    model_arg: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[MODEL]",
+            help="Model, as vLLM's `vllm serve MODEL`: a catalog id or a Hugging Face model "
+            "directory (config.json, *.safetensors, tokenizer.json).",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, Opt(help="The model, as a flag (same as MODEL; default tiny-llama).")
+    ] = None,
     weights: Annotated[
         Path | None, Opt(help="Safetensors weights (default: dummy seeded weights).")
     ] = None,
@@ -32,8 +43,16 @@ def serve(
     ),
     kv_cache_gb: Annotated[float, Opt(help="KV cache size when --num-kv-blocks is unset.")] = 0.25,
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
-    token_budget: Annotated[int, Opt(help="Max tokens per step (B).")] = 2048,
-    max_seqs: Annotated[int, Opt(help="Max running requests (N).")] = 256,
+    token_budget: Annotated[
+        int, Opt("--token-budget", "--max-num-batched-tokens", help="Max tokens per step (B).")
+    ] = 2048,
+    max_seqs: Annotated[
+        int, Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N).")
+    ] = 256,
+    tensor_parallel_size: Annotated[
+        int,
+        Opt("--tp", "--tensor-parallel-size", "-tp", help="GPUs per replica (the runtime: 1)."),
+    ] = 1,
     batching: Annotated[str, Opt(help="Batching policy: mb | eb | ebplus.")] = "mb",
     profile: Annotated[
         Path | None,
@@ -55,6 +74,18 @@ def serve(
         return
     if max_queue < 1:
         _fail(TidalError("max_queue: must be >= 1"))
+        return
+    if model_arg and model and model_arg != model:
+        _fail(TidalError(f"model: MODEL {model_arg!r} and --model {model!r} differ; give one"))
+        return
+    model = model_arg or model or "tiny-llama"
+    if tensor_parallel_size != 1:
+        _fail(
+            TidalError(
+                f"tensor_parallel_size: the real engine runs on one device, got "
+                f"{tensor_parallel_size} (simulate, plan and sweep model TP)"
+            )
+        )
         return
     try:
         cfg = RuntimeConfig(
