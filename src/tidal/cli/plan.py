@@ -66,7 +66,7 @@ def plan(
         str | None, Opt("--max-seqs", "--max-num-seqs", help="Max running requests, e.g. 128,256.")
     ] = None,
     gpu_memory_utilization: Annotated[
-        float | None, Opt(help="Share of GPU memory for weights and KV. [default: 0.9]")
+        float | None, Opt(help="Share of GPU memory for weights and KV. (default: 0.9)")
     ] = None,
     num_requests: Annotated[
         int | None,
@@ -76,7 +76,7 @@ def plan(
         float | None, Opt("--rate", "--request-rate", help="Synthetic workload: req/s.")
     ] = None,
     arrival_cv: Annotated[
-        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson). [default: 1]")
+        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson). (default: 1)")
     ] = None,
     burstiness: Annotated[
         float | None, Opt(help="Synthetic: Gamma shape of the gaps (vLLM): CV 1/sqrt(B).")
@@ -87,11 +87,11 @@ def plan(
     ] = None,
     prompt_len: Annotated[
         int | None,
-        Opt("--prompt-len", "--random-input-len", help="Synthetic: prompt length. [default: 512]"),
+        Opt("--prompt-len", "--random-input-len", help="Synthetic: prompt length. (default: 512)"),
     ] = None,
     output_len: Annotated[
         int | None,
-        Opt("--output-len", "--random-output-len", help="Synthetic: output length. [default: 256]"),
+        Opt("--output-len", "--random-output-len", help="Synthetic: output length. (default: 256)"),
     ] = None,
     search: Annotated[
         list[str] | None, Opt(help="More axes: KEY=V1,V2 over a dotted config key.")

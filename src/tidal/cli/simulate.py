@@ -32,7 +32,7 @@ def simulate(
     ] = None,
     tp: Annotated[
         int | None,
-        Opt("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel degree. [default: 1]"),
+        Opt("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel degree. (default: 1)"),
     ] = None,
     perf_model: Annotated[
         str | None, Opt(help="auto | roofline | linear | profile:PATH (tidal calibrate).")
@@ -56,7 +56,7 @@ def simulate(
         ),
     ] = None,
     arrival_cv: Annotated[
-        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson). [default: 1]")
+        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson). (default: 1)")
     ] = None,
     burstiness: Annotated[
         float | None,
@@ -67,7 +67,7 @@ def simulate(
         Opt(
             "--prompt-len",
             "--random-input-len",
-            help="Synthetic: prompt length (location). [default: 512]",
+            help="Synthetic: prompt length (location). (default: 512)",
         ),
     ] = None,
     output_len: Annotated[
@@ -75,7 +75,7 @@ def simulate(
         Opt(
             "--output-len",
             "--random-output-len",
-            help="Synthetic: output length (location). [default: 256]",
+            help="Synthetic: output length (location). (default: 256)",
         ),
     ] = None,
     length_dist: Annotated[
@@ -123,15 +123,15 @@ def simulate(
         Opt(
             "--token-budget",
             "--max-num-batched-tokens",
-            help="Max tokens per step (B). [default: 8192]",
+            help="Max tokens per step (B). (default: 8192)",
         ),
     ] = None,
     max_seqs: Annotated[
         int | None,
-        Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N). [default: 256]"),
+        Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N). (default: 256)"),
     ] = None,
     gpu_memory_utilization: Annotated[
-        float | None, Opt(help="Share of GPU memory used. [default: 0.9]")
+        float | None, Opt(help="Share of GPU memory used. (default: 0.9)")
     ] = None,
     slo_ttft: Annotated[float | None, Opt(help="TTFT SLO in seconds.")] = None,
     slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
