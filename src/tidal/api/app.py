@@ -30,15 +30,16 @@ from tidal.api import protocol as proto
 from tidal.api.errors import APIError, install
 from tidal.api.metrics import EngineMetrics
 from tidal.runtime.driver import EngineDriver, RequestHandle
+from tidal.runtime.hf_tokenizer import HFTokenizer
 from tidal.runtime.sampling import SamplingParams
-from tidal.runtime.tokenizer import ByteTokenizer, IncrementalDecoder
+from tidal.runtime.tokenizer import ByteTokenizer
 
 
 class ServerState:
     def __init__(
         self,
         driver: EngineDriver,
-        tokenizer: ByteTokenizer,
+        tokenizer: ByteTokenizer | HFTokenizer,
         model_name: str,
         api_key: str | None,
         max_queue: int,
@@ -60,11 +61,13 @@ def create_app(
     api_key: str | None = None,
     max_queue: int = 1024,
     default_max_tokens: int = 256,
+    tokenizer: ByteTokenizer | HFTokenizer | None = None,
 ) -> FastAPI:
+    """``tokenizer``: the model's (:func:`tidal.runtime.hf_tokenizer.tokenizer_for`); the byte
+    tokenizer by default."""
     vocab = driver.runner.model.config.vocab_size  # type: ignore[attr-defined]
-    state = ServerState(
-        driver, ByteTokenizer(vocab), model_name, api_key, max_queue, default_max_tokens
-    )
+    tok = tokenizer or ByteTokenizer(vocab)
+    state = ServerState(driver, tok, model_name, api_key, max_queue, default_max_tokens)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -139,11 +142,9 @@ def create_app(
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
     async def chat(body: proto.ChatCompletionRequest, request: Request) -> Any:
         _check_model(state, body.model)
-        tok = state.tokenizer
-        prompt = tok.apply_chat_template(
+        ids = state.tokenizer.encode_chat(
             {"role": m.role, "content": m.text()} for m in body.messages
         )
-        ids = tok.encode(prompt)
         room = driver.rt.max_model_len - len(ids)
         max_tokens = body.max_completion_tokens or body.max_tokens
         if max_tokens is None:
@@ -216,7 +217,8 @@ def _submit(
         )
     temperature = 1.0 if body.temperature is None else body.temperature
     params = SamplingParams(temperature, body.top_p or 1.0, body.seed)
-    stop_ids = () if body.ignore_eos else (state.tokenizer.eos_id,)
+    eos = state.tokenizer.eos_id
+    stop_ids = () if body.ignore_eos or eos < 0 else (eos,)
     try:
         return d.submit(ids, max_tokens, params, stop_ids, loop=asyncio.get_running_loop())
     except ValueError as err:
@@ -230,6 +232,7 @@ class _Generation:
         self, state: ServerState, handle: RequestHandle, stops: list[str], request: Request
     ) -> None:
         self.driver = state.driver
+        self.tokenizer = state.tokenizer
         self.handle = handle
         self.stops = stops
         self.hold = max((len(s) for s in stops), default=1) - 1
@@ -241,7 +244,7 @@ class _Generation:
 
     async def deltas(self) -> AsyncIterator[tuple[str, str | None]]:
         """(text delta, finish reason) pairs; the last one has a finish reason."""
-        dec = IncrementalDecoder()
+        dec = self.tokenizer.decoder()
         text, sent = "", 0
         events = self.driver.events(self.handle)
         try:

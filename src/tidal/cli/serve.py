@@ -69,6 +69,7 @@ def serve(
         from tidal.api.app import create_app
         from tidal.runtime.config import RuntimeConfig, build_engine
         from tidal.runtime.driver import EngineDriver
+        from tidal.runtime.hf_tokenizer import tokenizer_for
     except ImportError as err:
         _fail(TidalError(f"{err}; install the server with: pip install 'tidal[serve]'"))
         return
@@ -104,6 +105,7 @@ def serve(
             seed=seed,
         )
         rt = build_engine(cfg)
+        tokenizer = tokenizer_for(model, rt.runner.model.config.vocab_size)
     except TidalError as err:
         _fail(err)
         return
@@ -111,7 +113,9 @@ def serve(
         _fail(TidalError(str(err)))
         return
     name = served_model_name or model
-    api = create_app(EngineDriver(rt), name, api_key=api_key, max_queue=max_queue)
+    api = create_app(
+        EngineDriver(rt), name, api_key=api_key, max_queue=max_queue, tokenizer=tokenizer
+    )
     console.print(
         f"serving {name} ({rt.kv.num_blocks} KV blocks of {rt.kv.block_size}) on "
         f"http://{host}:{port}/v1"
