@@ -110,8 +110,14 @@ def plan(
     exhaustive: Annotated[
         bool, Opt("--exhaustive", help="Simulate every option at every replica count.")
     ] = False,
+    workers: Annotated[
+        int,
+        Opt(help="Processes simulating ahead of the search (the plan is the same for any N)."),
+    ] = 1,
 ) -> None:
     """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO."""
+    from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
+
     from tidal.experiments.grid import parse_grid_arg
     from tidal.experiments.planner import plan as run_plan
     from tidal.experiments.planner import write_plan
@@ -174,17 +180,30 @@ def plan(
             raise TidalError("trace: give --trace PATH (or a base workload in --config)")
         spec = load_plan_spec(data)
 
+        bar = Progress(
+            "[progress.description]{task.description}",
+            SpinnerColumn(),
+            "{task.completed} simulations",
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+            disable=not err_console.is_terminal,
+        )
+        task = bar.add_task("planning")
+
         def show(ev: Any) -> None:
             verdict = (
                 "meets"
                 if ev.passed
                 else ("misses (stopped early)" if ev.stopped_early else "misses")
             )
-            err_console.print(
+            bar.console.print(
                 f"  {ev.capacity:>3}× {ev.option.label}: {verdict} the SLO", highlight=False
             )
+            bar.update(task, advance=1, description=f"planning: {ev.option.label}")
 
-        outcome = run_plan(spec, exhaustive=exhaustive, on_evaluation=show)
+        with bar:
+            outcome = run_plan(spec, exhaustive=exhaustive, on_evaluation=show, workers=workers)
         write_plan(outcome, out)
     except TidalError as err:
         _fail(err)
