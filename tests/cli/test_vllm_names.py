@@ -220,9 +220,9 @@ def test_help_defaults_of_simulate_are_the_config_defaults():
     d = SimulationConfig.model_validate({"workload": {"num_requests": 1, "rate": 1}}).model_dump()
     text = _help("simulate")
     for label, value in (
-        ("Max tokens per step (B).", d["scheduler"]["token_budget"]),
-        ("Max running requests (N).", d["scheduler"]["max_seqs"]),
-        ("Share of GPU memory used.", d["memory"]["gpu_memory_utilization"]),
+        ("also sizes the KV plan).", d["scheduler"]["token_budget"]),
+        ("Max running requests (N; vLLM max_num_seqs).", d["scheduler"]["max_seqs"]),
+        ("share of the driver-reported memory planned.", d["memory"]["gpu_memory_utilization"]),
         ("Synthetic: prompt length (location).", d["workload"]["prompt_len"]),
         ("Synthetic: output length (location).", d["workload"]["output_len"]),
         ("Tensor-parallel degree.", d["tp"]),

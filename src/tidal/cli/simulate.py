@@ -35,7 +35,12 @@ def simulate(
         Opt("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel degree. (default: 1)"),
     ] = None,
     perf_model: Annotated[
-        str | None, Opt(help="auto | roofline | linear | profile:PATH (tidal calibrate).")
+        str | None,
+        Opt(
+            help="auto (paper calibration > measured profile > corrected roofline) | roofline | "
+            "corrected-roofline | measured | linear | profile:PATH (tidal calibrate) | "
+            "measured:PATH (tidal-gpu-profile/1)."
+        ),
     ] = None,
     trace: Annotated[
         str | None, Opt(help="Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).")
@@ -123,15 +128,24 @@ def simulate(
         Opt(
             "--token-budget",
             "--max-num-batched-tokens",
-            help="Max tokens per step (B). (default: 8192)",
+            help="Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan). "
+            "(default: 8192)",
         ),
     ] = None,
     max_seqs: Annotated[
         int | None,
-        Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N). (default: 256)"),
+        Opt(
+            "--max-seqs",
+            "--max-num-seqs",
+            help="Max running requests (N; vLLM max_num_seqs). (default: 256)",
+        ),
     ] = None,
     gpu_memory_utilization: Annotated[
-        float | None, Opt(help="Share of GPU memory used. (default: 0.9)")
+        float | None,
+        Opt(
+            help="vLLM gpu_memory_utilization: share of the driver-reported memory planned. "
+            "(default: 0.9)"
+        ),
     ] = None,
     slo_ttft: Annotated[float | None, Opt(help="TTFT SLO in seconds.")] = None,
     slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
