@@ -16,6 +16,7 @@ model, each offered 80% of its own capacity, in one process; ratios are against 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from _common import md_table, median_time, save
 
@@ -45,28 +46,42 @@ def config(
 
 
 def compare_perf_models(args: argparse.Namespace) -> None:
+    """Repeats interleave the models (A B C A B C ...) so that load drift on a shared machine
+    hits each alike; medians per model."""
+    import time
+
     kinds = args.perf_models.split(",")
     dep = {"model": args.model, "gpu": args.gpu, "tp": args.tp}
-    rows, data = [], {"requests": args.requests, **dep, "models": {}}
-    base = None
+    data: dict = {"requests": args.requests, **dep, "models": {}}
+    runs = {}
     for kind in kinds:
         sat = run_simulation(config(4000, float("inf"), True, kind, **dep))
         rate = round(0.8 * sat.metrics["request_throughput"], 3)
         cfg = config(args.requests, rate, True, kind, **dep)
-        reqs = load_requests(cfg)
-        med, times, res = median_time(lambda c=cfg, r=reqs: run_simulation(c, r), args.repeats)
+        runs[kind] = (rate, cfg, load_requests(cfg), [])
+    res = {}
+    for _ in range(args.repeats):
+        for kind, (_rate, cfg, reqs, times) in runs.items():
+            t0 = time.perf_counter()
+            res[kind] = run_simulation(cfg, reqs)
+            times.append(time.perf_counter() - t0)
+    rows, base = [], None
+    for kind, (rate, _cfg, _reqs, times) in runs.items():
+        med = statistics.median(times)
         base = base or med
+        m = res[kind].metrics
         data["models"][kind] = {
             "rate_req_s": rate, "median_wall_s": med, "wall_s": times,
             "req_per_wall_s": args.requests / med, "speed_vs_first": base / med,
-            "events": res.run_info["num_events"], "steps": res.metrics["num_steps"],
-            "source": res.metrics["perf_model_source"],
+            "events": res[kind].run_info["num_events"], "steps": m["num_steps"],
+            "source": m["perf_model_source"],
         }  # fmt: skip
-        rows.append([kind, res.metrics["perf_model_source"], f"{rate}", f"{med:.3f}",
-                     f"{args.requests / med:,.0f}", f"{base / med:.2f}x"])  # fmt: skip
-    print(md_table(["perf model", "source", "offered req/s", "median wall s",
+        rows.append([kind, m["perf_model_source"], f"{rate}", f"{m['num_steps']:,}",
+                     f"{med:.3f}", f"{args.requests / med:,.0f}",
+                     f"{base / med:.2f}x"])  # fmt: skip
+    print(md_table(["perf model", "source", "offered req/s", "steps", "median wall s",
                     "simulated req / wall s", "speed vs first"], rows))  # fmt: skip
-    save("sim_speed_perf_models", data)
+    save(f"sim_speed_perf_models_{args.model}_{args.gpu}_tp{args.tp}", data)
 
 
 def main() -> None:

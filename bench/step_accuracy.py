@@ -310,12 +310,42 @@ def report(res: dict[str, Any]) -> None:
                     "measured held-out"], per_dep))  # fmt: skip
 
 
+def paper_cross_check() -> list[list[str]]:
+    """Whole steps (LM head and host included) against the papers' measured linear models,
+    which no fit here saw: EB paper Qwen3-8B on H200 and RTX PRO 6000 (vLLM eager), INFERCEPT
+    GPT-J-6B on A100 (It(N) = αN + γ). Ratio = model ÷ paper."""
+    from tidal.hardware.calibration import CALIBRATIONS, build_perf_model
+
+    rows = []
+    for (mname, gname, tp), cal in CALIBRATIONS.items():
+        if tp != 1:
+            continue
+        model, gpu = get_model(mname), get_gpu(gname)
+        paper = build_perf_model("linear", model, gpu, tp)
+        ctx = cal.ctx_ref
+        shapes = [(f"decode {b}", b, b * ctx, 0) for b in (16, 64, 256)]
+        shapes += [(f"prefill {p}", 0, 0, p) for p in (512, 2048)]
+        for perf_name in ("roofline", "corrected-roofline"):
+            perf = build_perf_model(perf_name, model, gpu, tp)
+            ratios = []
+            for _label, b, c, p in shapes:
+                args = (b, c, p, p * p, p, 1 if p else 0)
+                ratios.append(perf.step_ns(*args) / paper.step_ns(*args))
+            cells = [f"{sh[0]} {r:.2f}" for sh, r in zip(shapes, ratios, strict=True)]
+            rows.append([f"{mname}/{gname}", perf_name, " · ".join(cells)])
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write-constants", action="store_true")
     args = ap.parse_args()
     res = evaluate(args)
     report(res)
+    print("\ncross-check: whole steps ÷ the papers' measured step models (not fitted here)")
+    cross = paper_cross_check()
+    print(md_table(["deployment", "model", "ratio by shape"], cross))
+    res["paper_cross_check"] = cross
     if args.write_constants:
         consts = fit_all(bundled_profiles())
         CONSTANTS_PATH.write_text(consts.model_dump_json(indent=1) + "\n")

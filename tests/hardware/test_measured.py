@@ -60,7 +60,7 @@ def test_step_is_the_hand_computed_sum_of_the_measured_operators() -> None:
     assert got == pytest.approx(want, rel=1e-12)
     assert m.parts["attention_decode"].startswith("measured:test/h100/t/tp2")
     # a batch beyond the table scales the largest measured row: b = 4 → 2 × row 2
-    assert m._dec_curve(4).at(15) == pytest.approx(2 * 8e-6)
+    assert m._dec_curve(4).at(4 * 15) == pytest.approx(2 * 2 * 8e-6)  # 2 layers, 2 × row 2
     # the unmeasured prefill cell (chunk 4, cached 8): its row's only measured value, flat
     assert m._pre is not None
     assert m._pre.us[1] == [16.0, 16.0]
@@ -101,6 +101,14 @@ def test_decode_runs_equal_stepping_one_by_one_bit_for_bit(case, n, ctx_per, ste
     run = perf.decode_run_ns(n, ctx0, steps)
     one = [perf.step_ns(n, ctx0 + n * k) for k in range(steps)]
     assert run.tolist() == one
+    # the piecewise-affine form the simulator times runs with repeats every step exactly
+    for k in range(steps):
+        x = ctx0 + n * k
+        c, a, end = perf.decode_segment(n, x)
+        assert end > x
+        assert c + a * x == perf.step_seconds(n, x, 0, 0, 0, 0)
+        if end < float("inf"):
+            assert c + a * (int(end) - 1) == perf.step_seconds(n, int(end) - 1, 0, 0, 0, 0)
     aff = perf.decode_affine(n)
     if aff is not None:
         c, a = aff

@@ -11,14 +11,16 @@ operations in the same order, so :meth:`Curve.at` on each element of an array eq
 from __future__ import annotations
 
 import itertools
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 
 class Curve:
-    __slots__ = ("_s", "_sa", "_x", "_xa", "_y", "_ya", "x0")
+    __slots__ = ("_b", "_ba", "_s", "_sa", "_x", "_xa", "_y", "_ya", "x0")
 
     def __init__(self, xs: Sequence[float], ys: Sequence[float]) -> None:
         if len(xs) != len(ys) or len(xs) == 0:
@@ -34,6 +36,8 @@ class Curve:
         self._xa = np.array(x)
         self._ya = np.array(y)
         self._sa = np.array(self._s)
+        self._b = [y[i] - self._s[i] * x[i] for i in range(len(self._s))]
+        self._ba = np.array(self._b)
         self.x0 = x[0]
 
     @property
@@ -53,6 +57,26 @@ class Curve:
         j = np.searchsorted(self._xa, x, side="right") - 1
         j = np.minimum(j, len(self._s) - 1)
         return self._ya[j] + self._sa[j] * (x - self._xa[j])
+
+    def plus(self, c: float, x: Any) -> Any:
+        """``(c + b_j) + s_j·x`` with b_j the segment's intercept: the curve plus a constant,
+        grouped so that :meth:`segment` repeats it exactly; ``x`` a scalar or an array."""
+        if isinstance(x, np.ndarray):
+            x = np.maximum(x, self.x0)
+            j = np.minimum(np.searchsorted(self._xa, x, side="right") - 1, len(self._s) - 1)
+            return (c + self._ba[j]) + self._sa[j] * x
+        if x < self.x0:
+            x = self.x0
+        j = min(bisect_right(self._x, x) - 1, len(self._s) - 1)
+        return (c + self._b[j]) + self._s[j] * x
+
+    def segment(self, c: float, x: float) -> tuple[float, float, float]:
+        """``(c', a, x_end)`` with ``plus(c, y) == c' + a·y`` bit for bit for x ≤ y < x_end."""
+        if x < self.x0:
+            return (c + self._b[0]) + self._s[0] * self.x0, 0.0, self.x0
+        j = min(bisect_right(self._x, x) - 1, len(self._s) - 1)
+        end = self._x[j + 1] if j + 1 < len(self._s) else math.inf
+        return c + self._b[j], self._s[j], end
 
     def scaled(self, k: float) -> Curve:
         return Curve(self._x, [k * v for v in self._y])

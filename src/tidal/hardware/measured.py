@@ -26,6 +26,7 @@ array (:mod:`tidal.hardware.interp`), so ``decode_run_ns`` equals per-step ``ste
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,7 @@ class _Table2D:
         if len(xs) == 1:
             return 0, 0.0
         x = max(x, xs[0])
-        j = min(int(np.searchsorted(xs, x, side="right")) - 1, len(xs) - 2)
+        j = min(bisect_right(xs, x) - 1, len(xs) - 2)
         return j, (x - xs[j]) / (xs[j + 1] - xs[j])
 
     def row_mix(self, r: float) -> list[float]:
@@ -65,11 +66,26 @@ class _Table2D:
         return [x + w * (y - x) for x, y in zip(a, b, strict=True)]
 
     def at(self, r: float, c: float) -> float:
-        row = self.row_mix(r)
-        if len(self.cols) == 1:
-            return row[0]
-        j, w = self._bracket(self.cols, c)
-        return row[j] + w * (row[j + 1] - row[j])
+        """Bilinear in the four cells around (r, c) (inlined brackets: a hot path)."""
+        rows, cols, us = self.rows, self.cols, self.us
+        nr, nc = len(rows), len(cols)
+        if r < rows[0]:
+            r = rows[0]
+        if c < cols[0]:
+            c = cols[0]
+        i = bisect_right(rows, r) - 1 if nr > 1 else 0
+        if i > nr - 2:
+            i = max(nr - 2, 0)
+        j = bisect_right(cols, c) - 1 if nc > 1 else 0
+        if j > nc - 2:
+            j = max(nc - 2, 0)
+        i1, j1 = min(i + 1, nr - 1), min(j + 1, nc - 1)
+        wr = (r - rows[i]) / (rows[i1] - rows[i]) if i1 != i else 0.0
+        wc = (c - cols[j]) / (cols[j1] - cols[j]) if j1 != j else 0.0
+        a, b = us[i], us[i1]
+        lo = a[j] + wc * (a[j1] - a[j])
+        hi = b[j] + wc * (b[j1] - b[j])
+        return lo + wr * (hi - lo)
 
 
 class MeasuredPerfModel(PerfModel):
@@ -105,6 +121,8 @@ class MeasuredPerfModel(PerfModel):
         self._dec = _Table2D(a.decode) if a is not None and a.decode is not None else None
         self._pre = _Table2D(a.prefill) if a is not None and a.prefill is not None else None
         self._dec_curves: dict[int, Curve] = {}
+        self._seg_cache: dict[int, tuple[float, Curve]] = {}
+        self._pre_cache: dict[tuple[int, int, int, int], float] = {}
         self._tok_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}
 
@@ -162,7 +180,9 @@ class MeasuredPerfModel(PerfModel):
             top = self._dec.rows[-1]
             row = self._dec.row_mix(min(float(n), top))
             scale = n / top if n > top else 1.0
-            c = Curve(self._dec.cols, [scale * v * 1e-6 for v in row])
+            L = self.model.num_layers
+            # in the step's total context Σctx = n × (context per request), all L layers
+            c = Curve([x * n for x in self._dec.cols], [L * scale * v * 1e-6 for v in row])
             self._dec_curves[n] = c
         return c
 
@@ -196,19 +216,21 @@ class MeasuredPerfModel(PerfModel):
             self.seqs_s(seqs) if sq is None else sq
         )
         if num_prefills:
-            pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
-            if pre < 0:
-                pre = self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
+            key = (prefill_tokens, prefill_ctx, num_prefills, prefill_attn)
+            pre = self._pre_cache.get(key)
+            if pre is None:
+                pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
+                if pre < 0:
+                    pre = self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
+                if len(self._pre_cache) < 65536:
+                    self._pre_cache[key] = pre
             const += pre
         if num_decodes == 0:
             return const
         if self._dec is None:
             return const + self.fb._dec_fixed(num_decodes) + self.fb.ctx_slope * decode_ctx
-        curve = self._dec_curve(num_decodes)
-        L = self.model.num_layers
-        if isinstance(decode_ctx, np.ndarray):
-            return const + L * curve.many(decode_ctx / num_decodes)
-        return const + L * curve.at(decode_ctx / num_decodes)
+        curve = self._dec_curves.get(num_decodes) or self._dec_curve(num_decodes)
+        return curve.plus(const, decode_ctx)
 
     def kernel_seconds(
         self, num_decodes: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int = 0,
@@ -223,6 +245,19 @@ class MeasuredPerfModel(PerfModel):
             num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills
         )
         return float(full - s0)
+
+    def decode_segment(self, num_decodes: int, decode_ctx: int) -> tuple[float, float, float]:
+        """``(c, a, ctx_end)``: a pure-decode step of total context x takes exactly
+        ``c + a·x`` seconds for ``decode_ctx ≤ x < ctx_end`` (one segment of the measured
+        decode-attention curve); lets the simulator time runs without the vector path."""
+        if self._dec is None:
+            c, a = self.decode_affine(num_decodes)  # type: ignore[misc]
+            return c, a, float("inf")
+        hit = self._seg_cache.get(num_decodes)
+        if hit is None:
+            const = self.tokens_s(num_decodes) + self.seqs_s(num_decodes)
+            hit = self._seg_cache[num_decodes] = (const, self._dec_curve(num_decodes))
+        return hit[1].segment(hit[0], decode_ctx)
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         if self._dec is not None or num_decodes == 0:
