@@ -60,6 +60,9 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
             f"{norm['ttft_median_rel_error']:.1%}, TPOT {norm['tpot_median_rel_error']:.1%}, "
             f"E2E {norm['e2e_median_rel_error']:.1%} (median per-request |error|)"
         )
+    hint = noise_hint(result)
+    if hint:
+        console.print(f"[yellow]note:[/] {hint}")
     if not result.get("scheduler_overhead"):  # a measured run: no engine internals
         console.print(f"results in {out}")
         return
@@ -68,4 +71,31 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
         f"scheduler CPU per step: schedule {ov['schedule_us_per_step']:.0f} µs + update "
         f"{ov['update_us_per_step']:.0f} µs = {ov['scheduler_share_of_step']:.2%} of step time "
         f"({ov['num_steps']} steps); results in {out}"
+    )
+
+
+ROBUST = "--clock cpu --repeats 3 --warmup-requests 40 --recalibrate 40"
+"""The flags of BENCHMARKS' final fidelity protocol (issue 6) that ``fidelity`` itself takes."""
+
+
+def noise_hint(result: dict[str, Any], tolerance: float = 0.05) -> str | None:
+    """What to do when the machine's speed moved between calibration and the real runs.
+
+    The speed probe's time during the runs over its time at calibration is the drift; beyond
+    ``tolerance`` (5 %) the profile is off by about as much, per request, before any modelling
+    error. Runs already under the robust protocol (CPU clock, held-out recalibration) get none.
+    """
+    probe = result.get("speed_probe") or {}
+    cal, runs = probe.get("calibration_s"), probe.get("runs_s") or []
+    if not cal or not runs:
+        return None
+    robust = result.get("clock") == "cpu" and (result.get("recalibrate") or 0) > 0
+    drift = sum(sum(r) / len(r) for r in runs) / len(runs) / cal - 1
+    if robust or abs(drift) <= tolerance:
+        return None
+    return (
+        f"this machine ran {abs(drift):.0%} {'slower' if drift > 0 else 'faster'} than at "
+        f"calibration (speed probe), so per-request errors of that size are the machine's, "
+        f"not the simulator's; on a shared machine rerun with {ROBUST} (and calibrate with "
+        "--clock cpu and the workload's --serving-prompt-len/--serving-output-len)"
     )
