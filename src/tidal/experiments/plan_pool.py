@@ -82,6 +82,15 @@ class Prefetcher:
         if key not in self.futures:
             self.futures[key] = self.pool.submit(_task, (cfg, capacity, early_stop))
 
+    def speculate(self, planner: Any, order: list[Any], exhaustive: bool) -> None:
+        """Queue what the planner's search will probably ask for: each option's first capacity
+        guess, or (exhaustive) every capacity."""
+        top = planner.spec.max_replicas
+        for opt in order:
+            caps = range(1, top + 1) if exhaustive else [min(planner.first_guess(opt), top)]
+            for c in caps:
+                self.submit(opt.index, opt.config, c, not exhaustive)
+
     def take(self, index: int, capacity: int, early_stop: bool) -> SimResult | None:
         """The prefetched result (raising as the simulation did), or None if none was made."""
         fut = self.futures.pop((index, capacity, early_stop), None)

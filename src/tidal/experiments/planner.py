@@ -342,7 +342,8 @@ class Planner:
             if o.error is not None:
                 status = "does-not-fit" if "does not fit" in o.error else "error"
                 outcomes[o.index] = OptionOutcome(o, status, detail=o.error)
-        self._speculate(order, exhaustive)
+        if self.prefetch is not None:
+            self.prefetch.speculate(self, order, exhaustive)
         for opt in order:
             before = len(self.evaluations)
             if exhaustive:
@@ -399,17 +400,6 @@ class Planner:
             {c["label"]: ev.result for c, ev in zip(candidates, kept, strict=True) if ev.result},
             time.perf_counter() - t0,
         )
-
-    def _speculate(self, order: list[Option], exhaustive: bool) -> None:
-        """Queue the simulations the search will probably ask for (see plan_pool)."""
-        if self.prefetch is None:
-            return
-        top = self.spec.max_replicas
-        for opt in order:
-            assert opt.config is not None
-            caps = range(1, top + 1) if exhaustive else [min(self.first_guess(opt), top)]
-            for c in caps:
-                self.prefetch.submit(opt.index, opt.config, c, not exhaustive)
 
     def _sort_key(self, ev: Evaluation) -> tuple[Any, ...]:
         first = next(iter(self.targets))
