@@ -160,15 +160,19 @@ def test_eos_id_is_the_reference_tokenizers(served):
 def test_serve_cli_takes_the_directory_as_model(served, monkeypatch):
     from typer.testing import CliRunner
 
+    import tidal.cli.serve as serve_cli
     from tidal.cli import app
 
     _, name, _, _ = served
     apps = []
-    monkeypatch.setattr(uvicorn, "run", lambda api, **kw: apps.append((api, kw)))
-    res = CliRunner().invoke(app, ["serve", name, "--port", "8123", "--num-kv-blocks", "64"])
+    monkeypatch.setattr(
+        serve_cli, "run_supervised", lambda server, driver: apps.append(server) or 0
+    )
+    args = ["serve", name, "--port", str(_free_port()), "--num-kv-blocks", "64"]
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    ((api, _kw),) = apps
-    state = api.state.tidal
+    (server,) = apps
+    state = server.config.app.state.tidal
     assert state.model_name == name
     assert isinstance(state.tokenizer, HFTokenizer)
     assert state.driver.runner.model.config.vocab_size == state.tokenizer._tok.get_vocab_size()

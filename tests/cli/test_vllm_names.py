@@ -17,6 +17,14 @@ from tidal.core.errors import TidalError
 runner = CliRunner()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class CapturedError(TidalError):
     pass
 
@@ -131,7 +139,7 @@ def serve_config(monkeypatch, args):
     import tidal.runtime.config as rc
 
     seen = _capture(monkeypatch, rc, "build_engine")
-    res = runner.invoke(app, ["serve", *args])
+    res = runner.invoke(app, ["serve", *args, "--port", str(_free_port())])
     assert seen, res.output
     return seen[0][0][0].model_dump(mode="json")
 
@@ -153,7 +161,9 @@ def test_serve_model_positional_is_the_model_flag(monkeypatch):
     assert serve_config(monkeypatch, ["tiny-llama"]) == serve_config(
         monkeypatch, ["--model", "tiny-llama"]
     )
-    res = runner.invoke(app, ["serve", "tiny-llama", "--model", "llama-3.1-8b"])
+    res = runner.invoke(
+        app, ["serve", "tiny-llama", "--model", "llama-3.1-8b", "--port", str(_free_port())]
+    )
     assert res.exit_code == 2
     assert "differ" in res.output
 
@@ -161,7 +171,7 @@ def test_serve_model_positional_is_the_model_flag(monkeypatch):
 @pytest.mark.parametrize("alias", ["--tensor-parallel-size", "-tp"])
 def test_serve_tp_is_accepted_and_bounded_by_one_device(alias):
     pytest.importorskip("fastapi")
-    res = runner.invoke(app, ["serve", alias, "2"])
+    res = runner.invoke(app, ["serve", alias, "2", "--port", str(_free_port())])
     assert res.exit_code == 2
     assert "one device" in res.output
 
