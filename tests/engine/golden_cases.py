@@ -97,7 +97,12 @@ def _single(batching: str, workload: dict[str, Any], **sched: Any) -> Callable[[
             "model": "qwen3-8b",
             "gpu": gpu,
             "interference": interference,
-            "scheduler": {"batching": batching, "token_budget": 2048, "max_seqs": max_seqs, **sched},
+            "scheduler": {
+                "batching": batching,
+                "token_budget": 2048,
+                "max_seqs": max_seqs,
+                **sched,
+            },
             "memory": {"num_blocks": blocks},
             "workload": workload,
         }
