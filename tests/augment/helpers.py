@@ -11,6 +11,7 @@ from tidal.core.kv import KVBlockManager
 from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
 from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
 from tidal.engine.augment.waste import IterationProfile
+from tidal.engine.eb_options import EBOptions
 from tidal.engine.scheduler import SchedulerConfig
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import step_costs
@@ -75,6 +76,7 @@ def make(
     swap_ns_per_token: float = 1000.0,
     batching: str = "mb",
     deployment: tuple[str, str, int] = ("gpt-j-6b", "a100-80gb", 1),
+    eb: EBOptions | None = None,
     **kw,
 ) -> AugmentedScheduler:
     """``batching`` other than mb needs EB's step costs: those of ``perf`` (default
@@ -83,7 +85,7 @@ def make(
     m, g, tp = deployment
     costs = step_costs(get_model(m), get_gpu(g), tp, perf or unit_perf())
     s = build_augmented_scheduler(
-        SchedulerConfig(max(token_budget, max_seqs), max_seqs, costs=costs),
+        SchedulerConfig(max(token_budget, max_seqs), max_seqs, costs=costs, eb=eb or EBOptions()),
         kv,
         env(perf, swap_ns_per_token),
         AugmentSpec(serving_policy=policy, batching=batching, **kw),
