@@ -249,11 +249,17 @@ class Scheduler(ABC):
         else:
             self.prefilling.remove(req)
         self.kv.free(req)
+        lost = req.num_computed_tokens
         req.num_computed_tokens = 0
         req.state = RequestState.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
         del self.running[req.request_id]
+        self._requeue_preempted(req, lost)
+
+    def _requeue_preempted(self, req: Request, lost_tokens: int) -> None:
+        """Put a preempted request (its ``lost_tokens`` computed tokens discarded) back at
+        the queue's front."""
         self.waiting.push_front(req)
 
     def _finish(self, req: Request, now_ns: int) -> None:

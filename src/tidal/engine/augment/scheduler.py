@@ -418,20 +418,12 @@ class AugmentedMixin(Scheduler):
         self._idle_blocks -= req.num_blocks
         super()._start_running(req, now_ns)
 
-    def _preempt(self, req: Request) -> None:
-        """Preemption by recompute (vLLM); the request re-enters the queue with its value."""
-        if req.in_pool:
-            self.pool.remove(req)
-        else:
-            self.prefilling.remove(req)
+    def _requeue_preempted(self, req: Request, lost_tokens: int) -> None:
+        """After the batching policy's preemption (which may react to it: EB marks its
+        forecast stale): the lost context is recompute work, and the request re-enters the
+        queue's front with its value."""
         run = self.runs[req.request_id]
-        run.recompute_left += req.num_computed_tokens
-        self.kv.free(req)
-        req.num_computed_tokens = 0
-        req.num_preemptions += 1
-        self.num_preemptions += 1
-        del self.running[req.request_id]
-        req.state = RequestState.WAITING
+        run.recompute_left += lost_tokens
         run.ready_ns = self._now
         if self.use_value and self.stage2:
             run.value = self._value(req, run)
