@@ -13,8 +13,9 @@ import pytest
 from tests.augment.helpers import make, run
 from tests.conftest import unit_perf
 from tidal.core.kv import KVBlockManager
+from tidal.engine.build import build_scheduler
 from tidal.engine.eb_options import EBOptions
-from tidal.engine.scheduler import BATCHING, SchedulerConfig
+from tidal.engine.scheduler import SchedulerConfig
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import step_costs
 from tidal.hardware.models import get_model
@@ -43,7 +44,7 @@ def test_interception_without_calls_is_the_identity(batching, seed):
     costs = step_costs(get_model("gpt-j-6b"), get_gpu("a100-80gb"), 1, unit_perf())
     cfg = SchedulerConfig(512, 64, costs=costs, eb=opts)
     rs = _workload(seed)
-    bare, _ = run(rs, BATCHING.get(batching)(cfg, KVBlockManager(200, 16, 0.0)))
+    bare, _ = run(rs, build_scheduler(cfg, KVBlockManager(200, 16, 0.0), batching))
     aug = make(
         "vllm",
         num_blocks=200,

@@ -27,8 +27,10 @@ from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import request_latencies, summarize
 from tidal.core.request import Request
 from tidal.core.units import NS_PER_S, s_to_ns
+from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
-from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
+from tidal.engine.stats import PolicyStats
 from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
 from tidal.sim.config import SimulationConfig
@@ -167,7 +169,7 @@ class SimBackend:
             seed = self.policy_seed + self.num_started
             deployment = (model.spec, self.gpu, model.tp)
             return augmented_engine(self.cfg, sched_cfg, kv, perf, seed, deployment)
-        return BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
+        return build_scheduler(sched_cfg, kv, s.batching, ORDERINGS.get(s.ordering)())
 
     def start_engine(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> int:
         name = model.name
@@ -194,23 +196,16 @@ class SimBackend:
 
 def policy_metrics(scheds: list[Scheduler]) -> dict[str, Any]:
     """The engines' own policy metrics, summed: every integer counter of ``extra_metrics``
-    (``mode_switches``, ``num_intercepts``, ...), and EB⁺'s ``eb_time_share`` as the share of
-    all engines' busy time spent in EB (1 for EB, absent for MB)."""
+    (``mode_switches``, ``num_intercepts``, ...), and the ratios of the summed policy stats
+    (``eb_time_share``: the share of all engines' busy time spent in EB; absent for MB)."""
     out: dict[str, Any] = {}
-    eb_ns = busy_ns = 0
     for s in scheds:
         for k, v in s.extra_metrics().items():
             if isinstance(v, int) and not isinstance(v, bool):
                 out[k] = out.get(k, 0) + v
-        modes = getattr(s, "time_in_mode", None)
-        if isinstance(modes, dict):
-            eb_ns += modes["eb"]
-            busy_ns += modes["eb"] + modes["mb"]
-        elif s.name == "eb":
-            eb_ns += 1
-            busy_ns += 1
-    if busy_ns:
-        out["eb_time_share"] = eb_ns / busy_ns
+    total = PolicyStats.total(s.stats() for s in scheds)
+    if total.eb_time_share is not None:
+        out["eb_time_share"] = total.eb_time_share
     return out
 
 

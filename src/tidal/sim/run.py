@@ -14,8 +14,9 @@ import tidal.engine.policies  # noqa: F401
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
+from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
-from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
@@ -97,7 +98,7 @@ def build_instance(
 
         seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         return build_augmented(cfg, sched_cfg, plan, perf, seed), perf, plan
-    scheduler = BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
+    scheduler = build_scheduler(sched_cfg, kv, s.batching, ORDERINGS.get(s.ordering)())
     return scheduler, perf, plan
 
 

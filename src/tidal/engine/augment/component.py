@@ -1,15 +1,12 @@
-"""The augmented-request scheduler: interception composed over any batching policy.
+"""Augmented requests (tool calls): interception as a component over any batching policy.
 
-:class:`AugmentedMixin` adds pauses, KV handling during calls, the ready-queue order and the
-token budget to a batching policy of ``BATCHING`` by cooperative inheritance:
-:func:`augmented_class` builds ``AugmentedMixin + mb`` (:class:`AugmentedScheduler`, the
-papers' setting), ``+ eb`` or ``+ ebplus``, so AugServe and EB⁺ compose in one engine. The
-batching policy keeps its step structure (MB's mixed steps, EB's phase machine); the mixin
-runs its per-iteration work around it and supplies the step's token budget
-(:meth:`Scheduler.step_budget`). Not in ``BATCHING`` itself: it needs its cost environment
-and policies, so runs build it through
-:func:`tidal.engine.augment.bundles.build_augmented_scheduler` (selected by the workload,
-``workload.augmented``, ``augment.serving_policy`` and ``scheduler.batching``).
+:class:`Augmentation` is a component of a :class:`~tidal.engine.scheduler.Scheduler`: it
+listens to the engine state's events (a request started, was preempted, finishes, reached a
+call point; blocks are needed) and supplies each step's token budget, so it composes with any
+batching policy of ``BATCHING`` (mb, eb, ebplus) — AugServe and EB⁺ in one engine. The batching
+policy keeps its step structure (MB's mixed steps, EB's phase machine). Runs build it through
+:func:`tidal.engine.build.build_scheduler` (selected by ``workload.augmented``,
+``augment.serving_policy`` and ``scheduler.batching``).
 
 A request whose :class:`~tidal.core.augmented.AugmentedSpec` says it calls a tool after
 output token ``N_k`` joins the decode pool with ``N_k`` as its departure target; when it
@@ -48,70 +45,35 @@ quantity INFERCEPT measures for vLLM (37–40% of model forward time, augserve.m
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tidal.core.augmented import AugmentedSpec
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request, RequestState
 from tidal.engine.augment.budget import StaticBudget, TokenBudget
+from tidal.engine.augment.env import AugmentEnv
 from tidal.engine.augment.intercept import InterceptPolicy, PreservePolicy
 from tidal.engine.augment.ordering import InterceptFCFSQueue, ValueQueue
 from tidal.engine.augment.predictor import OraclePredictor, Predictor
 from tidal.engine.augment.state import AugRun, KVMode
 from tidal.engine.augment.value import CostEnv, remaining_value
-from tidal.engine.augment.waste import IterationProfile
-from tidal.engine.mb import MixedBatchingScheduler
+from tidal.engine.decode_pool import DecodePool
 from tidal.engine.ordering import WaitingQueue
 from tidal.engine.plan import StepPlan
-from tidal.engine.scheduler import Scheduler, SchedulerConfig
-from tidal.hardware.perf import PerfModel
+from tidal.engine.state import EngineState, StateListener
+
+__all__ = ["AugmentEnv", "Augmentation"]
 
 
-@dataclass(frozen=True)
-class AugmentEnv:
-    """What the scheduler knows of the hardware (cost estimates; never the clock)."""
-
-    perf: PerfModel
-    profile: IterationProfile
-    swap_ns_per_token: float
-    """KV transfer time per token over the host link (one direction)."""
-    kv_bytes_per_token: int
-    """Per GPU; converts block·ns of waste to GB·s."""
-
-    @classmethod
-    def build(
-        cls,
-        perf: PerfModel,
-        kv_bytes_per_token: int,
-        host_link_bytes_per_s: float,
-        saturation_tokens: int = 384,
-        profile: IterationProfile | None = None,
-    ) -> AugmentEnv:
-        """``profile``: a measured iteration profile (INFERCEPT's own constants); default: one
-        fitted to ``perf`` (:meth:`IterationProfile.from_perf`)."""
-        return cls(
-            perf,
-            profile or IterationProfile.from_perf(perf, saturation_tokens),
-            kv_bytes_per_token / host_link_bytes_per_s * 1e9,
-            kv_bytes_per_token,
-        )
-
-
-class AugmentedMixin(Scheduler):
-    """Interception over the batching policy next in the MRO (see :func:`augmented_class`)."""
-
-    name = "augmented"
+class Augmentation(StateListener):
+    """Interception of tool-calling requests over an engine state: pause, KV handling during
+    calls, resume, reclaim, the ready-queue order's keys and the step's token budget."""
 
     def __init__(
         self,
-        config: SchedulerConfig,
-        kv: KVBlockManager,
-        waiting: WaitingQueue | None = None,
-        *,
+        state: EngineState,
         env: AugmentEnv,
         intercept: InterceptPolicy | None = None,
         budget: TokenBudget | None = None,
@@ -119,7 +81,11 @@ class AugmentedMixin(Scheduler):
         value_form: str = "memory",
         stage2: bool = True,
     ) -> None:
-        super().__init__(config, kv, waiting)
+        self.state = state
+        config, kv = state.config, state.kv
+        self.on_pause: Callable[[Request, int], None] | None = None
+        """Set by the driver: a request paused on an external call that returns at the given
+        time (ns); the driver must then call :meth:`resume`."""
         self.env = env
         self.intercept = intercept or PreservePolicy()
         self.token_budget = budget or StaticBudget(config.max_num_batched_tokens)
@@ -166,6 +132,32 @@ class AugmentedMixin(Scheduler):
         self.budget_sum = 0
         self.budget_n = 0
 
+    def attach(self, state: EngineState) -> None:
+        """Listen to ``state``'s events and decide where its requests stop for calls."""
+        state.listeners.append(self)
+        state.stops = self
+
+    # ------------------------------------------------------------------ state views
+    @property
+    def kv(self) -> KVBlockManager:
+        return self.state.kv
+
+    @property
+    def waiting(self) -> WaitingQueue:
+        return self.state.waiting
+
+    @property
+    def pool(self) -> DecodePool:
+        return self.state.pool
+
+    @property
+    def running(self) -> dict[int, Request]:
+        return self.state.running
+
+    @property
+    def prefilling(self) -> list[Request]:
+        return self.state.prefilling
+
     # ------------------------------------------------------------------ keys and values
     def _stage_key(self, req: Request) -> tuple[float, ...]:
         return (0.0 if req.num_blocks else 1.0, float(req.arrival_ns))
@@ -197,7 +189,8 @@ class AugmentedMixin(Scheduler):
 
     # ------------------------------------------------------------------ queries
     def has_work(self) -> bool:
-        return super().has_work() or bool(self.paused) or bool(self.swap_in_q)
+        """Requests in a call or swapping in (beyond the state's queue and running set)."""
+        return bool(self.paused) or bool(self.swap_in_q)
 
     def paused_gpu_blocks(self) -> int:
         """GPU blocks held by requests in a call (reclaimable)."""
@@ -229,28 +222,22 @@ class AugmentedMixin(Scheduler):
         self.runs[req.request_id] = run
         if self.use_value:
             run.value = self._value(req, run)
-        super().add_request(req)
 
     # ------------------------------------------------------------------ pause and resume
-    def _on_caught_up(self, req: Request, now_ns: int) -> None:
-        run = self.runs[req.request_id]
-        if run.at_call_point(req.num_output_tokens):
-            self._pause(req, run, now_ns)
-        elif req.num_output_tokens >= req.max_output_len:
-            self._finish(req, now_ns)
-        else:
-            self.pool.join(req, run.next_target(req.max_output_len))
+    def target(self, req: Request) -> int:
+        """Leave the decode pool at the next call point (or the end)."""
+        return self.runs[req.request_id].next_target(req.max_output_len)
 
-    def _on_departure(self, req: Request, now_ns: int) -> None:
+    def stopped(self, req: Request, now_ns: int) -> bool:
         run = self.runs[req.request_id]
         if run.at_call_point(req.num_output_tokens):
             self._pause(req, run, now_ns)
-        else:
-            self._finish(req, now_ns)
+            return True
+        return False
 
     def _pause(self, req: Request, run: AugRun, now_ns: int) -> None:
         assert run.spec is not None
-        del self.running[req.request_id]
+        del self.state.running[req.request_id]
         req.state = RequestState.PAUSED
         run.pause_ns = now_ns
         run.mode = KVMode.GPU
@@ -413,48 +400,25 @@ class AugmentedMixin(Scheduler):
                 break
         return freed > 0
 
-    # ------------------------------------------------------------------ running set
-    def _start_running(self, req: Request, now_ns: int) -> None:
+    # ------------------------------------------------------------------ state events
+    def on_started(self, req: Request) -> None:
         self._idle_blocks -= req.num_blocks
-        super()._start_running(req, now_ns)
 
-    def _requeue_preempted(self, req: Request, lost_tokens: int) -> None:
-        """After the batching policy's preemption (which may react to it: EB marks its
-        forecast stale): the lost context is recompute work, and the request re-enters the
-        queue's front with its value."""
+    def on_preempted(self, req: Request, lost_tokens: int) -> None:
+        """The lost context is recompute work; the request re-enters the queue with its
+        value."""
         run = self.runs[req.request_id]
         run.recompute_left += lost_tokens
         run.ready_ns = self._now
         if self.use_value and self.stage2:
             run.value = self._value(req, run)
-        self.waiting.push_front(req)
 
-    def _admit_waiting(
-        self,
-        plan: StepPlan,
-        budget: int,
-        now_ns: int,
-        max_seqs: int | None = None,
-        kv_ok: Callable[[Request], bool] | None = None,
-    ) -> int:
-        """Admission (vLLM v1: stop at the first request that does not fit, as INFERCEPT's
-        waiting stage does). Only when nothing runs are idle contexts reclaimed for the head
-        (else memory held by idle requests could block the instance forever)."""
-        cap = self.config.long_prefill_token_threshold
-        while True:
-            budget = super()._admit_waiting(plan, budget, now_ns, max_seqs, kv_ok)
-            if not self.admission_blocked_by_kv or budget <= 0 or self.running:
-                return budget
-            head = self.waiting.peek()
-            n = min(head.num_tokens - head.num_computed_tokens, budget)
-            if cap:
-                n = min(n, cap)
-            kv = self.kv
-            need = kv.blocks_for(head.num_computed_tokens + n) - head.num_blocks
-            short = need + kv.watermark_blocks - kv.num_free_blocks
-            if short <= 0 or not self._reclaim(short, keep=head):
-                return budget
-            self._changed = True
+    def before_finish(self, req: Request) -> None:
+        self.predictor.observe_finish(req)
+        del self.runs[req.request_id]
+
+    def reclaim(self, num_blocks: int, keep: Request | None = None) -> bool:
+        return self._reclaim(num_blocks, keep=keep)
 
     def abort(self, req: Request, now_ns: int) -> None:
         """Drop a request wherever it is (also in a call or swapping in); its GPU and host
@@ -468,15 +432,10 @@ class AugmentedMixin(Scheduler):
             self.waiting.remove(req)
             self.discard(req)
         else:
-            super().abort(req, now_ns)
+            self.state.abort(req, now_ns)
         req.state = RequestState.ABORTED
         req.finish_ns = now_ns
         self.runs.pop(rid, None)
-
-    def _finish(self, req: Request, now_ns: int) -> None:
-        self.predictor.observe_finish(req)
-        del self.runs[req.request_id]
-        super()._finish(req, now_ns)
 
     # ------------------------------------------------------------------ step
     def _integrate(self, now_ns: int) -> None:
@@ -486,7 +445,9 @@ class AugmentedMixin(Scheduler):
             self.swapin_block_ns += self._swapin_blocks * dt
             self._t_acct = now_ns
 
-    def schedule(self, now_ns: int) -> StepPlan:
+    def before_schedule(self, now_ns: int) -> int:
+        """Per-iteration work before the batching policy decides: the intercept policy's
+        decisions, the ordering's refresh, the step's token budget (returned)."""
         self._integrate(now_ns)
         self._now = now_ns
         self._changed = False
@@ -496,26 +457,32 @@ class AugmentedMixin(Scheduler):
         self.last_budget = budget
         self.budget_sum += budget
         self.budget_n += 1
-        plan = super().schedule(now_ns)  # type: ignore[safe-super]  # batching policy (MRO)
-        if not plan.num_tokens and not plan.preempted and not self.running:
-            # A policy that admits on its own path (EB's prefill phase) may find the queue
-            # head blocked by idle contexts: reclaim them (as _admit_waiting does) and retry.
-            head = self.waiting.peek() if len(self.waiting) else None
-            if head is not None and self.admission_blocked_by_kv:
-                need = self.kv.blocks_for(head.num_tokens) - head.num_blocks
-                short = need + self.kv.watermark_blocks - self.kv.num_free_blocks
-                if short > 0 and self._reclaim(short, keep=head):
-                    self._changed = True
-                    plan = super().schedule(now_ns)  # type: ignore[safe-super]
+        return budget
+
+    def unblock_head(self, plan: StepPlan) -> bool:
+        """An empty plan on an empty instance whose queue head is refused for KV: reclaim idle
+        contexts for the head's whole context; True if the policy should decide again."""
+        if plan.num_tokens or plan.preempted or self.running:
+            return False
+        head = self.waiting.peek() if len(self.waiting) else None
+        if head is None or not self.state.admission_blocked_by_kv:
+            return False
+        kv = self.kv
+        need = kv.blocks_for(head.num_tokens) - head.num_blocks
+        short = need + kv.watermark_blocks - kv.num_free_blocks
+        if short > 0 and self._reclaim(short, keep=head):
+            self._changed = True
+            return True
+        return False
+
+    def after_schedule(self, plan: StepPlan, now_ns: int) -> None:
+        """The step's KV transfers, and the memory it starts with (waste accounting)."""
         self._transfer(plan)
         self._step_start = now_ns
         self._step_used = self.kv.num_blocks - self.kv.num_free_blocks
-        return plan
 
-    def step_budget(self) -> int:
-        return self.last_budget
-
-    def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
+    def before_apply(self, plan: StepPlan, end_ns: int) -> None:
+        """Waste accounting of the finished step (before the state applies it)."""
         self._integrate(end_ns)
         used = self._step_used
         if plan.stall_ns:
@@ -533,20 +500,18 @@ class AugmentedMixin(Scheduler):
             self.recompute_tokens += rec
             self.recompute_block_ns += (end_ns - self._step_start) * used * rec / plan.num_tokens
             self.recompute_ns += (end_ns - self._step_start) * rec / plan.num_tokens
-        super().update(plan, end_ns, num_steps)
 
-    def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
+    def blocks_fast_forward(self, plan: StepPlan) -> bool:
         """Fast-forward only when nothing but decoding can happen: no KV transfer queued or
         done, no intercept decision or reclaim this step, and — with a dynamic budget or the
-        value order, whose admission decisions change with time — an empty ready queue. While
-        requests are in a call the run also stops at the next external event (a return)."""
+        value order, whose admission decisions change with time — an empty ready queue."""
         if self._changed or self.swap_out_q or self.swap_in_q or plan.stall_ns:
-            return 1, True
-        if len(self.waiting) and (self.token_budget.dynamic or self.use_value):
-            return 1, True
-        k, sensitive = super().repeatable_steps(plan)
-        # a call returning mid-run changes the next schedule (transfers, queue order)
-        return k, sensitive or bool(self.paused)
+            return True
+        return bool(len(self.waiting) and (self.token_budget.dynamic or self.use_value))
+
+    def waits_for_returns(self) -> bool:
+        """A call returning mid-run changes the next schedule (transfers, queue order)."""
+        return bool(self.paused)
 
     # ------------------------------------------------------------------ checks and metrics
     def check(self) -> None:
@@ -559,7 +524,7 @@ class AugmentedMixin(Scheduler):
         kv.check(resident)
         assert self._idle_blocks == sum(r.num_blocks for r in paused + queued)
         assert self._swapin_blocks == sum(r.num_blocks for r in swapping)
-        assert len(self.running) <= self.config.max_num_seqs
+        assert len(self.running) <= self.state.config.max_num_seqs
         assert len(self.pool) + len(self.prefilling) == len(self.running)
         for r in self.running.values():
             assert r.num_blocks == kv.blocks_for(r.num_computed_tokens)
@@ -569,7 +534,6 @@ class AugmentedMixin(Scheduler):
     def extra_metrics(self) -> dict[str, Any]:
         m_gb = self.kv.block_size * self.env.kv_bytes_per_token / 1e9 / 1e9  # block·ns → GB·s
         return {
-            **super().extra_metrics(),
             "num_intercepts": self.num_intercepts,
             "intercepts_preserved": self.resolved[0],
             "intercepts_discarded": self.resolved[1],
@@ -586,20 +550,3 @@ class AugmentedMixin(Scheduler):
             "swap_link_gbs": self.env.kv_bytes_per_token / self.env.swap_ns_per_token,
             "starvation_promotions": getattr(self.waiting, "num_promoted", 0),
         }
-
-
-class AugmentedScheduler(AugmentedMixin, MixedBatchingScheduler):
-    """Interception over mixed batching (vLLM v1 / Sarathi), the setting of INFERCEPT and
-    AugServe."""
-
-
-@functools.cache
-def augmented_class(batching: type[Scheduler]) -> type[AugmentedMixin]:
-    """The augmented scheduler over ``batching`` (one class per batching policy)."""
-    if batching is MixedBatchingScheduler:
-        return AugmentedScheduler
-    return type(
-        f"Augmented{batching.__name__}",
-        (AugmentedMixin, batching),
-        {"name": f"augmented+{batching.name}", "__doc__": f"Interception over {batching.name}."},
-    )
