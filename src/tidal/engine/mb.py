@@ -38,7 +38,11 @@ class MixedBatching(BatchingPolicy):
         self.sched_ns = now_ns
         plan = StepPlan()
         budget = st.schedule_running(plan, budget)
-        if not plan.preempted:
+        if plan.preempted:
+            return plan
+        if self.cap is None and self.test is None:
+            st.admit(plan, budget, now_ns)
+        else:
             test = self.test() if self.test is not None else None
             st.admit(plan, budget, now_ns, self.cap() if self.cap is not None else None, test)
         return plan

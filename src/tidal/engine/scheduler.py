@@ -78,6 +78,9 @@ class Scheduler:
         state.listeners.insert(0, policy)
         if augmentation is not None:
             augmentation.attach(state)
+        self._budget = state.config.max_num_batched_tokens
+        hook = type(policy).before_apply is not BatchingPolicy.before_apply
+        self._before_apply = policy.before_apply if hook else None
 
     # ------------------------------------------------------------------ state (read-only)
     @property
@@ -158,11 +161,9 @@ class Scheduler:
         """Decide the next step. Allocates the step's KV blocks; does not advance progress."""
         aug = self.augmentation
         if aug is None:
-            return self.policy.schedule(now_ns, self.state.config.max_num_batched_tokens)
+            return self.policy.schedule(now_ns, self._budget)
         budget = aug.before_schedule(now_ns)
         plan = self.policy.schedule(now_ns, budget)
-        if aug.unblock_head(plan):
-            plan = self.policy.schedule(now_ns, budget)
         aug.after_schedule(plan, now_ns)
         return plan
 
@@ -182,7 +183,8 @@ class Scheduler:
         """Apply ``num_steps`` executed steps of ``plan`` ending at ``end_ns``."""
         if self.augmentation is not None:
             self.augmentation.before_apply(plan, end_ns)
-        self.policy.before_apply(plan, end_ns, num_steps)
+        if self._before_apply is not None:
+            self._before_apply(plan, end_ns, num_steps)
         self.state.apply(plan, end_ns, num_steps)
 
     def resume(self, req: Request, now_ns: int) -> None:

@@ -131,14 +131,16 @@ class EngineState:
         chunks: list[tuple[Request, int]] = []
         chunk_need: dict[int, int] = {}
         need = pool.blocks_needed(0)
-        if prefills:
+        if prefills and self.prefilling:
+            cap, blocks_for = self._cap, kv.blocks_for
             for req in self.prefilling:
                 if budget <= 0:
                     break
-                _, n = self.chunk(req, budget)
+                n = req.num_tokens - req.num_computed_tokens  # the chunk (:meth:`chunk`)
+                n = min(n, budget, cap) if cap else min(n, budget)
                 chunks.append((req, n))
                 budget -= n
-                blocks = self.chunk_blocks(req, n)
+                blocks = blocks_for(req.num_computed_tokens + n) - req.num_blocks
                 chunk_need[req.request_id] = blocks
                 need += blocks
         while need > kv.num_free_blocks:
@@ -158,7 +160,8 @@ class EngineState:
             plan.preempted.append(victim)
         kv.take(pool.blocks_needed(0))
         for req, n in chunks:
-            self.add_chunk(plan, req, n)
+            plan.add_chunk(req, n)
+            kv.allocate(req, req.num_computed_tokens + n)
         plan.num_decodes = len(pool)
         plan.decode_ctx = pool.decode_ctx()
         return budget
@@ -192,6 +195,9 @@ class EngineState:
         above the KV watermark, accepted by ``test`` and — with ``limit`` — until ``limit``
         prompts completed their prefill. Returns (budget left, prompts completed)."""
         waiting, kv = self.waiting, self.kv
+        if not len(waiting):
+            self.admission_blocked_by_kv = False
+            return budget, 0
         if max_seqs is None:
             max_seqs = self.config.max_num_seqs
         remaining = limit if limit is not None else 1 << 62

@@ -19,21 +19,11 @@ timer). :meth:`resume` appends the ``a_k`` returned tokens and makes the request
 * KV freed (Discard) → the ready queue, deficit = the whole context (recompute) + ``a_k``;
 * KV (partly) on the host (Swap) → swapped back in, chunk by chunk, then the ready queue.
 
-Every step: the intercept policy's per-iteration decisions (INFERCEPT re-decides each paused
-request), the ordering's refresh (AugServe's starvation tier), the token budget (static or
-AugServe's dynamic one), then the vLLM-v1 mechanisms (decodes and running prefills first,
-admission from the ready queue) and finally the KV transfers. Transfers are budgeted and
-pipelined (INFERCEPT §2.2): each direction moves at most what the PCIe link carries while the
-step computes (``compute time / t_token``), so a swap never lengthens a step that computes; a
-step with nothing to compute but transfers pending is a pure transfer ("stall") of one
-saturated iteration's worth.
-
-Memory shortage: before a running request is preempted, idle contexts are discarded — paused
-requests' first, the longest remaining (predicted) call first (INFERCEPT's preemption
-fallback), then queued and swapping-in ones. Admission never discards anything (a head that
-does not fit waits, as in vLLM and INFERCEPT's waiting stage), except when nothing runs: then
-idle contexts are reclaimed for it, so the instance never deadlocks on memory held by idle
-requests.
+Every step: the intercept policy's per-iteration decisions, the ordering's refresh, the token
+budget (static or AugServe's dynamic one), then the batching policy, then the KV transfers
+(:mod:`tidal.engine.augment.moves`). Before a running request is preempted, idle contexts are
+reclaimed; admission reclaims only for the head of an empty instance (no deadlock on memory
+held by idle requests).
 
 GPU-memory waste is integrated exactly over time (block·ns, integers): idle KV of paused and
 queued requests ("preserve"), memory held by requests waiting for their swap-in plus every
@@ -45,7 +35,6 @@ quantity INFERCEPT measures for vLLM (37–40% of model forward time, augserve.m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +44,7 @@ from tidal.core.request import Request, RequestState
 from tidal.engine.augment.budget import StaticBudget, TokenBudget
 from tidal.engine.augment.env import AugmentEnv
 from tidal.engine.augment.intercept import InterceptPolicy, PreservePolicy
+from tidal.engine.augment.moves import reclaim, transfer
 from tidal.engine.augment.ordering import InterceptFCFSQueue, ValueQueue
 from tidal.engine.augment.predictor import OraclePredictor, Predictor
 from tidal.engine.augment.state import AugRun, KVMode
@@ -275,9 +265,9 @@ class Augmentation(StateListener):
             self.swap_in_q[req.request_id] = req
         else:
             run.mode = KVMode.GPU
-            self._enqueue(req, run, now_ns)
+            self.enqueue(req, run, now_ns)
 
-    def _enqueue(self, req: Request, run: AugRun, now_ns: int) -> None:
+    def enqueue(self, req: Request, run: AugRun, now_ns: int) -> None:
         req.state = RequestState.WAITING
         run.ready_ns = now_ns
         if self.use_value and self.stage2:
@@ -312,93 +302,7 @@ class Augmentation(StateListener):
         self._changed = True
 
     def _transfer(self, plan: StepPlan) -> None:
-        """Move KV blocks within this step's per-direction budget (pipelined under compute);
-        a step with no compute transfers one saturated iteration's worth as a stall."""
-        if not self.swap_out_q and not self.swap_in_q:
-            return
-        self._changed = True
-        kv = self.kv
-        bs = kv.block_size
-        t_tok = self.env.swap_ns_per_token
-        computes = plan.num_tokens > 0
-        if computes:
-            tokens = int(self.env.perf.step_ns(*plan.shape()) / t_tok)
-        else:
-            tokens = self.swap_iter_tokens
-        budget = max(tokens // bs, 1 if not computes else 0)
-        out_left = budget
-        while self.swap_out_q and out_left > 0:
-            rid, req = next(iter(self.swap_out_q.items()))
-            moved = kv.swap_out_blocks(req, out_left)
-            self._idle_blocks -= moved
-            self.swap_out_blocks += moved
-            out_left -= moved
-            if req.num_blocks == 0:
-                del self.swap_out_q[rid]
-                self.runs[rid].mode = KVMode.SWAPPED
-            elif moved == 0:  # host full: fall back to a discard (INFERCEPT)
-                self.discard(req)
-        in_left = budget
-        while self.swap_in_q and in_left > 0:
-            rid, req = next(iter(self.swap_in_q.items()))
-            moved = kv.swap_in_blocks(req, in_left, keep_free=kv.watermark_blocks)
-            stuck = moved == 0 and not self.running and not plan.num_tokens
-            if stuck and self._reclaim(min(in_left, kv.host_blocks_of(req)), keep=req):
-                continue
-            self._swapin_blocks += moved
-            self.swap_in_blocks += moved
-            in_left -= moved
-            if kv.host_blocks_of(req) == 0:
-                del self.swap_in_q[rid]
-                self._swapin_blocks -= req.num_blocks
-                self._idle_blocks += req.num_blocks
-                run = self.runs[rid]
-                run.mode = KVMode.GPU
-                self._enqueue(req, run, self._now)
-            elif moved == 0:
-                break
-        if not computes:
-            moved = max(budget - out_left, budget - in_left)
-            if moved:
-                plan.stall_ns = math.ceil(moved * bs * t_tok)
-
-    def _reclaim(
-        self, num_blocks: int, aggressive: bool = True, keep: Request | None = None
-    ) -> bool:
-        """Discard idle contexts until ``num_blocks`` are freed: paused requests (longest
-        remaining predicted call first); with ``aggressive`` also queued ones (lowest priority
-        first) and swapping-in ones, never ``keep``. Idle contexts go before a running request
-        is preempted (INFERCEPT preempts its targets and "delayed" requests first)."""
-        freed = 0
-        now = self._now
-        pred = self.predictor
-
-        def remaining(r: Request) -> float:
-            run = self.runs[r.request_id]
-            return pred.call_s(r, run.pred, run.k) - (now - run.pause_ns) / 1e9
-
-        victims = sorted(
-            (r for r in self.paused.values() if r.num_blocks),
-            key=lambda r: (-remaining(r), r.request_id),
-        )
-        if aggressive:
-            victims += [r for r in reversed(list(self.waiting)) if r.num_blocks and r is not keep]
-            victims += [
-                r for r in reversed(self.swap_in_q.values()) if r.num_blocks and r is not keep
-            ]
-        for r in victims:
-            freed += r.num_blocks
-            swapping_in = r.request_id in self.swap_in_q
-            queued = not swapping_in and r.state == RequestState.WAITING
-            if queued:
-                self.waiting.remove(r)
-            self.discard(r)
-            if queued or swapping_in:
-                self._enqueue(r, self.runs[r.request_id], now)
-            self.num_reclaims += 1
-            if freed >= num_blocks:
-                break
-        return freed > 0
+        transfer(self, plan)
 
     # ------------------------------------------------------------------ state events
     def on_started(self, req: Request) -> None:
@@ -418,7 +322,7 @@ class Augmentation(StateListener):
         del self.runs[req.request_id]
 
     def reclaim(self, num_blocks: int, keep: Request | None = None) -> bool:
-        return self._reclaim(num_blocks, keep=keep)
+        return reclaim(self, num_blocks, keep)
 
     def abort(self, req: Request, now_ns: int) -> None:
         """Drop a request wherever it is (also in a call or swapping in); its GPU and host
@@ -458,22 +362,6 @@ class Augmentation(StateListener):
         self.budget_sum += budget
         self.budget_n += 1
         return budget
-
-    def unblock_head(self, plan: StepPlan) -> bool:
-        """An empty plan on an empty instance whose queue head is refused for KV: reclaim idle
-        contexts for the head's whole context; True if the policy should decide again."""
-        if plan.num_tokens or plan.preempted or self.running:
-            return False
-        head = self.waiting.peek() if len(self.waiting) else None
-        if head is None or not self.state.admission_blocked_by_kv:
-            return False
-        kv = self.kv
-        need = kv.blocks_for(head.num_tokens) - head.num_blocks
-        short = need + kv.watermark_blocks - kv.num_free_blocks
-        if short > 0 and self._reclaim(short, keep=head):
-            self._changed = True
-            return True
-        return False
 
     def after_schedule(self, plan: StepPlan, now_ns: int) -> None:
         """The step's KV transfers, and the memory it starts with (waste accounting)."""
