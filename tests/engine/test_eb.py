@@ -382,3 +382,13 @@ def test_cached_refill_room_equals_the_forecast_room(ops):
         count = min(x, len(s.waiting))
         want = fc.room((r.num_tokens, r.num_output_tokens) for r in list(s.waiting)[:count])
         assert s.policy.gate.room(fc, count) == want
+
+
+def test_reference_preset_gives_the_papers_forms_and_explicit_fields_win():
+    from tidal.engine.eb_options import REFERENCE, EBOptions
+
+    ref = EBOptions(preset="reference")
+    for key, value in REFERENCE.items():
+        assert getattr(ref, key) == value, key
+    assert EBOptions(preset="reference", delta=1e-6).delta == 1e-6
+    assert EBOptions().n_bound == "forecast"  # our default is unchanged

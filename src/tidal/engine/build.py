@@ -37,6 +37,8 @@ def policy_options(cls: type[BatchingPolicy], config: SchedulerConfig) -> BaseMo
 
 
 def make_policy(name: str, state: EngineState) -> BatchingPolicy:
+    import tidal.engine.policies  # noqa: F401  (registers every policy)
+
     cls = BATCHING.get(name)
     opts: Any = policy_options(cls, state.config)
     return cls(state, opts)

@@ -63,8 +63,11 @@ PHASE_NAMES = ("initial_fill", "decode", "refill")
 
 @BATCHING.register("eb")
 class ExclusiveBatching(BatchingPolicy):
+    """Exclusive batching: prefill-only and decode-only steps, refilled at a threshold."""
+
     name = "eb"
     Options = EBOptions
+    options_key = "eb"
 
     def __init__(self, state: EngineState, opts: EBOptions, need_forecast: bool = False) -> None:
         super().__init__(state, opts)

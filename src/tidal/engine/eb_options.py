@@ -24,13 +24,42 @@ Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4), ex
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+REFERENCE: dict[str, Any] = {
+    "n_bound": "clt",
+    "n_recovery": "n_max",
+    "cold_reserve": 0.0,
+    "forecast_recent": 0,
+    "delta": 1e-5,
+    "surge_n": "ema",
+    "ebb_factor": 0.0,
+    "mb_cap": "none",
+    "crossover_n": "demand",
+    "crossover_lhs": "workload",
+    "mb_cost": "paper",
+}
+"""The paper's and its authors' scheduler's forms of every knob where ours differ
+(``preset: reference``)."""
 
 
 class EBOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["tidal", "reference"] = "tidal"
+    """``reference``: every field not given takes the paper's form (:data:`REFERENCE`:
+    N̂* by the CLT, N recovery to N_max, δ = 1e-5, surge at the EMA, no ebb filter, MB at
+    N_max, the crossover at the demand with the workload-share LHS and the measured β_MB^e);
+    ``tidal``: the defaults below."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") == "reference":
+            return {**REFERENCE, **data}
+        return data
 
     # -- threshold controller (Algorithm 1, §3.1)
     theta_cold: float = Field(default=0.70, gt=0, lt=1)

@@ -91,10 +91,11 @@ _NAN = float("nan")
 
 @BATCHING.register("ebplus")
 class EBPlus(BatchingPolicy):
-    """The selector: an EB and an MB policy over one engine state, one of them per step."""
+    """EB⁺: the online EB/MB selector (an EB and an MB policy over one engine state)."""
 
     name = "ebplus"
     Options = EBOptions
+    options_key = "eb"
 
     def __init__(self, state: EngineState, opts: EBOptions) -> None:
         super().__init__(state, opts)

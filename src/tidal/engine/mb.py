@@ -17,6 +17,8 @@ from tidal.engine.state import AdmissionTest, EngineState
 
 @BATCHING.register("mb")
 class MixedBatching(BatchingPolicy):
+    """Mixed batching: vLLM v1 / Sarathi-Serve chunked prefill."""
+
     name = "mb"
 
     def __init__(

@@ -26,7 +26,9 @@ class BatchingPolicy(StateListener):
     name: ClassVar[str] = "base"
     Options: ClassVar[type[BaseModel] | None] = None
     """The policy's options model (validated from YAML ``scheduler.<options_key>``)."""
-    options_key: ClassVar[str] = "eb"
+    options_key: ClassVar[str] = "options"
+    """Where a run's config holds the options: ``scheduler.options`` (``eb``: the
+    exclusive-batching family's ``scheduler.eb``)."""
 
     def __init__(self, state: EngineState, options: Any = None) -> None:
         self.state = state
@@ -62,3 +64,36 @@ class BatchingPolicy(StateListener):
 
 
 BATCHING: Registry[type[BatchingPolicy]] = Registry("batching")
+
+
+def describe_batching() -> str:
+    """One line per registered policy: its name, summary and where its options live (the
+    ``--batching`` help is built from it)."""
+    import tidal.engine.policies  # noqa: F401  (registers every policy)
+
+    parts = []
+    for name in BATCHING:
+        cls = BATCHING.get(name)
+        summary = (cls.__doc__ or "").strip().splitlines()[0].rstrip(".") if cls.__doc__ else ""
+        opts = ""
+        if cls.Options is not None:
+            key = "scheduler.eb" if cls.options_key == "eb" else "scheduler.options"
+            opts = f" [options: {key}]"
+        parts.append(f"{name} ({summary}){opts}" if summary else f"{name}{opts}")
+    return "; ".join(parts)
+
+
+def validate_options(name: str, options: dict[str, Any]) -> BaseModel | None:
+    """``scheduler.options`` validated by the options model of policy ``name`` (None: the
+    policy takes its options from ``scheduler.eb`` or has none)."""
+    import tidal.engine.policies  # noqa: F401  (registers every policy)
+
+    cls = BATCHING.get(name)
+    if cls.Options is None or cls.options_key == "eb":
+        if options:
+            raise ValueError(
+                f"scheduler.options: {name!r} takes no options there"
+                + (" (its options are scheduler.eb)" if cls.Options is not None else "")
+            )
+        return None
+    return cls.Options.model_validate(options)

@@ -29,6 +29,7 @@ from tidal.core.request import Request
 from tidal.core.units import NS_PER_S, s_to_ns
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
+from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.engine.stats import PolicyStats
 from tidal.hardware.interference import StepCosts, step_costs
@@ -160,7 +161,10 @@ class SimBackend:
                 hit = (perf, step_costs(model.spec, self.gpu, model.tp, perf))
                 self._costs[id(perf)] = hit
             costs = hit[1]
-        sched_cfg = SchedulerConfig(c.token_budget, max(256, c.batch), costs=costs, eb=s.eb)
+        opts = validate_options(s.batching, s.options)
+        sched_cfg = SchedulerConfig(
+            c.token_budget, max(256, c.batch), costs=costs, eb=s.eb, options=opts
+        )
         if c.mix.augmented is not None:
             from tidal.sim.augment import augmented_engine, host_blocks
 

@@ -16,6 +16,7 @@ from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
+from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
@@ -92,6 +93,7 @@ def build_instance(
         s.long_prefill_token_threshold,
         costs=step_costs(model, gpu, cfg.tp, perf),
         eb=s.eb,
+        options=validate_options(s.batching, s.options),
     )
     if cfg.workload.augmented is not None:
         from tidal.sim.augment import build_augmented
