@@ -9,13 +9,13 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
   rises above N_obs and 0.03 otherwise (fast up, slow down); a surge ``D > 2·N_obs`` outside
   the cooldown triggers an evaluation at once — at N_obs = D (``surge_n: demand``, default):
   the surge means the EMA lags the demand by more than 2×, and the reference's evaluation at
-  the lagging EMA kept MB for 100 completions where EB wins (BENCHMARKS.md, issue3d);
+  the lagging EMA kept MB for 100 completions where EB wins (``docs/design/eb-defaults.md``);
 * every 100 completions (after the estimator's μ̂_O/p̂ update): an evaluation with
   ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p`` — or,
   with ``crossover_n: effective`` (default), at the batch sizes each policy can actually run:
   ``N = min(N_obs, N_max, N_MB)`` for MB and ``k̂ = θ0·min(N_obs, N̂*, N_max)`` for EB (the reference
   credits EB with N_obs even when memory caps it far lower);
-  ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference, Q14) or, with
+  ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference) or, with
   ``mb_cost: paper``, the paper's measured quadratic;
 * a decision needs the estimator initialised, no cooldown (3 evaluations after a switch),
   ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties) and — ours,
