@@ -37,8 +37,9 @@ class DecodeFirst(BatchingPolicy):
         super().__init__(state, options)
         self.max_prefill = options.max_prefill_tokens
 
-    def schedule(self, now_ns: int, budget: int) -> StepPlan:
+    def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
+        budget = st.step_budget
         st.waiting.refresh(now_ns)
         plan = StepPlan()
         left = st.schedule_running(plan, min(budget, len(st.pool) + self.max_prefill))

@@ -225,8 +225,9 @@ class ExclusiveBatching(BatchingPolicy):
         return fillable
 
     # ------------------------------------------------------------------ steps
-    def schedule(self, now_ns: int, budget: int) -> StepPlan:
+    def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
+        budget = st.step_budget
         st.waiting.refresh(now_ns)
         self.sched_ns = now_ns
         plan = StepPlan()

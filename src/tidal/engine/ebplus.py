@@ -296,7 +296,7 @@ class EBPlus(BatchingPolicy):
     def active(self) -> BatchingPolicy:
         return self.eb if self.mode == "eb" else self.mb
 
-    def schedule(self, now_ns: int, budget: int) -> StepPlan:
+    def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
         demand = len(st.running) + len(st.waiting)
         self.demand = demand
@@ -305,9 +305,9 @@ class EBPlus(BatchingPolicy):
             self.evaluate(now_ns, "surge", demand if self.opts.surge_n == "demand" else None)
         self.sched_ns = now_ns
         if self.mode == "eb":
-            return self.eb.schedule(now_ns, budget)
+            return self.eb.schedule(now_ns)
         self.eb.plan_phase = None
-        return self.mb.schedule(now_ns, budget)
+        return self.mb.schedule(now_ns)
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
         m, _ = self.active.repeatable_steps(plan)

@@ -34,8 +34,9 @@ class MixedBatching(BatchingPolicy):
         self.test = test
         """Makes each step's admission test (None: the KV watermark alone)."""
 
-    def schedule(self, now_ns: int, budget: int) -> StepPlan:
+    def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
+        budget = st.step_budget
         st.waiting.refresh(now_ns)
         self.sched_ns = now_ns
         plan = StepPlan()

@@ -36,8 +36,8 @@ class BatchingPolicy(StateListener):
         """Start of the step last scheduled."""
 
     @abstractmethod
-    def schedule(self, now_ns: int, budget: int) -> StepPlan:
-        """Decide the next step within a token budget of ``budget``. Allocates the step's KV
+    def schedule(self, now_ns: int) -> StepPlan:
+        """Decide the next step within the state's ``step_budget`` tokens. Allocates the step's KV
         blocks (through the state); does not advance progress."""
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:

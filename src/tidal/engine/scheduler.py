@@ -75,12 +75,20 @@ class Scheduler:
         self.policy = policy
         self.augmentation = augmentation
         self.name = policy.name if augmentation is None else f"augmented+{policy.name}"
-        state.listeners.insert(0, policy)
+        state.add_listener(policy, first=True)
         if augmentation is not None:
             augmentation.attach(state)
-        self._budget = state.config.max_num_batched_tokens
         hook = type(policy).before_apply is not BatchingPolicy.before_apply
         self._before_apply = policy.before_apply if hook else None
+        # without a component the driver calls the policy and the state directly
+        if augmentation is None:
+            self.schedule = policy.schedule
+            self.repeatable_steps = policy.repeatable_steps
+            self.update = self._update if hook else state.apply
+        else:
+            self.schedule = self._schedule_augmented
+            self.repeatable_steps = self._repeatable_augmented
+            self.update = self._update
 
     # ------------------------------------------------------------------ state (read-only)
     @property
@@ -157,30 +165,34 @@ class Scheduler:
             self.augmentation.add_request(req)
         self.state.add(req)
 
-    def schedule(self, now_ns: int) -> StepPlan:
-        """Decide the next step. Allocates the step's KV blocks; does not advance progress."""
+    schedule: Callable[[int], StepPlan]
+    """``schedule(now_ns)``: decide the next step. Allocates the step's KV blocks; does not
+    advance progress."""
+    repeatable_steps: Callable[[StepPlan], tuple[int, bool]]
+    """For fast-forward: how many consecutive steps (≥ 1, this one included) would be scheduled
+    exactly like ``plan`` up to the decode pool's growth, and whether a new arrival (or another
+    external event) could change that."""
+    update: Callable[..., None]
+    """``update(plan, end_ns, num_steps=1)``: apply ``num_steps`` executed steps of ``plan``
+    ending at ``end_ns``."""
+
+    def _schedule_augmented(self, now_ns: int) -> StepPlan:
         aug = self.augmentation
-        if aug is None:
-            return self.policy.schedule(now_ns, self._budget)
-        budget = aug.before_schedule(now_ns)
-        plan = self.policy.schedule(now_ns, budget)
+        assert aug is not None
+        aug.before_schedule(now_ns)
+        plan = self.policy.schedule(now_ns)
         aug.after_schedule(plan, now_ns)
         return plan
 
-    def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
-        """For fast-forward: how many consecutive steps (≥ 1, this one included) would be
-        scheduled exactly like ``plan`` up to the decode pool's growth, and whether a new
-        arrival (or another external event) could change that."""
+    def _repeatable_augmented(self, plan: StepPlan) -> tuple[int, bool]:
         aug = self.augmentation
-        if aug is not None and aug.blocks_fast_forward(plan):
+        assert aug is not None
+        if aug.blocks_fast_forward(plan):
             return 1, True
         k, sensitive = self.policy.repeatable_steps(plan)
-        if aug is not None:
-            sensitive = sensitive or aug.waits_for_returns()
-        return k, sensitive
+        return k, sensitive or aug.waits_for_returns()
 
-    def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
-        """Apply ``num_steps`` executed steps of ``plan`` ending at ``end_ns``."""
+    def _update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
         if self.augmentation is not None:
             self.augmentation.before_apply(plan, end_ns)
         if self._before_apply is not None:

@@ -29,7 +29,7 @@ prefills, holds ``blocks_for(num_computed_tokens)`` blocks, and at most N run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request, RequestState
@@ -91,6 +91,12 @@ class EngineState:
         """Running requests still behind on computed tokens (not in the decode pool)."""
         self.pool = DecodePool(kv.block_size)
         self.listeners: list[StateListener] = []
+        """Receivers of the events, in order (:meth:`add_listener`)."""
+        self._started: list[Any] = []
+        self._preempted: list[Any] = []
+        self._finishing: list[Any] = []
+        self._finished: list[Any] = []
+        self._reclaimers: list[Any] = []
         self.stops: CallStops | None = None
         self.on_finish: Callable[[Request], None] | None = None
         """Set by the driver: a request finished."""
@@ -98,6 +104,9 @@ class EngineState:
         """The last admission stopped at a head the KV cache (or the admission test) refused."""
         self.num_preemptions = 0
         self.num_steps = 0
+        self.step_budget = config.max_num_batched_tokens
+        """Token budget B of the step being scheduled (a component may vary it per step:
+        AugServe's dynamic budget)."""
         self._cap = config.long_prefill_token_threshold
 
     # ------------------------------------------------------------------ queries
@@ -114,8 +123,24 @@ class EngineState:
         """New KV blocks a chunk of ``n`` tokens of ``req`` needs."""
         return self.kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks
 
+    def add_listener(self, listener: StateListener, first: bool = False) -> None:
+        """Send the state's events to ``listener`` (only the hooks it overrides are called)."""
+        if first:
+            self.listeners.insert(0, listener)
+        else:
+            self.listeners.append(listener)
+        self._started = self._hooks("on_started")
+        self._preempted = self._hooks("on_preempted")
+        self._finishing = self._hooks("before_finish")
+        self._finished = self._hooks("on_finished")
+        self._reclaimers = self._hooks("reclaim")
+
+    def _hooks(self, name: str) -> list[Any]:
+        default = getattr(StateListener, name)
+        return [getattr(x, name) for x in self.listeners if getattr(type(x), name) is not default]
+
     def _reclaim(self, num_blocks: int, keep: Request | None = None) -> bool:
-        return any(listener.reclaim(num_blocks, keep) for listener in self.listeners)
+        return any(fn(num_blocks, keep) for fn in self._reclaimers)
 
     # ------------------------------------------------------------------ mechanisms
     def add(self, req: Request) -> None:
@@ -202,19 +227,22 @@ class EngineState:
             max_seqs = self.config.max_num_seqs
         remaining = limit if limit is not None else 1 << 62
         done = 0
+        cap, blocks_for = self._cap, kv.blocks_for
         while True:
             self.admission_blocked_by_kv = False
             while len(waiting) and len(self.running) < max_seqs and budget > 0 and remaining > 0:
                 req = waiting.peek()
-                deficit, n = self.chunk(req, budget)
-                if not kv.can_admit(self.chunk_blocks(req, n)) or (
+                deficit = req.num_tokens - req.num_computed_tokens  # the chunk (:meth:`chunk`)
+                n = min(deficit, budget, cap) if cap else min(deficit, budget)
+                if not kv.can_admit(blocks_for(req.num_computed_tokens + n) - req.num_blocks) or (
                     test is not None and not test(req)
                 ):
                     self.admission_blocked_by_kv = True
                     break
                 waiting.pop()
                 self.start_running(req, now_ns)
-                self.add_chunk(plan, req, n)
+                plan.add_chunk(req, n)
+                kv.allocate(req, req.num_computed_tokens + n)
                 budget -= n
                 if n == deficit:
                     done += 1
@@ -232,8 +260,8 @@ class EngineState:
         self.kv.allocate(req, req.num_computed_tokens + n)
 
     def start_running(self, req: Request, now_ns: int) -> None:
-        for listener in self.listeners:
-            listener.on_started(req)
+        for fn in self._started:
+            fn(req)
         req.state = RequestState.RUNNING
         self.running[req.request_id] = req
         self.prefilling.append(req)
@@ -256,21 +284,21 @@ class EngineState:
         req.state = RequestState.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
-        for listener in self.listeners:
-            listener.on_preempted(req, lost)
+        for fn in self._preempted:
+            fn(req, lost)
         self.waiting.push_front(req)
 
     def finish(self, req: Request, now_ns: int) -> None:
-        for listener in self.listeners:
-            listener.before_finish(req)
+        for fn in self._finishing:
+            fn(req)
         self.kv.free(req)
         del self.running[req.request_id]
         req.state = RequestState.FINISHED
         req.finish_ns = now_ns
         if self.on_finish is not None:
             self.on_finish(req)
-        for listener in self.listeners:
-            listener.on_finished(req, now_ns)
+        for fn in self._finished:
+            fn(req, now_ns)
 
     def abort(self, req: Request, now_ns: int) -> None:
         """Drop a request wherever it is (client disconnect); its KV is freed."""

@@ -124,7 +124,7 @@ class Augmentation(StateListener):
 
     def attach(self, state: EngineState) -> None:
         """Listen to ``state``'s events and decide where its requests stop for calls."""
-        state.listeners.append(self)
+        state.add_listener(self)
         state.stops = self
 
     # ------------------------------------------------------------------ state views
@@ -358,7 +358,7 @@ class Augmentation(StateListener):
         self.intercept.per_iteration(self, now_ns)
         self.waiting.refresh(now_ns)
         budget = max(self.token_budget.budget(self), 1)
-        self.last_budget = budget
+        self.last_budget = self.state.step_budget = budget
         self.budget_sum += budget
         self.budget_n += 1
         return budget
