@@ -133,7 +133,7 @@ class EBPlus(BatchingPolicy):
 
     @property
     def mb_cap_kind(self) -> str:
-        opts = self.opts
+        opts = self.ctl.opts
         return "n_hat" if opts.mb_memory_safe else opts.mb_cap
 
     # ------------------------------------------------------------------ state events
@@ -145,12 +145,12 @@ class EBPlus(BatchingPolicy):
 
     # ------------------------------------------------------------------ selector
     def _ema_step(self, demand: int, n_obs: float) -> float:
-        a = self.opts.n_obs_up if demand > n_obs else self.opts.n_obs_down
+        a = self.ctl.opts.n_obs_up if demand > n_obs else self.ctl.opts.n_obs_down
         return a * demand + (1.0 - a) * n_obs
 
     def _surge(self, demand: int) -> bool:
         return (
-            demand > self.opts.surge_factor * self.n_obs
+            demand > self.ctl.opts.surge_factor * self.n_obs
             and self.cooldown_left == 0
             and self.ctl.stats.initialized
         )
@@ -159,7 +159,7 @@ class EBPlus(BatchingPolicy):
         """The EB⁺ decision (ebplus.md §3.3 ``evaluate_mode_switch``) at demand ``n_obs``
         (default: the EMA N_obs): Δ(N) = LHS − RHS (Proposition 4, §2.6); EB when Δ > δ, MB
         when Δ < −sticky·δ."""
-        ctl, opts = self.ctl, self.opts
+        ctl, opts = self.ctl, self.ctl.opts
         stats, c = ctl.stats, ctl.costs
         if not stats.initialized:
             return
@@ -207,7 +207,7 @@ class EBPlus(BatchingPolicy):
 
     def _switched(self, mode: str) -> None:
         self.mode = mode
-        self.cooldown_left = self.opts.cooldown
+        self.cooldown_left = self.ctl.opts.cooldown
         self.num_switches += 1
         if self.eb.gate is not None:
             self.eb.gate.stale = True
@@ -230,7 +230,7 @@ class EBPlus(BatchingPolicy):
             eb.phase = INITIAL_FILL
             eb.prefilled = 0
             eb.refill_target = 0
-        self._log(now_ns, "to_eb", _NAN, _NAN, _NAN, self.opts.delta)
+        self._log(now_ns, "to_eb", _NAN, _NAN, _NAN, self.ctl.opts.delta)
 
     def _to_mb(self, now_ns: int) -> None:
         """EB's phase state is dropped; MB takes over the same running set."""
@@ -238,14 +238,19 @@ class EBPlus(BatchingPolicy):
         self.eb.phase = INITIAL_FILL
         self.eb.prefilled = 0
         self.eb.refill_target = 0
-        self._log(now_ns, "to_mb", _NAN, _NAN, _NAN, self.opts.delta)
+        self._log(now_ns, "to_mb", _NAN, _NAN, _NAN, self.ctl.opts.delta)
 
     def _on_refit(self, now_ns: int) -> None:
         s = self.ctl.stats
         self.n_mb = theory.mb_safe_n(
-            self.ctl.capacity_tokens, s.mu_l, s.var_l, s.window(), self.opts.eps, self.ctl.max_seqs
+            self.ctl.capacity_tokens,
+            s.mu_l,
+            s.var_l,
+            s.window(),
+            self.ctl.opts.eps,
+            self.ctl.max_seqs,
         )
-        self._log(now_ns, "estimate", _NAN, _NAN, _NAN, self.opts.delta)
+        self._log(now_ns, "estimate", _NAN, _NAN, _NAN, self.ctl.opts.delta)
 
     def mb_cap(self) -> int | None:
         """The MB mode's running-set cap (``mb_cap``; None = N_max). With ``forecast`` the
@@ -302,7 +307,7 @@ class EBPlus(BatchingPolicy):
         self.demand = demand
         self.n_obs = self._ema_step(demand, self.n_obs)
         if self._surge(demand):
-            self.evaluate(now_ns, "surge", demand if self.opts.surge_n == "demand" else None)
+            self.evaluate(now_ns, "surge", demand if self.ctl.opts.surge_n == "demand" else None)
         self.sched_ns = now_ns
         if self.mode == "eb":
             return self.eb.schedule(now_ns)
@@ -317,7 +322,7 @@ class EBPlus(BatchingPolicy):
         # the first i where it would. N_obs moves monotonically towards the (constant) demand,
         # so once N_obs ≥ D/surge_factor it never fires again.
         if self.cooldown_left == 0 and self.ctl.stats.initialized:
-            d, n_obs, f = self.demand, self.n_obs, self.opts.surge_factor
+            d, n_obs, f = self.demand, self.n_obs, self.ctl.opts.surge_factor
             for i in range(1, m):
                 if d <= f * n_obs:
                     break
