@@ -32,7 +32,12 @@ def simulate(
     ] = None,
     tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
     perf_model: Annotated[
-        str | None, Opt(help="auto | roofline | linear | profile:PATH (tidal calibrate).")
+        str | None,
+        Opt(
+            help="auto (paper calibration > measured profile > corrected roofline) | roofline | "
+            "corrected-roofline | measured | linear | profile:PATH (tidal calibrate) | "
+            "measured:PATH (tidal-gpu-profile/1)."
+        ),
     ] = None,
     trace: Annotated[
         str | None, Opt(help="Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).")
@@ -84,9 +89,22 @@ def simulate(
     ] = None,
     batching: Annotated[str | None, Opt(help=f"Batching policy: {describe_batching()}.")] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
-    token_budget: Annotated[int | None, Opt(help="Max tokens per step (B).")] = None,
-    max_seqs: Annotated[int | None, Opt(help="Max running requests (N).")] = None,
-    gpu_memory_utilization: Annotated[float | None, Opt(help="Share of GPU memory used.")] = None,
+    token_budget: Annotated[
+        int | None,
+        Opt(
+            "--token-budget",
+            "--max-num-batched-tokens",
+            help="Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan).",
+        ),
+    ] = None,
+    max_seqs: Annotated[
+        int | None,
+        Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N; vLLM max_num_seqs)."),
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        Opt(help="vLLM gpu_memory_utilization: share of the driver-reported memory planned."),
+    ] = None,
     slo_ttft: Annotated[float | None, Opt(help="TTFT SLO in seconds.")] = None,
     slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
     seed: Annotated[int | None, Opt(help="Run seed.")] = None,

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from tidal.core.strict import StrictModel
 
 REFERENCE: dict[str, Any] = {
     "n_bound": "clt",
@@ -30,7 +32,7 @@ REFERENCE: dict[str, Any] = {
 (``preset: reference``)."""
 
 
-class EBOptions(BaseModel):
+class EBOptions(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     preset: Literal["tidal", "reference"] = "tidal"

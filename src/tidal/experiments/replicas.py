@@ -33,6 +33,7 @@ from tidal.core.errors import ConfigError
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
+from tidal.hardware.calibration import perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
@@ -158,12 +159,13 @@ def run_replicated(
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
-    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics.update(mem.summary())
     metrics["num_steps"] = sum(s.num_steps for s, _, _ in built)
     metrics["busy_fraction"] = float(
         np.mean([inst.busy_ns / max(sim.now_ns, 1) for inst in instances])
     )
     metrics["perf_model"] = built[0][1].name
+    metrics["perf_model_source"] = perf_model_source(built[0][1])
     metrics["replicas"] = replicas
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from tidal.core.kv import KVBlockManager
+from tidal.core.strict import StrictModel
 from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import INFERCEPT_PROFILES, measured_host_link
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from tidal.sim.config import SimulationConfig
 
 
-class AugmentConfig(BaseModel):
+class AugmentConfig(StrictModel):
     """Serving policy for augmented workloads (:mod:`tidal.engine.augment.bundles`)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -189,9 +189,9 @@ class SimInstance:
     def _start_run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
         """Plan a run of up to ``k`` identical pure-decode steps, each starting no later than
         ``horizon_ns`` (the first one starts now). When the perf model is affine in the context
-        the steps are timed inline; otherwise (or for long runs) in vectorised chunks. Every
-        path evaluates the same float expression per step, so durations are bit-identical to
-        :meth:`PerfModel.step_ns`."""
+        (``decode_affine``; piecewise affine: ``decode_segment``) the steps are timed inline;
+        otherwise (or for long runs) in vectorised chunks. Every path evaluates the same float
+        expression per step, so durations are bit-identical to :meth:`PerfModel.step_ns`."""
         n = plan.num_decodes
         ctx0 = plan.decode_ctx
         perf = self.perf
@@ -199,6 +199,11 @@ class SimInstance:
         t = now_ns
         done = 0
         affine = perf.decode_affine(n)
+        segment = None if affine is not None else getattr(perf, "decode_segment", None)
+        end = math.inf
+        if segment is not None:
+            c, a, end = segment(n, ctx0)
+            affine = (c, a)
         if affine is not None:
             c, a = affine
             step = n
@@ -206,6 +211,8 @@ class SimInstance:
             limit = min(k, _SCALAR_STEPS)
             durations: list[int] = []
             while done < limit and (done == 0 or t <= horizon_ns):
+                if ctx >= end:  # next segment of a piecewise-affine model
+                    c, a, end = segment(n, ctx)  # type: ignore[misc]
                 d = math.floor((c + a * ctx) * 1e9 + 0.5)
                 if d < 1:
                     d = 1

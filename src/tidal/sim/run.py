@@ -12,13 +12,13 @@ import numpy as np
 
 import tidal.engine.policies  # noqa: F401
 from tidal.core.errors import ConfigError
-from tidal.core.kv import KVBlockManager
+from tidal.core.kv import KVBlockManager, cdiv
 from tidal.core.metrics import summarize
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
-from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.calibration import build_perf_model, perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
@@ -65,22 +65,52 @@ def check_context(model: ModelSpec, reqs: RequestSet) -> None:
         )
 
 
-def build_instance(
-    cfg: SimulationConfig, max_request_tokens: int
-) -> tuple[Scheduler, PerfModel, MemoryPlan]:
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+def check_num_blocks(num_blocks: int, block_size: int, watermark: float, tokens: int) -> None:
+    """``memory.num_blocks`` must hold the longest request (``⌈tokens / block_size⌉`` blocks)
+    with the admission watermark (``⌊watermark · num_blocks⌋`` blocks) kept free."""
+    need = cdiv(tokens, block_size)
+    least = need
+    while least - int(watermark * least) < need:
+        least += 1
+    if num_blocks < least:
+        raise ConfigError(
+            "memory.num_blocks",
+            f"{num_blocks} blocks of {block_size} tokens cannot hold the longest request "
+            f"({tokens} tokens = {need} blocks, plus the {watermark:g} watermark): at least "
+            f"{least} blocks are needed",
+            f"set memory.num_blocks ≥ {least}, or leave it unset to plan from GPU memory",
+        )
+
+
+def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPlan:
+    """The configured instance's KV plan (vLLM's profile at the scheduler's token budget), or
+    ``memory.num_blocks`` blocks where the config fixes them."""
     mem = cfg.memory
     plan = plan_memory(
-        model,
-        gpu,
+        get_model(cfg.model),
+        get_gpu(cfg.gpu),
         cfg.tp,
         mem.block_size,
         mem.gpu_memory_utilization,
         mem.activation_reserve_gb,
         min_tokens=max_request_tokens,
+        token_budget=cfg.scheduler.token_budget,
+        max_seqs=cfg.scheduler.max_seqs,
+        non_torch_gib_per_gpu=mem.non_torch_gib,
+        cuda_graph_gib=mem.cuda_graph_gib,
     )
     if mem.num_blocks is not None:
-        plan = dataclasses.replace(plan, num_blocks=mem.num_blocks)
+        check_num_blocks(mem.num_blocks, mem.block_size, mem.watermark, max_request_tokens)
+        plan = dataclasses.replace(plan, num_blocks=mem.num_blocks, method="num_blocks")
+    return plan
+
+
+def build_instance(
+    cfg: SimulationConfig, max_request_tokens: int
+) -> tuple[Scheduler, PerfModel, MemoryPlan]:
+    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    mem = cfg.memory
+    plan = memory_plan(cfg, max_request_tokens)
     interference = cfg.interference
     if interference == "auto":
         interference = has_measured_interference(model, gpu, cfg.tp)
@@ -154,10 +184,11 @@ def run_simulation(
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
-    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
+    metrics["perf_model_source"] = perf_model_source(perf)
     if "call_ns" in cols:
         from tidal.core.augmented_metrics import augmented_metrics
 

@@ -26,7 +26,9 @@ import math
 
 import numpy as np
 
+from tidal.core.errors import ConfigError
 from tidal.core.units import NS_PER_S
+from tidal.workload._io import MAX_SPAN_NS
 from tidal.workload.arrivals import arrival_times
 from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
@@ -47,16 +49,21 @@ def _with(rs: RequestSet, idx: np.ndarray | slice, note: str) -> RequestSet:
     )
 
 
+def _offset_ns(seconds: float) -> int:
+    """Seconds → ns, clipped to :data:`MAX_SPAN_NS` (a window edge past every trace time)."""
+    return MAX_SPAN_NS if seconds * NS_PER_S >= MAX_SPAN_NS else round(seconds * NS_PER_S)
+
+
 def time_window(rs: RequestSet, start_s: float, end_s: float | None) -> RequestSet:
     """Requests in ``[t0 + start_s, t0 + end_s)``, times re-based to the window start."""
     if len(rs) == 0 or (start_s == 0 and end_s is None):
         return rs
     t0 = int(rs.arrival_ns[0])
-    lo = t0 + round(start_s * NS_PER_S)
+    lo = t0 + _offset_ns(start_s)
     i = int(np.searchsorted(rs.arrival_ns, lo, side="left"))
     j = len(rs)
     if end_s is not None:
-        j = int(np.searchsorted(rs.arrival_ns, t0 + round(end_s * NS_PER_S), side="left"))
+        j = int(np.searchsorted(rs.arrival_ns, t0 + _offset_ns(end_s), side="left"))
     end = "end" if end_s is None else f"{end_s:g}"
     out = _with(rs, slice(i, j), f"window [{start_s:g}, {end}) s")
     return RequestSet(
@@ -68,7 +75,15 @@ def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
     """Timestamps divided by ``rate_scale`` (rounded to the ns): the rate is multiplied."""
     if rate_scale == 1.0:
         return rs
-    t = np.rint(rs.arrival_ns / rate_scale).astype(np.int64)
+    t = rs.arrival_ns / rate_scale
+    if len(t) and t[-1] - t[0] > MAX_SPAN_NS:
+        raise ConfigError(
+            "workload.rate_scale",
+            f"rate_scale {rate_scale:g} stretches the trace to {(t[-1] - t[0]) / NS_PER_S:.3g} s, "
+            f"beyond the {MAX_SPAN_NS / NS_PER_S:.3g} s a run may span",
+            "raise rate_scale or select a shorter window (end_s, --end-s)",
+        )
+    t = np.rint(t).astype(np.int64)
     return RequestSet(
         t,
         rs.prompt_len,
@@ -128,12 +143,12 @@ def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
         start_s=cfg.start_s,
         end_s=cfg.end_s,
         rate_scale=cfg.rate_scale,
-        max_requests=cfg.max_requests,
+        max_requests=cfg.first_requests,
     )
     end = "end" if cfg.end_s is None else f"{cfg.end_s:g}"
     note = f"window [{cfg.start_s:g}, {end}) s, client rates x{cfg.rate_scale:g}"
-    if cfg.max_requests is not None:
-        note += f", first {cfg.max_requests}"
+    if cfg.first_requests is not None:
+        note += f", first {cfg.first_requests}"
     return RequestSet(rs.arrival_ns, rs.prompt_len, rs.output_len, f"{rs.source}; {note}", rs.extra)
 
 
@@ -189,5 +204,5 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
                 rs = load_mooncake(cfg.trace, spread_ticks=cfg.spread_ticks, rng=rng)
             rs = time_window(rs, cfg.start_s, cfg.end_s)
             rs = scale_rate(rs, cfg.rate_scale)
-    rs = first_n(rs, cfg.max_requests)
+    rs = first_n(rs, cfg.first_requests if cfg.trace is not None else cfg.max_requests)
     return cap_lengths(rs, cfg.max_prompt_len, cfg.max_output_len)

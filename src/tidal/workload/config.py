@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from tidal.core.strict import StrictModel
 
 
-class WorkloadConfig(BaseModel):
+class WorkloadConfig(StrictModel):
     """Either a trace to replay (``trace``) or a synthetic generator (``num_requests`` + ``rate``).
 
     Length distributions (``length_dist``): ``fixed`` (exactly ``prompt_len``/``output_len``),
@@ -41,6 +43,8 @@ class WorkloadConfig(BaseModel):
     rate scaling."""
 
     num_requests: int | None = Field(default=None, ge=1)
+    """Synthetic and generated workloads: the request count; with a trace: keep the first N
+    (as ``max_requests``)."""
     rate: float | None = Field(default=None, gt=0)
     """Synthetic arrival rate in requests/s; ``inf`` sends everything at t = 0."""
     arrival_cv: float = Field(default=1.0, gt=0)
@@ -72,6 +76,12 @@ class WorkloadConfig(BaseModel):
     """Requests sent (and completed) before the measured workload and left out of the metrics
     (``vllm bench serve --num-warmups``); the instance keeps its state, e.g. online estimators."""
 
+    @property
+    def first_requests(self) -> int | None:
+        """How many requests of a trace to keep: ``max_requests``, or ``num_requests`` (which
+        means the same with a trace)."""
+        return self.max_requests if self.max_requests is not None else self.num_requests
+
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
         if self.augmented is not None:
@@ -84,7 +94,21 @@ class WorkloadConfig(BaseModel):
                 raise ValueError(
                     "num_requests: a generated augmented workload needs num_requests and rate"
                 )
-        elif self.trace is None:
+        elif self.trace is not None:
+            if self.rate is not None:
+                raise ValueError(
+                    "rate: a trace brings its own arrival times; multiply its rate with "
+                    "rate_scale (--rate-scale) instead"
+                )
+            if self.num_requests is not None and self.max_requests not in (
+                None,
+                self.num_requests,
+            ):
+                raise ValueError(
+                    "num_requests: with a trace it keeps the first N requests, as max_requests "
+                    f"does; give one of them (got {self.num_requests} and {self.max_requests})"
+                )
+        else:
             if self.num_requests is None:
                 raise ValueError(
                     "num_requests: a synthetic workload needs a request count (or give a trace)"

@@ -25,7 +25,17 @@ import polars as pl
 
 from tidal.core.errors import ConfigError, TraceError
 from tidal.core.units import NS_PER_MS
-from tidal.workload._io import fail_at, int_column, read_bytes, read_csv_strings
+from tidal.workload._io import (
+    LINE,
+    MAX_SPAN_NS,
+    MAX_TOKENS,
+    fail_at,
+    int_column,
+    outlier_beyond_span,
+    read_bytes,
+    read_csv_strings,
+    span_message,
+)
 from tidal.workload.base import RequestSet
 from tidal.workload.paths import resolve_trace
 from tidal.workload.servegen import CHUNK_RE, load_servegen
@@ -39,6 +49,8 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 _MOONCAKE_SCHEMA = {"timestamp": pl.Float64, "input_length": pl.Int64, "output_length": pl.Int64}
 _TAR_RE = re.compile(r"\.(tar|tar\.gz|tgz)$")
 _JSONL_RE = re.compile(r"\.(jsonl|ndjson|json)(\.gz)?$")
+_NS_RANGE_US = (2**63 - 1) // 1000
+"""Largest |µs since the epoch| whose ns value fits int64 (years 1678–2261)."""
 
 
 def sorted_request_set(
@@ -61,24 +73,36 @@ def sorted_request_set(
 # --- Azure -------------------------------------------------------------------------------
 
 
+def _azure_times(df: pl.DataFrame, where: str) -> np.ndarray:
+    """Timestamps as int64 ns since the epoch, each within :data:`MAX_SPAN_NS` of the earliest.
+
+    Parsed in µs first (whose range is wide), because polars wraps ns past year 2262 silently.
+    """
+    text = df[AZURE_TIME].str.strip_chars()
+    us = text.str.to_datetime(AZURE_TIME_FORMAT, time_unit="us", strict=False)
+    fail_at(
+        df,
+        us.is_null().to_numpy(),
+        where,
+        AZURE_TIME,
+        "expected a timestamp 'YYYY-MM-DD HH:MM:SS.fffffff'",
+    )
+    t_us = us.cast(pl.Int64).to_numpy()
+    wide = np.flatnonzero(np.abs(t_us) > _NS_RANGE_US)
+    i = int(wide[0]) if wide.size else outlier_beyond_span(t_us, MAX_SPAN_NS / 1000)
+    if i is not None:
+        off = abs(float(t_us[i]) - float(np.median(t_us))) / 1e6
+        raise TraceError(where, int(df[LINE][i]), AZURE_TIME, span_message(repr(text[i]), off))
+    ts = text.str.to_datetime(AZURE_TIME_FORMAT, time_unit="ns", strict=False)
+    return ts.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
+
+
 def load_azure(path: str | os.PathLike[str]) -> RequestSet:
     """Azure LLM inference trace 2023 (CSV or CSV.gz)."""
     p = resolve_trace(path)
     where = str(p)
     df = read_csv_strings(read_bytes(p), where, [AZURE_TIME, AZURE_PROMPT, AZURE_OUTPUT])
-    ts = (
-        df[AZURE_TIME]
-        .str.strip_chars()
-        .str.to_datetime(AZURE_TIME_FORMAT, time_unit="ns", strict=False)
-    )
-    fail_at(
-        df,
-        ts.is_null().to_numpy(),
-        where,
-        AZURE_TIME,
-        "expected a timestamp 'YYYY-MM-DD HH:MM:SS.fffffff'",
-    )
-    t_ns = ts.cast(pl.Int64).to_numpy().astype(np.int64, copy=False)
+    t_ns = _azure_times(df, where)
     prompt = int_column(df, AZURE_PROMPT, where)
     output = int_column(df, AZURE_OUTPUT, where)
     return sorted_request_set(t_ns, prompt, output, f"azure:{p}")
@@ -88,52 +112,75 @@ def load_azure(path: str | os.PathLike[str]) -> RequestSet:
 
 
 def _check_json_value(value: object, where: str, line: int, key: str) -> None:
-    minimum = 0 if key == "timestamp" else 1
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < minimum
-    ):
-        raise TraceError(where, line, key, f"expected a number ≥ {minimum}, got {value!r}")
-    if key != "timestamp" and value != int(value):
-        raise TraceError(where, line, key, f"expected an integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TraceError(where, line, key, f"expected a number, got {value!r}")
+    if key == "timestamp":
+        if value < 0:
+            raise TraceError(where, line, key, f"expected a time ≥ 0 ms, got {value!r}")
+    elif value != int(value) or not 1 <= value <= MAX_TOKENS:
+        raise TraceError(
+            where, line, key, f"expected an integer in [1, {MAX_TOKENS}], got {value!r}"
+        )
 
 
-def _scan_jsonl(data: bytes, where: str) -> None:
-    """Line-by-line check that raises at the first malformed line (slow path, for errors)."""
+def _scan_jsonl(data: bytes, where: str) -> tuple[pl.DataFrame, list[int]]:
+    """Line-by-line parse that raises at the first malformed line (slow path): the table and
+    the physical line of each record."""
+    rows: dict[str, list[float | int]] = {k: [] for k in MOONCAKE_KEYS}
+    lines = []
     for line, raw in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
         if not raw.strip():
             continue
         try:
             obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TraceError(where, line, None, f"not valid JSON: {exc.msg}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise TraceError(where, line, None, f"not valid JSON: {msg}") from None
         if not isinstance(obj, dict):
             raise TraceError(where, line, None, "expected a JSON object")
         for key in MOONCAKE_KEYS:
             if key not in obj:
                 raise TraceError(where, line, key, "missing key")
             _check_json_value(obj[key], where, line, key)
+            rows[key].append(obj[key] if key == "timestamp" else int(obj[key]))
+        lines.append(line)
+    return pl.DataFrame(rows, schema=_MOONCAKE_SCHEMA), lines
 
 
 def _valid_mooncake(df: pl.DataFrame) -> bool:
     if df.null_count().sum_horizontal().item() != 0:
         return False
     ts = df["timestamp"].to_numpy()
-    lengths_ok = (df["input_length"] >= 1).all() and (df["output_length"] >= 1).all()
-    return bool(np.all(np.isfinite(ts) & (ts >= 0))) and bool(lengths_ok)
+    lengths_ok = all(
+        bool(df[k].is_between(1, MAX_TOKENS).all()) for k in ("input_length", "output_length")
+    )
+    return bool(np.all(np.isfinite(ts) & (ts >= 0))) and lengths_ok
+
+
+def _record_lines(data: bytes) -> list[int]:
+    """Physical line (1-based) of each non-blank line, i.e. of each JSON Lines record."""
+    text = data.decode("utf-8", errors="replace").splitlines()
+    return [i for i, raw in enumerate(text, start=1) if raw.strip()]
 
 
 def _read_mooncake(data: bytes, where: str) -> pl.DataFrame:
-    """Fast path with polars; on any problem a line-by-line scan names the bad line."""
+    """Fast path with polars; on any problem a line-by-line scan names the bad line (or reads
+    what polars would not, e.g. ``5.0`` tokens). Times must span at most :data:`MAX_SPAN_NS`."""
     try:
         df = pl.read_ndjson(io.BytesIO(data), schema=_MOONCAKE_SCHEMA)
     except pl.exceptions.PolarsError:
         df = None
+    lines = None
     if df is None or not _valid_mooncake(df):
-        _scan_jsonl(data, where)
-        raise TraceError(where, None, None, "unreadable JSON Lines")
+        df, lines = _scan_jsonl(data, where)
+    if len(df) == 0:
+        raise TraceError(where, None, None, "the file holds no requests")
+    t_ms = df["timestamp"].to_numpy()
+    i = outlier_beyond_span(t_ms, MAX_SPAN_NS / NS_PER_MS)
+    if i is not None:
+        line = (lines or _record_lines(data))[i]
+        off = abs(float(t_ms[i]) - float(np.median(t_ms))) / 1e3
+        raise TraceError(where, line, "timestamp", span_message(f"{t_ms[i]:g} ms", off))
     return df
 
 
