@@ -33,17 +33,16 @@ class MixedBatching(BatchingPolicy):
         """The running-set cap of each admission (None: N)."""
         self.test = test
         """Makes each step's admission test (None: the KV watermark alone)."""
+        self._plain = cap is None and test is None
 
     def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
-        budget = st.step_budget
         st.waiting.refresh(now_ns)
-        self.sched_ns = now_ns
         plan = StepPlan()
-        budget = st.schedule_running(plan, budget)
+        budget = st.schedule_running(plan, st.step_budget)
         if plan.preempted:
             return plan
-        if self.cap is None and self.test is None:
+        if self._plain:
             st.admit(plan, budget, now_ns)
         else:
             test = self.test() if self.test is not None else None
