@@ -236,8 +236,9 @@ class _Generation:
         self.num_tokens = 0
         self._watch = asyncio.ensure_future(_watch_disconnect(request, self.driver, handle))
 
-    def usage(self) -> dict[str, int]:
-        return proto.usage(self.handle.request.prompt_len, self.num_tokens)
+    def usage(self) -> dict[str, Any]:
+        req = self.handle.request
+        return proto.usage(req.prompt_len, self.num_tokens, max(req.num_cached_tokens, 0))
 
     async def deltas(self) -> AsyncIterator[tuple[str, str | None]]:
         """(text delta, finish reason) pairs; the last one has a finish reason."""

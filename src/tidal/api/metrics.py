@@ -5,7 +5,8 @@ Gauges are read from the engine at scrape time: ``num_requests_running``,
 blocks). Histograms are observed when a request ends: ``time_to_first_token_seconds`` (first
 token − arrival), ``time_per_output_token_seconds`` ((finish − first token)/(outputs − 1)),
 ``e2e_request_latency_seconds``. Counters: prompt and generation tokens, requests by finish
-reason, rejected requests (429), preemptions. One registry per app, so several apps can live in
+reason, rejected requests (429), preemptions, prefix cache queries and hits (tokens, vLLM's
+``prefix_cache_queries`` / ``prefix_cache_hits``). One registry per app, so several apps can live in
 one process (tests).
 """
 
@@ -58,6 +59,16 @@ class _EngineState(Collector):
             "tidal:num_preemptions", "Preemptions by recompute.", s.num_preemptions
         )
         yield CounterMetricFamily("tidal:engine_steps", "Engine steps run.", d.num_steps)
+        yield CounterMetricFamily(
+            "tidal:prefix_cache_queries",
+            "Prefix cache queries, in tokens (vLLM's name).",
+            s.kv.cache_queries,
+        )
+        yield CounterMetricFamily(
+            "tidal:prefix_cache_hits",
+            "Prefix cache hits, in tokens (vLLM's name).",
+            s.kv.cache_hits,
+        )
 
 
 class EngineMetrics:

@@ -18,9 +18,9 @@ vLLM-v1 mechanisms every batching policy shares (``shared/research/ebplus.md`` Â
 * **finish** and **apply**: a finished step advances counters; a request that caught up joins
   the decode pool (or finishes, or stops at a tool call); pool departures finish or stop.
 
-Components observe it through :class:`StateListener` events (started, preempted, finishing,
-finished, reclaim) and one optional :class:`CallStops` (requests that stop for tool calls);
-neither a policy nor a component edits the running set by other paths.
+Components observe it through :class:`StateListener` events (started, prefix hit, preempted,
+finishing, finished, reclaim) and one optional :class:`CallStops` (requests that stop for tool
+calls); neither a policy nor a component edits the running set by other paths.
 
 Invariants (:meth:`check`): every running request is in exactly one of the pool and the
 prefills, holds ``blocks_for(num_computed_tokens)`` blocks, and at most N run.
@@ -58,6 +58,9 @@ class StateListener:
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         """``req`` finished and left the running set (after the driver was told)."""
+
+    def on_prefix_hit(self, req: Request, hit_tokens: int) -> None:
+        """``req`` was admitted with ``hit_tokens`` found in the prefix cache."""
 
     def reclaim(self, num_blocks: int, keep: Request | None = None) -> bool:
         """Free up to ``num_blocks`` KV blocks held outside the running set (never those of
@@ -97,6 +100,7 @@ class EngineState:
         self._finishing: list[Any] = []
         self._finished: list[Any] = []
         self._reclaimers: list[Any] = []
+        self._prefix_hit: list[Any] = []
         self.stops: CallStops | None = None
         self.on_finish: Callable[[Request], None] | None = None
         """Set by the driver: a request finished."""
@@ -134,6 +138,7 @@ class EngineState:
         self._finishing = self._hooks("before_finish")
         self._finished = self._hooks("on_finished")
         self._reclaimers = self._hooks("reclaim")
+        self._prefix_hit = self._hooks("on_prefix_hit")
 
     def _hooks(self, name: str) -> list[Any]:
         default = getattr(StateListener, name)
@@ -232,15 +237,21 @@ class EngineState:
             self.admission_blocked_by_kv = False
             while len(waiting) and len(self.running) < max_seqs and budget > 0 and remaining > 0:
                 req = waiting.peek()
-                deficit = req.num_tokens - req.num_computed_tokens  # the chunk (:meth:`chunk`)
+                # prefix caching: the cached prefix counts as computed; its blocks that others
+                # hold need no free block (hit = shared = 0 without caching)
+                hit, shared = kv.match_prefix(req)
+                deficit = req.num_tokens - req.num_computed_tokens - hit  # (:meth:`chunk`)
                 n = min(deficit, budget, cap) if cap else min(deficit, budget)
-                if not kv.can_admit(blocks_for(req.num_computed_tokens + n) - req.num_blocks) or (
-                    test is not None and not test(req)
-                ):
+                blocks = blocks_for(req.num_computed_tokens + hit + n) - req.num_blocks - shared
+                if not kv.can_admit(blocks) or (test is not None and not test(req)):
                     self.admission_blocked_by_kv = True
                     break
                 waiting.pop()
                 self.start_running(req, now_ns)
+                kv.commit_prefix(req, hit)
+                if hit:
+                    for fn in self._prefix_hit:
+                        fn(req, hit)
                 plan.add_chunk(req, n)
                 kv.allocate(req, req.num_computed_tokens + n)
                 budget -= n

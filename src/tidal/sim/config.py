@@ -36,6 +36,10 @@ class MemoryConfig(_Strict):
     watermark: float = Field(default=0.01, ge=0, lt=1)
     num_blocks: int | None = Field(default=None, ge=1)
     """KV blocks, overriding the memory plan (e.g. to match a real engine's cache)."""
+    prefix_caching: bool = True
+    """Automatic prefix caching, on by default as in vLLM (``--no-prefix-caching``): requests
+    whose workload gives prompt content (Mooncake ``hash_ids``, shared prefixes) reuse cached
+    full blocks (:mod:`tidal.core.prefix_cache`); workloads without content are unaffected."""
 
 
 class SchedulerSettings(_Strict):

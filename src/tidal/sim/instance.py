@@ -62,6 +62,8 @@ class SimInstance:
                 "prefill_tokens",
             )
         }
+        if scheduler.kv.prefix_caching:  # KV timeline: free blocks still holding a prefix
+            self.timeline["kv_cached_free_blocks"] = Int64Buffer(buffer_capacity)
         self._plan: StepPlan | None = None
         self._idle_since = 0
         """When the instance last ran out of work (for the model's idle penalty)."""
@@ -179,6 +181,8 @@ class SimInstance:
         tl["kv_used_blocks"].append(sched.kv.num_blocks - sched.kv.num_free_blocks)
         tl["decodes"].append(plan.num_decodes)
         tl["prefill_tokens"].append(plan.prefill_tokens)
+        if "kv_cached_free_blocks" in tl:
+            tl["kv_cached_free_blocks"].append(sched.kv.num_cached_free_blocks())
         self._next_sample = now_ns + self.timeline_interval_ns
 
     def timeline_columns(self) -> dict[str, np.ndarray]:

@@ -77,7 +77,8 @@ def run_phases(
     for r in sets:
         check_context(model, r)
     max_tokens = int(max((r.prompt_len + r.output_len).max() for r in sets))
-    scheduler, perf, mem = build_instance(cfg, max_tokens)
+    content = any(r.content is not None for r in sets)  # prefix caching has prompts to match
+    scheduler, perf, mem = build_instance(cfg, max_tokens, content)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     now = 0
     events = 0

@@ -14,6 +14,7 @@ import tidal.engine.policies  # noqa: F401
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager, cdiv
 from tidal.core.metrics import summarize
+from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
@@ -31,6 +32,7 @@ from tidal.sim.recorder import RequestRecorder
 from tidal.sim.simulator import Simulation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
+from tidal.workload.content import unique_content
 
 SEED_STREAMS = ("workload", "policy", "cluster", "noise")
 """Named random streams, spawned in this order from the run seed (``SeedSequence.spawn``)."""
@@ -63,6 +65,26 @@ def check_context(model: ModelSpec, reqs: RequestSet) -> None:
             "cap them with max_prompt_len / max_output_len (--max-prompt-len, --max-output-len; "
             "augmented workloads: workload.max_context) or pick a model with a longer context",
         )
+
+
+def make_kv(cfg: SimulationConfig, num_blocks: int, content: bool) -> KVBlockManager:
+    """The instance's KV manager: prefix caching if on and the workload has content to match
+    (otherwise the plain manager, whose results and speed caching cannot change)."""
+    mem = cfg.memory
+    if mem.prefix_caching and content:
+        return PrefixCachingKVManager(num_blocks, mem.block_size, mem.watermark)
+    return KVBlockManager(num_blocks, mem.block_size, mem.watermark)
+
+
+def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
+    """vLLM's prefix-cache counters (tokens), the hit rate, and evicted cached blocks."""
+    return {
+        "prefix_caching": kv.prefix_caching,
+        "prefix_cache_queries": kv.cache_queries,
+        "prefix_cache_hits": kv.cache_hits,
+        "prefix_cache_hit_rate": kv.cache_hits / kv.cache_queries if kv.cache_queries else 0.0,
+        "prefix_cache_evicted_blocks": getattr(kv, "num_evicted_blocks", 0),
+    }
 
 
 def check_num_blocks(num_blocks: int, block_size: int, watermark: float, tokens: int) -> None:
@@ -106,16 +128,15 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
 
 
 def build_instance(
-    cfg: SimulationConfig, max_request_tokens: int
+    cfg: SimulationConfig, max_request_tokens: int, content: bool = False
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
-    mem = cfg.memory
     plan = memory_plan(cfg, max_request_tokens)
     interference = cfg.interference
     if interference == "auto":
         interference = has_measured_interference(model, gpu, cfg.tp)
     perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
-    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
+    kv = make_kv(cfg, plan.num_blocks, content)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
         s.token_budget,
@@ -161,10 +182,12 @@ def run_simulation(
         return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
+    if cfg.workload.augmented and cfg.augment.prefix_caching and reqs.content is None:
+        reqs = dataclasses.replace(reqs, content=unique_content(reqs.prompt_len))
     t_load = time.perf_counter()
     check_context(get_model(cfg.model), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
-    scheduler, perf, mem = build_instance(cfg, max_tokens)
+    scheduler, perf, mem = build_instance(cfg, max_tokens, reqs.content is not None)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     recorder = RequestRecorder(reqs)
     n = len(reqs)
@@ -193,6 +216,8 @@ def run_simulation(
         from tidal.core.augmented_metrics import augmented_metrics
 
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
+    if reqs.content is not None:
+        metrics.update(prefix_cache_metrics(scheduler.kv))
     metrics.update(scheduler.extra_metrics())
     t_end = time.perf_counter()
     run_info = {

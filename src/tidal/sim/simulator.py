@@ -49,8 +49,11 @@ class ArrivalStream:
         else:
             self._times = []
             self._ready = deque([0] * min(concurrency, self.n))
+        self._sessions = _SessionArrivals.of(requests) if concurrency is None else None
 
     def peek(self) -> int:
+        if self._sessions is not None:
+            return self._sessions.peek()
         if self.next_id >= self.n:
             return INF_NS
         if self.concurrency is None:
@@ -58,6 +61,9 @@ class ArrivalStream:
         return self._ready[0] if self._ready else INF_NS
 
     def pop(self) -> tuple[int, int]:
+        if self._sessions is not None:
+            self.next_id += 1
+            return self._sessions.pop()
         t = self.peek()
         if self.concurrency is not None:
             self._ready.popleft()
@@ -65,9 +71,59 @@ class ArrivalStream:
         self.next_id += 1
         return i, t
 
-    def on_finish(self, t_ns: int) -> None:
-        if self.concurrency is not None:
+    def on_finish(self, t_ns: int, request_id: int = -1) -> None:
+        if self._sessions is not None:
+            self._sessions.on_finish(t_ns, request_id)
+        elif self.concurrency is not None:
             self._ready.append(t_ns)
+
+
+class _SessionArrivals:
+    """Open loop with multi-turn sessions: a request whose ``prev_turn`` column is d > 0 is
+    released ``think_ns`` after request ``i − d`` finishes; the others arrive at their times.
+    Ties: released turns before scheduled arrivals of the same time, each in release order."""
+
+    def __init__(self, times: list[int], prev: list[int], think: list[int]) -> None:
+        self._times = times
+        self._think = think
+        self._next: dict[int, int] = {}
+        self._order = [i for i, d in enumerate(prev) if d <= 0 or i - d < 0]
+        for i, d in enumerate(prev):
+            if d > 0 and i - d >= 0:
+                self._next[i - d] = i
+        self._pos = 0
+        self._released: list[tuple[int, int, int]] = []
+        self._seq = 0
+
+    @classmethod
+    def of(cls, requests: RequestSet) -> _SessionArrivals | None:
+        prev = requests.extra.get("prev_turn")
+        if prev is None or not prev.any():
+            return None
+        think = requests.extra.get("think_ns")
+        th = think.tolist() if think is not None else [0] * len(requests)
+        return cls(requests.arrival_ns.tolist(), prev.tolist(), th)
+
+    def peek(self) -> int:
+        t = self._times[self._order[self._pos]] if self._pos < len(self._order) else INF_NS
+        if self._released and self._released[0][0] <= t:
+            return self._released[0][0]
+        return t
+
+    def pop(self) -> tuple[int, int]:
+        t = self.peek()
+        if self._released and self._released[0][0] == t:
+            _, _, rid = heapq.heappop(self._released)
+            return rid, t
+        rid = self._order[self._pos]
+        self._pos += 1
+        return rid, t
+
+    def on_finish(self, t_ns: int, request_id: int) -> None:
+        nxt = self._next.pop(request_id, None)
+        if nxt is not None:
+            self._seq += 1
+            heapq.heappush(self._released, (t_ns + self._think[nxt], self._seq, nxt))
 
 
 class Simulation:
@@ -95,6 +151,7 @@ class Simulation:
         self._prompt = requests.prompt_len.tolist()
         self._output = requests.output_len.tolist()
         self._payloads = requests.payloads
+        self._content = requests.content
         self.make_request = make_request or self._default_request
         self.on_request_finish: Callable[[Request], None] | None = None
         """Called after a request finishes (the cluster's in-flight accounting)."""
@@ -105,7 +162,10 @@ class Simulation:
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
         payload = self._payloads[rid] if self._payloads is not None else None
-        return Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+        req = Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+        if self._content is not None:
+            req.content = self._content.block_content(rid, rid)
+        return req
 
     def _pauser(self, idx: int) -> Callable[[Request, int], None]:
         """Tool calls are timers (DESIGN.md §1): a paused request resumes at its return time,
@@ -128,7 +188,7 @@ class Simulation:
 
     def _on_finish(self, req: Request) -> None:
         self.recorder.on_finish(req)
-        self.arrivals.on_finish(req.finish_ns)
+        self.arrivals.on_finish(req.finish_ns, req.request_id)
         if self.on_request_finish is not None:
             self.on_request_finish(req)
 

@@ -31,6 +31,28 @@ class WorkloadConfig(StrictModel):
     spread_ticks: bool = False
     """Mooncake only: move each request uniformly within its timestamp tick (3 s in the
     conversation trace) instead of replaying the quantised times."""
+    hash_block_tokens: int = Field(default=512, ge=1)
+    """Mooncake only: tokens per ``hash_ids`` entry (512 in the FAST'25 traces); the ids are
+    the prompts' content for prefix caching."""
+    shared_prefix_groups: int = Field(default=0, ge=0)
+    """Synthetic: G system prompts; request i starts with prompt ``i mod G`` (0: none)."""
+    shared_prefix_len: int = Field(default=0, ge=0)
+    """Synthetic: tokens of each shared system prompt (the prompt length adds to it)."""
+    n: int = Field(default=1, ge=1)
+    """Synthetic: parallel sampling, each prompt answered ``n`` times (vLLM's
+    ``SamplingParams.n``). As vLLM v1 does, the n branches are n requests of one prompt that
+    arrive together and share it through the prefix cache; ``num_requests`` counts prompts."""
+    branch_policy: Literal["all"] = "all"
+    """Parallel sampling: ``all`` runs every branch to completion (majority voting)."""
+    turns: int = Field(default=1, ge=1)
+    """Synthetic: turns per multi-turn session (1: independent requests); each turn's prompt
+    is the previous prompt + its answer + new user tokens (:mod:`tidal.workload.sessions`)."""
+    think_time_s: float = Field(default=0.0, ge=0)
+    """Multi-turn sessions: mean (exponential) time between an answer and the next turn."""
+    handoff: Literal["kv", "text"] = "kv"
+    """Sessions as agent chains (``think_time_s: 0``): each agent gets the previous context
+    as KV (``kv``: the context is a cached prefix, as Agent Primitives' latent handoff) or
+    re-sent as text after its own instruction (``text``: same tokens, nothing reused)."""
     max_requests: int | None = Field(default=None, ge=1)
     """Keep only the first N requests of the trace (after the time window)."""
     rate_scale: float = Field(default=1.0, gt=0)
@@ -117,6 +139,13 @@ class WorkloadConfig(StrictModel):
                 raise ValueError(
                     "rate: a synthetic workload needs a rate in req/s (or inf, or a concurrency)"
                 )
+        if self.n > 1 and self.turns > 1:
+            raise ValueError("n: parallel sampling of multi-turn sessions is not supported")
+        if (self.shared_prefix_groups > 0) != (self.shared_prefix_len > 0):
+            raise ValueError(
+                "shared_prefix_groups: give both shared_prefix_groups and shared_prefix_len "
+                "(--shared-prefix-groups G --shared-prefix-len L), or neither"
+            )
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError("end_s: the time window ends before it starts")
         if self.rate is not None and math.isnan(self.rate):

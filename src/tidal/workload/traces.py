@@ -3,8 +3,10 @@
 - Azure LLM 2023 CSV(.gz): ``TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS.fffffff``, parsed exactly to
   the ns), ``ContextTokens`` → prompt, ``GeneratedTokens`` → output. Rows are sorted stably by
   time, so equal or out-of-order timestamps keep their file order among themselves.
-- Mooncake JSONL(.gz): ``timestamp`` (ms), ``input_length``, ``output_length``; other keys
-  (``hash_ids``) are ignored. ``spread_ticks`` moves each request uniformly within its tick.
+- Mooncake JSONL(.gz): ``timestamp`` (ms), ``input_length``, ``output_length``; ``hash_ids``
+  (ids of the prompt's ``hash_block_tokens``-token prefix blocks, 512 in the FAST'25 traces)
+  become the prompt content of prefix caching. ``spread_ticks`` moves each request uniformly
+  within its tick.
 - ServeGen (``*_trace_csv.tar.gz``, a directory or a single ``chunk-N-trace.csv``): sampled,
   see :mod:`tidal.workload.servegen`.
 
@@ -37,6 +39,7 @@ from tidal.workload._io import (
     span_message,
 )
 from tidal.workload.base import RequestSet
+from tidal.workload.content import PrefixContent
 from tidal.workload.paths import resolve_trace
 from tidal.workload.servegen import CHUNK_RE, load_servegen
 
@@ -60,6 +63,7 @@ def sorted_request_set(
     source: str,
     extra: dict[str, np.ndarray] | None = None,
     origin_ns: int | None = None,
+    content: PrefixContent | None = None,
 ) -> RequestSet:
     """Stable sort by time and subtract ``origin_ns`` (default: the earliest arrival)."""
     order = np.argsort(t_ns, kind="stable")
@@ -67,7 +71,15 @@ def sorted_request_set(
     if len(t):
         t = t - (t[0] if origin_ns is None else origin_ns)
     cols = {k: v[order] for k, v in (extra or {}).items()}
-    return RequestSet(t.astype(np.int64, copy=False), prompt[order], output[order], source, cols)
+    sorted_content = None if content is None else content.take(order)
+    return RequestSet(
+        t.astype(np.int64, copy=False),
+        prompt[order],
+        output[order],
+        source,
+        cols,
+        content=sorted_content,
+    )
 
 
 # --- Azure -------------------------------------------------------------------------------
@@ -148,7 +160,7 @@ def _scan_jsonl(data: bytes, where: str) -> tuple[pl.DataFrame, list[int]]:
 
 
 def _valid_mooncake(df: pl.DataFrame) -> bool:
-    if df.null_count().sum_horizontal().item() != 0:
+    if df.select(MOONCAKE_KEYS).null_count().sum_horizontal().item() != 0:
         return False
     ts = df["timestamp"].to_numpy()
     lengths_ok = all(
@@ -163,11 +175,15 @@ def _record_lines(data: bytes) -> list[int]:
     return [i for i, raw in enumerate(text, start=1) if raw.strip()]
 
 
-def _read_mooncake(data: bytes, where: str) -> pl.DataFrame:
+def _read_mooncake(data: bytes, where: str, hash_ids: bool = False) -> pl.DataFrame:
     """Fast path with polars; on any problem a line-by-line scan names the bad line (or reads
-    what polars would not, e.g. ``5.0`` tokens). Times must span at most :data:`MAX_SPAN_NS`."""
+    what polars would not, e.g. ``5.0`` tokens; it keeps no ``hash_ids``). Times must span at
+    most :data:`MAX_SPAN_NS`."""
+    schema: dict[str, pl.DataType | type[pl.DataType]] = dict(_MOONCAKE_SCHEMA)
+    if hash_ids:
+        schema["hash_ids"] = pl.List(pl.Int64)
     try:
-        df = pl.read_ndjson(io.BytesIO(data), schema=_MOONCAKE_SCHEMA)
+        df = pl.read_ndjson(io.BytesIO(data), schema=schema)
     except pl.exceptions.PolarsError:
         df = None
     lines = None
@@ -190,12 +206,42 @@ def tick_ms_of(t_ms: np.ndarray) -> float:
     return float(np.median(np.diff(distinct))) if len(distinct) > 1 else 0.0
 
 
+def mooncake_content(df: pl.DataFrame, where: str, block_tokens: int) -> PrefixContent | None:
+    """``hash_ids`` as segments: each id covers ``block_tokens`` tokens, the last one the rest
+    of the prompt; the trace guarantees ``len(hash_ids) == ceil(input_length / 512)``. A file
+    read by the slow path (no ``hash_ids`` column) or without any ids has no content (None);
+    a request without ids shares nothing."""
+    if "hash_ids" not in df.columns or df["hash_ids"].null_count() == len(df):
+        return None
+    given = df["hash_ids"].is_not_null().to_numpy()
+    ids_col = df["hash_ids"].fill_null([])
+    count = ids_col.list.len().to_numpy().astype(np.int64)
+    prompt = df["input_length"].to_numpy().astype(np.int64)
+    bad = np.flatnonzero(given & (count != -(-prompt // block_tokens)))
+    if len(bad):
+        i = int(bad[0])
+        raise TraceError(
+            where,
+            i + 1,
+            "hash_ids",
+            f"{count[i]} ids for {prompt[i]} prompt tokens, expected ceil(input_length / "
+            f"{block_tokens}) = {-(-prompt[i] // block_tokens)}; set workload.hash_block_tokens "
+            "(--hash-block-tokens) to the trace's block size",
+        )
+    ids = ids_col.explode().drop_nulls().to_numpy().astype(np.int64)
+    lens = np.full(len(ids), block_tokens, dtype=np.int64)
+    last = np.cumsum(count) - 1
+    lens[last[count > 0]] = (prompt - block_tokens * (count - 1))[count > 0]
+    return PrefixContent.from_segments(ids, lens, count)
+
+
 def load_mooncake(
     path: str | os.PathLike[str],
     *,
     spread_ticks: bool = False,
     rng: np.random.Generator | None = None,
     tick_ms: float | None = None,
+    hash_block_tokens: int | None = None,
 ) -> RequestSet:
     """Mooncake FAST'25 JSON Lines trace.
 
@@ -203,10 +249,14 @@ def load_mooncake(
     from t to ``t + U·tick`` (U uniform on [0, 1), drawn in file order) and the set is re-sorted,
     still relative to the earliest *tick* (so the first request need not be at 0); ``tick``
     defaults to :func:`tick_ms_of` (3000 ms for the conversation trace). Needs ``rng``.
+    With ``hash_block_tokens`` the ``hash_ids`` are kept as the requests' prompt content.
     """
     p = resolve_trace(path)
     where = str(p)
-    df = _read_mooncake(read_bytes(p), where)
+    df = _read_mooncake(read_bytes(p), where, hash_block_tokens is not None)
+    content = None
+    if hash_block_tokens is not None:
+        content = mooncake_content(df, where, hash_block_tokens)
     t_ms = df["timestamp"].to_numpy().astype(np.float64)
     if len(t_ms):
         t_ms = t_ms - t_ms.min()
@@ -220,7 +270,7 @@ def load_mooncake(
     t_ns = np.rint(t_ms * NS_PER_MS).astype(np.int64)
     prompt = df["input_length"].to_numpy().astype(np.int64)
     output = df["output_length"].to_numpy().astype(np.int64)
-    return sorted_request_set(t_ns, prompt, output, source, origin_ns=0)
+    return sorted_request_set(t_ns, prompt, output, source, origin_ns=0, content=content)
 
 
 # --- format detection and dispatch -------------------------------------------------------
@@ -265,6 +315,7 @@ def load_trace(
     *,
     rng: np.random.Generator | None = None,
     spread_ticks: bool = False,
+    hash_block_tokens: int | None = None,
 ) -> RequestSet:
     """Load any supported trace. ServeGen is sampled in full (see :func:`load_servegen` for the
     window, rate and size arguments) and needs ``rng``."""
@@ -272,7 +323,9 @@ def load_trace(
     if kind == "azure":
         return load_azure(path)
     if kind == "mooncake":
-        return load_mooncake(path, spread_ticks=spread_ticks, rng=rng)
+        return load_mooncake(
+            path, spread_ticks=spread_ticks, rng=rng, hash_block_tokens=hash_block_tokens
+        )
     if kind == "servegen":
         if rng is None:
             raise ValueError("sampling a ServeGen trace needs a random generator")

@@ -116,6 +116,8 @@ class Augmentation(StateListener):
         self.num_intercepts = 0
         self.resolved = [0, 0, 0]
         self.recompute_tokens = 0
+        self.recompute_hit_tokens = 0
+        """Tokens a discarded or preempted context did not recompute: prefix-cache hits."""
         self.swap_out_blocks = 0
         self.swap_in_blocks = 0
         self.num_reclaims = 0
@@ -308,6 +310,13 @@ class Augmentation(StateListener):
     def on_started(self, req: Request) -> None:
         self._idle_blocks -= req.num_blocks
 
+    def on_prefix_hit(self, req: Request, hit_tokens: int) -> None:
+        """A re-admitted context re-hit its own cached blocks: they are not recomputed."""
+        run = self.runs[req.request_id]
+        spared = min(hit_tokens, run.recompute_left)
+        run.recompute_left -= spared
+        self.recompute_hit_tokens += spared
+
     def on_preempted(self, req: Request, lost_tokens: int) -> None:
         """The lost context is recompute work; the request re-enters the queue with its
         value."""
@@ -427,6 +436,7 @@ class Augmentation(StateListener):
             "intercepts_discarded": self.resolved[1],
             "intercepts_swapped": self.resolved[2],
             "recompute_tokens": self.recompute_tokens,
+            "recompute_hit_tokens": self.recompute_hit_tokens,
             "recompute_time_share": self.recompute_ns / max(self.forward_ns, 1),
             "swap_out_tokens": self.swap_out_blocks * self.kv.block_size,
             "swap_in_tokens": self.swap_in_blocks * self.kv.block_size,
