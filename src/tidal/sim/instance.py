@@ -71,6 +71,8 @@ class SimInstance:
         self._sensitive = False
         self._start_ns = 0
         self._end_ns = 0
+        self._last_step_ns = 0
+        """Duration of the last step of the current run."""
         self.busy_ns = 0
         self.num_events = 0
         self.itl = LogHistogram()
@@ -159,6 +161,8 @@ class SimInstance:
         plan = self._plan
         if not self.busy or n_steps <= 1 or not self._sensitive or plan is None:
             return None
+        if now_ns >= self._end_ns - self._last_step_ns:
+            return None  # the last step has started: the run already ends at the cut
         n = plan.num_decodes
         d = self.perf.decode_run_ns(n, plan.decode_ctx, n_steps)
         ends = self._start_ns + np.cumsum(d)
@@ -170,6 +174,7 @@ class SimInstance:
         self._num_steps = keep
         plan.num_steps = keep
         self._end_ns = int(ends[j])
+        self._last_step_ns = int(d[j])
         return self._end_ns
 
     def _sample(self, now_ns: int, plan: StepPlan) -> None:
@@ -202,6 +207,7 @@ class SimInstance:
         itl = self.itl
         t = now_ns
         done = 0
+        last = 0
         affine = perf.decode_affine(n)
         segment = None if affine is not None else getattr(perf, "decode_segment", None)
         end = math.inf
@@ -221,6 +227,7 @@ class SimInstance:
                 if d < 1:
                     d = 1
                 durations.append(d)
+                last = d
                 t += d
                 ctx += step
                 done += 1
@@ -235,10 +242,12 @@ class SimInstance:
             if ends[-1] > horizon_ns:
                 take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
             itl.add_many(run[:take], n)
+            last = int(run[take - 1])
             t = int(ends[take - 1])
             done += take
             chunk *= 4
         self._num_steps = done
         plan.num_steps = done
         self._end_ns = t
+        self._last_step_ns = last
         return t

@@ -13,7 +13,10 @@ So at equal times: step ends, then resumes, then arrivals, then control ticks, e
 insertion order (``seq`` is a per-run counter; no event object has ``__lt__``). A step that starts
 at the instant of an arrival does not see it. Instances fast-forward only up to the next
 external event (:meth:`Simulation.next_external_ns`), so the result equals step-by-step
-simulation exactly.
+simulation exactly. A cluster narrows that horizon per instance (:attr:`Simulation.horizon`):
+the next arrival of the instance's own model and the instance's own tool-call returns; work
+that reaches an instance by any other path goes through :meth:`Simulation.deliver`, which cuts
+a run where stepping would first see it.
 """
 
 from __future__ import annotations
@@ -35,19 +38,23 @@ ARRIVAL = 2
 CONTROL = 3
 
 
+_CHUNK = 65_536
+
+
 class ArrivalStream:
-    """Yields request ids and their arrival times. Open loop: the workload's times. Closed loop
+    """Yields request ids and their arrival times. Open loop: the workload's times (read from
+    the array in chunks of Python ints, so memory does not grow with the trace). Closed loop
     (``concurrency`` c): c requests at t = 0, then one more at each completion."""
 
     def __init__(self, requests: RequestSet, concurrency: int | None = None) -> None:
         self.n = len(requests)
         self.next_id = 0
         self.concurrency = concurrency
-        if concurrency is None:
-            self._times: list[int] = requests.arrival_ns.tolist()
-            self._ready: deque[int] = deque()
-        else:
-            self._times = []
+        self._arrival = requests.arrival_ns
+        self._chunk: list[int] = []
+        self._base = 0
+        self._ready: deque[int] = deque()
+        if concurrency is not None:
             self._ready = deque([0] * min(concurrency, self.n))
         self._sessions = _SessionArrivals.of(requests) if concurrency is None else None
 
@@ -57,7 +64,12 @@ class ArrivalStream:
         if self.next_id >= self.n:
             return INF_NS
         if self.concurrency is None:
-            return self._times[self.next_id]
+            i = self.next_id - self._base
+            if i >= len(self._chunk):
+                self._base = self.next_id
+                self._chunk = self._arrival[self.next_id : self.next_id + _CHUNK].tolist()
+                i = 0
+            return self._chunk[i]
         return self._ready[0] if self._ready else INF_NS
 
     def pop(self) -> tuple[int, int]:
@@ -148,8 +160,8 @@ class Simulation:
         self._steps: list[tuple[int, int, int]] = []  # (end, seq, instance)
         self._timers: list[tuple[int, int, int, Callable[[int], None]]] = []
         self._seq = 0
-        self._prompt = requests.prompt_len.tolist()
-        self._output = requests.output_len.tolist()
+        self._prompt = requests.prompt_len
+        self._output = requests.output_len
         self._payloads = requests.payloads
         self._content = requests.content
         self.make_request = make_request or self._default_request
@@ -157,12 +169,17 @@ class Simulation:
         """Called after a request finishes (the cluster's in-flight accounting)."""
         self._cur_seq: list[int] = []
         self._stale: set[int] = set()
+        self._resumes: list[list[int]] = []
+        """Per instance, a heap of the return times of its paused requests."""
+        self.horizon: Callable[[int], Callable[[], int]] | None = None
+        """Per-instance fast-forward horizon (a cluster's): given an instance index, the
+        callable its runs stop at; None: :meth:`next_external_ns` for every instance."""
         for inst in instances:
             self._register(inst)
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
         payload = self._payloads[rid] if self._payloads is not None else None
-        req = Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+        req = Request(rid, t_ns, int(self._prompt[rid]), int(self._output[rid]), payload=payload)
         if self._content is not None:
             req.content = self._content.block_content(rid, rid)
         return req
@@ -172,7 +189,10 @@ class Simulation:
         then its instance is woken if idle."""
 
         def on_pause(req: Request, resume_ns: int) -> None:
+            heapq.heappush(self._resumes[idx], resume_ns)
+
             def fire(t: int) -> None:
+                heapq.heappop(self._resumes[idx])
                 self.instances[idx].scheduler.resume(req, t)
                 self.wake(idx, t)
 
@@ -182,8 +202,10 @@ class Simulation:
 
     def _register(self, inst: SimInstance) -> None:
         inst.scheduler.on_finish = self._on_finish
-        inst.scheduler.on_pause = self._pauser(len(self._cur_seq))
-        inst.next_event_ns = self.next_external_ns
+        idx = len(self._cur_seq)
+        inst.scheduler.on_pause = self._pauser(idx)
+        self._resumes.append([])
+        inst.next_event_ns = self.next_external_ns if self.horizon is None else self.horizon(idx)
         self._cur_seq.append(-1)
 
     def _on_finish(self, req: Request) -> None:
@@ -244,6 +266,11 @@ class Simulation:
         if self._timers and self._timers[0][0] < t:
             return self._timers[0][0]
         return t
+
+    def next_resume_ns(self, idx: int) -> int:
+        """The earliest return of a paused request of instance ``idx`` (INF_NS: none)."""
+        r = self._resumes[idx]
+        return r[0] if r else INF_NS
 
     def _push_step(self, end: int, idx: int) -> None:
         self._seq += 1
