@@ -18,6 +18,7 @@ from tidal.cli import (
     metrics_table,
     vllm_names,
 )
+from tidal.engine.policy import describe_batching
 
 
 @app.command()
@@ -119,9 +120,7 @@ def simulate(
         int | None,
         Opt("--warmup", "--num-warmups", help="Warm-up requests sent first and not measured."),
     ] = None,
-    batching: Annotated[
-        str | None, Opt(help="Batching policy: mb (mixed), eb (exclusive), ebplus (EB⁺).")
-    ] = None,
+    batching: Annotated[str | None, Opt(help=f"Batching policy: {describe_batching()}.")] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
     token_budget: Annotated[
         int | None,
