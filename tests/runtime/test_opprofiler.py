@@ -129,7 +129,8 @@ def test_device_names_map_to_the_catalog(name, gpu):
 def test_the_profile_drives_the_measured_perf_model(tmp_path):
     """Written as h100 data (shapes timed on this CPU), the file is a ``measured:PATH`` perf
     model: its layer time at a grid point is L·Σ ops + emb, a pure decode step at a grid cell
-    adds L·(the decode cell), and a simulation names the profile as its source."""
+    adds L·(the decode cell) — both through their monotone envelopes, as CPU timings are
+    noisy — and a simulation names the profile as its source."""
     from tidal.hardware.calibration import build_perf_model
     from tidal.hardware.gpus import get_gpu
 
@@ -138,9 +139,16 @@ def test_the_profile_drives_the_measured_perf_model(tmp_path):
     lin, attn = load_profile(path).linear[0], load_profile(path).attention[0]
     perf = build_perf_model(f"measured:{path}", TINY, get_gpu("h100"), 1)
     assert perf.source == "measured:tidal profile-gpu/h100/tiny-llama/tp1"
+    from tidal.hardware.interp import isotonic
+
     L, i = TINY.num_layers, lin.tokens.index(4)
-    layer = sum(col[i] for col in lin.layer_us.values())
-    expect_tok = (L * layer + lin.step_us["emb"][i]) * 1e-6
+    tot = [L * sum(col[j] for col in lin.layer_us.values()) + lin.step_us["emb"][j]
+           for j in range(len(lin.tokens))]  # fmt: skip
+    # the model reads the token curve's monotone envelope: the data where they rise, noisy
+    # CPU dips pooled with their neighbours
+    env = isotonic(tot)
+    assert env[i] == pytest.approx(tot[i]) or min(tot) <= env[i] <= max(tot)
+    expect_tok = env[i] * 1e-6
     assert perf.kernel_seconds(4, 4 * 16, 0, attention=False) == pytest.approx(expect_tok)
     assert attn.decode is not None
     cell = attn.decode.us[attn.decode.rows.index(4)][attn.decode.cols.index(16)]
