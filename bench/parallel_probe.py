@@ -4,7 +4,7 @@ The paper's setting (SC@64 on AIME/HMMT, Qwen3, 32k-token budget): 30 questions 
 branch lengths lognormal (median 14k, σ 0.6) capped at 32,768 tokens; probes every 500 tokens,
 T = 40, patience 7, warm-up 15. Part 1: token counts from the controller (5 seeds × agreement
 0.5/0.7/0.9 of the answer model); part 2: the same workload through the simulator (Llama-3.1-8B
-on one H100, prefix caching on), all vs parallel-probe, decode tokens and makespan.
+on one H100, prefix caching on, one question every 2000 s on average), all vs parallel-probe.
 
     python bench/parallel_probe.py
 """
@@ -24,7 +24,7 @@ from tidal.workload.parallel_probe import ParallelProbeOptions, probe_groups, to
 QUESTIONS, WIDTH, BUDGET = 30, 64, 32_768
 WORKLOAD = {
     "num_requests": QUESTIONS,
-    "rate": 0.05,
+    "rate": 0.0005,
     "prompt_len": 200,
     "output_len": 14_000,
     "length_dist": "lognormal",
