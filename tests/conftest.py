@@ -10,7 +10,7 @@ from hypothesis import settings
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
-from tidal.engine.mb import MixedBatchingScheduler
+from tidal.engine.build import build_scheduler
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.perf import LinearPerfModel
 from tidal.sim.instance import SimInstance
@@ -29,10 +29,10 @@ def make_scheduler(
     token_budget: int = 512,
     max_seqs: int = 64,
     watermark: float = 0.0,
-    cls: type[Scheduler] = MixedBatchingScheduler,
+    batching: str = "mb",
 ) -> Scheduler:
     kv = KVBlockManager(num_blocks, block_size, watermark)
-    return cls(SchedulerConfig(token_budget, max_seqs), kv)
+    return build_scheduler(SchedulerConfig(token_budget, max_seqs), kv, batching)
 
 
 def make_request(rid: int, prompt: int, output: int, arrival_ns: int = 0) -> Request:

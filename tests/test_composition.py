@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import needs_traces
 from tidal.core.errors import TidalError
+from tidal.engine.augment.component import Augmentation
 from tidal.engine.augment.ordering import ValueQueue
-from tidal.engine.augment.scheduler import AugmentedMixin
-from tidal.engine.ebplus import EBPlusScheduler
+from tidal.engine.ebplus import EBPlus
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 
@@ -48,10 +48,10 @@ def test_warmserve_ebplus_augserve_in_one_cluster():
     assert res.extras["controller"].memory.is_empty()
     scheds = _schedulers(res)
     for s in scheds:
-        assert isinstance(s, AugmentedMixin)
-        assert isinstance(s, EBPlusScheduler)
+        assert isinstance(s.augmentation, Augmentation)
+        assert isinstance(s.policy, EBPlus)
         assert isinstance(s.waiting, ValueQueue)  # AugServe's value order
-        assert s.token_budget.dynamic  # and its dynamic budget
+        assert s.augmentation.token_budget.dynamic  # and its dynamic budget
         assert s.kv.num_free_blocks == s.kv.num_blocks
         assert s.kv.num_free_host_blocks == s.kv.num_host_blocks
     # every call of every request was intercepted, and each request decoded its tokens

@@ -10,9 +10,10 @@ from tidal.core.augmented import AugmentedSpec, ToolCall
 from tidal.core.kv import KVBlockManager
 from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
-from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
+from tidal.engine.augment.env import AugmentEnv
 from tidal.engine.augment.waste import IterationProfile
-from tidal.engine.scheduler import SchedulerConfig
+from tidal.engine.eb_options import EBOptions
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import step_costs
 from tidal.hardware.models import get_model
@@ -42,26 +43,6 @@ def workload(arrivals_s, prompts, specs) -> RequestSet:
     return request_set_of(t, list(prompts), list(specs), "test")
 
 
-class CheckedScheduler(AugmentedScheduler):
-    """Asserts the scheduler's invariants after every applied step (resumes may land while
-    a step is in flight, when the running set's counters are mid-step)."""
-
-    def update(self, plan, end_ns, num_steps=1):
-        super().update(plan, end_ns, num_steps)
-        self.check()
-
-
-def _checked(cls: type) -> type:
-    if cls is AugmentedScheduler:
-        return CheckedScheduler
-
-    def update(self, plan, end_ns, num_steps=1):
-        cls.update(self, plan, end_ns, num_steps)
-        self.check()
-
-    return type(f"Checked{cls.__name__}", (cls,), {"update": update})
-
-
 def make(
     policy: str = "infercept",
     *,
@@ -76,9 +57,10 @@ def make(
     swap_ns_per_token: float = 1000.0,
     batching: str = "mb",
     deployment: tuple[str, str, int] = ("gpt-j-6b", "a100-80gb", 1),
+    eb: EBOptions | None = None,
     prefix_caching: bool = False,
     **kw,
-) -> AugmentedScheduler:
+) -> Scheduler:
     """``batching`` other than mb needs EB's step costs: those of ``perf`` (default
     unit_perf) for the ``deployment`` (model, GPU, TP)."""
     kv_cls = PrefixCachingKVManager if prefix_caching else KVBlockManager
@@ -86,14 +68,26 @@ def make(
     m, g, tp = deployment
     costs = step_costs(get_model(m), get_gpu(g), tp, perf or unit_perf())
     s = build_augmented_scheduler(
-        SchedulerConfig(max(token_budget, max_seqs), max_seqs, costs=costs),
+        SchedulerConfig(max(token_budget, max_seqs), max_seqs, costs=costs, eb=eb or EBOptions()),
         kv,
         env(perf, swap_ns_per_token),
         AugmentSpec(serving_policy=policy, batching=batching, **kw),
     )
     if checked:
-        s.__class__ = _checked(type(s))
+        _check_after_each_step(s)
     return s
+
+
+def _check_after_each_step(s: Scheduler) -> None:
+    """Assert the scheduler's invariants after every applied step (resumes may land while a
+    step is in flight, when the running set's counters are mid-step)."""
+    update = s.update
+
+    def checked(plan, end_ns, num_steps=1):
+        update(plan, end_ns, num_steps)
+        s.check()
+
+    s.update = checked  # type: ignore[method-assign]
 
 
 def run(rs: RequestSet, sched, perf=None, fast_forward: bool = True):

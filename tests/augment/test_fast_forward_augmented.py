@@ -96,7 +96,7 @@ def test_fast_forward_is_exact_for_augmented_requests(
         "recompute_ns",
         "forward_ns",
     ):
-        assert getattr(s1, attr) == getattr(s2, attr), attr
+        assert getattr(s1.augmentation, attr) == getattr(s2.augmentation, attr), attr
     assert s2.kv.num_free_blocks == s2.kv.num_blocks
 
 

@@ -53,7 +53,7 @@ def test_preserve_waste_is_the_idle_context_times_the_call():
     s = make("vllm", intercept="preserve")
     run(workload([0.0], [PROMPT], [ONE]), s)
     # 102 computed tokens = 7 blocks held for the 10 ms call, 16 000 bytes per block
-    assert s.idle_block_ns == 7 * 10 * MS
+    assert s.augmentation.idle_block_ns == 7 * 10 * MS
     assert s.extra_metrics()["waste_preserve_gb_s"] == pytest.approx(7 * 16 * 1000 * 0.010 / 1e9)
 
 
@@ -103,10 +103,10 @@ def test_tokens_blocks_and_swap_space_are_conserved(
     np.testing.assert_array_equal(rec.output_tokens, rs.output_len)
     assert s.kv.num_free_blocks == s.kv.num_blocks
     assert s.kv.num_free_host_blocks == s.kv.num_host_blocks
-    assert not s.runs
-    assert not s.paused
-    assert not s.swap_in_q
-    assert not s.swap_out_q
+    assert not s.augmentation.runs
+    assert not s.augmentation.paused
+    assert not s.augmentation.swap_in_q
+    assert not s.augmentation.swap_out_q
     m = s.extra_metrics()
     assert m["num_intercepts"] == int(rs.extra["num_calls"].sum())
     assert (
@@ -154,5 +154,5 @@ def test_abort_frees_a_request_in_a_call_and_ignores_its_return():
     assert victim[0].state.name == "ABORTED"
     assert s.kv.num_free_blocks == s.kv.num_blocks
     assert s.kv.num_free_host_blocks == s.kv.num_host_blocks
-    assert not s.paused
-    assert not s.runs
+    assert not s.augmentation.paused
+    assert not s.augmentation.runs

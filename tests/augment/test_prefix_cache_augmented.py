@@ -89,7 +89,7 @@ def test_cached_augmented_contexts_keep_invariants_and_exact_fast_forward(
     for col in ("first_token_ns", "finish_ns", "num_preemptions", "cached_tokens"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
     assert (a.finish_ns >= 0).all()
-    assert s1.recompute_tokens == s2.recompute_tokens
-    assert s1.recompute_hit_tokens == s2.recompute_hit_tokens
+    assert s1.augmentation.recompute_tokens == s2.augmentation.recompute_tokens
+    assert s1.augmentation.recompute_hit_tokens == s2.augmentation.recompute_hit_tokens
     assert s2.kv.num_free_blocks == s2.kv.num_blocks
     assert s2.kv.num_free_host_blocks == s2.kv.num_host_blocks

@@ -94,4 +94,4 @@ def test_preserved_short_call_wastes_its_context_for_the_call():
     rs = workload([0.0], [1000], [spec((3, 0.5, 4), final=2)])
     run(rs, s)
     assert s.extra_metrics()["intercepts_preserved"] == 1
-    assert s.idle_block_ns == 63 * round(0.5 * MS)
+    assert s.augmentation.idle_block_ns == 63 * round(0.5 * MS)

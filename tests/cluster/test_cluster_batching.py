@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from tests.conftest import needs_traces
-from tidal.engine.eb import ExclusiveBatchingScheduler
-from tidal.engine.ebplus import EBPlusScheduler
+from tidal.engine.eb import ExclusiveBatching
+from tidal.engine.ebplus import EBPlus
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 
@@ -37,10 +37,10 @@ def test_engines_run_the_configured_batching_with_their_own_costs():
     assert res.metrics["num_completed"] == res.metrics["num_requests"] > 0
     scheds = [inst.scheduler for inst in res.extras["controller"].backend.sim.instances]
     assert scheds
-    assert all(isinstance(s, ExclusiveBatchingScheduler) for s in scheds)
+    assert all(isinstance(s.policy, ExclusiveBatching) for s in scheds)
     by_model = {}
     for name, s in zip(res.extras["controller"].backend.names, scheds, strict=True):
-        by_model[name] = s.costs
+        by_model[name] = s.policy.ctl.costs
     # the 13B model (TP 2) and the 7B one have different step costs
     assert by_model["llama-2-13b"] != by_model["llama-2-7b"]
     assert res.metrics["eb_time_share"] == 1.0
@@ -51,7 +51,7 @@ def test_ebplus_engines_stay_in_mb_at_light_load_and_match_it():
     mb = run_simulation(_cfg("mb"))
     ebp = run_simulation(_cfg("ebplus"))
     scheds = [inst.scheduler for inst in ebp.extras["controller"].backend.sim.instances]
-    assert all(isinstance(s, EBPlusScheduler) for s in scheds)
+    assert all(isinstance(s.policy, EBPlus) for s in scheds)
     assert ebp.metrics["mode_switches"] == 0
     assert ebp.metrics["eb_time_share"] == 0.0
     for col in ("first_token_ns", "finish_ns"):

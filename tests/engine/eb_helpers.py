@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tidal.core.kv import KVBlockManager
-from tidal.engine.eb import ExclusiveBatchingScheduler
+from tidal.engine.build import build_scheduler
 from tidal.engine.eb_options import EBOptions
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.interference import Quadratic, StepCosts
@@ -19,14 +19,14 @@ def make_eb(
     block_size: int = 16,
     token_budget: int = 512,
     max_seqs: int = 64,
-    cls: type[Scheduler] = ExclusiveBatchingScheduler,
+    batching: str = "eb",
     costs: StepCosts = H200_COSTS,
     watermark: float = 0.0,
     **opts: object,
 ) -> Scheduler:
     kv = KVBlockManager(num_blocks, block_size, watermark)
     cfg = SchedulerConfig(token_budget, max_seqs, costs=costs, eb=EBOptions(**opts))
-    return cls(cfg, kv)
+    return build_scheduler(cfg, kv, batching)
 
 
 def run_closed_loop(batching: str, gpu: str, conc: int, n: int, prompt: int, output: int, **sched):

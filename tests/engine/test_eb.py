@@ -15,7 +15,8 @@ from tidal.core.clock import VirtualClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.engine import eb_theory
-from tidal.engine.eb import DECODE, INITIAL_FILL, REFILL, ExclusiveBatchingScheduler
+from tidal.engine.build import build_scheduler
+from tidal.engine.eb import DECODE, INITIAL_FILL, REFILL
 from tidal.engine.engine import Engine
 from tidal.engine.executor import ModelledExecutor
 from tidal.engine.scheduler import SchedulerConfig
@@ -40,7 +41,7 @@ def test_phase_machine_by_hand():
         plan = eng.step()
         assert plan is not None
         plans.append(plan)
-        phases.append(s.phase)
+        phases.append(s.policy.phase)
     assert _kinds(plans) == [
         ("P", 4),  # phase 0: fill N = 4
         ("D", 4),  # requests 0 and 1 finish (2 tokens)
@@ -53,7 +54,7 @@ def test_phase_machine_by_hand():
     # timestamps: prefill step = 1 ms + 1 µs/token, decode step = 1 ms + 1 µs/request
     p4, d4, p2 = 1 * MS + 40 * US, 1 * MS + 4 * US, 1 * MS + 20 * US
     assert eng.clock.now_ns() == p4 + d4 + p2 + d4 + d4 + (1 * MS + 2 * US)
-    assert s.num_refills == 1
+    assert s.policy.num_refills == 1
 
 
 def test_no_prefill_while_decoding_even_when_the_queue_fills():
@@ -74,7 +75,7 @@ def test_no_prefill_while_decoding_even_when_the_queue_fills():
 def test_eb_refuses_to_run_without_step_costs():
     kv = KVBlockManager(100, 16)
     with pytest.raises(ConfigError, match="step costs"):
-        ExclusiveBatchingScheduler(SchedulerConfig(512, 8), kv)
+        build_scheduler(SchedulerConfig(512, 8), kv, "eb")
 
 
 @given(
@@ -130,14 +131,14 @@ def test_invariants_at_every_step(
         assert not (plan.prefills and plan.num_decodes), "a mixed step"
         assert plan.num_tokens <= budget
         if plan.num_decodes:
-            assert s.phase == DECODE
+            assert s.policy.phase == DECODE
             # every decoding request that was not preempted decodes
             gone = {r.request_id for r in plan.preempted}
             assert plan.num_decodes == len(pool_before - gone)
-        if s.phase == REFILL:
+        if s.policy.phase == REFILL:
             new = sum(1 for r, _ in plan.prefills if r.request_id not in before)
-            admitted[s.num_refills] = admitted.get(s.num_refills, 0) + new
-            assert admitted[s.num_refills] <= s.refill_target
+            admitted[s.policy.num_refills] = admitted.get(s.policy.num_refills, 0) + new
+            assert admitted[s.policy.num_refills] <= s.policy.refill_target
         assert not {r.request_id for r in plan.preempted} & {r.request_id for r, _ in plan.prefills}
         s.check()
     assert sorted(r.request_id for r in finished) == list(range(len(reqs)))
@@ -161,59 +162,69 @@ def _controlled(num_blocks: int, n_bound: str, **opts: object):
 
 def test_controller_sets_k_from_theta_and_caps_n_by_the_memory_safe_bound():
     s = _controlled(4000, "clt")
-    assert s.theta == 0.7
-    assert s.k == int(0.7 * 256)
+    assert s.policy.ctl.theta == 0.7
+    assert s.policy.ctl.k == int(0.7 * 256)
     rs = request_set([0.0] * 400, [200] * 400, [60 + (i * 37) % 80 for i in range(400)])
     simulate(rs, s, unit_perf(), concurrency=300)
-    assert s.stats.initialized
-    assert s.theta_initialized
-    assert s.k == max(1, int(s.theta * s.n))
+    assert s.policy.ctl.stats.initialized
+    assert s.policy.ctl.theta_initialized
+    assert s.policy.ctl.k == max(1, int(s.policy.ctl.theta * s.policy.ctl.n))
     # N̂* from the CLT form with the controller's own estimates, capped at N_max
     expect = eb_theory.memory_safe_n(
-        s.capacity_tokens, s.theta, s.stats.p0, max(1.0, s.stats.mu_l), 0.01, 256
+        s.policy.ctl.capacity_tokens,
+        s.policy.ctl.theta,
+        s.policy.ctl.stats.p0,
+        max(1.0, s.policy.ctl.stats.mu_l),
+        0.01,
+        256,
     )
-    assert s.n_hat == expect
-    assert s.n <= s.n_hat
-    assert 0.01 <= s.theta <= 0.8
+    assert s.policy.ctl.n_hat == expect
+    assert s.policy.ctl.n <= s.policy.ctl.n_hat
+    assert 0.01 <= s.policy.ctl.theta <= 0.8
     hist = s.extra_tables()["eb"]
-    assert len(hist["time_ns"]) == s.stats.num_completed // 50
+    assert len(hist["time_ns"]) == s.policy.ctl.stats.num_completed // 50
 
 
 def test_forecast_bound_sets_n_to_the_steady_state_bound_and_never_overflows():
     s = _controlled(1500, "forecast")
-    assert s.forecast is not None
+    assert s.policy.forecast is not None
     at_first_estimate = []
-    refit = s._refit
+    refit = s.policy.ctl.refit
 
     def first(now_ns):
         if not at_first_estimate:
             at_first_estimate.append(s.num_preemptions)
         refit(now_ns)
 
-    s._refit = first
+    s.policy.ctl.refit = first
     rs = request_set([0.0] * 400, [200] * 400, [60 + (i * 37) % 80 for i in range(400)])
     simulate(rs, s, unit_perf(), concurrency=300)
-    assert s.forecast.ready
+    assert s.policy.forecast.ready
     # N = the renewal (continuous-batching) bound from the window, not the CFR N̂*
-    window = s.stats.window()
+    window = s.policy.ctl.stats.window()
     expect = eb_theory.stationary_safe_n(
-        s.capacity_tokens,
-        s.stats.mu_l,
-        s.stats.var_l,
+        s.policy.ctl.capacity_tokens,
+        s.policy.ctl.stats.mu_l,
+        s.policy.ctl.stats.var_l,
         *eb_theory.output_moments(window),
         0.01,
         256,
     )
-    assert s.n_stat == expect
-    assert s.n_hat == expect
-    assert s.n <= s.n_hat
+    assert s.policy.ctl.n_stat == expect
+    assert s.policy.ctl.n_hat == expect
+    assert s.policy.ctl.n <= s.policy.ctl.n_hat
     clt = eb_theory.memory_safe_n(
-        s.capacity_tokens, s.theta, s.stats.p0, max(1.0, s.stats.mu_l), 0.01, 256
+        s.policy.ctl.capacity_tokens,
+        s.policy.ctl.theta,
+        s.policy.ctl.stats.p0,
+        max(1.0, s.policy.ctl.stats.mu_l),
+        0.01,
+        256,
     )
     assert expect > clt  # bounded outputs: the CFR occupancy overstates the need
     # once estimated, every fill and refill passed the forecast: no decode OOM, no KV-escape
     # drop (before it, the cold fill at N_max may drop a chunk)
-    assert s.num_oom == 0
+    assert s.policy.ctl.num_oom == 0
     assert s.num_preemptions == at_first_estimate[0]
 
 
@@ -234,9 +245,9 @@ def test_theta_fixed_pins_the_threshold_and_auto_n_off_keeps_n_max():
     s = make_eb(max_seqs=64, theta_fixed=0.25, auto_n=False, update_every=10, min_samples=5)
     rs = request_set([0.0] * 120, [30] * 120, [20 + i % 17 for i in range(120)])
     simulate(rs, s, unit_perf(), concurrency=80)
-    assert s.theta == 0.25
-    assert s.n_hat == 64
-    assert s.k == int(0.25 * s.n)
+    assert s.policy.ctl.theta == 0.25
+    assert s.policy.ctl.n_hat == 64
+    assert s.policy.ctl.k == int(0.25 * s.policy.ctl.n)
 
 
 def test_decode_oom_preempts_the_newest_request():
@@ -255,7 +266,7 @@ def test_decode_oom_preempts_the_newest_request():
             preempted += [r.request_id for r in plan.preempted]
     assert preempted
     assert preempted[0] == 2  # the newest running request goes first
-    assert s.num_oom >= 1
+    assert s.policy.ctl.num_oom >= 1
     assert sorted(rec_order) == [0, 1, 2]
 
 
@@ -291,7 +302,7 @@ def _trace_n(s):
 
     def schedule(now_ns):
         plan = orig(now_ns)
-        trace.append((s.theta_initialized, s.n, s._n_target()))
+        trace.append((s.policy.ctl.theta_initialized, s.policy.ctl.n, s.policy.ctl.n_target()))
         return plan
 
     s.schedule = schedule
@@ -353,7 +364,7 @@ def test_cached_refill_room_equals_the_forecast_room(ops):
     import numpy as np
 
     s = make_eb(num_blocks=200, block_size=4, max_seqs=64)
-    fc = s.forecast
+    fc = s.policy.forecast
     assert fc is not None
     fc.set_outputs(np.arange(5, 40))
     fc.project([], [])
@@ -370,4 +381,14 @@ def test_cached_refill_room_equals_the_forecast_room(ops):
             fc.admit(req.num_tokens, req.num_output_tokens)
         count = min(x, len(s.waiting))
         want = fc.room((r.num_tokens, r.num_output_tokens) for r in list(s.waiting)[:count])
-        assert s._room(fc, count) == want
+        assert s.policy.gate.room(fc, count) == want
+
+
+def test_reference_preset_gives_the_papers_forms_and_explicit_fields_win():
+    from tidal.engine.eb_options import REFERENCE, EBOptions
+
+    ref = EBOptions(preset="reference")
+    for key, value in REFERENCE.items():
+        assert getattr(ref, key) == value, key
+    assert EBOptions(preset="reference", delta=1e-6).delta == 1e-6
+    assert EBOptions().n_bound == "forecast"  # our default is unchanged

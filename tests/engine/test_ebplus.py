@@ -13,22 +13,24 @@ from tests.engine.eb_helpers import H200_COSTS, make_eb
 from tests.engine.eb_helpers import run_closed_loop as _run
 from tidal.core.clock import VirtualClock
 from tidal.engine import eb_theory
-from tidal.engine.eb import DECODE, ExclusiveBatchingScheduler
-from tidal.engine.ebplus import EBPlusScheduler
+from tidal.engine.build import build_scheduler
+from tidal.engine.eb import DECODE
+from tidal.engine.ebplus import EBPlus
 from tidal.engine.engine import Engine
 from tidal.engine.executor import ModelledExecutor
+from tidal.engine.scheduler import Scheduler
 
 
 def make_plus(**opts):
-    return make_eb(num_blocks=20_000, token_budget=4096, max_seqs=1024, cls=EBPlusScheduler, **opts)
+    return make_eb(num_blocks=20_000, token_budget=4096, max_seqs=1024, batching="ebplus", **opts)
 
 
 def primed(s, mu_l=512.0, mu_o=256.0, theta=0.7, n_obs=2048.0):
-    s.stats.initialized = True
-    s.stats.mu_l, s.stats.mu_o = mu_l, mu_o
-    s.theta = theta
-    s.n_obs = n_obs
-    s._demand = int(n_obs)  # the load is steady (not ebbing)
+    s.policy.ctl.stats.initialized = True
+    s.policy.ctl.stats.mu_l, s.policy.ctl.stats.mu_o = mu_l, mu_o
+    s.policy.ctl.theta = theta
+    s.policy.n_obs = n_obs
+    s.policy.demand = int(n_obs)  # the load is steady (not ebbing)
     return s
 
 
@@ -36,43 +38,43 @@ def signal_of(s) -> float:
     """Δ(N) by hand: MB at min(N_obs, N_max, N_MB), EB's k̂ = θ·min(N_obs, N̂*, N_max) (the default
     ``crossover_n: effective``), or N_obs for both (``demand``, the reference)."""
     c = H200_COSTS
-    n_mb = n_eb = s.n_obs
-    if s.opts.crossover_n == "effective":
-        cap = s.config.max_num_seqs if s.n_mb is None else s.n_mb
-        n_mb = min(s.n_obs, s.config.max_num_seqs, cap)
-        n_eb = min(s.n_obs, s.n_hat, s.config.max_num_seqs)
+    n_mb = n_eb = s.policy.n_obs
+    if s.policy.opts.crossover_n == "effective":
+        cap = s.config.max_num_seqs if s.policy.n_mb is None else s.policy.n_mb
+        n_mb = min(s.policy.n_obs, s.config.max_num_seqs, cap)
+        n_eb = min(s.policy.n_obs, s.policy.ctl.n_hat, s.config.max_num_seqs)
     x = eb_theory.crossover(
-        s.stats.mu_l,
-        s.stats.mu_o,
+        s.policy.ctl.stats.mu_l,
+        s.policy.ctl.stats.mu_o,
         n_mb,
-        s.theta,
+        s.policy.ctl.theta,
         c.alpha_p,
         c.beta_p,
         c.alpha_d,
         c.beta_d,
         c.beta_mb_e,
-        k=s.theta * n_eb,
+        k=s.policy.ctl.theta * n_eb,
     )
     return x.delta
 
 
 def test_the_signal_is_the_closed_form_crossover():
     s = primed(make_plus(delta=0.0))
-    s.evaluate(0)
+    s.policy.evaluate(0)
     row = s.extra_tables()["ebplus"]
     assert list(row["event"][-2:]) == ["evaluate", "to_eb"]
     assert row["signal"][-2] == pytest.approx(signal_of(s))
     # H200, (512, 256), N_obs = 2048, θ = 0.7: contention > amortised fixed cost → EB
     assert row["lhs"][-2] > row["rhs"][-2] > 0
-    assert s.mode == "eb"
+    assert s.policy.mode == "eb"
 
 
 def test_effective_batch_sizes_credit_eb_only_with_the_memory_safe_n():
     ref = primed(make_plus(delta=0.0, crossover_n="demand"))
     eff = primed(make_plus(delta=0.0))
-    eff.n_hat = 300  # memory caps EB far below the demand of 2048
-    ref.evaluate(0)
-    eff.evaluate(0)
+    eff.policy.ctl.n_hat = 300  # memory caps EB far below the demand of 2048
+    ref.policy.evaluate(0)
+    eff.policy.evaluate(0)
     s_ref = ref.extra_tables()["ebplus"]["signal"][1]
     s_eff = eff.extra_tables()["ebplus"]["signal"][1]
     assert s_ref == pytest.approx(signal_of(ref))
@@ -85,39 +87,41 @@ def test_hysteresis_sticky_exit_and_cooldown():
     sig = signal_of(s)
     assert sig > 0
     # δ just above the signal: no switch
-    s.opts = s.opts.model_copy(update={"delta": sig * 1.01})
-    s.evaluate(0)
-    assert s.mode == "mb"
-    s.opts = s.opts.model_copy(update={"delta": sig * 0.99})
-    s.evaluate(0)
-    assert s.mode == "eb"
-    assert s.cooldown_left == 2
+    s.policy.opts = s.policy.opts.model_copy(update={"delta": sig * 1.01})
+    s.policy.evaluate(0)
+    assert s.policy.mode == "mb"
+    s.policy.opts = s.policy.opts.model_copy(update={"delta": sig * 0.99})
+    s.policy.evaluate(0)
+    assert s.policy.mode == "eb"
+    assert s.policy.cooldown_left == 2
     # shrink the demand so the signal turns negative; cooldown swallows two evaluations
-    s.n_obs = 40.0
+    s.policy.n_obs = 40.0
     neg = signal_of(s)
     assert neg < 0
-    s.opts = s.opts.model_copy(update={"delta": -neg / 2.0})  # |neg| = 2δ < 3δ: sticky
+    s.policy.opts = s.policy.opts.model_copy(
+        update={"delta": -neg / 2.0}
+    )  # |neg| = 2δ < 3δ: sticky
     for _ in range(2):
-        s.evaluate(0)
-        assert s.mode == "eb"
-    assert s.cooldown_left == 0
-    s.evaluate(0)
-    assert s.mode == "eb"  # leaving EB needs 3·δ of evidence
-    s.opts = s.opts.model_copy(update={"delta": -neg / 3.5})
-    s.evaluate(0)
-    assert s.mode == "mb"
-    assert s.num_switches == 2
+        s.policy.evaluate(0)
+        assert s.policy.mode == "eb"
+    assert s.policy.cooldown_left == 0
+    s.policy.evaluate(0)
+    assert s.policy.mode == "eb"  # leaving EB needs 3·δ of evidence
+    s.policy.opts = s.policy.opts.model_copy(update={"delta": -neg / 3.5})
+    s.policy.evaluate(0)
+    assert s.policy.mode == "mb"
+    assert s.policy.num_switches == 2
 
 
 def test_drain_filter_and_uninitialised_estimator_block_decisions():
     s = primed(make_plus(delta=0.0), n_obs=15.0)  # N_obs < 16
-    s.stats.mu_o = 4096.0  # a decode-heavy reading that would favour EB
-    s.evaluate(0)
-    assert s.mode == "mb"
+    s.policy.ctl.stats.mu_o = 4096.0  # a decode-heavy reading that would favour EB
+    s.policy.evaluate(0)
+    assert s.policy.mode == "mb"
     s2 = make_plus(delta=0.0)
-    s2.n_obs = 2048.0
-    s2.evaluate(0)  # no estimate yet
-    assert s2.mode == "mb"
+    s2.policy.n_obs = 2048.0
+    s2.policy.evaluate(0)  # no estimate yet
+    assert s2.policy.mode == "mb"
     assert list(s2.extra_tables()["ebplus"]["event"]) == ["start"]
 
 
@@ -126,11 +130,11 @@ def test_no_decision_while_the_load_ebbs():
     # at N_obs = 40 says MB, but a decision would act on the departed load
     for ebb, mode in ((2.0, "eb"), (0.0, "mb")):
         s = primed(make_plus(delta=0.0, ebb_factor=ebb), n_obs=40.0)
-        s.mode = "eb"
+        s.policy.mode = "eb"
         assert signal_of(s) < 0
-        s._demand = 10
-        s.evaluate(0)
-        assert s.mode == mode
+        s.policy.demand = 10
+        s.policy.evaluate(0)
+        assert s.policy.mode == mode
 
 
 def test_demand_ema_is_fast_up_slow_down_and_a_surge_evaluates():
@@ -139,11 +143,11 @@ def test_demand_ema_is_fast_up_slow_down_and_a_surge_evaluates():
         s.add_request(make_request(i, 10, 5))
     s.schedule(0)
     # demand 150 > 100: a = 0.3
-    assert s.n_obs == pytest.approx(0.3 * 150 + 0.7 * 100)
+    assert s.policy.n_obs == pytest.approx(0.3 * 150 + 0.7 * 100)
     s2 = primed(make_plus(delta=1.0), n_obs=200.0)
     s2.add_request(make_request(0, 10, 5))
     s2.schedule(0)
-    assert s2.n_obs == pytest.approx(0.03 * 1 + 0.97 * 200)
+    assert s2.policy.n_obs == pytest.approx(0.03 * 1 + 0.97 * 200)
     # surge: demand 1000 > 2·N_obs after the update → immediate evaluation
     s3 = primed(make_plus(delta=1.0), n_obs=100.0)
     for i in range(1000):
@@ -153,7 +157,7 @@ def test_demand_ema_is_fast_up_slow_down_and_a_surge_evaluates():
 
 
 def test_mb_to_eb_takes_over_the_running_set():
-    s = make_eb(num_blocks=5000, token_budget=2048, max_seqs=64, cls=EBPlusScheduler)
+    s = make_eb(num_blocks=5000, token_budget=2048, max_seqs=64, batching="ebplus")
     eng = Engine(s, ModelledExecutor(unit_perf()), VirtualClock())
     for i in range(20):
         s.add_request(make_request(i, 30, 40))
@@ -162,12 +166,12 @@ def test_mb_to_eb_takes_over_the_running_set():
     for i in range(20, 30):
         s.add_request(make_request(i, 30, 40))
     primed(s, n_obs=30.0)
-    s.opts = s.opts.model_copy(update={"delta": 0.0})
-    s._to_eb(eng.clock.now_ns())
-    assert s.mode == "eb"
-    assert s.phase == DECODE
-    assert s.prefilled == 20
-    assert s.n == min(20 + 10, s._n_target())
+    s.policy.opts = s.policy.opts.model_copy(update={"delta": 0.0})
+    s.policy._to_eb(eng.clock.now_ns())
+    assert s.policy.mode == "eb"
+    assert s.policy.eb.phase == DECODE
+    assert s.policy.eb.prefilled == 20
+    assert s.policy.ctl.n == min(20 + 10, s.policy.ctl.n_target())
     plan = eng.step()
     assert plan is not None
     # the next step decides with EB's threshold test on the shared running set: exclusive
@@ -215,13 +219,13 @@ def test_fast_forward_matches_stepping_on_a_switching_run():
             num_blocks=3000,
             token_budget=2048,
             max_seqs=128,
-            cls=EBPlusScheduler,
+            batching="ebplus",
             update_every=10,
             min_samples=5,
             delta=0.0,
         )
         rec, sim, _ = simulate(rs, s, unit_perf(), fast_forward=ff, concurrency=150)
-        out.append((rec.finish_ns.copy(), s.num_switches, s.n_obs, sim.num_events))
+        out.append((rec.finish_ns.copy(), s.policy.num_switches, s.policy.n_obs, sim.num_events))
     assert (out[0][0] == out[1][0]).all()
     assert out[0][1:3] == out[1][1:3]
     assert out[1][3] < out[0][3]
@@ -229,44 +233,49 @@ def test_fast_forward_matches_stepping_on_a_switching_run():
 
 def test_mb_cap_is_mbs_own_memory_bound_from_the_window():
     s = make_plus()
-    assert s.n_mb is None
-    assert s._mb_cap() is None
+    assert s.policy.n_mb is None
+    assert s.policy.mb_cap() is None
     for o in (300, 410, 520, 260, 900, 333) * 20:
-        s.stats.push_output(o)
-    s.stats.mu_l, s.stats.mu_l2 = 700.0, 700.0**2 + 150.0**2
-    s._refit(0)
+        s.policy.ctl.stats.push_output(o)
+    s.policy.ctl.stats.mu_l, s.policy.ctl.stats.mu_l2 = 700.0, 700.0**2 + 150.0**2
+    s.policy.ctl.refit(0)
     expect = eb_theory.mb_safe_n(
-        s.capacity_tokens, 700.0, 150.0**2, s.stats.window(), 0.01, s.config.max_num_seqs
+        s.policy.ctl.capacity_tokens,
+        700.0,
+        150.0**2,
+        s.policy.ctl.stats.window(),
+        0.01,
+        s.config.max_num_seqs,
     )
-    assert s.n_mb == expect == s._mb_cap()
+    assert s.policy.n_mb == expect == s.policy.mb_cap()
     assert s.extra_tables()["ebplus"]["n_mb"][-1] == expect
     # the crossover credits MB with the batch it may run
     primed(s, n_obs=2048.0)
-    s.opts = s.opts.model_copy(update={"delta": 1.0})
-    s.evaluate(0)
+    s.policy.opts = s.policy.opts.model_copy(update={"delta": 1.0})
+    s.policy.evaluate(0)
     assert s.extra_tables()["ebplus"]["signal"][-1] == pytest.approx(signal_of(s))
     # the other caps
-    assert make_plus(mb_cap="n_hat")._mb_cap() == 1024
-    assert make_plus(mb_cap="none")._mb_cap() is None
+    assert make_plus(mb_cap="n_hat").policy.mb_cap() == 1024
+    assert make_plus(mb_cap="none").policy.mb_cap() is None
     legacy = make_plus(mb_memory_safe=True)
-    legacy.n_hat = 300
-    assert legacy._mb_cap() == 300
+    legacy.policy.ctl.n_hat = 300
+    assert legacy.policy.mb_cap() == 300
 
 
-def _held_in_mb(cap: str, num_blocks: int, **opts: object) -> EBPlusScheduler:
+def _held_in_mb(cap: str, num_blocks: int, **opts: object) -> Scheduler:
     """EB⁺ held in MB mode (δ huge), estimating every 25 completions, with MB cap ``cap``."""
     s = make_eb(
         num_blocks=num_blocks,
         token_budget=1024,
         max_seqs=256,
-        cls=EBPlusScheduler,
+        batching="ebplus",
         update_every=25,
         min_samples=10,
         delta=1.0,
         mb_cap=cap,
         **opts,
     )
-    assert isinstance(s, EBPlusScheduler)
+    assert isinstance(s.policy, EBPlus)
     return s
 
 
@@ -277,27 +286,36 @@ def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
     for cap in ("none", "mb_safe", "forecast"):
         s = _held_in_mb(cap, num_blocks=700)
         admitted = []
-        orig = s._admit_waiting
+        orig = s.state.admit
 
-        def admit(plan, budget, now_ns, max_seqs=None, kv_ok=None, *, s=s, orig=orig, log=admitted):
+        def admit(
+            plan,
+            budget,
+            now_ns,
+            max_seqs=None,
+            test=None,
+            limit=None,
+            *,
+            s=s,
+            orig=orig,
+            log=admitted,
+        ):
             before = len(s.running)
-            out = orig(plan, budget, now_ns, max_seqs, kv_ok)
+            out = orig(plan, budget, now_ns, max_seqs, test, limit)
             if len(s.running) > before:
                 log.append((max_seqs, len(s.running)))
             return out
 
-        s._admit_waiting = admit
+        s.state.admit = admit
         rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
-        assert s.mode == "mb"
-        assert s.num_switches == 0
+        assert s.policy.mode == "mb"
+        assert s.policy.num_switches == 0
         runs[cap] = (rec, s, admitted)
     rec_n, s_n, _ = runs["none"]
     rec_c, s_c, adm = runs["mb_safe"]
     # uncapped EB⁺ in MB mode is vLLM v1: the same schedule as `mb`
     mb = make_eb(num_blocks=700, token_budget=1024, max_seqs=256)
-    from tidal.engine.mb import MixedBatchingScheduler
-
-    mb = MixedBatchingScheduler(mb.config, mb.kv)
+    mb = build_scheduler(mb.config, mb.kv, "mb")
     rec_mb, _, _ = simulate(rs, mb, unit_perf(), concurrency=300)
     assert (rec_n.finish_ns == rec_mb.finish_ns).all()
     assert s_n.num_preemptions > 0
@@ -312,12 +330,12 @@ def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
     # the forecast tests each admission on the running set's state, under the steady-state
     # count bound alone; fewer overflows than v1
     rec_f, s_f, adm_f = runs["forecast"]
-    assert s_f.forecast is not None
-    assert s_f.forecast.ready
+    assert s_f.policy.forecast is not None
+    assert s_f.policy.forecast.ready
     capped_f = [(c, n) for c, n in adm_f if c is not None]
     assert capped_f
     assert all(n <= c for c, n in capped_f)
-    assert s_f.n_stat == s_f._mb_cap() >= s_f.n_mb
+    assert s_f.policy.ctl.n_stat == s_f.policy.mb_cap() >= s_f.policy.n_mb
     assert s_f.num_preemptions < s_n.num_preemptions
     assert (rec_f.finish_ns > 0).all()
 
@@ -333,7 +351,7 @@ def test_forecast_cap_preempts_less_when_outputs_get_longer():
         s = _held_in_mb(cap, num_blocks=1500)
         rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
         assert (rec.finish_ns > 0).all()
-        assert s.mode == "mb"
+        assert s.policy.mode == "mb"
         preempted[cap] = s.num_preemptions
     assert preempted["forecast"] < 0.75 * preempted["mb_safe"]
 
@@ -355,12 +373,12 @@ def test_a_surge_evaluates_at_the_demand_not_the_lagging_ema():
         i = list(row["event"]).index("surge")
         assert row["n_obs"][i] == pytest.approx(370.0)
         assert row["signal"][i] == pytest.approx(sig[1000.0 if surge_n == "demand" else 370.0])
-        modes[surge_n] = s.mode
+        modes[surge_n] = s.policy.mode
     assert modes == {"demand": "eb", "ema": "mb"}
 
 
-@pytest.mark.parametrize("cls", [EBPlusScheduler, ExclusiveBatchingScheduler])
-def test_cold_reserve_keeps_headroom_until_the_first_estimate(cls):
+@pytest.mark.parametrize("batching", ["ebplus", "eb"])
+def test_cold_reserve_keeps_headroom_until_the_first_estimate(batching):
     # 100 blocks of 16; prompts of 160 tokens = 10 blocks each; budget admits all at once
     admitted = {}
     for reserve in (0.5, 0.0):
@@ -368,7 +386,7 @@ def test_cold_reserve_keeps_headroom_until_the_first_estimate(cls):
             num_blocks=100,
             token_budget=8192,
             max_seqs=64,
-            cls=cls,
+            batching=batching,
             cold_reserve=reserve,
         )
         for i in range(20):
@@ -378,14 +396,14 @@ def test_cold_reserve_keeps_headroom_until_the_first_estimate(cls):
     # (1 − 0.5)·100 = 50 blocks → 5 requests; no reserve → prompts up to the cache: 10
     assert admitted == {0.5: 5, 0.0: 10}
     # an empty instance always admits its queue head (liveness), even beyond the limit
-    s = make_eb(num_blocks=100, token_budget=8192, cls=cls)
+    s = make_eb(num_blocks=100, token_budget=8192, batching=batching)
     s.add_request(make_request(0, 960, 10))  # 60 blocks > 50
     s.schedule(0)
     assert len(s.running) == 1
     # once there is an estimate the forecast decides instead: short outputs admit more
-    s = make_eb(num_blocks=100, token_budget=8192, max_seqs=64, cls=cls)
-    assert s.forecast is not None
-    s.forecast.set_outputs(np.full(50, 2))
+    s = make_eb(num_blocks=100, token_budget=8192, max_seqs=64, batching=batching)
+    assert s.policy.forecast is not None
+    s.policy.forecast.set_outputs(np.full(50, 2))
     for i in range(20):
         s.add_request(make_request(i, 160, 2))
     s.schedule(0)
@@ -400,13 +418,13 @@ def test_cold_reserve_cuts_preemptions_of_a_burst_before_any_estimate():
     for reserve in (0.0, 0.5):
         s = _held_in_mb("forecast", 1400, cold_reserve=reserve)
         early = []
-        orig = s._preempt
+        orig = s.state.preempt
 
         def pre(req, *, s=s, orig=orig, log=early):
-            log.append(s.forecast.ready)
+            log.append(s.policy.forecast.ready)
             orig(req)
 
-        s._preempt = pre
+        s.state.preempt = pre
         rec, _, _ = simulate(rs, s, unit_perf(), concurrency=300)
         assert (rec.finish_ns > 0).all()
         before[reserve] = sum(not ready for ready in early)
@@ -419,8 +437,8 @@ def test_cold_reserve_cuts_preemptions_of_a_burst_before_any_estimate():
 def test_a_candidate_that_surely_fits_is_admitted_without_projecting():
     # cache 100 blocks of 16 = 1600 tokens; every output 10 tokens (horizon T = 10, b/2 = 8);
     # z² = 2·ln(100)
-    s = make_eb(num_blocks=100, token_budget=8192, max_seqs=64, cls=EBPlusScheduler)
-    fc = s.forecast
+    s = make_eb(num_blocks=100, token_budget=8192, max_seqs=64, batching="ebplus")
+    fc = s.policy.forecast
     assert fc is not None
     fc.set_outputs(np.full(50, 10))
     projections = []

@@ -11,8 +11,8 @@ import pytest
 
 from tests.runtime.helpers import prompts, run, tiny_engine
 from tidal.core.errors import ConfigError
-from tidal.engine.eb import ExclusiveBatchingScheduler
-from tidal.engine.ebplus import EBPlusScheduler
+from tidal.engine.eb import ExclusiveBatching
+from tidal.engine.ebplus import EBPlus
 from tidal.hardware.profiled import DEFAULT_KNOTS, FEATURES, ProfiledPerfModel
 from tidal.runtime.config import RuntimeConfig, profile_step_costs
 
@@ -49,8 +49,8 @@ def test_greedy_outputs_do_not_depend_on_the_batching_policy(profile, batching):
     ps = prompts(10, seed=21)
     base, _ = run(tiny_engine(), ps, 12)
     rt = tiny_engine(batching=batching, profile=profile, max_seqs=4, token_budget=64)
-    cls = EBPlusScheduler if batching == "ebplus" else ExclusiveBatchingScheduler
-    assert isinstance(rt.scheduler, cls)
+    cls = EBPlus if batching == "ebplus" else ExclusiveBatching
+    assert isinstance(rt.scheduler.policy, cls)
     out, _ = run(rt, ps, 12)
     assert out == base
     assert rt.kv.num_free_blocks == rt.kv.num_blocks

@@ -111,7 +111,6 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     switches and MB-mode running cap must give the same timestamps whether decode runs are
     fast-forwarded or stepped."""
     from tests.engine.eb_helpers import make_eb
-    from tidal.engine.ebplus import EBPlusScheduler
     from tidal.hardware.interference import step_costs
 
     longest = int((rs.prompt_len + rs.output_len).max())
@@ -121,7 +120,6 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     perf = build_perf_model(kind, model, gpu, tp, interference=True)
     costs = step_costs(model, gpu, tp, perf)
     budget = max(budget, max_seqs)
-    cls = EBPlusScheduler if batching == "ebplus" else None
     runs = []
     for ff in (False, True):
         s = make_eb(
@@ -129,7 +127,7 @@ def test_fast_forward_is_exact_for_exclusive_batching(
             block_size,
             budget,
             max_seqs,
-            **({"cls": cls} if cls else {}),
+            batching=batching,
             costs=costs,
             update_every=cadence,
             min_samples=1,
@@ -150,7 +148,7 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     assert s1.num_steps == s2.num_steps
     assert s1.extra_metrics() == s2.extra_metrics()
     if batching == "ebplus":
-        assert s1.n_obs == s2.n_obs
+        assert s1.policy.n_obs == s2.policy.n_obs
         assert (
             s1.extra_tables()["ebplus"]["n_obs"].tolist()
             == s2.extra_tables()["ebplus"]["n_obs"].tolist()

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from tests.conftest import request_set, simulate, traces_available, unit_perf
 from tests.engine.eb_helpers import H200_COSTS
 from tidal.core.prefix_cache import PrefixCachingKVManager
-from tidal.engine.eb import ExclusiveBatchingScheduler
-from tidal.engine.mb import MixedBatchingScheduler
+from tidal.engine.build import build_scheduler
 from tidal.engine.scheduler import SchedulerConfig
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.gpus import get_gpu
@@ -36,9 +35,9 @@ def with_content(rs: RequestSet, groups: list[int], shared: list[int]) -> Reques
     )
 
 
-def caching_scheduler(blocks: int, bs: int, budget: int, max_seqs: int, cls=MixedBatchingScheduler):
+def caching_scheduler(blocks: int, bs: int, budget: int, max_seqs: int, batching: str = "mb"):
     kv = PrefixCachingKVManager(blocks, bs, watermark=0.0)
-    return cls(SchedulerConfig(budget, max_seqs, costs=H200_COSTS), kv)
+    return build_scheduler(SchedulerConfig(budget, max_seqs, costs=H200_COSTS), kv, batching)
 
 
 def test_cached_prefix_costs_no_prefill_compute() -> None:
@@ -80,7 +79,7 @@ def test_fast_forward_is_exact_with_prefix_caching(rs, blocks, block_size, budge
     blocks = max(blocks, -(-longest // block_size) + 2)
     budget = max(budget, max_seqs)
     perf = build_perf_model("roofline", get_model("llama-3.1-8b"), get_gpu("h100"))
-    cls = ExclusiveBatchingScheduler if eb else MixedBatchingScheduler
+    cls = "eb" if eb else "mb"
     runs = []
     for ff in (False, True):
         s = caching_scheduler(blocks, block_size, budget, max_seqs, cls)

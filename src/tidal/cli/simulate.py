@@ -17,6 +17,7 @@ from tidal.cli import (
     console,
     metrics_table,
 )
+from tidal.engine.policy import describe_batching
 
 
 @app.command()
@@ -86,9 +87,7 @@ def simulate(
     warmup: Annotated[
         int | None, Opt(help="Warm-up requests sent first and not measured (--num-warmups).")
     ] = None,
-    batching: Annotated[
-        str | None, Opt(help="Batching policy: mb (mixed), eb (exclusive), ebplus (EB⁺).")
-    ] = None,
+    batching: Annotated[str | None, Opt(help=f"Batching policy: {describe_batching()}.")] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
     token_budget: Annotated[
         int | None,

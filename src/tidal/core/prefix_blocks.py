@@ -124,6 +124,15 @@ class PrefixCachingBlockManager(KVBlockManager):
         req.num_blocks = 0
         assert self.num_free_blocks <= self.num_blocks
 
+    def forget_content(self, req: Request) -> None:
+        """Uncache ``req``'s blocks: a step that failed may have left them unwritten or half
+        written. (``free`` then re-registers only what ``num_computed_tokens`` vouches for,
+        which a failed step never advanced.)"""
+        for b in self._tables.get(req.request_id, []):
+            h = self._hash_of.pop(b, None)
+            if h is not None:
+                del self._cached[h]
+
     def swap_out(self, req: Request) -> bool:
         raise RuntimeError("swapping is not supported with prefix caching in the real engine")
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import cast
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
@@ -139,7 +140,7 @@ class PrefixCachingKVManager(KVBlockManager):
         if free:
             last = next(reversed(free))
             if last < 0:
-                free[last] += count  # type: ignore[operator]
+                free[last] = cast(int, free[last]) + count
                 return
         self._anon_seq -= 1
         free[self._anon_seq] = count

@@ -1,44 +1,58 @@
 """Knobs of the exclusive-batching policies ``eb`` and ``ebplus`` (YAML: ``scheduler.eb``).
 
-Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4), except:
-
-* ``delta`` = 1e-6 s/token: the code's default 1e-4 is ten times the |Δ(N)| of a typical
-  decision on H200 (§2.6 worked table), so it would never switch there; the paper's runs used
-  1e-5, which is still 26 % of H200's whole per-token time at c = 2048 (1/25.8k tok/s), so
-  EB⁺ kept MB where EB wins by 3 % (Table 4) and on every GPU above 4.8 TB/s. Measured over
-  the 32 benchmark cells (BENCHMARKS.md, issue 3): 1e-6 keeps EB⁺ ≥ MB − 1 % everywhere and
-  brings it to the best policy in 27 of 32 cells, within 0.7 % in the rest (1e-5: 21, worst
-  −6.7 %);
-* ``n_bound`` and ``mb_cap`` = ``forecast``: the KV forecast (:mod:`tidal.engine.kv_forecast`)
-  instead of the paper's static N̂* — memory-safe at a larger batch (BENCHMARKS.md);
-* ``surge_n`` = ``demand``, ``cold_reserve`` = 0.5, ``forecast_recent`` = 100 (no counterpart
-  in the reference): a surge evaluates at the demand that fired it, forecast-bounded admissions
-  keep half the cache free until the first estimate, and the forecast's survival follows a
-  shift to longer outputs within one update (BENCHMARKS.md, issue3d: with them EB⁺ preempts
-  ≤ 0.1 % in all 32 benchmark cells, and matches EB in Table 4 at c = 2048);
-* ``crossover_lhs`` = ``steps``, ``ebb_factor`` = 2: the crossover's interference counts only
-  MB's mixed steps (fewer than one completion per step below N = 1 + μ_O), and no decision is
-  taken while the demand ebbs below half its EMA (issue3d: EB⁺ ≥ MB − 1 % in all 14 cells of
-  the alternative-calibration run too).
+Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4) except ``delta``
+(1e-6 s/token), ``n_bound``/``mb_cap`` (``forecast``), ``surge_n`` (``demand``),
+``cold_reserve`` (0.5), ``forecast_recent`` (100), ``crossover_lhs`` (``steps``) and
+``ebb_factor`` (2); ``preset: reference`` restores the paper's forms (:data:`REFERENCE`). Why
+each default differs, with the measurements behind it: ``docs/design/eb-defaults.md``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
 from tidal.core.strict import StrictModel
 
+REFERENCE: dict[str, Any] = {
+    "n_bound": "clt",
+    "n_recovery": "n_max",
+    "cold_reserve": 0.0,
+    "forecast_recent": 0,
+    "delta": 1e-5,
+    "surge_n": "ema",
+    "ebb_factor": 0.0,
+    "mb_cap": "none",
+    "crossover_n": "demand",
+    "crossover_lhs": "workload",
+    "mb_cost": "paper",
+}
+"""The paper's and its authors' scheduler's forms of every knob where ours differ
+(``preset: reference``)."""
+
 
 class EBOptions(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["tidal", "reference"] = "tidal"
+    """``reference``: every field not given takes the paper's form (:data:`REFERENCE`:
+    N̂* by the CLT, N recovery to N_max, δ = 1e-5, surge at the EMA, no ebb filter, MB at
+    N_max, the crossover at the demand with the workload-share LHS and the measured β_MB^e);
+    ``tidal``: the defaults below."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") == "reference":
+            return {**REFERENCE, **data}
+        return data
 
     # -- threshold controller (Algorithm 1, §3.1)
     theta_cold: float = Field(default=0.70, gt=0, lt=1)
     """θ̂ before the first estimate (cold start)."""
     theta_floor: float = Field(default=0.01, ge=0, lt=1)
-    """Lower clip of θ̂ (the paper's non-stationary runs use 0.7; Q1)."""
+    """Lower clip of θ̂ (the paper's non-stationary runs use 0.7)."""
     theta_max: float = Field(default=0.80, gt=0, lt=1)
     theta_ema: float = Field(default=0.3, gt=0, le=1)
     """EMA weight of a new θ* on the smoothed θ̂."""
@@ -93,7 +107,7 @@ class EBOptions(StrictModel):
     scheduler does, whose memory-safe update also leaves the recovery clock alone — under a
     saturated queue (≥ N_max/2 waiting) N returns to N_max 2 s after each recovery and the
     KV-aware gate, not N̂*, bounds the batch (the configuration behind the paper's EB numbers;
-    see BENCHMARKS.md, issue 3)."""
+    see ``docs/design/eb-defaults.md``)."""
 
     # -- EB+ selector (§3.3)
     delta: float = Field(default=1e-6, ge=0)
@@ -144,7 +158,7 @@ class EBOptions(StrictModel):
     steps carry no prefill)."""
     mb_cost: Literal["step", "paper"] = "step"
     """β_MB^e used by the selector: ``step`` = β_EB^w + the simulator's step interference
-    (self-calibrated, Q14); ``paper`` = the paper's measured quadratic where one exists."""
+    (self-calibrated); ``paper`` = the paper's measured quadratic where one exists."""
 
     @model_validator(mode="after")
     def _theta_range(self) -> EBOptions:

@@ -359,7 +359,7 @@ def crossover(
 def mb_interference(mu_l: float, mu_o: float, n: float, delta_i: Callable[[float], float]) -> float:
     """Per-token interference of MB in steady state at ``n`` running requests, where a mixed
     step of ``n_p`` prefill and ``n_d`` decode tokens costs ``ΔI(r_s)·(n_p + n_d)`` extra,
-    ``r_s = n_d/(n_p + n_d)`` (the simulator's step model, Q14). Requests complete at
+    ``r_s = n_d/(n_p + n_d)`` (the simulator's step model). Requests complete at
     ``λ = n/(1 + μ_O)`` per step. With ``λ ≥ 1`` every step mixes prefills and decodes in the
     workload's proportion: ΔI(r) per token, the paper's LHS (§2.6). With ``λ < 1`` only one
     step per request is mixed: its prefill of ``μ_L`` tokens beside the ``n − 1`` others'

@@ -9,13 +9,13 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
   rises above N_obs and 0.03 otherwise (fast up, slow down); a surge ``D > 2·N_obs`` outside
   the cooldown triggers an evaluation at once — at N_obs = D (``surge_n: demand``, default):
   the surge means the EMA lags the demand by more than 2×, and the reference's evaluation at
-  the lagging EMA kept MB for 100 completions where EB wins (BENCHMARKS.md, issue3d);
+  the lagging EMA kept MB for 100 completions where EB wins (``docs/design/eb-defaults.md``);
 * every 100 completions (after the estimator's μ̂_O/p̂ update): an evaluation with
   ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p`` — or,
   with ``crossover_n: effective`` (default), at the batch sizes each policy can actually run:
   ``N = min(N_obs, N_max, N_MB)`` for MB and ``k̂ = θ0·min(N_obs, N̂*, N_max)`` for EB (the reference
   credits EB with N_obs even when memory caps it far lower);
-  ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference, Q14) or, with
+  ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference) or, with
   ``mb_cost: paper``, the paper's measured quadratic;
 * a decision needs the estimator initialised, no cooldown (3 evaluations after a switch),
   ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties) and — ours,
@@ -54,84 +54,125 @@ import statistics
 from collections import deque
 from typing import Any
 
-from tidal.core.kv import KVBlockManager
+import numpy as np
+
+from tidal.core.request import Request
 from tidal.engine import eb_theory as theory
-from tidal.engine.eb import DECODE, INITIAL_FILL, ExclusiveBatchingScheduler
-from tidal.engine.mb import MixedBatchingScheduler
-from tidal.engine.ordering import WaitingQueue
+from tidal.engine.eb import DECODE, INITIAL_FILL, ExclusiveBatching
+from tidal.engine.eb_options import EBOptions
+from tidal.engine.kv_forecast import KVForecast
+from tidal.engine.mb import MixedBatching
 from tidal.engine.plan import StepPlan
-from tidal.engine.scheduler import BATCHING, SchedulerConfig
+from tidal.engine.policy import BATCHING, BatchingPolicy
+from tidal.engine.state import AdmissionTest, EngineState
+from tidal.engine.stats import PolicyStats
+
+SERIES = (
+    "time_ns",
+    "event",
+    "mode",
+    "demand",
+    "n_obs",
+    "r",
+    "mu_l",
+    "mu_o",
+    "theta",
+    "k_hat",
+    "n_hat",
+    "n_mb",
+    "lhs",
+    "rhs",
+    "signal",
+    "delta",
+    "cooldown",
+)
+_NAN = float("nan")
 
 
 @BATCHING.register("ebplus")
-class EBPlusScheduler(ExclusiveBatchingScheduler):
-    name = "ebplus"
+class EBPlus(BatchingPolicy):
+    """EB⁺: the online EB/MB selector (an EB and an MB policy over one engine state)."""
 
-    def __init__(
-        self, config: SchedulerConfig, kv: KVBlockManager, waiting: WaitingQueue | None = None
-    ) -> None:
-        super().__init__(config, kv, waiting)
-        self.mode = self.opts.cold_mode
+    name = "ebplus"
+    Options = EBOptions
+    options_key = "eb"
+
+    def __init__(self, state: EngineState, opts: EBOptions) -> None:
+        super().__init__(state, opts)
+        kind = "n_hat" if opts.mb_memory_safe else opts.mb_cap
+        self.eb = ExclusiveBatching(state, opts, need_forecast=kind == "forecast")
+        self.ctl = self.eb.ctl
+        self.mb = MixedBatching(state, cap=self.mb_cap, test=self._mb_test)
+        self.ctl.on_refit.append(self._on_refit)
+        self.ctl.on_batch.append(self.evaluate)
+        self.mode: str = opts.cold_mode
         self.n_mb: int | None = None
         """MB mode's memory-safe running cap N_MB (None until the first estimate)."""
-        self.n_obs = float(config.max_num_seqs)
+        self.n_obs = float(state.config.max_num_seqs)
         self.cooldown_left = 0
         self.num_switches = 0
-        self.time_in_mode = {"mb": 0, "eb": 0}
-        self._signals: deque[float] = deque(maxlen=self.opts.signal_window)
-        self._demand = 0
-        self._series: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "time_ns",
-                "event",
-                "mode",
-                "demand",
-                "n_obs",
-                "r",
-                "mu_l",
-                "mu_o",
-                "theta",
-                "k_hat",
-                "n_hat",
-                "n_mb",
-                "lhs",
-                "rhs",
-                "signal",
-                "delta",
-                "cooldown",
-            )
-        }
-        self._log(0, "start", float("nan"), float("nan"), float("nan"), self.opts.delta)
+        self.mb_ns = 0
+        """Time of the steps run in MB mode (EB mode's: ``eb.eb_ns``)."""
+        self._signals: deque[float] = deque(maxlen=opts.signal_window)
+        self.demand = 0
+        self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
+        self._log(0, "start", _NAN, _NAN, _NAN, opts.delta)
+
+    @property
+    def opts(self) -> EBOptions:
+        """The options (one model shared with the EB policy and its controller)."""
+        return self.eb.opts
+
+    @opts.setter
+    def opts(self, value: EBOptions) -> None:
+        self.eb.opts = value
+
+    @property
+    def forecast(self) -> KVForecast | None:
+        return self.eb.forecast
+
+    @property
+    def mb_cap_kind(self) -> str:
+        opts = self.ctl.opts
+        return "n_hat" if opts.mb_memory_safe else opts.mb_cap
+
+    # ------------------------------------------------------------------ state events
+    def on_preempted(self, req: Request, lost_tokens: int) -> None:
+        self.eb.on_preempted(req, lost_tokens)
+
+    def on_finished(self, req: Request, now_ns: int) -> None:
+        self.eb.on_finished(req, now_ns)
 
     # ------------------------------------------------------------------ selector
     def _ema_step(self, demand: int, n_obs: float) -> float:
-        a = self.opts.n_obs_up if demand > n_obs else self.opts.n_obs_down
+        a = self.ctl.opts.n_obs_up if demand > n_obs else self.ctl.opts.n_obs_down
         return a * demand + (1.0 - a) * n_obs
 
     def _surge(self, demand: int) -> bool:
         return (
-            demand > self.opts.surge_factor * self.n_obs
+            demand > self.ctl.opts.surge_factor * self.n_obs
             and self.cooldown_left == 0
-            and self.stats.initialized
+            and self.ctl.stats.initialized
         )
 
     def evaluate(self, now_ns: int, event: str = "evaluate", n_obs: float | None = None) -> None:
         """The EB⁺ decision (ebplus.md §3.3 ``evaluate_mode_switch``) at demand ``n_obs``
-        (default: the EMA N_obs)."""
-        stats, c, opts = self.stats, self.costs, self.opts
+        (default: the EMA N_obs): Δ(N) = LHS − RHS (Proposition 4, §2.6); EB when Δ > δ, MB
+        when Δ < −sticky·δ."""
+        ctl, opts = self.ctl, self.ctl.opts
+        stats, c = ctl.stats, ctl.costs
         if not stats.initialized:
             return
-        theta0 = self.theta
+        theta0 = ctl.theta
         if not 0.0 < theta0 < 1.0:
             return
         paper = opts.mb_cost == "paper"
         n_obs = max(1.0, self.n_obs if n_obs is None else n_obs)
         n_mb, n_eb = n_obs, n_obs
         if opts.crossover_n == "effective":
-            cap = self._mb_cap()
-            n_mb = min(n_obs, float(self.config.max_num_seqs if cap is None else cap))
-            n_eb = min(n_obs, float(self._n_target()))
+            cap = self.mb_cap()
+            n_mb = min(n_obs, float(ctl.max_seqs if cap is None else cap))
+            n_eb = min(n_obs, float(ctl.n_target()))
         x = theory.crossover(
             stats.mu_l,
             stats.mu_o,
@@ -157,89 +198,94 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             return
         if n_obs < opts.drain_n:
             return
-        if opts.ebb_factor and self._demand * opts.ebb_factor < self.n_obs:
+        if opts.ebb_factor and self.demand * opts.ebb_factor < self.n_obs:
             return  # draining: the slow-down EMA describes the load that has left
         if signal > delta and self.mode != "eb":
             self._to_eb(now_ns)
         elif signal < -opts.sticky * delta and self.mode != "mb":
             self._to_mb(now_ns)
 
-    def _to_eb(self, now_ns: int) -> None:
-        self.mode = "eb"
-        self.cooldown_left = self.opts.cooldown
+    def _switched(self, mode: str) -> None:
+        self.mode = mode
+        self.cooldown_left = self.ctl.opts.cooldown
         self.num_switches += 1
-        self._fc_stale = True
-        n_dec = len(self.pool)
+        if self.eb.gate is not None:
+            self.eb.gate.stale = True
+
+    def _to_eb(self, now_ns: int) -> None:
+        """Requests already decoding become EB's decoding set and Phase 1 starts with
+        ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, a fresh fill."""
+        self._switched("eb")
+        eb, st = self.eb, self.state
+        n_dec = len(st.pool)
         if n_dec:
-            self.phase = DECODE
-            self.prefilled = n_dec
-            self.refill_target = 0
-            self.n = min(n_dec + len(self.waiting), self._recovery_target())
-            self._set_k()
-        elif len(self.waiting) or self.prefilling:
-            self._reset_to_initial(now_ns)
+            eb.phase = DECODE
+            eb.prefilled = n_dec
+            eb.refill_target = 0
+            self.ctl.n = min(n_dec + len(st.waiting), self.ctl.recovery_target())
+            self.ctl.set_k()
+        elif len(st.waiting) or st.prefilling:
+            eb.reset_to_initial(now_ns)
         else:
-            self.phase = INITIAL_FILL
-            self.prefilled = 0
-            self.refill_target = 0
-        self._log(now_ns, "to_eb", float("nan"), float("nan"), float("nan"), self.opts.delta)
+            eb.phase = INITIAL_FILL
+            eb.prefilled = 0
+            eb.refill_target = 0
+        self._log(now_ns, "to_eb", _NAN, _NAN, _NAN, self.ctl.opts.delta)
 
     def _to_mb(self, now_ns: int) -> None:
-        self.mode = "mb"
-        self.cooldown_left = self.opts.cooldown
-        self.num_switches += 1
-        self.phase = INITIAL_FILL
-        self.prefilled = 0
-        self.refill_target = 0
-        self._fc_stale = True
-        self._log(now_ns, "to_mb", float("nan"), float("nan"), float("nan"), self.opts.delta)
+        """EB's phase state is dropped; MB takes over the same running set."""
+        self._switched("mb")
+        self.eb.phase = INITIAL_FILL
+        self.eb.prefilled = 0
+        self.eb.refill_target = 0
+        self._log(now_ns, "to_mb", _NAN, _NAN, _NAN, self.ctl.opts.delta)
 
-    def _on_batch(self, now_ns: int) -> None:
-        self.evaluate(now_ns)
-
-    def _refit(self, now_ns: int) -> None:
-        super()._refit(now_ns)
-        s, cap = self.stats, self.config.max_num_seqs
+    def _on_refit(self, now_ns: int) -> None:
+        s = self.ctl.stats
         self.n_mb = theory.mb_safe_n(
-            self.capacity_tokens, s.mu_l, s.var_l, s.window(), self.opts.eps, cap
+            self.ctl.capacity_tokens,
+            s.mu_l,
+            s.var_l,
+            s.window(),
+            self.ctl.opts.eps,
+            self.ctl.max_seqs,
         )
-        self._log(now_ns, "estimate", float("nan"), float("nan"), float("nan"), self.opts.delta)
+        self._log(now_ns, "estimate", _NAN, _NAN, _NAN, self.ctl.opts.delta)
 
-    def _mb_cap_kind(self) -> str:
-        return "n_hat" if self.opts.mb_memory_safe else self.opts.mb_cap
-
-    def _uses_forecast(self) -> bool:
-        return super()._uses_forecast() or self._mb_cap_kind() == "forecast"
-
-    def _mb_cap(self) -> int | None:
+    def mb_cap(self) -> int | None:
         """The MB mode's running-set cap (``mb_cap``; None = N_max). With ``forecast`` the
         count cap is the steady-state bound alone (the cohort bound's worst case is what the
         forecast tests per admission, from the actual ages)."""
-        kind = self._mb_cap_kind()
+        kind = self.mb_cap_kind
         if kind == "mb_safe":
             return self.n_mb
         if kind == "n_hat":
-            return self._n_target()
+            return self.ctl.n_target()
         if kind == "forecast":
-            return self.n_stat
+            return self.ctl.n_stat
         return None
+
+    def _mb_test(self) -> AdmissionTest | None:
+        gate = self.eb.gate
+        return gate.test() if gate is not None and self.mb_cap_kind == "forecast" else None
 
     def _log(
         self, now_ns: int, event: str, lhs: float, rhs: float, signal: float, delta: float
     ) -> None:
-        s = self.stats
+        ctl = self.ctl
+        s = ctl.stats
         row = (
             now_ns,
             event,
             self.mode,
-            self._demand,
+            self.demand,
             self.n_obs,
             s.mu_o / (s.mu_l + s.mu_o),
             s.mu_l,
             s.mu_o,
-            self.theta,
-            self.theta * max(1.0, self.n_obs),
-            self.n_hat,
+            ctl.theta,
+            ctl.theta * max(1.0, self.n_obs),
+            ctl.n_hat,
             -1 if self.n_mb is None else self.n_mb,
             lhs,
             rhs,
@@ -247,40 +293,36 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
             delta,
             self.cooldown_left,
         )
-        for key, v in zip(self._series, row, strict=True):
-            self._series[key].append(v)
+        for key, v in zip(self.series, row, strict=True):
+            self.series[key].append(v)
 
     # ------------------------------------------------------------------ steps
+    @property
+    def active(self) -> BatchingPolicy:
+        return self.eb if self.mode == "eb" else self.mb
+
     def schedule(self, now_ns: int) -> StepPlan:
-        demand = len(self.running) + len(self.waiting)
-        self._demand = demand
+        st = self.state
+        demand = len(st.running) + len(st.waiting)
+        self.demand = demand
         self.n_obs = self._ema_step(demand, self.n_obs)
         if self._surge(demand):
-            self.evaluate(now_ns, "surge", demand if self.opts.surge_n == "demand" else None)
+            self.evaluate(now_ns, "surge", demand if self.ctl.opts.surge_n == "demand" else None)
+        self.sched_ns = now_ns
         if self.mode == "eb":
-            return super().schedule(now_ns)
-        self.waiting.refresh(now_ns)
-        self._sched_ns = now_ns
-        self._plan_phase = None
-        plan = StepPlan()
-        budget = self._schedule_running(plan, self.step_budget())
-        if not plan.preempted:
-            kv_ok = self._forecast_test() if self._mb_cap_kind() == "forecast" else None
-            self._admit_waiting(plan, budget, now_ns, self._mb_cap(), kv_ok)
-        return plan
+            return self.eb.schedule(now_ns)
+        self.eb.plan_phase = None
+        return self.mb.schedule(now_ns)
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
-        if self.mode == "eb":
-            m, _ = super().repeatable_steps(plan)
-        else:
-            m, _ = MixedBatchingScheduler.repeatable_steps(self, plan)  # type: ignore[arg-type]
+        m, _ = self.active.repeatable_steps(plan)
         if m <= 1:
             return 1, True
         # The step i of the run would update N_obs and could fire the surge test: stop before
         # the first i where it would. N_obs moves monotonically towards the (constant) demand,
         # so once N_obs ≥ D/surge_factor it never fires again.
-        if self.cooldown_left == 0 and self.stats.initialized:
-            d, n_obs, f = self._demand, self.n_obs, self.opts.surge_factor
+        if self.cooldown_left == 0 and self.ctl.stats.initialized:
+            d, n_obs, f = self.demand, self.n_obs, self.ctl.opts.surge_factor
             for i in range(1, m):
                 if d <= f * n_obs:
                     break
@@ -290,36 +332,36 @@ class EBPlusScheduler(ExclusiveBatchingScheduler):
                     break
         return m, True
 
-    def update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
+    def before_apply(self, plan: StepPlan, end_ns: int, num_steps: int) -> None:
         # the schedule() calls a fast-forwarded run skipped: same demand, same arithmetic
-        d = self._demand
+        d = self.demand
         for _ in range(num_steps - 1):
             self.n_obs = self._ema_step(d, self.n_obs)
-        super().update(plan, end_ns, num_steps)
-
-    def _account(self, plan: StepPlan, end_ns: int) -> None:
-        self.time_in_mode[self.mode] += end_ns - self._sched_ns
+        self.eb.before_apply(plan, end_ns, num_steps)
+        if self.mode == "mb":
+            self.mb_ns += end_ns - self.sched_ns
 
     # ------------------------------------------------------------------ results
+    def stats(self) -> PolicyStats:
+        eb = self.eb.stats()
+        counters = {**eb.counters, "mode_switches": self.num_switches}
+        return PolicyStats(counters, eb_ns=eb.eb_ns, mb_ns=self.mb_ns)
+
     def extra_metrics(self) -> dict[str, Any]:
-        busy = self.time_in_mode["mb"] + self.time_in_mode["eb"]
         return {
-            "mode_switches": self.num_switches,
-            "eb_time_share": self.time_in_mode["eb"] / busy if busy else 0.0,
+            **self.stats().metrics(),
             "ebplus_final_mode": self.mode,
-            "ebplus_mb_cap": -1 if (cap := self._mb_cap()) is None else cap,
-            **self._eb_metrics(),
+            "ebplus_mb_cap": -1 if (cap := self.mb_cap()) is None else cap,
+            **self.eb.gauges(),
         }
 
     def extra_tables(self) -> dict[str, dict[str, Any]]:
-        import numpy as np
-
         cols: dict[str, Any] = {}
-        for key, vals in self._series.items():
+        for key, vals in self.series.items():
             if key in ("event", "mode"):
                 cols[key] = list(vals)
             elif key in ("time_ns", "demand", "n_hat", "n_mb", "cooldown"):
                 cols[key] = np.asarray(vals, dtype=np.int64)
             else:
                 cols[key] = np.asarray(vals, dtype=np.float64)
-        return {"ebplus": cols, "eb": self._history_columns()}
+        return {"ebplus": cols, "eb": self.ctl.history_columns()}

@@ -1,21 +1,52 @@
-"""Mixed batching (MB): vLLM v1 / Sarathi-Serve chunked prefill, prefill and decode in one step."""
+"""Mixed batching (MB): vLLM v1 / Sarathi-Serve chunked prefill, prefill and decode in one step.
+
+Each step: decodes, then running prefills, within the budget (preempting the newest running
+requests while the step's KV blocks do not fit); then, if nothing was preempted, admission from
+the queue head under N — or under a cap and an admission test given by a composing policy
+(EB⁺'s MB mode).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tidal.engine.plan import StepPlan
-from tidal.engine.scheduler import BATCHING, Scheduler
+from tidal.engine.policy import BATCHING, BatchingPolicy
+from tidal.engine.state import AdmissionTest, EngineState
 
 
 @BATCHING.register("mb")
-class MixedBatchingScheduler(Scheduler):
+class MixedBatching(BatchingPolicy):
+    """Mixed batching: vLLM v1 / Sarathi-Serve chunked prefill."""
+
     name = "mb"
 
+    def __init__(
+        self,
+        state: EngineState,
+        options: object = None,
+        cap: Callable[[], int | None] | None = None,
+        test: Callable[[], AdmissionTest | None] | None = None,
+    ) -> None:
+        super().__init__(state, options)
+        self.cap = cap
+        """The running-set cap of each admission (None: N)."""
+        self.test = test
+        """Makes each step's admission test (None: the KV watermark alone)."""
+        self._plain = cap is None and test is None
+
     def schedule(self, now_ns: int) -> StepPlan:
-        self.waiting.refresh(now_ns)
+        st = self.state
+        st.waiting.refresh(now_ns)
         plan = StepPlan()
-        budget = self._schedule_running(plan, self.step_budget())
-        if not plan.preempted:
-            self._admit_waiting(plan, budget, now_ns)
+        budget = st.schedule_running(plan, st.step_budget)
+        if plan.preempted:
+            return plan
+        if self._plain:
+            st.admit(plan, budget, now_ns)
+        else:
+            test = self.test() if self.test is not None else None
+            st.admit(plan, budget, now_ns, self.cap() if self.cap is not None else None, test)
         return plan
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
@@ -25,7 +56,8 @@ class MixedBatchingScheduler(Scheduler):
         arrival can overtake it; otherwise the next arrival ends the run."""
         if plan.prefills or plan.preempted or not plan.num_decodes:
             return 1, True
-        m = self.pool.steps_until_departure_or_full(self.kv.num_free_blocks)
-        full = len(self.running) >= self.config.max_num_seqs
-        blocked = self.admission_blocked_by_kv and not self.waiting.arrival_can_jump_head
+        st = self.state
+        m = st.pool.steps_until_departure_or_full(st.kv.num_free_blocks)
+        full = len(st.running) >= st.config.max_num_seqs
+        blocked = st.admission_blocked_by_kv and not st.waiting.arrival_can_jump_head
         return m, not (full or blocked)

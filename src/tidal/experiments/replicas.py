@@ -40,6 +40,7 @@ from tidal.core.errors import ConfigError
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
+from tidal.engine.stats import PolicyStats
 from tidal.hardware.calibration import perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
@@ -204,6 +205,9 @@ def run_replicated(
     metrics["replicas"] = replicas
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))
+    share = PolicyStats.total(s.stats() for s, _, _ in built).eb_time_share
+    if share is not None:  # busy-time share over the replicas (not a mean of their shares)
+        metrics["eb_time_share"] = share
     tables = _concat_tables(
         [
             {"timeline": inst.timeline_columns(), **s.extra_tables()}

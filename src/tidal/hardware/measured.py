@@ -251,8 +251,9 @@ class MeasuredPerfModel(PerfModel):
         ``c + a·x`` seconds for ``decode_ctx ≤ x < ctx_end`` (one segment of the measured
         decode-attention curve); lets the simulator time runs without the vector path."""
         if self._dec is None:
-            c, a = self.decode_affine(num_decodes)  # type: ignore[misc]
-            return c, a, float("inf")
+            aff = self.decode_affine(num_decodes)
+            assert aff is not None
+            return aff[0], aff[1], float("inf")
         hit = self._seg_cache.get(num_decodes)
         if hit is None:
             const = self.tokens_s(num_decodes) + self.seqs_s(num_decodes)

@@ -16,6 +16,7 @@ from tidal.core.clock import WallClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.prefix_blocks import PrefixCachingBlockManager
+from tidal.engine.build import build_scheduler
 from tidal.engine.eb_options import EBOptions
 from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
@@ -133,7 +134,7 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
         costs=profile_step_costs(cfg),
         eb=cfg.eb,
     )
-    scheduler = BATCHING.get(cfg.batching)(sched_cfg, kv, ORDERINGS.get(cfg.ordering)())
+    scheduler = build_scheduler(sched_cfg, kv, cfg.batching, ORDERINGS.get(cfg.ordering)())
     runner = ModelRunner(model, cache, kv, device, cfg.seed)
     executor = RuntimeExecutor(runner, synchronize=device.type == "cuda")
     engine = Engine(scheduler, executor, WallClock())

@@ -28,8 +28,9 @@ import numpy as np
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
 from tidal.core.units import NS_PER_S
+from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
-from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.perf import PerfModel, StepShape
 from tidal.runtime.config import RuntimeConfig, RuntimeEngine, build_engine
 from tidal.runtime.driver import EngineDriver, StepRecord
@@ -254,7 +255,7 @@ def probe(rt: RuntimeEngine, clock: str = "wall", repeats: int = 3) -> float:
 def _scheduler(cfg: RuntimeConfig, kv: KVBlockManager, token_budget: int) -> Scheduler:
     max_seqs = min(cfg.max_seqs, token_budget)
     sc = SchedulerConfig(token_budget, max_seqs, cfg.long_prefill_token_threshold)
-    return BATCHING.get(cfg.batching)(sc, kv, ORDERINGS.get(cfg.ordering)())
+    return build_scheduler(sc, kv, cfg.batching, ORDERINGS.get(cfg.ordering)())
 
 
 def speed_ratio(steps: list[StepRecord], model: PerfModel) -> float:

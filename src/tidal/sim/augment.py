@@ -146,7 +146,7 @@ def augmented_engine(
     explicitly set ``scheduler.token_budget`` is the static budget unless
     ``augment.static_budget`` is given)."""
     from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
-    from tidal.engine.augment.scheduler import AugmentEnv
+    from tidal.engine.augment.env import AugmentEnv
 
     a = cfg.augment
     model, gpu, tp = deployment or (get_model(cfg.model), get_gpu(cfg.gpu), cfg.tp)

@@ -27,8 +27,11 @@ from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import request_latencies, summarize
 from tidal.core.request import Request
 from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
+from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
-from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.engine.policy import validate_options
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
+from tidal.engine.stats import PolicyStats
 from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
 from tidal.sim.config import SimulationConfig
@@ -120,29 +123,24 @@ def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]
 
 class RetiredStats:
     """What :func:`policy_metrics` reads from schedulers, summed over stopped ones (so they
-    can be dropped): integer counters, and time per mode (``{"eb": n, "mb": 0}`` for n
-    pure-EB schedulers, which count 1 each)."""
+    can be dropped): integer counters and the policy stats (:class:`PolicyStats`)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._ints: dict[str, int] = {}
-        self.time_in_mode: dict[str, int] | None = None
+        self._stats = PolicyStats()
 
     def add(self, sched: Scheduler) -> None:
         for k, v in sched.extra_metrics().items():
             if isinstance(v, int) and not isinstance(v, bool):
                 self._ints[k] = self._ints.get(k, 0) + v
-        modes = getattr(sched, "time_in_mode", None)
-        if not isinstance(modes, dict) and sched.name == "eb":
-            modes = {"eb": 1, "mb": 0}
-        if isinstance(modes, dict):
-            if self.time_in_mode is None:
-                self.time_in_mode = {"eb": 0, "mb": 0}
-            self.time_in_mode["eb"] += modes["eb"]
-            self.time_in_mode["mb"] += modes["mb"]
+        self._stats = self._stats + sched.stats()
 
     def extra_metrics(self) -> dict[str, int]:
         return self._ints
+
+    def stats(self) -> PolicyStats:
+        return self._stats
 
 
 class SimBackend:
@@ -188,7 +186,10 @@ class SimBackend:
                 hit = (perf, step_costs(model.spec, self.gpu, model.tp, perf))
                 self._costs[id(perf)] = hit
             costs = hit[1]
-        sched_cfg = SchedulerConfig(c.token_budget, max(256, c.batch), costs=costs, eb=s.eb)
+        opts = validate_options(s.batching, s.options)
+        sched_cfg = SchedulerConfig(
+            c.token_budget, max(256, c.batch), costs=costs, eb=s.eb, options=opts
+        )
         if c.mix.augmented is not None:
             from tidal.sim.augment import augmented_engine, host_blocks
 
@@ -197,7 +198,7 @@ class SimBackend:
             seed = self.policy_seed + self.num_started
             deployment = (model.spec, self.gpu, model.tp)
             return augmented_engine(self.cfg, sched_cfg, kv, perf, seed, deployment)
-        return BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
+        return build_scheduler(sched_cfg, kv, s.batching, ORDERINGS.get(s.ordering)())
 
     def start_engine(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> int:
         name = model.name
@@ -237,23 +238,16 @@ class SimBackend:
 
 def policy_metrics(scheds: list[Scheduler | RetiredStats]) -> dict[str, Any]:
     """The engines' own policy metrics, summed: every integer counter of ``extra_metrics``
-    (``mode_switches``, ``num_intercepts``, ...), and EB⁺'s ``eb_time_share`` as the share of
-    all engines' busy time spent in EB (1 for EB, absent for MB)."""
+    (``mode_switches``, ``num_intercepts``, ...), and the ratios of the summed policy stats
+    (``eb_time_share``: the share of all engines' busy time spent in EB; absent for MB)."""
     out: dict[str, Any] = {}
-    eb_ns = busy_ns = 0
     for s in scheds:
         for k, v in s.extra_metrics().items():
             if isinstance(v, int) and not isinstance(v, bool):
                 out[k] = out.get(k, 0) + v
-        modes = getattr(s, "time_in_mode", None)
-        if isinstance(modes, dict):
-            eb_ns += modes["eb"]
-            busy_ns += modes["eb"] + modes["mb"]
-        elif s.name == "eb":
-            eb_ns += 1
-            busy_ns += 1
-    if busy_ns:
-        out["eb_time_share"] = eb_ns / busy_ns
+    total = PolicyStats.total(s.stats() for s in scheds)
+    if total.eb_time_share is not None:
+        out["eb_time_share"] = total.eb_time_share
     return out
 
 

@@ -52,6 +52,9 @@ class SchedulerSettings(_Strict):
     long_prefill_token_threshold: int = Field(default=0, ge=0)
     eb: EBOptions = EBOptions()
     """Options of the exclusive-batching policies ``eb`` and ``ebplus``."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options of another registered batching policy that declares its own model (validated
+    by it; ``tidal simulate --help`` lists which policies take options where)."""
 
     @model_validator(mode="after")
     def _budget(self) -> SchedulerSettings:
@@ -131,9 +134,11 @@ class SimulationConfig(_Strict):
     def _policies(self) -> SimulationConfig:
         import tidal.engine.policies  # noqa: F401  (registers every policy)
         from tidal.engine.ordering import ORDERINGS
+        from tidal.engine.policy import validate_options
         from tidal.engine.scheduler import BATCHING
 
         BATCHING.get(self.scheduler.batching)
+        validate_options(self.scheduler.batching, self.scheduler.options)
         ORDERINGS.get(self.scheduler.ordering)
         return self
 

@@ -209,7 +209,9 @@ class SimInstance:
         done = 0
         last = 0
         affine = perf.decode_affine(n)
-        segment = None if affine is not None else getattr(perf, "decode_segment", None)
+        segment: Callable[[int, int], tuple[float, float, float]] | None = (
+            None if affine is not None else getattr(perf, "decode_segment", None)
+        )
         end = math.inf
         if segment is not None:
             c, a, end = segment(n, ctx0)
@@ -222,7 +224,8 @@ class SimInstance:
             durations: list[int] = []
             while done < limit and (done == 0 or t <= horizon_ns):
                 if ctx >= end:  # next segment of a piecewise-affine model
-                    c, a, end = segment(n, ctx)  # type: ignore[misc]
+                    assert segment is not None  # ctx < end = inf without segments
+                    c, a, end = segment(n, ctx)
                 d = math.floor((c + a * ctx) * 1e9 + 0.5)
                 if d < 1:
                     d = 1

@@ -50,27 +50,6 @@ def warmup_requests(cfg: SimulationConfig, n: int, reqs: RequestSet) -> RequestS
     return build_workload(wl, np.random.default_rng(child))
 
 
-_COUNTERS = ("mode_switches", "eb_refills", "eb_oom_preemptions")
-
-
-def _counters(scheduler: object) -> dict[str, object]:
-    out: dict[str, object] = dict(getattr(scheduler, "time_in_mode", {}))
-    extra = scheduler.extra_metrics()  # type: ignore[attr-defined]
-    out.update({k: extra[k] for k in _COUNTERS if k in extra})
-    return out
-
-
-def _measured_only(scheduler: object, before: dict[str, object]) -> dict[str, object]:
-    """Policy counters of the measured phase only (warm-up subtracted)."""
-    now = _counters(scheduler)
-    out: dict[str, object] = {k: now[k] - before[k] for k in _COUNTERS if k in now}  # type: ignore[operator]
-    if "eb" in now and "mb" in now:
-        eb = now["eb"] - before["eb"]  # type: ignore[operator]
-        busy = eb + now["mb"] - before["mb"]  # type: ignore[operator]
-        out["eb_time_share"] = eb / busy if busy else 0.0
-    return out
-
-
 def run_with_warmup(
     cfg: SimulationConfig, warmup: int, requests: RequestSet | None = None
 ) -> SimResult:
@@ -103,7 +82,7 @@ def run_phases(
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     now = 0
     events = 0
-    before = _counters(scheduler)
+    before = scheduler.stats()
     if warmup is not None:
         warm_conc = phases[0][1] or len(warmup)
         warm_sim = Simulation([inst], warmup, RequestRecorder(warmup), warm_conc)
@@ -111,7 +90,7 @@ def run_phases(
         now, events = warm_sim.now_ns, warm_sim.num_events
         inst.itl = LogHistogram()
         inst.busy_ns = 0
-        before = _counters(scheduler)
+        before = scheduler.stats()
     t_measured = now
     parts = []
     t_sim = 0.0
@@ -157,7 +136,7 @@ def run_phases(
     metrics["perf_model_source"] = perf_model_source(perf)
     metrics["warmup_requests"] = 0 if warmup is None else len(warmup)
     metrics.update(scheduler.extra_metrics())
-    metrics.update(_measured_only(scheduler, before))
+    metrics.update((scheduler.stats() - before).metrics())  # the measured phases only
     n = sum(len(r) for r in all_reqs)
     run_info = {
         "wall_s": time.perf_counter() - t0,

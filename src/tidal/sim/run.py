@@ -15,8 +15,10 @@ from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager, cdiv
 from tidal.core.metrics import summarize
 from tidal.core.prefix_cache import PrefixCachingKVManager
+from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
-from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.engine.policy import validate_options
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import build_perf_model, perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
@@ -142,13 +144,14 @@ def build_instance(
         s.long_prefill_token_threshold,
         costs=step_costs(model, gpu, cfg.tp, perf),
         eb=s.eb,
+        options=validate_options(s.batching, s.options),
     )
     if cfg.workload.augmented is not None:
         from tidal.sim.augment import build_augmented
 
         seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         return build_augmented(cfg, sched_cfg, plan, perf, seed), perf, plan
-    scheduler = BATCHING.get(s.batching)(sched_cfg, kv, ORDERINGS.get(s.ordering)())
+    scheduler = build_scheduler(sched_cfg, kv, s.batching, ORDERINGS.get(s.ordering)())
     return scheduler, perf, plan
 
 

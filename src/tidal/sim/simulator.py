@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from tidal.core.request import Request
 from tidal.core.units import INF_NS
+from tidal.engine.scheduler import Scheduler
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
 from tidal.workload.base import RequestSet
@@ -234,11 +235,11 @@ class Simulation:
         self._register(inst)
         return inst.index
 
-    def replace_scheduler(self, idx: int, scheduler: object) -> None:
+    def replace_scheduler(self, idx: int, scheduler: Scheduler) -> None:
         """Give idle instance ``idx`` a fresh scheduler (a cluster reusing a stopped engine)."""
         inst = self.instances[idx]
         assert not inst.busy
-        inst.scheduler = scheduler  # type: ignore[assignment]
+        inst.scheduler = scheduler
         inst.scheduler.on_finish = self._on_finish
         inst.scheduler.on_pause = self._pauser(idx)
 

@@ -171,7 +171,7 @@ def read_servegen(path: str | os.PathLike[str]) -> ServeGenTable:
             _parse_member(data, where)
         raise TraceError(str(p), None, None, "malformed ServeGen trace")
     _check_span(cols, members)
-    ids = np.array([int(CHUNK_RE.search(name).group(1)) for _, name, _ in members])  # type: ignore[union-attr]
+    ids = np.array([_chunk_id(name) for _, name, _ in members])
     models = {PurePosixPath(name).parent.name for _, name, _ in members} - {""}
     return ServeGenTable(
         source=str(p),
@@ -184,3 +184,10 @@ def read_servegen(path: str | os.PathLike[str]) -> ServeGenTable:
         shape=cols["param1"],
         window_s=_window_s(cols["window_start_s"]),
     )
+
+
+def _chunk_id(name: str) -> int:
+    """The chunk index in a ServeGen member's file name (members are filtered by CHUNK_RE)."""
+    m = CHUNK_RE.search(name)
+    assert m is not None
+    return int(m.group(1))

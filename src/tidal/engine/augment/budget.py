@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING
 from tidal.core.registry import Registry
 
 if TYPE_CHECKING:
-    from tidal.engine.augment.scheduler import AugmentedMixin
+    from tidal.engine.augment.component import Augmentation
 
 
 class TokenBudget:
     name = "base"
     dynamic = False
 
-    def budget(self, s: AugmentedMixin) -> int:
+    def budget(self, s: Augmentation) -> int:
         raise NotImplementedError
 
 
@@ -44,7 +44,7 @@ class StaticBudget(TokenBudget):
     def __init__(self, tokens: int) -> None:
         self.tokens = tokens
 
-    def budget(self, s: AugmentedMixin) -> int:
+    def budget(self, s: Augmentation) -> int:
         return self.tokens
 
 
@@ -60,12 +60,12 @@ class DynamicBudget(TokenBudget):
             raise ValueError("dynamic budget: b_min must be <= b_max")
         self.b_min, self.b_max, self.reserve, self.rho = b_min, b_max, reserve, rho
 
-    def headroom(self, s: AugmentedMixin) -> float:
+    def headroom(self, s: Augmentation) -> float:
         """``free − watermark + ρ·paused − need − reserve`` in tokens (unclipped)."""
         kv = s.kv
         free = (kv.num_free_blocks - kv.watermark_blocks) * kv.block_size
         paused = s.paused_gpu_blocks() * kv.block_size
         return free + self.rho * paused - len(s.pool) - self.reserve
 
-    def budget(self, s: AugmentedMixin) -> int:
+    def budget(self, s: Augmentation) -> int:
         return int(min(max(self.headroom(s), self.b_min), self.b_max))

@@ -22,18 +22,20 @@ the budget (augserve.md §3.4).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
-from tidal.engine import eb, ebplus  # noqa: F401  (registers the batching policies)
 from tidal.engine.augment.budget import DynamicBudget, StaticBudget, TokenBudget
+from tidal.engine.augment.component import Augmentation, AugmentEnv
 from tidal.engine.augment.intercept import INTERCEPTS
 from tidal.engine.augment.ordering import AUGMENT_ORDERINGS, ValueQueue
 from tidal.engine.augment.predictor import PREDICTORS
-from tidal.engine.augment.scheduler import AugmentedMixin, AugmentEnv, augmented_class
+from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import WaitingQueue
-from tidal.engine.scheduler import BATCHING, SchedulerConfig
+from tidal.engine.scheduler import Scheduler, SchedulerConfig
+from tidal.engine.state import EngineState
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,16 @@ class AugmentSpec:
 
 def build_augmented_scheduler(
     config: SchedulerConfig, kv: KVBlockManager, env: AugmentEnv, spec: AugmentSpec
-) -> AugmentedMixin:
+) -> Scheduler:
+    """The scheduler of ``spec.batching`` with the augmentation of ``spec``."""
+    waiting, factory = augmentation_factory(config, env, spec)
+    return build_scheduler(config, kv, spec.batching, waiting, factory)
+
+
+def augmentation_factory(
+    config: SchedulerConfig, env: AugmentEnv, spec: AugmentSpec
+) -> tuple[WaitingQueue, Callable[[EngineState], Augmentation]]:
+    """The ready queue of ``spec`` and a factory of its augmentation over an engine state."""
     policy = SERVING_POLICIES.get(spec.serving_policy)
     ordering = spec.ordering or policy.ordering
     intercept = INTERCEPTS.get(spec.intercept or policy.intercept)()
@@ -103,15 +114,16 @@ def build_augmented_scheduler(
     predictor = PREDICTORS.get(spec.predictor)(
         spec.predictor_seed, spec.predictor_p, spec.predictor_sigma
     )
-    cls = augmented_class(BATCHING.get(spec.batching))
-    return cls(
-        config,
-        kv,
-        waiting,
-        env=env,
-        intercept=intercept,
-        budget=budget,
-        predictor=predictor,
-        value_form=spec.value_form,
-        stage2=spec.stage2,
-    )
+
+    def factory(state: EngineState) -> Augmentation:
+        return Augmentation(
+            state,
+            env,
+            intercept=intercept,
+            budget=budget,
+            predictor=predictor,
+            value_form=spec.value_form,
+            stage2=spec.stage2,
+        )
+
+    return waiting, factory

@@ -1,7 +1,7 @@
 """What to do with a paused request's KV context while its call runs (registry ``intercept``).
 
 The mechanisms (discard, chunked swap-out, preserve) live in the scheduler
-(:class:`tidal.engine.augment.scheduler.AugmentedMixin`); a policy only decides:
+(:class:`tidal.engine.augment.component.Augmentation`); a policy only decides:
 
 * ``vllm`` — vLLM as run by INFERCEPT: the call ends the request, its KV is freed, and the
   return re-enters as a new request (whole context + returned tokens) at the *tail* of the
@@ -35,16 +35,16 @@ from tidal.engine.augment.waste import (
 )
 
 if TYPE_CHECKING:
-    from tidal.engine.augment.scheduler import AugmentedMixin
+    from tidal.engine.augment.component import Augmentation
 
 
 class InterceptPolicy:
     name = "base"
 
-    def on_pause(self, s: AugmentedMixin, req: Request, run: AugRun, now_ns: int) -> None:
+    def on_pause(self, s: Augmentation, req: Request, run: AugRun, now_ns: int) -> None:
         """A request just paused with its context on the GPU (default: Preserve)."""
 
-    def per_iteration(self, s: AugmentedMixin, now_ns: int) -> None:
+    def per_iteration(self, s: Augmentation, now_ns: int) -> None:
         """Called at the start of every schedule (default: nothing)."""
 
 
@@ -60,7 +60,7 @@ class PreservePolicy(InterceptPolicy):
 class DiscardPolicy(InterceptPolicy):
     name = "discard"
 
-    def on_pause(self, s: AugmentedMixin, req: Request, run: AugRun, now_ns: int) -> None:
+    def on_pause(self, s: Augmentation, req: Request, run: AugRun, now_ns: int) -> None:
         s.discard(req)
 
 
@@ -75,7 +75,7 @@ class SwapPolicy(InterceptPolicy):
 
     name = "swap"
 
-    def on_pause(self, s: AugmentedMixin, req: Request, run: AugRun, now_ns: int) -> None:
+    def on_pause(self, s: Augmentation, req: Request, run: AugRun, now_ns: int) -> None:
         if s.host_room_blocks() >= req.num_blocks:
             s.start_swap_out(req)
 
@@ -84,7 +84,7 @@ class SwapPolicy(InterceptPolicy):
 class MinWastePolicy(InterceptPolicy):
     name = "infercept"
 
-    def per_iteration(self, s: AugmentedMixin, now_ns: int) -> None:
+    def per_iteration(self, s: Augmentation, now_ns: int) -> None:
         cands = [r for r in s.paused.values() if s.runs[r.request_id].mode == KVMode.GPU]
         if not cands:
             return

@@ -1,0 +1,84 @@
+"""A/B simulator speed of two source trees, measured in one run (issue 15).
+
+Each case runs in fresh processes alternating between the trees (``--repeats`` times); each
+process reports the minimum CPU time (``time.process_time``) of 3 ``run_simulation`` calls, so
+other load on a shared machine matters less than for wall time. Prints the medians and the
+speed ratio (old time / new time; > 1 = the new tree is faster).
+
+    git worktree add --detach /tmp/old main
+    python bench/speed_ab.py --old /tmp/old --new . [--repeats 5] [--rate 5.744]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r"""
+import json, sys, time
+from tidal.sim.config import load_config
+from tidal.sim.run import load_requests, run_simulation
+cfg = load_config(json.loads(sys.argv[1]))
+reqs = load_requests(cfg)
+ts = []
+for _ in range(3):
+    t = time.process_time()
+    run_simulation(cfg, reqs)
+    ts.append(time.process_time() - t)
+print(min(ts))
+"""
+
+
+def cases(rate: float) -> dict[str, dict]:
+    wl = {"num_requests": 10_000, "rate": rate, "length_dist": "empirical:sharegpt"}
+    base = {"model": "llama-3.1-8b", "gpu": "h100", "workload": wl, "seed": 1}
+    return {
+        "MB, fast-forward on": {**base, "fast_forward": True},
+        "MB, fast-forward off": {**base, "fast_forward": False},
+        "EB+, fast-forward on": {**base, "scheduler": {"batching": "ebplus"}},
+        "AugServe + EB+": {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "scheduler": {"batching": "ebplus"},
+            "augment": {"serving_policy": "augserve"},
+            "workload": {"augmented": "infercept-mix", "num_requests": 1500, "rate": 4},
+        },
+    }
+
+
+def run(tree: Path, cfg: dict) -> float:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(cfg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", type=Path, required=True)
+    ap.add_argument("--new", type=Path, default=Path("."))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rate", type=float, default=5.744)
+    args = ap.parse_args()
+    print("| case | old (s) | new (s) | speed ratio |\n|---|---|---|---|")
+    for name, cfg in cases(args.rate).items():
+        old, new = [], []
+        for _ in range(args.repeats):
+            old.append(run(args.old.resolve(), cfg))
+            new.append(run(args.new.resolve(), cfg))
+        o, n = statistics.median(old), statistics.median(new)
+        print(f"| {name} | {o:.3f} | {n:.3f} | {o / n:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

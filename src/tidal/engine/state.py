@@ -1,0 +1,365 @@
+"""``EngineState``: an instance's requests and KV cache, and the only code that changes them.
+
+It owns the waiting queue, the running set (admission order), the running prefills and the
+lazily advanced decode pool over a :class:`~tidal.core.kv.KVBlockManager`, and performs the
+vLLM-v1 mechanisms every batching policy shares (``shared/research/ebplus.md`` §4.1):
+
+* **chunk**: a request's next prefill chunk is ``min(deficit, budget, cap)`` with
+  ``deficit = num_tokens − num_computed_tokens`` and ``cap = long_prefill_token_threshold``
+  (0: no cap) — Sarathi-Serve's chunked prefill; a chunk that reaches ``num_tokens`` samples
+  one token.
+* **admit**: from the queue head while under N, within the budget, above the KV watermark and
+  accepted by the policy's admission test; stops at the first refusal (a refusal for KV holds
+  until the running set changes). If nothing runs and idle contexts block the head, they are
+  reclaimed for it (so an instance never deadlocks on memory held by idle requests).
+* **preempt** (by recompute): while a step's KV blocks do not fit, idle contexts are reclaimed
+  first, then the newest running request loses its KV and returns to the queue's front. The
+  kept set is the longest admission-order prefix whose blocks fit — vLLM v1's running loop.
+* **finish** and **apply**: a finished step advances counters; a request that caught up joins
+  the decode pool (or finishes, or stops at a tool call); pool departures finish or stop.
+
+Components observe it through :class:`StateListener` events (started, prefix hit, preempted,
+finishing, finished, reclaim) and one optional :class:`CallStops` (requests that stop for tool
+calls); neither a policy nor a component edits the running set by other paths.
+
+Invariants (:meth:`check`): every running request is in exactly one of the pool and the
+prefills, holds ``blocks_for(num_computed_tokens)`` blocks, and at most N run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tidal.core.kv import KVBlockManager
+from tidal.core.request import Request, RequestState
+from tidal.engine.decode_pool import DecodePool
+from tidal.engine.ordering import FCFSQueue, WaitingQueue
+from tidal.engine.plan import StepPlan
+
+if TYPE_CHECKING:
+    from tidal.engine.scheduler import SchedulerConfig
+
+AdmissionTest = Callable[[Request], bool]
+
+
+class StateListener:
+    """Events of an :class:`EngineState`; a component overrides those it needs."""
+
+    def on_started(self, req: Request) -> None:
+        """``req`` joined the running set (its KV, if any, is now the running set's)."""
+
+    def on_preempted(self, req: Request, lost_tokens: int) -> None:
+        """``req`` lost its KV and ``lost_tokens`` computed tokens; called before it is put
+        back at the queue's front."""
+
+    def before_finish(self, req: Request) -> None:
+        """``req`` is about to finish (its KV is still held)."""
+
+    def on_finished(self, req: Request, now_ns: int) -> None:
+        """``req`` finished and left the running set (after the driver was told)."""
+
+    def on_prefix_hit(self, req: Request, hit_tokens: int) -> None:
+        """``req`` was admitted with ``hit_tokens`` found in the prefix cache."""
+
+    def reclaim(self, num_blocks: int, keep: Request | None = None) -> bool:
+        """Free up to ``num_blocks`` KV blocks held outside the running set (never those of
+        ``keep``); True if any were freed."""
+        return False
+
+
+class CallStops(Protocol):
+    """Where requests stop for a tool call (augmented requests)."""
+
+    def target(self, req: Request) -> int:
+        """The output count at which ``req`` next leaves the decode pool."""
+        ...
+
+    def stopped(self, req: Request, now_ns: int) -> bool:
+        """``req`` just sampled a token: if it is at a call point, pause it (it leaves the
+        running set) and return True."""
+        ...
+
+
+class EngineState:
+    def __init__(
+        self, config: SchedulerConfig, kv: KVBlockManager, waiting: WaitingQueue | None = None
+    ) -> None:
+        self.config = config
+        self.kv = kv
+        self.waiting: WaitingQueue = waiting if waiting is not None else FCFSQueue()
+        self.running: dict[int, Request] = {}
+        """Running requests in admission order; the last one is the preemption victim."""
+        self.prefilling: list[Request] = []
+        """Running requests still behind on computed tokens (not in the decode pool)."""
+        self.pool = DecodePool(kv.block_size)
+        self.listeners: list[StateListener] = []
+        """Receivers of the events, in order (:meth:`add_listener`)."""
+        self._started: list[Any] = []
+        self._preempted: list[Any] = []
+        self._finishing: list[Any] = []
+        self._finished: list[Any] = []
+        self._reclaimers: list[Any] = []
+        self._prefix_hit: list[Any] = []
+        self.stops: CallStops | None = None
+        self.on_finish: Callable[[Request], None] | None = None
+        """Set by the driver: a request finished."""
+        self.admission_blocked_by_kv = False
+        """The last admission stopped at a head the KV cache (or the admission test) refused."""
+        self.num_preemptions = 0
+        self.num_steps = 0
+        self.step_budget = config.max_num_batched_tokens
+        """Token budget B of the step being scheduled (a component may vary it per step:
+        AugServe's dynamic budget)."""
+        self._cap = config.long_prefill_token_threshold
+
+    # ------------------------------------------------------------------ queries
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    def chunk(self, req: Request, budget: int) -> tuple[int, int]:
+        """(tokens still to prefill, this step's chunk within ``budget`` and the cap)."""
+        deficit = req.num_tokens - req.num_computed_tokens
+        cap = self._cap
+        return deficit, min(deficit, budget, cap) if cap else min(deficit, budget)
+
+    def chunk_blocks(self, req: Request, n: int) -> int:
+        """New KV blocks a chunk of ``n`` tokens of ``req`` needs."""
+        return self.kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks
+
+    def add_listener(self, listener: StateListener, first: bool = False) -> None:
+        """Send the state's events to ``listener`` (only the hooks it overrides are called)."""
+        if first:
+            self.listeners.insert(0, listener)
+        else:
+            self.listeners.append(listener)
+        self._started = self._hooks("on_started")
+        self._preempted = self._hooks("on_preempted")
+        self._finishing = self._hooks("before_finish")
+        self._finished = self._hooks("on_finished")
+        self._reclaimers = self._hooks("reclaim")
+        self._prefix_hit = self._hooks("on_prefix_hit")
+
+    def _hooks(self, name: str) -> list[Any]:
+        default = getattr(StateListener, name)
+        return [getattr(x, name) for x in self.listeners if getattr(type(x), name) is not default]
+
+    def _reclaim(self, num_blocks: int, keep: Request | None = None) -> bool:
+        return any(fn(num_blocks, keep) for fn in self._reclaimers)
+
+    # ------------------------------------------------------------------ mechanisms
+    def add(self, req: Request) -> None:
+        req.state = RequestState.WAITING
+        self.waiting.push(req)
+
+    def schedule_running(self, plan: StepPlan, budget: int, prefills: bool = True) -> int:
+        """Decodes, then (with ``prefills``) running prefills in admission order within
+        ``budget``; preempt the newest running requests while the step's KV blocks do not fit.
+        Returns the budget left; the victims are in ``plan.preempted``."""
+        pool, kv = self.pool, self.kv
+        budget -= len(pool)
+        chunks: list[tuple[Request, int]] = []
+        chunk_need: dict[int, int] = {}
+        need = pool.blocks_needed(0)
+        if prefills and self.prefilling:
+            cap, blocks_for = self._cap, kv.blocks_for
+            for req in self.prefilling:
+                if budget <= 0:
+                    break
+                n = req.num_tokens - req.num_computed_tokens  # the chunk (:meth:`chunk`)
+                n = min(n, budget, cap) if cap else min(n, budget)
+                chunks.append((req, n))
+                budget -= n
+                blocks = blocks_for(req.num_computed_tokens + n) - req.num_blocks
+                chunk_need[req.request_id] = blocks
+                need += blocks
+        while need > kv.num_free_blocks:
+            if self._reclaim(need - kv.num_free_blocks):
+                continue
+            victim = next(reversed(self.running.values()))
+            if victim.in_pool:
+                need -= 1 if pool.needs_block(victim) else 0
+            elif victim.request_id in chunk_need:
+                need -= chunk_need.pop(victim.request_id)
+                for i, (r, n) in enumerate(chunks):
+                    if r is victim:
+                        budget += n
+                        del chunks[i]
+                        break
+            self.preempt(victim)
+            plan.preempted.append(victim)
+        kv.take(pool.blocks_needed(0))
+        for req, n in chunks:
+            plan.add_chunk(req, n)
+            kv.allocate(req, req.num_computed_tokens + n)
+        plan.num_decodes = len(pool)
+        plan.decode_ctx = pool.decode_ctx()
+        return budget
+
+    def continue_prefills(self, plan: StepPlan, budget: int) -> tuple[int, int]:
+        """A prefill-only step's running part: every pending chunk in admission order that
+        fits the budget and the free blocks (one that does not is skipped, nothing is
+        preempted). Returns (budget left, prompts completed)."""
+        done = 0
+        for req in list(self.prefilling):
+            if budget <= 0:
+                break
+            deficit, n = self.chunk(req, budget)
+            if self.chunk_blocks(req, n) > self.kv.num_free_blocks:
+                continue
+            self.add_chunk(plan, req, n)
+            budget -= n
+            done += n == deficit
+        return budget, done
+
+    def admit(
+        self,
+        plan: StepPlan,
+        budget: int,
+        now_ns: int,
+        max_seqs: int | None = None,
+        test: AdmissionTest | None = None,
+        limit: int | None = None,
+    ) -> tuple[int, int]:
+        """Admit from the queue head while under ``max_seqs`` (default N), within budget,
+        above the KV watermark, accepted by ``test`` and — with ``limit`` — until ``limit``
+        prompts completed their prefill. Returns (budget left, prompts completed)."""
+        waiting, kv = self.waiting, self.kv
+        if not len(waiting):
+            self.admission_blocked_by_kv = False
+            return budget, 0
+        if max_seqs is None:
+            max_seqs = self.config.max_num_seqs
+        remaining = limit if limit is not None else 1 << 62
+        done = 0
+        cap, blocks_for = self._cap, kv.blocks_for
+        while True:
+            self.admission_blocked_by_kv = False
+            while len(waiting) and len(self.running) < max_seqs and budget > 0 and remaining > 0:
+                req = waiting.peek()
+                # prefix caching: the cached prefix counts as computed; its blocks that others
+                # hold need no free block (hit = shared = 0 without caching)
+                hit, shared = kv.match_prefix(req)
+                deficit = req.num_tokens - req.num_computed_tokens - hit  # (:meth:`chunk`)
+                n = min(deficit, budget, cap) if cap else min(deficit, budget)
+                blocks = blocks_for(req.num_computed_tokens + hit + n) - req.num_blocks - shared
+                if not kv.can_admit(blocks) or (test is not None and not test(req)):
+                    self.admission_blocked_by_kv = True
+                    break
+                waiting.pop()
+                self.start_running(req, now_ns)
+                kv.commit_prefix(req, hit)
+                if hit:
+                    for fn in self._prefix_hit:
+                        fn(req, hit)
+                plan.add_chunk(req, n)
+                kv.allocate(req, req.num_computed_tokens + n)
+                budget -= n
+                if n == deficit:
+                    done += 1
+                    remaining -= 1
+            if not self.admission_blocked_by_kv or budget <= 0 or self.running:
+                return budget, done
+            head = waiting.peek()
+            _, n = self.chunk(head, budget)
+            short = self.chunk_blocks(head, n) + kv.watermark_blocks - kv.num_free_blocks
+            if short <= 0 or not self._reclaim(short, keep=head):
+                return budget, done
+
+    def add_chunk(self, plan: StepPlan, req: Request, n: int) -> None:
+        plan.add_chunk(req, n)
+        self.kv.allocate(req, req.num_computed_tokens + n)
+
+    def start_running(self, req: Request, now_ns: int) -> None:
+        for fn in self._started:
+            fn(req)
+        req.state = RequestState.RUNNING
+        self.running[req.request_id] = req
+        self.prefilling.append(req)
+        if req.first_scheduled_ns < 0:
+            req.first_scheduled_ns = now_ns
+
+    def _leave_running(self, req: Request) -> None:
+        if req.in_pool:
+            self.pool.remove(req)
+        else:
+            self.prefilling.remove(req)
+        del self.running[req.request_id]
+
+    def preempt(self, req: Request) -> None:
+        """Preemption by recompute: free the KV, reset progress, requeue at the front."""
+        self._leave_running(req)
+        self.kv.free(req)
+        lost = req.num_computed_tokens
+        req.num_computed_tokens = 0
+        req.state = RequestState.WAITING
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        for fn in self._preempted:
+            fn(req, lost)
+        self.waiting.push_front(req)
+
+    def finish(self, req: Request, now_ns: int) -> None:
+        for fn in self._finishing:
+            fn(req)
+        self.kv.free(req)
+        del self.running[req.request_id]
+        req.state = RequestState.FINISHED
+        req.finish_ns = now_ns
+        if self.on_finish is not None:
+            self.on_finish(req)
+        for fn in self._finished:
+            fn(req, now_ns)
+
+    def abort(self, req: Request, now_ns: int) -> None:
+        """Drop a request wherever it is (client disconnect); its KV is freed."""
+        if req.request_id in self.running:
+            self._leave_running(req)
+            self.kv.free(req)
+        elif req.state == RequestState.WAITING:
+            self.waiting.remove(req)
+        req.state = RequestState.ABORTED
+        req.finish_ns = now_ns
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
+        """Apply ``num_steps`` executed steps of ``plan`` ending at ``end_ns``."""
+        self.num_steps += num_steps
+        departed: list[Request] = []
+        pool = self.pool
+        if plan.num_decodes:
+            if num_steps > 1:
+                self.kv.take(pool.blocks_needed_range(1, num_steps))
+            departed = pool.advance(num_steps)
+        for req, n in plan.prefills:
+            req.num_computed_tokens += n
+            if req.num_computed_tokens >= req.num_tokens:
+                req.num_output_tokens += 1
+                if req.first_token_ns < 0:
+                    req.first_token_ns = end_ns
+                self.prefilling.remove(req)
+                self._caught_up(req, end_ns)
+        stops = self.stops
+        for req in departed:
+            if stops is None or not stops.stopped(req, end_ns):
+                self.finish(req, end_ns)
+
+    def _caught_up(self, req: Request, now_ns: int) -> None:
+        """A prefill chunk reached the end of the request and sampled a token."""
+        stops = self.stops
+        if stops is not None and stops.stopped(req, now_ns):
+            return
+        if req.num_output_tokens >= req.max_output_len:
+            self.finish(req, now_ns)
+        else:
+            self.pool.join(req, req.max_output_len if stops is None else stops.target(req))
+
+    def check(self) -> None:
+        """Assert the invariants of the running set (tests and debugging; O(running))."""
+        self.pool.materialize_all()
+        assert len(self.running) <= self.config.max_num_seqs
+        assert len(self.pool) + len(self.prefilling) == len(self.running)
+        for req in self.running.values():
+            assert req.num_blocks == self.kv.blocks_for(req.num_computed_tokens)
+            if req.in_pool:
+                assert req.num_computed_tokens == req.num_tokens - 1
