@@ -116,3 +116,16 @@ def test_fidelity_refuses_a_profile_of_another_model(tmp_path):
     )
     assert res.exit_code == 2
     assert "measured for llama-3.1-8b" in res.output
+
+
+def test_noise_hint_says_what_to_do_when_the_machine_drifted():
+    from tidal.cli.fidelity_report import ROBUST, noise_hint
+
+    base = {"speed_probe": {"calibration_s": 1.0, "runs_s": [[1.2, 1.3]]}, "clock": "wall"}
+    hint = noise_hint({**base, "recalibrate": 0})
+    assert "25% slower" in hint
+    assert ROBUST in hint
+    assert noise_hint({**base, "clock": "cpu", "recalibrate": 40}) is None  # already robust
+    steady = {"speed_probe": {"calibration_s": 1.0, "runs_s": [[1.02, 0.99]]}, "clock": "wall"}
+    assert noise_hint(steady) is None
+    assert noise_hint({"speed_probe": {"calibration_s": None, "runs_s": []}}) is None

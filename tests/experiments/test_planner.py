@@ -289,3 +289,20 @@ def test_an_unreachable_slo_gives_no_best_and_says_so(tmp_path):
     assert (
         "No deployment in the search space meets the SLO" in (tmp_path / "report.html").read_text()
     )
+
+
+def _trace(outcome):
+    return [
+        (e.option.label, e.capacity, e.passed, e.stopped_early, e.metrics)
+        for e in outcome.evaluations
+    ]
+
+
+@pytest.mark.parametrize("exhaustive_mode", [False, True])
+def test_workers_prefetch_but_the_plan_is_the_serial_one(exhaustive, exhaustive_mode):
+    spec = load_plan_spec(SPEC)
+    serial = exhaustive if exhaustive_mode else plan(spec)
+    parallel = plan(spec, exhaustive=exhaustive_mode, workers=2)
+    assert _trace(parallel) == _trace(serial)
+    assert parallel.candidates == serial.candidates
+    assert parallel.simulations_run == serial.simulations_run

@@ -40,6 +40,7 @@ from tidal.api.guard import Guard
 from tidal.api.metrics import EngineMetrics
 from tidal.api.stops import StopStrings
 from tidal.runtime.driver import EngineDriver, RequestHandle
+from tidal.runtime.hf_tokenizer import HFTokenizer, IncrementalHFDecoder
 from tidal.runtime.sampling import SamplingParams
 from tidal.runtime.tokenizer import ByteTokenizer, IncrementalDecoder
 
@@ -52,7 +53,7 @@ class ServerState:
     def __init__(
         self,
         driver: EngineDriver,
-        tokenizer: ByteTokenizer,
+        tokenizer: ByteTokenizer | HFTokenizer,
         model_name: str,
         api_key: str | None,
         max_queue: int,
@@ -74,8 +75,8 @@ class ServerState:
         self._lock = threading.Lock()
         driver.done_callbacks.append(self._on_done)
 
-    def new_decoder(self) -> IncrementalDecoder:
-        return IncrementalDecoder()
+    def new_decoder(self) -> IncrementalDecoder | IncrementalHFDecoder:
+        return self.tokenizer.decoder()
 
     def count_stream(self, delta: int) -> None:
         with self._lock:
@@ -95,11 +96,14 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     public_meta: bool = False,
     max_streams: int | None = None,
+    tokenizer: ByteTokenizer | HFTokenizer | None = None,
 ) -> FastAPI:
+    """``tokenizer``: the model's (:func:`tidal.runtime.hf_tokenizer.tokenizer_for`); the byte
+    tokenizer by default."""
     vocab = driver.runner.model.config.vocab_size  # type: ignore[attr-defined]
     state = ServerState(
         driver,
-        ByteTokenizer(vocab),
+        tokenizer or ByteTokenizer(vocab),
         model_name,
         api_key,
         max_queue,
@@ -181,11 +185,9 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(body: proto.ChatCompletionRequest, request: Request) -> Any:
         _check_model(state, body.model)
-        tok = state.tokenizer
-        prompt = tok.apply_chat_template(
+        ids = state.tokenizer.encode_chat(
             {"role": m.role, "content": m.text()} for m in body.messages
         )
-        ids = tok.encode(prompt)
         room = driver.rt.max_model_len - len(ids)
         max_tokens = body.max_completion_tokens or body.max_tokens
         if max_tokens is None:
@@ -271,7 +273,7 @@ def _submit(
             headers={"Retry-After": RETRY_AFTER_S},
         )
     stop_ids = set(_stop_token_ids(state, body))
-    if not body.ignore_eos:
+    if not body.ignore_eos and state.tokenizer.eos_id >= 0:  # -1: the model declares none
         stop_ids.add(state.tokenizer.eos_id)
     if body.min_tokens > max_tokens:
         msg = f"min_tokens ({body.min_tokens}) must be <= max_tokens ({max_tokens})"

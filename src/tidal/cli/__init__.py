@@ -19,8 +19,20 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+UNWRAPPED_WIDTH = 1000
+"""Columns of a console whose stream is not a terminal (a pipe, a file, a test's capture):
+nothing wraps, whatever $COLUMNS says."""
+
+
+def _console(stderr: bool = False) -> Console:
+    """A terminal gets its own width; anything else gets lines that never wrap."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return Console(stderr=stderr, width=None if tty else UNWRAPPED_WIDTH, soft_wrap=not tty)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 Opt = typer.Option
 
@@ -169,6 +181,7 @@ def main() -> None:  # pragma: no cover
 
 # Command modules register themselves on ``app`` when imported.
 from tidal.cli import (  # noqa: E402, F401
+    bench,
     calibrate,
     demo,
     ebplus,

@@ -16,6 +16,7 @@ compared) before and after every real run and rescales the profile for that run 
 measured / predicted step time (:func:`~tidal.runtime.profiling.speed_ratio`): the headline
 errors then use the recalibrated profile and ``raw_profile`` keeps the profile as calibrated.
 ``--warmup-requests N`` replays the workload's first N requests once, unrecorded, first.
+``--measured DIR`` compares with a run measured elsewhere instead (:mod:`.fidelity_measured`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,31 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from tidal.cli import Opt, TidalError, _fail, _parse_rate, app, console
+from tidal.cli.fidelity_report import print_fidelity
 from tidal.core.clock import CLOCKS
 
 
 @app.command()
 def fidelity(
-    profile: Annotated[Path, Opt(help="Step-time profile from `tidal calibrate`.")],
     out: Annotated[Path, Opt(help="Output directory (fidelity.json, requests parquet files).")],
+    profile: Annotated[
+        Path | None,
+        Opt(help="Step-time profile from `tidal calibrate` (needed unless --measured --gpu)."),
+    ] = None,
+    measured: Annotated[
+        Path | None,
+        Opt(
+            help="A measured run (`tidal bench serve --result-dir DIR`, any server) to compare "
+            "the simulator with, instead of running the real engine here."
+        ),
+    ] = None,
+    gpu: Annotated[str | None, Opt(help="--measured: the GPU it ran on (h100, h200, ...).")] = None,
+    tp: Annotated[
+        int | None, Opt("--tp", "--tensor-parallel-size", "-tp", help="--measured: TP degree.")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, Opt(help="--measured: share of GPU memory for weights and KV.")
+    ] = None,
     num_requests: Annotated[int, Opt(help="Requests in the workload.")] = 200,
     rate: Annotated[str, Opt(help="Arrival rate in req/s.")] = "10",
     model: Annotated[str, Opt(help="Model (catalog id); must match the profile.")] = "tiny-llama",
@@ -41,12 +60,18 @@ def fidelity(
     length_dist: Annotated[str, Opt(help="fixed | uniform | geometric | lognormal | ...")] = (
         "uniform"
     ),
-    token_budget: Annotated[int, Opt(help="Max tokens per step (B).")] = 512,
-    max_seqs: Annotated[int, Opt(help="Max running requests (N).")] = 64,
+    token_budget: Annotated[
+        int, Opt("--token-budget", "--max-num-batched-tokens", help="Max tokens per step (B).")
+    ] = 512,
+    max_seqs: Annotated[
+        int, Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N).")
+    ] = 64,
     batching: Annotated[
         str, Opt(help="Batching policy of both runs: mb | eb | ebplus (EB costs: the profile's).")
     ] = "mb",
-    num_kv_blocks: Annotated[int, Opt(help="KV cache blocks (both runs).")] = 2048,
+    num_kv_blocks: Annotated[
+        int | None, Opt(help="KV cache blocks (both runs; default 2048, --measured: the GPU's).")
+    ] = None,
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
     threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = 1,
     repeats: Annotated[int, Opt(help="Real runs; statistics are their medians.")] = 1,
@@ -77,6 +102,19 @@ def fidelity(
         _fail(TidalError(f"{err}; install the engine with: pip install 'tidal[engine]'"))
         return
     try:
+        if measured is not None:
+            from tidal.cli.fidelity_measured import run_measured_fidelity
+
+            result = run_measured_fidelity(
+                measured, out, model=model, gpu=gpu, tp=tp, profile=profile,
+                token_budget=token_budget, max_seqs=max_seqs, batching=batching,
+                num_kv_blocks=num_kv_blocks, block_size=block_size,
+                gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+            )  # fmt: skip
+            print_fidelity(result, out)
+            return
+        if profile is None:
+            raise TidalError("profile: give --profile PROFILE.json (tidal calibrate)")
         result = run_fidelity(
             profile,
             out,
@@ -92,7 +130,7 @@ def fidelity(
             token_budget=token_budget,
             max_seqs=max_seqs,
             batching=batching,
-            num_kv_blocks=num_kv_blocks,
+            num_kv_blocks=num_kv_blocks or 2048,
             block_size=block_size,
             threads=threads,
             repeats=repeats,
@@ -106,7 +144,7 @@ def fidelity(
     except TidalError as err:
         _fail(err)
         return
-    _print(result, out)
+    print_fidelity(result, out)
 
 
 def run_fidelity(
@@ -133,7 +171,7 @@ def run_fidelity(
 
     from tidal.cli.calibrate import runtime_config
     from tidal.hardware.profiled import ProfiledPerfModel
-    from tidal.report.fidelity import METRICS, fidelity_summary
+    from tidal.report.fidelity import METRICS, fidelity_summary, mean_columns
     from tidal.report.io import write_json, write_parquet
     from tidal.report.results import _clean
     from tidal.sim.config import load_config
@@ -312,7 +350,8 @@ def run_fidelity(
         ]
         result["real_vs_real"] = {**medians(pairs), "num_pairs": len(pairs)}
         # Against each request's mean over the real runs: the run-to-run noise averages out.
-        result["vs_real_mean"] = fidelity_summary(_mean_columns(runs), sim.columns)
+        mean = mean_columns([r["columns"] for r in runs])
+        result["vs_real_mean"] = fidelity_summary(mean, sim.columns)
     result["speed_probe"] = {
         "calibration_s": probe_cal,
         "runs_s": [[r["probe_before_s"], r["probe_after_s"]] for r in runs],
@@ -337,18 +376,6 @@ def run_fidelity(
     write_parquet(out / "sim_requests.parquet", sim.columns)
     write_parquet(out / "real_requests.parquet", runs[0]["columns"])
     return result
-
-
-def _mean_columns(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-request timestamps averaged over real runs (requests finished in every run)."""
-    import numpy as np
-
-    cols = dict(runs[0]["columns"])
-    done = np.logical_and.reduce([r["columns"]["finish_ns"] >= 0 for r in runs])
-    for key in ("first_scheduled_ns", "first_token_ns", "finish_ns"):
-        mean = np.mean([r["columns"][key] for r in runs], axis=0)
-        cols[key] = np.where(done, np.rint(mean), -1).astype(np.int64)
-    return cols
 
 
 def _real_run(
@@ -421,60 +448,3 @@ def _real_run(
         "speed_before": speed_before,
         "speed_after": speed_after,
     }
-
-
-def _print(result: dict[str, Any], out: Path) -> None:
-    from rich.table import Table
-
-    t = Table(title="simulator vs real engine, per-request |relative error|")
-    t.add_column("metric")
-    for col in ("median", "p90", "bias (median signed)", "P50 shift", "P90 shift"):
-        t.add_column(col, justify="right")
-    for m in ("ttft", "tpot", "e2e"):
-        t.add_row(
-            m.upper(),
-            f"{result[f'{m}_median_rel_error']:.1%}",
-            f"{result[f'{m}_p90_rel_error']:.1%}",
-            f"{result[f'{m}_median_signed_error']:+.1%}",
-            f"{result[f'{m}_p50_shift']:+.1%}",
-            f"{result[f'{m}_p90_shift']:+.1%}",
-        )
-    console.print(t)
-    floor = result.get("real_vs_real")
-    if floor:
-        console.print(
-            f"noise floor, real run vs real run: TTFT {floor['ttft_median_rel_error']:.1%}, "
-            f"TPOT {floor['tpot_median_rel_error']:.1%}, E2E {floor['e2e_median_rel_error']:.1%} "
-            f"(median per-request |difference|, {floor['num_pairs']} pairs)"
-        )
-    vs_mean = result.get("vs_real_mean")
-    if vs_mean:
-        console.print(
-            f"against each request's mean over the real runs: TTFT "
-            f"{vs_mean['ttft_median_rel_error']:.1%}, TPOT {vs_mean['tpot_median_rel_error']:.1%}, "
-            f"E2E {vs_mean['e2e_median_rel_error']:.1%}"
-        )
-    recal = result.get("recalibrated")
-    if recal:
-        raw = result["raw_profile"]
-        ratio = ", ".join(f"{r:.3f}" for r in recal["speed_ratio"])
-        console.print(
-            f"profile rescaled by held-out replays ({recal['held_out_requests']} requests) around "
-            f"each run: x{ratio}; the profile as calibrated: TTFT "
-            f"{raw['ttft_median_rel_error']:.1%}, TPOT {raw['tpot_median_rel_error']:.1%}, "
-            f"E2E {raw['e2e_median_rel_error']:.1%}"
-        )
-    norm = result.get("speed_normalized")
-    if norm:
-        ratio = ", ".join(f"{r:.3f}" for r in norm["speed_ratio"])
-        console.print(
-            f"speed probe vs calibration: x{ratio}; with the profile rescaled by it: TTFT "
-            f"{norm['ttft_median_rel_error']:.1%}, TPOT {norm['tpot_median_rel_error']:.1%}, "
-            f"E2E {norm['e2e_median_rel_error']:.1%} (median per-request |error|)"
-        )
-    ov = result["scheduler_overhead"][0]
-    console.print(
-        f"scheduler CPU per step: schedule {ov['schedule_us_per_step']:.0f} µs + update "
-        f"{ov['update_us_per_step']:.0f} µs = {ov['scheduler_share_of_step']:.2%} of step time "
-        f"({ov['num_steps']} steps); results in {out}"
-    )

@@ -7,7 +7,17 @@ from typing import Annotated, Any
 
 from rich.table import Table
 
-from tidal.cli import Opt, TidalError, _deep_merge, _fail, _set, app, console, err_console
+from tidal.cli import (
+    Opt,
+    TidalError,
+    _deep_merge,
+    _fail,
+    _set,
+    app,
+    console,
+    err_console,
+    vllm_names,
+)
 
 
 def _list(text: str | None) -> list[Any] | None:
@@ -42,11 +52,47 @@ def plan(
     max_requests: Annotated[int | None, Opt(help="Keep the first N requests.")] = None,
     model: Annotated[str | None, Opt(help="Model id (default llama-3.1-8b).")] = None,
     gpus: Annotated[str | None, Opt(help="GPU types to consider, e.g. h100,h200,l40s.")] = None,
-    tp: Annotated[str | None, Opt(help="Tensor-parallel degrees, e.g. 1,2,4.")] = None,
+    tp: Annotated[
+        str | None,
+        Opt("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel degrees, e.g. 1,2,4."),
+    ] = None,
     batching: Annotated[str | None, Opt(help="Batching policies (default: all).")] = None,
     ordering: Annotated[str | None, Opt(help="Request orderings (default: all).")] = None,
-    token_budget: Annotated[str | None, Opt(help="Token budgets, e.g. 512,2048,8192.")] = None,
-    max_seqs: Annotated[str | None, Opt(help="Max running requests, e.g. 128,256.")] = None,
+    token_budget: Annotated[
+        str | None,
+        Opt("--token-budget", "--max-num-batched-tokens", help="Token budgets, e.g. 512,8192."),
+    ] = None,
+    max_seqs: Annotated[
+        str | None, Opt("--max-seqs", "--max-num-seqs", help="Max running requests, e.g. 128,256.")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, Opt(help="Share of GPU memory for weights and KV. (default: 0.9)")
+    ] = None,
+    num_requests: Annotated[
+        int | None,
+        Opt("--num-requests", "--num-prompts", help="Synthetic workload: number of requests."),
+    ] = None,
+    rate: Annotated[
+        float | None, Opt("--rate", "--request-rate", help="Synthetic workload: req/s.")
+    ] = None,
+    arrival_cv: Annotated[
+        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson). (default: 1)")
+    ] = None,
+    burstiness: Annotated[
+        float | None, Opt(help="Synthetic: Gamma shape of the gaps (vLLM): CV 1/sqrt(B).")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        Opt("--concurrency", "--max-concurrency", help="Synthetic: closed-loop clients."),
+    ] = None,
+    prompt_len: Annotated[
+        int | None,
+        Opt("--prompt-len", "--random-input-len", help="Synthetic: prompt length. (default: 512)"),
+    ] = None,
+    output_len: Annotated[
+        int | None,
+        Opt("--output-len", "--random-output-len", help="Synthetic: output length. (default: 256)"),
+    ] = None,
     search: Annotated[
         list[str] | None, Opt(help="More axes: KEY=V1,V2 over a dotted config key.")
     ] = None,
@@ -64,8 +110,14 @@ def plan(
     exhaustive: Annotated[
         bool, Opt("--exhaustive", help="Simulate every option at every replica count.")
     ] = False,
+    workers: Annotated[
+        int,
+        Opt(help="Processes simulating ahead of the search (the plan is the same for any N)."),
+    ] = 1,
 ) -> None:
     """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO."""
+    from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
+
     from tidal.experiments.grid import parse_grid_arg
     from tidal.experiments.planner import plan as run_plan
     from tidal.experiments.planner import write_plan
@@ -82,6 +134,13 @@ def plan(
             ("base.workload.start_s", start_s),
             ("base.workload.end_s", end_s),
             ("base.workload.max_requests", max_requests),
+            ("base.memory.gpu_memory_utilization", gpu_memory_utilization),
+            ("base.workload.num_requests", num_requests),
+            ("base.workload.rate", rate),
+            ("base.workload.arrival_cv", vllm_names.arrival_cv(arrival_cv, burstiness)),
+            ("base.workload.concurrency", concurrency),
+            ("base.workload.prompt_len", prompt_len),
+            ("base.workload.output_len", output_len),
             ("max_replicas", max_replicas),
             ("router", router),
             ("objective", objective),
@@ -121,17 +180,30 @@ def plan(
             raise TidalError("trace: give --trace PATH (or a base workload in --config)")
         spec = load_plan_spec(data)
 
+        bar = Progress(
+            "[progress.description]{task.description}",
+            SpinnerColumn(),
+            "{task.completed} simulations",
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+            disable=not err_console.is_terminal,
+        )
+        task = bar.add_task("planning")
+
         def show(ev: Any) -> None:
             verdict = (
                 "meets"
                 if ev.passed
                 else ("misses (stopped early)" if ev.stopped_early else "misses")
             )
-            err_console.print(
+            bar.console.print(
                 f"  {ev.capacity:>3}× {ev.option.label}: {verdict} the SLO", highlight=False
             )
+            bar.update(task, advance=1, description=f"planning: {ev.option.label}")
 
-        outcome = run_plan(spec, exhaustive=exhaustive, on_evaluation=show)
+        with bar:
+            outcome = run_plan(spec, exhaustive=exhaustive, on_evaluation=show, workers=workers)
         write_plan(outcome, out)
     except TidalError as err:
         _fail(err)

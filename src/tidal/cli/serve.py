@@ -24,9 +24,18 @@ EXIT_ENGINE_DIED = 1
 
 @app.command()
 def serve(
-    model: Annotated[str, Opt(help="Model: a catalog id (tiny-llama, llama-3.1-8b, ...).")] = (
-        "tiny-llama"
-    ),
+    model_arg: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[MODEL]",
+            help="Model, as vLLM's `vllm serve MODEL`: a catalog id or a Hugging Face model "
+            "directory (config.json, *.safetensors, tokenizer.json).",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, Opt(help="The model, as a flag (same as MODEL; default tiny-llama).")
+    ] = None,
     weights: Annotated[
         Path | None, Opt(help="Safetensors weights (default: dummy seeded weights).")
     ] = None,
@@ -46,8 +55,16 @@ def serve(
     ),
     kv_cache_gb: Annotated[float, Opt(help="KV cache size when --num-kv-blocks is unset.")] = 0.25,
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
-    token_budget: Annotated[int, Opt(help="Max tokens per step (B).")] = 2048,
-    max_seqs: Annotated[int, Opt(help="Max running requests (N).")] = 256,
+    token_budget: Annotated[
+        int, Opt("--token-budget", "--max-num-batched-tokens", help="Max tokens per step (B).")
+    ] = 2048,
+    max_seqs: Annotated[
+        int, Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N).")
+    ] = 256,
+    tensor_parallel_size: Annotated[
+        int,
+        Opt("--tp", "--tensor-parallel-size", "-tp", help="GPUs per replica (the runtime: 1)."),
+    ] = 1,
     batching: Annotated[str, Opt(help="Batching policy: mb | eb | ebplus.")] = "mb",
     profile: Annotated[
         Path | None,
@@ -74,6 +91,7 @@ def serve(
         from tidal.api.app import create_app
         from tidal.runtime.config import RuntimeConfig, build_engine
         from tidal.runtime.driver import EngineDriver
+        from tidal.runtime.hf_tokenizer import tokenizer_for
     except ImportError as err:
         _fail(TidalError(f"{err}; install the server with: pip install 'tidal[serve]'"))
         return
@@ -85,6 +103,18 @@ def serve(
         if value is not None and value < low:
             _fail(TidalError(f"{flag}: must be >= {low}, got {value}"))
     _check_listen(host, port)
+    if model_arg and model and model_arg != model:
+        _fail(TidalError(f"model: MODEL {model_arg!r} and --model {model!r} differ; give one"))
+        return
+    model = model_arg or model or "tiny-llama"
+    if tensor_parallel_size != 1:
+        _fail(
+            TidalError(
+                f"tensor_parallel_size: the real engine runs on one device, got "
+                f"{tensor_parallel_size} (simulate, plan and sweep model TP)"
+            )
+        )
+        return
     try:
         cfg = RuntimeConfig(
             model=model,
@@ -102,6 +132,7 @@ def serve(
             seed=seed,
         )
         rt = build_engine(cfg)
+        tokenizer = tokenizer_for(model, rt.runner.model.config.vocab_size)
     except TidalError as err:
         _fail(err)
         return
@@ -118,6 +149,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         public_meta=public_metrics,
         max_streams=max_streams,
+        tokenizer=tokenizer,
     )
     console.print(
         f"serving {name} ({rt.kv.num_blocks} KV blocks of {rt.kv.block_size}) on "

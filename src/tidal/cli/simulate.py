@@ -16,6 +16,7 @@ from tidal.cli import (
     app,
     console,
     metrics_table,
+    vllm_names,
 )
 from tidal.engine.policy import describe_batching
 
@@ -30,7 +31,10 @@ def simulate(
     gpu: Annotated[
         str | None, Opt(help="GPU id: h100 h200 a100-80gb l40s rtx-pro-6000 b200.")
     ] = None,
-    tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
+    tp: Annotated[
+        int | None,
+        Opt("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel degree. (default: 1)"),
+    ] = None,
     perf_model: Annotated[
         str | None,
         Opt(
@@ -46,21 +50,49 @@ def simulate(
     rate_scale: Annotated[float | None, Opt(help="Multiply the trace's arrival rate.")] = None,
     start_s: Annotated[float | None, Opt(help="Trace window start (s from first arrival).")] = None,
     end_s: Annotated[float | None, Opt(help="Trace window end (s from first arrival).")] = None,
-    num_requests: Annotated[int | None, Opt(help="Synthetic: number of requests.")] = None,
+    num_requests: Annotated[
+        int | None, Opt("--num-requests", "--num-prompts", help="Synthetic: number of requests.")
+    ] = None,
     rate: Annotated[
-        str | None, Opt(help="Synthetic: arrival rate in req/s, or inf; cluster: the mix total.")
+        str | None,
+        Opt(
+            "--rate",
+            "--request-rate",
+            help="Synthetic: arrival rate in req/s, or inf; cluster: the mix total.",
+        ),
     ] = None,
     arrival_cv: Annotated[
-        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson).")
+        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson). (default: 1)")
     ] = None,
-    prompt_len: Annotated[int | None, Opt(help="Synthetic: prompt length (location).")] = None,
-    output_len: Annotated[int | None, Opt(help="Synthetic: output length (location).")] = None,
+    burstiness: Annotated[
+        float | None,
+        Opt(help="Synthetic: Gamma shape of the gaps (vLLM), i.e. --arrival-cv 1/sqrt(B)."),
+    ] = None,
+    prompt_len: Annotated[
+        int | None,
+        Opt(
+            "--prompt-len",
+            "--random-input-len",
+            help="Synthetic: prompt length (location). (default: 512)",
+        ),
+    ] = None,
+    output_len: Annotated[
+        int | None,
+        Opt(
+            "--output-len",
+            "--random-output-len",
+            help="Synthetic: output length (location). (default: 256)",
+        ),
+    ] = None,
     length_dist: Annotated[
         str | None, Opt(help="fixed|uniform|geometric|lognormal|empirical:NAME.")
     ] = None,
     max_prompt_len: Annotated[int | None, Opt(help="Cap prompt lengths.")] = None,
     max_output_len: Annotated[int | None, Opt(help="Cap output lengths.")] = None,
-    concurrency: Annotated[int | None, Opt(help="Closed loop: requests kept in flight.")] = None,
+    concurrency: Annotated[
+        int | None,
+        Opt("--concurrency", "--max-concurrency", help="Closed loop: requests kept in flight."),
+    ] = None,
     workload: Annotated[
         str | None,
         Opt(
@@ -85,7 +117,8 @@ def simulate(
         Opt(help="Augmented: normalized-latency SLO (s/token) of effective throughput."),
     ] = None,
     warmup: Annotated[
-        int | None, Opt(help="Warm-up requests sent first and not measured (--num-warmups).")
+        int | None,
+        Opt("--warmup", "--num-warmups", help="Warm-up requests sent first and not measured."),
     ] = None,
     batching: Annotated[str | None, Opt(help=f"Batching policy: {describe_batching()}.")] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
@@ -94,16 +127,24 @@ def simulate(
         Opt(
             "--token-budget",
             "--max-num-batched-tokens",
-            help="Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan).",
+            help="Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan). "
+            "(default: 8192)",
         ),
     ] = None,
     max_seqs: Annotated[
         int | None,
-        Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N; vLLM max_num_seqs)."),
+        Opt(
+            "--max-seqs",
+            "--max-num-seqs",
+            help="Max running requests (N; vLLM max_num_seqs). (default: 256)",
+        ),
     ] = None,
     gpu_memory_utilization: Annotated[
         float | None,
-        Opt(help="vLLM gpu_memory_utilization: share of the driver-reported memory planned."),
+        Opt(
+            help="vLLM gpu_memory_utilization: share of the driver-reported memory planned. "
+            "(default: 0.9)"
+        ),
     ] = None,
     slo_ttft: Annotated[float | None, Opt(help="TTFT SLO in seconds.")] = None,
     slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
@@ -185,7 +226,7 @@ def simulate(
             ("workload.end_s", end_s),
             ("workload.num_requests", num_requests),
             ("workload.rate", _parse_rate(rate)),
-            ("workload.arrival_cv", arrival_cv),
+            ("workload.arrival_cv", vllm_names.arrival_cv(arrival_cv, burstiness)),
             ("workload.prompt_len", prompt_len),
             ("workload.output_len", output_len),
             ("workload.length_dist", length_dist),

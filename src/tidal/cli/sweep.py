@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+from tidal.cli import Opt, TidalError, _fail, app, console, err_console, vllm_names
 
 
 @app.command()
@@ -21,7 +21,11 @@ def sweep(
     out: Annotated[Path, Opt(help="Output directory (results.parquet, cells/<id>/).")],
     grid: Annotated[
         list[str] | None,
-        Opt(help="KEY=V1,V2,... over a dotted config key; repeat for more axes (cartesian)."),
+        Opt(
+            help="KEY=V1,V2,... over a dotted config key (or vLLM's name: max_num_seqs, "
+            "max_num_batched_tokens, tensor_parallel_size, request_rate, ...); repeat for more "
+            "axes (cartesian)."
+        ),
     ] = None,
     backend: Annotated[str, Opt(help="process (local pool) | serial | ray.")] = "process",
     workers: Annotated[
@@ -49,7 +53,10 @@ def sweep(
 
     try:
         base, yaml_grid = split_sweep_config(load_yaml(config))
-        g = parse_grid(grid or [], yaml_grid)
+        axes = [vllm_names.grid_key(k, v) for k, v in parse_grid(grid or [], yaml_grid).items()]
+        g = dict(axes)
+        if len(g) < len(axes):
+            raise TidalError("grid: an axis is given twice (under vLLM's name and Tidal's)")
         with Progress(
             "[progress.description]{task.description}",
             BarColumn(),

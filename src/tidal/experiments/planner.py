@@ -44,15 +44,16 @@ import numpy as np
 
 from tidal.core.errors import ConfigError
 from tidal.core.metrics import request_latencies
-from tidal.experiments.grid import apply_cell, cells, set_dotted
-from tidal.experiments.replicas import SimulationStopped, run_replicated
+from tidal.experiments.grid import apply_cell, cells
+from tidal.experiments.plan_pool import Prefetcher, simulate_at
+from tidal.experiments.replicas import SimulationStopped
 from tidal.experiments.space import PlanSpec
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig, load_config
 from tidal.sim.recorder import RequestRecorder
-from tidal.sim.run import SimResult, load_requests, memory_plan, run_simulation
+from tidal.sim.run import SimResult, load_requests, memory_plan
 from tidal.workload.base import RequestSet
 
 _LAT = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
@@ -227,6 +228,7 @@ class Planner:
         self._memo: dict[tuple[int, int], Evaluation] = {}
         self._guess: dict[tuple[str, int], int] = {}
         self._stop = certain_failure_stop(self.targets, self.requests)
+        self.prefetch: Prefetcher | None = None
 
     # costs ------------------------------------------------------------------
     def costs(self, opt: Option, capacity: int) -> tuple[float, float]:
@@ -257,7 +259,7 @@ class Planner:
         stopped = False
         result: SimResult | None = None
         try:
-            result = self._simulate(opt.config, capacity, early_stop)
+            result = self._simulate(opt, capacity, early_stop)
             metrics = result.metrics
             passed = meets_slo(metrics, self.targets)
         except SimulationStopped:
@@ -273,15 +275,14 @@ class Planner:
             self.on_evaluation(ev)
         return ev
 
-    def _simulate(self, cfg: SimulationConfig, capacity: int, early_stop: bool) -> SimResult:
+    def _simulate(self, opt: Option, capacity: int, early_stop: bool) -> SimResult:
+        assert opt.config is not None
+        if self.prefetch is not None:
+            done = self.prefetch.take(opt.index, capacity, early_stop)
+            if done is not None:
+                return done
         stop = self._stop if early_stop else None
-        if self.spec.capacity_key == "replicas":
-            return run_replicated(cfg, capacity, self.spec.router, self.requests, stop)
-        data = cfg.model_dump(mode="json")
-        tmpl = self.spec.capacity_template
-        value = tmpl.format(n=capacity, gpu=cfg.gpu, tp=cfg.tp) if tmpl else capacity
-        set_dotted(data, self.spec.capacity_key, value)
-        return run_simulation(load_config(data), self.requests)
+        return simulate_at(opt.config, capacity, self.spec, self.requests, stop)
 
     # capacity search --------------------------------------------------------
     def first_guess(self, opt: Option) -> int:
@@ -341,6 +342,8 @@ class Planner:
             if o.error is not None:
                 status = "does-not-fit" if "does not fit" in o.error else "error"
                 outcomes[o.index] = OptionOutcome(o, status, detail=o.error)
+        if self.prefetch is not None:
+            self.prefetch.speculate(self, order, exhaustive)
         for opt in order:
             before = len(self.evaluations)
             if exhaustive:
@@ -457,8 +460,19 @@ def plan(
     exhaustive: bool = False,
     on_evaluation: Callable[[Evaluation], None] | None = None,
     requests: RequestSet | None = None,
+    workers: int = 1,
 ) -> PlanOutcome:
-    return Planner(prepare_spec(spec), requests, on_evaluation).run(exhaustive)
+    """The plan; ``workers`` > 1 prefetches simulations on a process pool (same outcome)."""
+    if workers < 1:
+        raise ConfigError("workers", f"must be >= 1, got {workers}")
+    planner = Planner(prepare_spec(spec), requests, on_evaluation)
+    if workers == 1:
+        return planner.run(exhaustive)
+    planner.prefetch = Prefetcher(workers, planner.spec, planner.targets, planner.requests)
+    try:
+        return planner.run(exhaustive)
+    finally:
+        planner.prefetch.close()
 
 
 def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:

@@ -54,3 +54,14 @@ def fidelity_summary(
                 out[f"{m}_p{p}_sim_s"] = py
                 out[f"{m}_p{p}_shift"] = (py - px) / px if px > 0 else None
     return out
+
+
+def mean_columns(runs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-request timestamps averaged over runs of one workload (requests finished in every
+    run; the others are marked unfinished)."""
+    cols = dict(runs[0])
+    done = np.logical_and.reduce([r["finish_ns"] >= 0 for r in runs])
+    for key in ("first_scheduled_ns", "first_token_ns", "finish_ns"):
+        mean = np.mean([r[key] for r in runs], axis=0)
+        cols[key] = np.where(done, np.rint(mean), -1).astype(np.int64)
+    return cols

@@ -32,9 +32,11 @@ class RuntimeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = "tiny-llama"
-    """A catalog model (``tidal.hardware.models``); its shape builds the decoder."""
+    """A catalog model (``tidal.hardware.models``), whose shape builds the decoder, or a Hugging
+    Face model directory (``config.json`` + safetensors, :mod:`tidal.runtime.hf`)."""
     weights: str | None = None
-    """A safetensors file; dummy seeded weights when unset."""
+    """A safetensors file (or directory); when unset, a model directory's own weights, else
+    dummy seeded weights."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1`` …"""
@@ -63,7 +65,10 @@ class RuntimeConfig(BaseModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        get_model(v)
+        from tidal.runtime.hf import is_hf_dir
+
+        if not is_hf_dir(v):
+            get_model(v)
         return v
 
     @model_validator(mode="after")
@@ -99,6 +104,7 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
     import torch
 
     from tidal.runtime.executor import RuntimeExecutor
+    from tidal.runtime.hf import hf_llama_config, is_hf_dir
     from tidal.runtime.kv_cache import PagedKVCache
     from tidal.runtime.model import LlamaConfig, LlamaForCausalLM
     from tidal.runtime.runner import ModelRunner
@@ -108,10 +114,12 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
         torch.set_num_threads(cfg.num_threads)
     device = _device(cfg.device)
     dtype = getattr(torch, cfg.dtype)
-    lcfg = LlamaConfig.from_spec(get_model(cfg.model))
+    hf = is_hf_dir(cfg.model)
+    lcfg = hf_llama_config(cfg.model) if hf else LlamaConfig.from_spec(get_model(cfg.model))
     model = LlamaForCausalLM(lcfg).to(dtype)
-    if cfg.weights:
-        load_safetensors(model, cfg.weights)
+    weights = cfg.weights or (cfg.model if hf else None)
+    if weights:
+        load_safetensors(model, weights)
     else:
         model.init_dummy(cfg.seed)
     model = model.to(device).eval()

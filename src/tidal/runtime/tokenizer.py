@@ -37,6 +37,12 @@ class ByteTokenizer:
         parts = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
         return "".join(parts) + "<|assistant|>\n"
 
+    def encode_chat(self, messages: Iterable[Mapping[str, str]]) -> list[int]:
+        return self.encode(self.apply_chat_template(messages))
+
+    def decoder(self) -> IncrementalDecoder:
+        return IncrementalDecoder()
+
 
 class IncrementalDecoder:
     """Text deltas of a token stream (UTF-8 characters may span several byte tokens)."""

@@ -1,8 +1,9 @@
 """Loading and saving model weights (safetensors).
 
 Accepted names: this model's own (fused ``qkv_proj`` / ``gate_up_proj``) or Hugging Face Llama's
-(``q_proj``, ``k_proj``, ``v_proj`` and ``gate_proj``, ``up_proj``), which are concatenated in
-that order onto the fused matrices. A missing or misshapen tensor is an error that names it.
+(``q_proj``, ``k_proj``, ``v_proj`` and ``gate_proj``, ``up_proj``), whose weights (and biases,
+Qwen2) are concatenated in that order onto the fused ones; a directory's shards are merged.
+A missing or misshapen tensor is an error that names it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from tidal.core.errors import ConfigError
 from tidal.runtime.model import LlamaForCausalLM
 
 _FUSED = {
-    "self_attn.qkv_proj.weight": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "mlp.gate_up_proj.weight": ("mlp.gate_proj", "mlp.up_proj"),
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
 }
 
 
@@ -25,20 +26,39 @@ def _fuse_hf_names(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[st
     for i in range(num_layers):
         prefix = f"model.layers.{i}."
         for fused, parts in _FUSED.items():
-            names = [f"{prefix}{p}.weight" for p in parts]
-            if all(n in out for n in names):
-                out[prefix + fused] = torch.cat([out.pop(n) for n in names], dim=0)
+            for kind in ("weight", "bias"):
+                names = [f"{prefix}{p}.{kind}" for p in parts]
+                if all(n in out for n in names):
+                    out[f"{prefix}{fused}.{kind}"] = torch.cat([out.pop(n) for n in names], dim=0)
     return out
 
 
+_IGNORED: frozenset[str] = frozenset()
+"""Checkpoint tensors that carry no weights (none so far)."""
+
+
+def _files(p: Path) -> list[Path]:
+    """The safetensors file, or every ``*.safetensors`` shard of a model directory."""
+    if p.is_dir():
+        files = sorted(p.glob("*.safetensors"))
+        if not files:
+            raise ConfigError("weights", f"{p} holds no *.safetensors file")
+        return files
+    if not p.exists():
+        raise ConfigError("weights", f"file {p} does not exist", "give a .safetensors file")
+    return [p]
+
+
 def load_safetensors(model: LlamaForCausalLM, path: str | Path) -> None:
-    """Copy every parameter of ``model`` from the safetensors file at ``path``."""
+    """Copy every parameter of ``model`` from the safetensors file (or model directory of
+    shards) at ``path``."""
     from safetensors.torch import load_file
 
     p = Path(path)
-    if not p.exists():
-        raise ConfigError("weights", f"file {p} does not exist", "give a .safetensors file")
-    tensors = _fuse_hf_names(load_file(str(p)), model.config.num_layers)
+    raw: dict[str, torch.Tensor] = {}
+    for f in _files(p):
+        raw.update(load_file(str(f)))
+    tensors = _fuse_hf_names(raw, model.config.num_layers)
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, param in params.items():
@@ -52,6 +72,16 @@ def load_safetensors(model: LlamaForCausalLM, path: str | Path) -> None:
                     "check that --model matches the checkpoint",
                 )
             param.copy_(t.to(param.dtype))
+    unused = sorted(set(tensors) - set(params) - _IGNORED)
+    if model.config.tie_embeddings:
+        unused = [n for n in unused if n != "lm_head.weight"]
+    if unused:
+        shown = ", ".join(unused[:3]) + (" ..." if len(unused) > 3 else "")
+        raise ConfigError(
+            "weights",
+            f"{p} holds {len(unused)} tensors the model has no place for ({shown})",
+            "check that the model's config (biases, tied embeddings) matches the checkpoint",
+        )
 
 
 def save_safetensors(model: LlamaForCausalLM, path: str | Path) -> None:

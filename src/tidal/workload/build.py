@@ -34,6 +34,7 @@ from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
 from tidal.workload.content import PrefixContent
 from tidal.workload.lengths import sample_lengths
+from tidal.workload.measured import load_measured
 from tidal.workload.servegen import load_servegen
 from tidal.workload.traces import detect_format, load_azure, load_mooncake
 
@@ -278,6 +279,8 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
         else:
             if fmt == "azure":
                 rs = load_azure(cfg.trace)
+            elif fmt == "measured":
+                rs = load_measured(cfg.trace)
             else:
                 rs = load_mooncake(
                     cfg.trace,

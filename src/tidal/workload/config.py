@@ -27,8 +27,10 @@ class WorkloadConfig(StrictModel):
 
     trace: str | None = None
     """Path of a trace: Azure LLM 2023 CSV(.gz), Mooncake JSONL(.gz), or a ServeGen
-    ``*_trace_csv.tar.gz`` / directory of ``chunk-*-trace.csv`` files."""
-    trace_format: Literal["auto", "azure", "mooncake", "servegen"] = "auto"
+    ``*_trace_csv.tar.gz`` / directory of ``chunk-*-trace.csv`` files, or a run's
+    ``requests.parquet`` (e.g. a measured run of ``tidal bench serve``,
+    :mod:`tidal.workload.measured`)."""
+    trace_format: Literal["auto", "azure", "mooncake", "servegen", "measured"] = "auto"
     spread_ticks: bool = False
     """Mooncake only: move each request uniformly within its timestamp tick (3 s in the
     conversation trace) instead of replaying the quantised times."""

@@ -40,10 +40,11 @@ from tidal.workload._io import (
 )
 from tidal.workload.base import RequestSet
 from tidal.workload.content import PrefixContent
+from tidal.workload.measured import is_measured, load_measured
 from tidal.workload.paths import resolve_trace
 from tidal.workload.servegen import CHUNK_RE, load_servegen
 
-FORMATS = ("azure", "mooncake", "servegen")
+FORMATS = ("azure", "mooncake", "servegen", "measured")
 AZURE_TIME = "TIMESTAMP"
 AZURE_PROMPT = "ContextTokens"
 AZURE_OUTPUT = "GeneratedTokens"
@@ -286,6 +287,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     """``azure``, ``mooncake`` or ``servegen`` from the name, the extension, then the content."""
     p = resolve_trace(path)
     name = p.name.lower()
+    if is_measured(p):
+        return "measured"
     if p.is_dir() or _TAR_RE.search(name) or CHUNK_RE.search(p.name):
         return "servegen"
     if _JSONL_RE.search(name):
@@ -326,6 +329,8 @@ def load_trace(
         return load_mooncake(
             path, spread_ticks=spread_ticks, rng=rng, hash_block_tokens=hash_block_tokens
         )
+    if kind == "measured":
+        return load_measured(path)
     if kind == "servegen":
         if rng is None:
             raise ValueError("sampling a ServeGen trace needs a random generator")

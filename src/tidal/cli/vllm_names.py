@@ -1,0 +1,68 @@
+"""vLLM's names for Tidal's ideas, accepted beside Tidal's own (one config key per idea).
+
+Flags (``simulate``, ``plan``, ``serve``; ``fidelity`` where it has the idea) and ``sweep
+--grid`` keys:
+
+=========================== ================================ =============================
+vLLM                        Tidal flag                       config key
+=========================== ================================ =============================
+``--max-num-seqs``          ``--max-seqs``                   ``scheduler.max_seqs``
+``--max-num-batched-tokens`` ``--token-budget``              ``scheduler.token_budget``
+``--tensor-parallel-size``  ``--tp``                         ``tp``
+``-tp``                     ``--tp``                         ``tp``
+``--num-prompts``           ``--num-requests``               ``workload.num_requests``
+``--request-rate``          ``--rate``                       ``workload.rate``
+``--max-concurrency``       ``--concurrency``                ``workload.concurrency``
+``--random-input-len``      ``--prompt-len``                 ``workload.prompt_len``
+``--random-output-len``     ``--output-len``                 ``workload.output_len``
+``--burstiness``            ``--arrival-cv``                 ``workload.arrival_cv``
+``--gpu-memory-utilization`` (same)                          ``memory.gpu_memory_utilization``
+``--num-warmups``           ``--warmup``                     ``workload.warmup_requests``
+=========================== ================================ =============================
+
+Burstiness is the Gamma shape k of the inter-arrival gaps (vLLM ``bench serve``); Tidal's
+arrival CV of the same Gamma process is ``1/sqrt(k)`` (k = 1: Poisson, CV 1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tidal.core.errors import TidalError
+
+GRID_KEYS = {
+    "max_num_seqs": "scheduler.max_seqs",
+    "max_num_batched_tokens": "scheduler.token_budget",
+    "tensor_parallel_size": "tp",
+    "num_prompts": "workload.num_requests",
+    "request_rate": "workload.rate",
+    "max_concurrency": "workload.concurrency",
+    "random_input_len": "workload.prompt_len",
+    "random_output_len": "workload.output_len",
+    "gpu_memory_utilization": "memory.gpu_memory_utilization",
+    "num_warmups": "workload.warmup_requests",
+}
+"""vLLM names accepted as ``sweep --grid`` keys (``burstiness`` too, see :func:`grid_key`)."""
+
+
+def cv_of_burstiness(burstiness: float) -> float:
+    if not burstiness > 0 or math.isinf(burstiness):
+        raise TidalError(f"burstiness: must be a finite number > 0, got {burstiness}")
+    return 1.0 / math.sqrt(burstiness)
+
+
+def arrival_cv(cv: float | None, burstiness: float | None) -> float | None:
+    """The ``workload.arrival_cv`` of ``--arrival-cv`` or ``--burstiness`` (not both)."""
+    if burstiness is None:
+        return cv
+    if cv is not None:
+        raise TidalError("arrival_cv: give --arrival-cv or --burstiness, not both")
+    return cv_of_burstiness(burstiness)
+
+
+def grid_key(key: str, values: list[Any]) -> tuple[str, list[Any]]:
+    """A ``--grid`` axis under its config key (vLLM names translated, burstiness → CV)."""
+    if key == "burstiness":
+        return "workload.arrival_cv", [cv_of_burstiness(float(v)) for v in values]
+    return GRID_KEYS.get(key, key), values
