@@ -51,9 +51,9 @@ def run_all(cells: list[Cell], out: Path, workers: int, what: str) -> dict[str, 
     todo = [c for c in cells if not is_finished(cells_dir / c.cell_id, c)]
     print(f"{what}: {len(cells)} cells, {len(todo)} to run", file=sys.stderr, flush=True)
     failed: dict[str, str] = {}
-    t0, done = time.perf_counter(), 0
-    for i, res in run_cells(simulate_cell, [c.config for c in todo], "process", workers):
-        done += 1
+    t0 = time.perf_counter()
+    runs = run_cells(simulate_cell, [c.config for c in todo], "process", workers)
+    for done, (i, res) in enumerate(runs, start=1):
         if res.error is not None:
             failed[todo[i].cell_id] = res.error
         else:
@@ -76,8 +76,9 @@ def per_model_p99(out: Path, cid: str, models: list[str]) -> dict[str, float]:
     cols = {k: df[k].to_numpy() for k in df.columns}
     lat = request_latencies(cols)
     done = cols["finish_ns"] >= 0
-    names = [f"{m}#{models[:i].count(m)}" if models.count(m) > 1 else m
-             for i, m in enumerate(models)]
+    names = [
+        f"{m}#{models[:i].count(m)}" if models.count(m) > 1 else m for i, m in enumerate(models)
+    ]
     out_p99 = {}
     for i, name in enumerate(names):
         sel = done & (cols["model"] == i)
@@ -96,8 +97,10 @@ def family_groups(fam: str, args: argparse.Namespace, root: Path) -> list[rg.Gro
         for m, g, tp in rg.augserve_deployments(gpus)
     }
     run_all(list(probes.values()), root / "capacity", args.workers, "capacity probes")
-    cap = {k: summary(root / "capacity", c.cell_id)["metrics"]["request_throughput"]
-           for k, c in probes.items()}
+    cap = {
+        k: summary(root / "capacity", c.cell_id)["metrics"]["request_throughput"]
+        for k, c in probes.items()
+    }
     return rg.augserve_groups(cap, args.window, gpus)
 
 
@@ -127,8 +130,14 @@ def capacity_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for key, lad in ladders.items():
         ws, mx = rg.highest_rate(lad["warmserve"]), rg.highest_rate(lad["muxserve"])
-        out.append({"label": dict(zip(("spec", "models", "trace"), key, strict=True)),
-                    "warmserve": ws, "muxserve": mx, "ok": ws >= mx})
+        out.append(
+            {
+                "label": dict(zip(("spec", "models", "trace"), key, strict=True)),
+                "warmserve": ws,
+                "muxserve": mx,
+                "ok": ws >= mx,
+            }
+        )
     return out
 
 
@@ -143,12 +152,16 @@ def report(results: dict[str, list[dict[str, Any]]], extra: dict[str, Any]) -> s
             continue
         n_ok = sum(r["check"]["ok"] for r in rows)
         worst = min(rows, key=lambda r: r["check"]["ratio"])
-        lines.append(f"| {fam} | {GUARANTEE[fam]} | {n_ok} of {len(rows)} | "
-                     f"{worst['check']['ratio']:.3f} ({fmt_label(worst['label'])}) |")
+        lines.append(
+            f"| {fam} | {GUARANTEE[fam]} | {n_ok} of {len(rows)} | "
+            f"{worst['check']['ratio']:.3f} ({fmt_label(worst['label'])}) |"
+        )
     if extra.get("capacity"):
         cap = extra["capacity"]
-        lines.append(f"| warmserve | highest rate within SLO ≥ MuxServe's | "
-                     f"{sum(c['ok'] for c in cap)} of {len(cap)} | |")
+        lines.append(
+            f"| warmserve | highest rate within SLO ≥ MuxServe's | "
+            f"{sum(c['ok'] for c in cap)} of {len(cap)} | |"
+        )
     lines += ["", "Failing cells:", ""]
     for fam, rows in results.items():
         for r in rows:
@@ -157,8 +170,10 @@ def report(results: dict[str, list[dict[str, Any]]], extra: dict[str, Any]) -> s
                 lines.append(f"- {fam} {fmt_label(r['label'])}: {json.dumps(c, default=float)}")
     for c in extra.get("capacity", []):
         if not c["ok"]:
-            lines.append(f"- warmserve capacity {fmt_label(c['label'])}: WarmServe "
-                         f"{c['warmserve']:g} < MuxServe {c['muxserve']:g} req/s")
+            lines.append(
+                f"- warmserve capacity {fmt_label(c['label'])}: WarmServe "
+                f"{c['warmserve']:g} < MuxServe {c['muxserve']:g} req/s"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -181,8 +196,11 @@ def figure(fam: str, rows: list[dict[str, Any]], path: Path) -> None:
         ax.plot(np.linspace(0, 1, len(ratios)), ratios, "o-", ms=3, label=val, color=f"C{i}")
     ax.axhline(LINE[fam], color="k", ls="--", lw=1, label="guarantee")
     ax.set_xlabel("cells, sorted (fraction of the family's cells)")
-    ax.set_ylabel("policy / best baseline" if fam != "warmserve"
-                  else "ServerlessLLM P99 TTFT / WarmServe's (worst model)")
+    ax.set_ylabel(
+        "policy / best baseline"
+        if fam != "warmserve"
+        else "ServerlessLLM P99 TTFT / WarmServe's (worst model)"
+    )
     ax.set_yscale("log" if fam == "warmserve" else "linear")
     ax.set_title(f"{fam}: {GUARANTEE[fam]}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
@@ -210,12 +228,20 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--families", nargs="+", default=["ebplus", "augserve", "warmserve"],
-                    choices=["ebplus", "augserve", "warmserve"])
+    ap.add_argument(
+        "--families",
+        nargs="+",
+        default=["ebplus", "augserve", "warmserve"],
+        choices=["ebplus", "augserve", "warmserve"],
+    )
     ap.add_argument("--gpus", nargs="+", default=list(rg.GPUS))
     ap.add_argument("--eb-requests", type=int, default=1500)
-    ap.add_argument("--window", type=float, default=600.0,
-                    help="seconds of Poisson arrivals of the tool-calling mixture per cell")
+    ap.add_argument(
+        "--window",
+        type=float,
+        default=600.0,
+        help="seconds of Poisson arrivals of the tool-calling mixture per cell",
+    )
     ap.add_argument("--quick", action="store_true", help="about a dozen groups per family")
     args = ap.parse_args(list(argv) if argv is not None else None)
     t0 = time.perf_counter()
@@ -229,8 +255,12 @@ def main(argv: Iterable[str] | None = None) -> None:
     text = report(results, extra)
     (args.out / "robustness.md").write_text(text)
     (args.out / "robustness.json").write_text(
-        json.dumps({"results": results, **extra, "wall_s": time.perf_counter() - t0},
-                   indent=1, default=float) + "\n"
+        json.dumps(
+            {"results": results, **extra, "wall_s": time.perf_counter() - t0},
+            indent=1,
+            default=float,
+        )
+        + "\n"
     )
     print(text)
     print(f"wall {time.perf_counter() - t0:.0f} s", file=sys.stderr)

@@ -33,8 +33,11 @@ MIXES: dict[str, dict[str, Any]] = {
     "DH": {"prompt_len": 128, "output_len": 1024, "length_dist": "uniform"},
     "BAL": {"prompt_len": 512, "output_len": 512, "length_dist": "uniform"},
     "PH": {"prompt_len": 1024, "output_len": 128, "length_dist": "uniform"},
-    "sharegpt": {"length_dist": "empirical:sharegpt", "max_prompt_len": 4096,
-                 "max_output_len": 2048},
+    "sharegpt": {
+        "length_dist": "empirical:sharegpt",
+        "max_prompt_len": 4096,
+        "max_output_len": 2048,
+    },
     "arxiv": {"length_dist": "empirical:arxiv", "max_prompt_len": 8192, "max_output_len": 1024},
 }
 """Workload mixes of the EB⁺ family (the EB paper's three synthetic mixes and two real length
@@ -107,10 +110,15 @@ def ebplus_groups(num_requests: int, gpus: tuple[str, ...] = tuple(GPUS)) -> lis
             for mix, lengths in MIXES.items():
                 for c in CONCURRENCY:
                     base = {
-                        "model": model, "gpu": gpu, "tp": tp, "interference": True,
+                        "model": model,
+                        "gpu": gpu,
+                        "tp": tp,
+                        "interference": True,
                         "workload": {
-                            "num_requests": num_requests, "concurrency": c,
-                            "warmup_requests": 100, **lengths,
+                            "num_requests": num_requests,
+                            "concurrency": c,
+                            "warmup_requests": 100,
+                            **lengths,
                         },
                         "scheduler": {"token_budget": 14336, "max_seqs": 1024},
                     }
@@ -123,9 +131,12 @@ def ebplus_groups(num_requests: int, gpus: tuple[str, ...] = tuple(GPUS)) -> lis
 
 def augserve_base(model: str, gpu: str, tp: int, rate: float, window_s: float) -> dict[str, Any]:
     return {
-        "model": model, "gpu": gpu, "tp": tp,
+        "model": model,
+        "gpu": gpu,
+        "tp": tp,
         "workload": {
-            "augmented": "infercept-mix", "rate": rate,
+            "augmented": "infercept-mix",
+            "rate": rate,
             "num_requests": max(50, round(rate * window_s)),
         },
         "augment": {"swap_space_gb": 64 * tp},
@@ -156,8 +167,11 @@ def augserve_groups(
             label = {"gpu": gpu, "model": model, "tp": tp, "load": f}
             groups.append(
                 Group(
-                    "augserve", label, augserve_base(model, gpu, tp, rate, window_s),
-                    "augment.serving_policy", ["augserve", "infercept", "vllm"],
+                    "augserve",
+                    label,
+                    augserve_base(model, gpu, tp, rate, window_s),
+                    "augment.serving_policy",
+                    ["augserve", "infercept", "vllm"],
                     {"rate": rate},
                 )
             )
@@ -187,7 +201,10 @@ def warmserve_groups() -> list[Group]:
                     label = {"spec": spec, "models": set_name, "trace": service, "rate": rate}
                     groups.append(
                         Group(
-                            "warmserve", label, base, "cluster.placement",
+                            "warmserve",
+                            label,
+                            base,
+                            "cluster.placement",
                             ["warmserve", "serverlessllm", "muxserve", "dedicated"],
                         )
                     )
@@ -204,9 +221,13 @@ def check_ebplus(m: dict[str, dict[str, Any]], n: int) -> dict[str, Any]:
     ok_t = ratio >= 1 - TOLERANCE
     ok_p = pre["ebplus"] <= min(pre["eb"], pre["mb"]) + PREEMPT_SLACK
     return {
-        "ratio": ratio, "vs_eb": tput["ebplus"] / tput["eb"] - 1 if tput["eb"] else 0.0,
+        "ratio": ratio,
+        "vs_eb": tput["ebplus"] / tput["eb"] - 1 if tput["eb"] else 0.0,
         "vs_mb": tput["ebplus"] / tput["mb"] - 1 if tput["mb"] else 0.0,
-        "preempt": pre, "ok_throughput": ok_t, "ok_preempt": ok_p, "ok": ok_t and ok_p,
+        "preempt": pre,
+        "ok_throughput": ok_t,
+        "ok_preempt": ok_p,
+        "ok": ok_t and ok_p,
     }
 
 
@@ -219,8 +240,13 @@ def check_augserve(m: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ok_e = eff["augserve"] >= ref * (1 - TOLERANCE)
     ok_t = p99["augserve"] <= TTFT_FACTOR * p99["infercept"]
     return {
-        "ratio": ratio, "ttft_ratio": ttft_ratio, "eff": eff, "p99": p99,
-        "ok_eff": ok_e, "ok_ttft": ok_t, "ok": ok_e and ok_t,
+        "ratio": ratio,
+        "ttft_ratio": ttft_ratio,
+        "eff": eff,
+        "p99": p99,
+        "ok_eff": ok_e,
+        "ok_ttft": ok_t,
+        "ok": ok_e and ok_t,
     }
 
 
@@ -228,8 +254,11 @@ def check_warmserve_ttft(p99: dict[str, dict[str, float]]) -> dict[str, Any]:
     """``p99[placement][model]`` = that model's P99 TTFT in the cell."""
     ws, sl = p99["warmserve"], p99["serverlessllm"]
     worst = max((ws[k] / sl[k] if sl[k] else 1.0) for k in ws)
-    return {"ratio": 1 / worst if worst else float("inf"), "worst_model_ratio": worst,
-            "ok": all(ws[k] <= sl[k] for k in ws)}
+    return {
+        "ratio": 1 / worst if worst else float("inf"),
+        "worst_model_ratio": worst,
+        "ok": all(ws[k] <= sl[k] for k in ws),
+    }
 
 
 def highest_rate(attainment: dict[float, float]) -> float:
