@@ -6,11 +6,17 @@ measured first). Reports the median of N repeats of the simulation phase alone (
 generation excluded, identical for both modes) and the ratio.
 
     python bench/sim_speed.py [--requests 10000] [--repeats 5]
+    python bench/sim_speed.py --perf-models roofline,measured,corrected-roofline \
+        --model llama-3-8b --gpu a100-80gb [--tp 1]
+
+The second form (issue 13) times fast-forwarded runs of one deployment under each step-time
+model, each offered 80% of its own capacity, in one process; ratios are against the first.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from _common import md_table, median_time, save
 
@@ -18,11 +24,16 @@ from tidal.sim.config import SimulationConfig
 from tidal.sim.run import load_requests, run_simulation
 
 
-def config(num: int, rate: float, ff: bool) -> SimulationConfig:
+def config(
+    num: int, rate: float, ff: bool, perf: str = "auto", model: str = "llama-3.1-8b",
+    gpu: str = "h100", tp: int = 1,
+) -> SimulationConfig:  # fmt: skip
     return SimulationConfig.model_validate(
         {
-            "model": "llama-3.1-8b",
-            "gpu": "h100",
+            "model": model,
+            "gpu": gpu,
+            "tp": tp,
+            "perf_model": perf,
             "workload": {
                 "num_requests": num,
                 "rate": rate,
@@ -34,11 +45,57 @@ def config(num: int, rate: float, ff: bool) -> SimulationConfig:
     )
 
 
+def compare_perf_models(args: argparse.Namespace) -> None:
+    """Repeats interleave the models (A B C A B C ...) so that load drift on a shared machine
+    hits each alike; medians per model."""
+    import time
+
+    kinds = args.perf_models.split(",")
+    dep = {"model": args.model, "gpu": args.gpu, "tp": args.tp}
+    data: dict = {"requests": args.requests, **dep, "models": {}}
+    runs = {}
+    for kind in kinds:
+        sat = run_simulation(config(4000, float("inf"), True, kind, **dep))
+        rate = round(0.8 * sat.metrics["request_throughput"], 3)
+        cfg = config(args.requests, rate, True, kind, **dep)
+        runs[kind] = (rate, cfg, load_requests(cfg), [])
+    res = {}
+    for _ in range(args.repeats):
+        for kind, (_rate, cfg, reqs, times) in runs.items():
+            t0 = time.perf_counter()
+            res[kind] = run_simulation(cfg, reqs)
+            times.append(time.perf_counter() - t0)
+    rows, base = [], None
+    for kind, (rate, _cfg, _reqs, times) in runs.items():
+        med = statistics.median(times)
+        base = base or med
+        m = res[kind].metrics
+        data["models"][kind] = {
+            "rate_req_s": rate, "median_wall_s": med, "wall_s": times,
+            "req_per_wall_s": args.requests / med, "speed_vs_first": base / med,
+            "events": res[kind].run_info["num_events"], "steps": m["num_steps"],
+            "source": m["perf_model_source"],
+        }  # fmt: skip
+        rows.append([kind, m["perf_model_source"], f"{rate}", f"{m['num_steps']:,}",
+                     f"{med:.3f}", f"{args.requests / med:,.0f}",
+                     f"{base / med:.2f}x"])  # fmt: skip
+    print(md_table(["perf model", "source", "offered req/s", "steps", "median wall s",
+                    "simulated req / wall s", "speed vs first"], rows))  # fmt: skip
+    save(f"sim_speed_perf_models_{args.model}_{args.gpu}_tp{args.tp}", data)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--perf-models", default="")
+    ap.add_argument("--model", default="llama-3-8b")
+    ap.add_argument("--gpu", default="a100-80gb")
+    ap.add_argument("--tp", type=int, default=1)
     args = ap.parse_args()
+    if args.perf_models:
+        compare_perf_models(args)
+        return
 
     sat = run_simulation(config(4000, float("inf"), True))
     capacity = sat.metrics["request_throughput"]

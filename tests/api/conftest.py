@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -13,6 +14,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
+
+from starlette.testclient import TestClient  # noqa: E402
 
 from tidal.api.app import create_app  # noqa: E402
 from tidal.runtime.config import RuntimeConfig, build_engine  # noqa: E402
@@ -37,12 +40,12 @@ def _free_port() -> int:
 
 
 def start_server(
-    api_key: str | None = None, max_queue: int = 1024, **runtime_kw
+    api_key: str | None = None, max_queue: int = 1024, app_kw: dict | None = None, **runtime_kw
 ) -> tuple[LiveServer, threading.Thread]:
     runtime_kw.setdefault("num_kv_blocks", 2048)
     runtime_kw.setdefault("num_threads", 1)
     driver = EngineDriver(build_engine(RuntimeConfig(**runtime_kw)))
-    app = create_app(driver, "tiny-llama", api_key=api_key, max_queue=max_queue)
+    app = create_app(driver, "tiny-llama", api_key=api_key, max_queue=max_queue, **(app_kw or {}))
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
@@ -80,3 +83,24 @@ def wait_idle(driver: EngineDriver, timeout: float = 20.0) -> None:
                 f"{kv.num_blocks - kv.num_free_blocks} blocks used"
             )
         time.sleep(0.01)
+
+
+@contextmanager
+def in_process(
+    app_kw: dict | None = None, **runtime_kw
+) -> Iterator[tuple[TestClient, EngineDriver]]:
+    """The app in this process (Starlette's TestClient: ASGI calls, no socket)."""
+    runtime_kw.setdefault("num_kv_blocks", 256)
+    runtime_kw.setdefault("num_threads", 1)
+    driver = EngineDriver(build_engine(RuntimeConfig(**runtime_kw)))
+    app = create_app(driver, "tiny-llama", **(app_kw or {}))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client, driver
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line of a Prometheus text exposition (0 if absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

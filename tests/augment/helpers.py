@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from tests.conftest import unit_perf
 from tidal.core.augmented import AugmentedSpec, ToolCall
 from tidal.core.kv import KVBlockManager
+from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
 from tidal.engine.augment.scheduler import AugmentedScheduler, AugmentEnv
 from tidal.engine.augment.waste import IterationProfile
@@ -75,11 +76,13 @@ def make(
     swap_ns_per_token: float = 1000.0,
     batching: str = "mb",
     deployment: tuple[str, str, int] = ("gpt-j-6b", "a100-80gb", 1),
+    prefix_caching: bool = False,
     **kw,
 ) -> AugmentedScheduler:
     """``batching`` other than mb needs EB's step costs: those of ``perf`` (default
     unit_perf) for the ``deployment`` (model, GPU, TP)."""
-    kv = KVBlockManager(num_blocks, block_size, watermark, host_blocks)
+    kv_cls = PrefixCachingKVManager if prefix_caching else KVBlockManager
+    kv = kv_cls(num_blocks, block_size, watermark, host_blocks)
     m, g, tp = deployment
     costs = step_costs(get_model(m), get_gpu(g), tp, perf or unit_perf())
     s = build_augmented_scheduler(

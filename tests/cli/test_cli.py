@@ -97,7 +97,7 @@ def test_yaml_config_with_flag_override(tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--gpu", "h1000"], "valid: a100-80gb, b200, h100"),
+        (["--gpu", "h1000"], "valid: a100-80gb, a40, b200, h100"),
         (["--model", "gpt-7"], "valid:"),
         (["--batching", "magic"], "batching"),
         (["--rate", "-3"], "rate"),
@@ -115,7 +115,7 @@ def test_model_that_does_not_fit_states_the_numbers():
     res = runner.invoke(app, ["simulate", *SYNTH, "--model", "llama-2-70b", "--gpu", "l40s"])
     assert res.exit_code == 2
     assert "does not fit" in res.output
-    assert "GB" in res.output
+    assert "GiB" in res.output
 
 
 def test_malformed_trace_names_file_line_and_column(tmp_path):

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import needs_traces
+from tidal.cluster.instance import START_KINDS
 from tidal.cluster.policies.muxserve_plan import (
     MPS_OVERLOAD,
     MeshGroup,
@@ -241,9 +242,9 @@ def test_runtime_engines_follow_the_placement(cap):
             )
             want = {"batch": ctl.cfg.batch, "plan": planned.max_num_seqs, "kv": int(kv_cap)}
             assert e.cap == want[cap]
-    for inst in ctl.instances:
-        assert inst.kind == "static"
-        assert inst.cap == engines[inst.model.index].cap
+    table = ctl.instance_table()  # one static instance per placed engine, nothing else
+    assert (table["kind"] == START_KINDS.index("static")).all()
+    assert sorted(table["model"].tolist()) == sorted(engines)
 
 
 @needs_traces

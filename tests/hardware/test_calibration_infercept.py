@@ -15,9 +15,10 @@ from tidal.hardware.calibration import (
     build_perf_model,
     measured_host_link,
 )
+from tidal.hardware.corrected import CorrectedRooflinePerfModel
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
-from tidal.hardware.perf import LinearPerfModel, RooflinePerfModel
+from tidal.hardware.perf import LinearPerfModel
 
 A100 = get_gpu("a100-80gb")
 GPTJ = get_model("gpt-j-6b")
@@ -43,8 +44,9 @@ def test_auto_uses_infercept_profile_and_reproduces_its_saturated_iteration(m, t
     assert p.step_ns(0, 0, 384, 384 * 384, 384, 1) == pytest.approx(ms_at_384 * 1e6, abs=1)
     # ... and a step of 300 decodes with no context plus an 84-token chunk: the same tokens
     assert p.step_ns(300, 0, 84, 84 * 84, 84, 1) == pytest.approx(ms_at_384 * 1e6, abs=1)
-    # other deployments keep the roofline
-    assert isinstance(build_perf_model("auto", m, A100, 4 if tp == 2 else 2), RooflinePerfModel)
+    # other deployments (no measured profile either) get the corrected roofline
+    other = build_perf_model("auto", m, A100, 4 if tp == 2 else 2)
+    assert isinstance(other, CorrectedRooflinePerfModel)
 
 
 def test_iteration_profile_fitted_to_the_calibrated_model_is_infercepts_own():

@@ -12,9 +12,14 @@ from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
 
 PERFS = [
-    ("llama-3.1-8b", "h100", "roofline"),
-    ("qwen3-8b", "h200", "linear"),
-    ("qwen3-30b-a3b", "l40s", "roofline"),
+    ("llama-3.1-8b", "h100", "roofline", 1),
+    ("qwen3-8b", "h200", "linear", 1),
+    ("qwen3-30b-a3b", "l40s", "roofline", 1),
+    # issue 13: the measured profiles (with measured decode attention: not affine) and the
+    # corrected roofline (affine, MoE)
+    ("codellama-34b", "a100-80gb", "measured", 2),
+    ("llama-3-8b", "a100-80gb", "measured", 1),
+    ("qwen3-30b-a3b", "h200", "corrected-roofline", 1),
 ]
 
 
@@ -39,8 +44,8 @@ def workloads(draw):
 def test_fast_forward_is_exact(rs, blocks, block_size, budget, max_seqs, perf_idx, concurrency):
     longest = int((rs.prompt_len + rs.output_len).max())
     blocks = max(blocks, -(-longest // block_size) + 2)
-    m, g, kind = PERFS[perf_idx]
-    perf = build_perf_model(kind, get_model(m), get_gpu(g))
+    m, g, kind, tp = PERFS[perf_idx]
+    perf = build_perf_model(kind, get_model(m), get_gpu(g), tp)
     budget = max(budget, max_seqs)
     runs = []
     for ff in (False, True):
@@ -111,10 +116,10 @@ def test_fast_forward_is_exact_for_exclusive_batching(
 
     longest = int((rs.prompt_len + rs.output_len).max())
     blocks = max(blocks, -(-longest // block_size) + 2)
-    m, g, kind = PERFS[perf_idx]
+    m, g, kind, tp = PERFS[perf_idx]
     model, gpu = get_model(m), get_gpu(g)
-    perf = build_perf_model(kind, model, gpu, interference=True)
-    costs = step_costs(model, gpu, 1, perf)
+    perf = build_perf_model(kind, model, gpu, tp, interference=True)
+    costs = step_costs(model, gpu, tp, perf)
     budget = max(budget, max_seqs)
     cls = EBPlusScheduler if batching == "ebplus" else None
     runs = []

@@ -14,6 +14,7 @@ _TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "server_error",
@@ -22,10 +23,16 @@ _TYPES = {
 
 class APIError(Exception):
     def __init__(
-        self, status: int, message: str, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers
 
 
 def error_body(
@@ -42,7 +49,8 @@ def error_body(
 
 
 def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(error_body(err.status, err.message, err.param, err.code), err.status)
+    body = error_body(err.status, err.message, err.param, err.code)
+    return JSONResponse(body, err.status, headers=err.headers)
 
 
 async def _api_error(_: Request, err: Exception) -> JSONResponse:

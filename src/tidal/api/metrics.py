@@ -5,8 +5,10 @@ Gauges are read from the engine at scrape time: ``num_requests_running``,
 blocks). Histograms are observed when a request ends: ``time_to_first_token_seconds`` (first
 token − arrival), ``time_per_output_token_seconds`` ((finish − first token)/(outputs − 1)),
 ``e2e_request_latency_seconds``. Counters: prompt and generation tokens, requests by finish
-reason, rejected requests (429), preemptions. One registry per app, so several apps can live in
-one process (tests).
+reason, rejected requests (429), preemptions, prefix cache queries and hits (tokens, vLLM's
+``prefix_cache_queries`` / ``prefix_cache_hits``), failed steps and requests (faults the engine
+survived); ``engine_alive`` is 0 once the engine thread has died. One registry per app, so
+several apps can live in one process (tests).
 """
 
 from __future__ import annotations
@@ -58,6 +60,27 @@ class _EngineState(Collector):
             "tidal:num_preemptions", "Preemptions by recompute.", s.num_preemptions
         )
         yield CounterMetricFamily("tidal:engine_steps", "Engine steps run.", d.num_steps)
+        yield CounterMetricFamily(
+            "tidal:prefix_cache_queries",
+            "Prefix cache queries, in tokens (vLLM's name).",
+            s.kv.cache_queries,
+        )
+        yield CounterMetricFamily(
+            "tidal:prefix_cache_hits",
+            "Prefix cache hits, in tokens (vLLM's name).",
+            s.kv.cache_hits,
+        )
+        yield CounterMetricFamily(
+            "tidal:engine_step_failures",
+            "Steps that raised (their batch failed).",
+            d.num_step_failures,
+        )
+        yield CounterMetricFamily(
+            "tidal:engine_request_failures",
+            "Requests failed by a fault of their own.",
+            d.num_request_failures,
+        )
+        yield GaugeMetricFamily("tidal:engine_alive", "1 while the engine thread runs.", d.alive)
 
 
 class EngineMetrics:

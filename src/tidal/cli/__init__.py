@@ -117,12 +117,22 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
 
 
 def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> Any:
+    from tidal.core.signals import sigterm_as_exit
+    from tidal.report.io import check_run_dir
+    from tidal.sim.run import load_requests
+
+    if out is not None:
+        check_run_dir(out)  # before the run, not after it
+    with sigterm_as_exit():
+        return _simulate_and_write(cfg, out, show_progress, load_requests(cfg))
+
+
+def _simulate_and_write(cfg: Any, out: Path | None, show_progress: bool, reqs: Any) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from tidal.report.results import write_run
-    from tidal.sim.run import load_requests, run_simulation
+    from tidal.sim.run import run_simulation
 
-    reqs = load_requests(cfg)
     if show_progress and len(reqs) >= 20_000 and sys.stderr.isatty():
         with Progress(
             "[progress.description]{task.description}",
@@ -163,7 +173,9 @@ from tidal.cli import (  # noqa: E402, F401
     demo,
     ebplus,
     fidelity,
+    hardware,
     plan,
+    profile_gpu,
     report,
     serve,
     simulate,

@@ -46,7 +46,7 @@ def explain_setting(
     m, g = get_model(model), get_gpu(gpu)
     perf = build_perf_model(perf_model, m, g, tp, interference=True)
     c = step_costs(m, g, tp, perf)
-    mem = plan_memory(m, g, tp, gpu_memory_utilization=gpu_memory_utilization)
+    mem = plan_memory(m, g, tp, gpu_memory_utilization=gpu_memory_utilization, max_seqs=max_seqs)
     p0 = 1.0 / output_len
     theta0 = th.theta_cfr(p0, c.alpha_p, c.alpha_d, exact=theta_form == "exact")
     n_hat = th.memory_safe_n(mem.kv_capacity_tokens, theta0, p0, prompt_len, 0.01, max_seqs)

@@ -56,7 +56,7 @@ def plan(
         str | None, Opt(help="Targets as ttft_p99=2,tpot_p99=0.1 (any ttft/tpot/e2e p50/90/99).")
     ] = None,
     max_replicas: Annotated[int | None, Opt(help="Most replicas per option (default 16).")] = None,
-    router: Annotated[str | None, Opt(help="round-robin | least-loaded.")] = None,
+    router: Annotated[str | None, Opt(help="round-robin | least-loaded | prefix-aware.")] = None,
     objective: Annotated[str | None, Opt(help="gpu_hours (default) | dollars.")] = None,
     top: Annotated[int | None, Opt(help="How many cheapest deployments to return.")] = None,
     prices: Annotated[str | None, Opt(help="USD per GPU-hour, e.g. h100=2.5,l40s=0.9.")] = None,

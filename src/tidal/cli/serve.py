@@ -1,11 +1,25 @@
-"""``tidal serve``: the real engine behind an OpenAI-compatible HTTP API."""
+"""``tidal serve``: the real engine behind an OpenAI-compatible HTTP API.
+
+Supervision: if the engine thread dies (a fault that leaves the scheduler inconsistent, or
+repeated failed steps), the server stops accepting work, shuts down and ``tidal serve`` exits
+with status 1, so that a process supervisor (systemd, Kubernetes) restarts it; faults confined to
+requests only fail those requests (:mod:`tidal.runtime.driver`).
+"""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+import typer
+
+from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+
+if TYPE_CHECKING:
+    from tidal.runtime.driver import EngineDriver
+
+EXIT_ENGINE_DIED = 1
 
 
 @app.command()
@@ -42,6 +56,16 @@ def serve(
     threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = None,
     seed: Annotated[int, Opt(help="Seed of the dummy weights and of sampling.")] = 0,
     log_level: Annotated[str, Opt(help="uvicorn log level.")] = "warning",
+    max_body_bytes: Annotated[
+        int, Opt(help="Largest request body accepted; beyond, HTTP 413 (read no further).")
+    ] = 8 << 20,
+    max_streams: Annotated[
+        int | None, Opt(help="Streamed requests allowed at once; beyond, HTTP 429.")
+    ] = None,
+    public_metrics: Annotated[
+        bool,
+        Opt(help="With --api-key, leave /metrics and the OpenAPI docs open (default: keyed)."),
+    ] = False,
 ) -> None:
     """Serve a model over /v1/completions, /v1/chat/completions, /v1/models, /metrics."""
     try:
@@ -53,9 +77,14 @@ def serve(
     except ImportError as err:
         _fail(TidalError(f"{err}; install the server with: pip install 'tidal[serve]'"))
         return
-    if max_queue < 1:
-        _fail(TidalError("max_queue: must be >= 1"))
-        return
+    for flag, value, low in (
+        ("--max-queue", max_queue, 1),
+        ("--max-body-bytes", max_body_bytes, 1),
+        ("--max-streams", max_streams, 1),
+    ):
+        if value is not None and value < low:
+            _fail(TidalError(f"{flag}: must be >= {low}, got {value}"))
+    _check_listen(host, port)
     try:
         cfg = RuntimeConfig(
             model=model,
@@ -80,9 +109,55 @@ def serve(
         _fail(TidalError(str(err)))
         return
     name = served_model_name or model
-    api = create_app(EngineDriver(rt), name, api_key=api_key, max_queue=max_queue)
+    driver = EngineDriver(rt)
+    api = create_app(
+        driver,
+        name,
+        api_key=api_key,
+        max_queue=max_queue,
+        max_body_bytes=max_body_bytes,
+        public_meta=public_metrics,
+        max_streams=max_streams,
+    )
     console.print(
         f"serving {name} ({rt.kv.num_blocks} KV blocks of {rt.kv.block_size}) on "
         f"http://{host}:{port}/v1"
     )
-    uvicorn.run(api, host=host, port=port, log_level=log_level)
+    server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level=log_level))
+    code = run_supervised(server, driver)
+    if code:
+        raise typer.Exit(code)
+
+
+def run_supervised(server: Any, driver: EngineDriver) -> int:
+    """Run ``server`` (a ``uvicorn.Server``) until it stops; 0, or ``EXIT_ENGINE_DIED`` when
+    it stopped because the engine thread died (the server is told to exit at that moment)."""
+
+    def on_fatal(_: BaseException) -> None:
+        server.should_exit = True
+
+    driver.on_fatal.append(on_fatal)
+    server.run()
+    if driver.failure is not None:
+        err_console.print(f"[bold red]error:[/] the engine died: {driver.failure!r}; exiting")
+        return EXIT_ENGINE_DIED
+    return 0
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Refuse an impossible --host/--port before loading the model (uvicorn would end in a
+    traceback, or after the model has loaded)."""
+    if not 1 <= port <= 65535:
+        _fail(TidalError(f"--port: {port} is not a TCP port (use 1-65535)"))
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        _fail(TidalError(f"--host: cannot resolve {host!r} ({err})"))
+        return
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as err:
+            _fail(TidalError(f"--host/--port: cannot listen on {host}:{port} ({err.strerror})"))

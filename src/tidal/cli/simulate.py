@@ -31,7 +31,12 @@ def simulate(
     ] = None,
     tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
     perf_model: Annotated[
-        str | None, Opt(help="auto | roofline | linear | profile:PATH (tidal calibrate).")
+        str | None,
+        Opt(
+            help="auto (paper calibration > measured profile > corrected roofline) | roofline | "
+            "corrected-roofline | measured | linear | profile:PATH (tidal calibrate) | "
+            "measured:PATH (tidal-gpu-profile/1)."
+        ),
     ] = None,
     trace: Annotated[
         str | None, Opt(help="Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).")
@@ -85,13 +90,48 @@ def simulate(
         str | None, Opt(help="Batching policy: mb (mixed), eb (exclusive), ebplus (EB⁺).")
     ] = None,
     ordering: Annotated[str | None, Opt(help="Waiting-queue ordering (fcfs, ...).")] = None,
-    token_budget: Annotated[int | None, Opt(help="Max tokens per step (B).")] = None,
-    max_seqs: Annotated[int | None, Opt(help="Max running requests (N).")] = None,
-    gpu_memory_utilization: Annotated[float | None, Opt(help="Share of GPU memory used.")] = None,
+    token_budget: Annotated[
+        int | None,
+        Opt(
+            "--token-budget",
+            "--max-num-batched-tokens",
+            help="Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan).",
+        ),
+    ] = None,
+    max_seqs: Annotated[
+        int | None,
+        Opt("--max-seqs", "--max-num-seqs", help="Max running requests (N; vLLM max_num_seqs)."),
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        Opt(help="vLLM gpu_memory_utilization: share of the driver-reported memory planned."),
+    ] = None,
     slo_ttft: Annotated[float | None, Opt(help="TTFT SLO in seconds.")] = None,
     slo_tpot: Annotated[float | None, Opt(help="TPOT SLO in seconds.")] = None,
     seed: Annotated[int | None, Opt(help="Run seed.")] = None,
     no_fast_forward: Annotated[bool, Opt("--no-fast-forward", help="Simulate every step.")] = False,
+    no_prefix_caching: Annotated[
+        bool, Opt("--no-prefix-caching", help="Turn vLLM's prefix caching off.")
+    ] = False,
+    hash_block_tokens: Annotated[
+        int | None, Opt(help="Mooncake: tokens per hash_ids entry (default 512).")
+    ] = None,
+    shared_prefix_groups: Annotated[
+        int | None, Opt(help="Synthetic: G shared system prompts.")
+    ] = None,
+    shared_prefix_len: Annotated[
+        int | None, Opt(help="Synthetic: tokens of each shared system prompt.")
+    ] = None,
+    n: Annotated[
+        int | None, Opt("--n", help="Synthetic: parallel sampling, branches per prompt.")
+    ] = None,
+    turns: Annotated[int | None, Opt(help="Synthetic: turns per multi-turn session.")] = None,
+    handoff: Annotated[
+        str | None, Opt(help="Sessions/agent chains: context handed on as kv or text.")
+    ] = None,
+    think_time: Annotated[
+        float | None, Opt(help="Sessions: mean think time between turns (s).")
+    ] = None,
     cluster: Annotated[
         str | None, Opt(help="Multi-model cluster NODESxGPUS:GPU, e.g. 2x8:h100.")
     ] = None,
@@ -165,10 +205,19 @@ def simulate(
             ("slo.ttft_s", slo_ttft),
             ("slo.tpot_s", slo_tpot),
             ("seed", seed),
+            ("workload.hash_block_tokens", hash_block_tokens),
+            ("workload.shared_prefix_groups", shared_prefix_groups),
+            ("workload.shared_prefix_len", shared_prefix_len),
+            ("workload.turns", turns),
+            ("workload.n", n),
+            ("workload.handoff", handoff),
+            ("workload.think_time_s", think_time),
         ):
             _set(flags, key, val)
         if no_fast_forward:
             flags["fast_forward"] = False
+        if no_prefix_caching:
+            _set(flags, "memory.prefix_caching", False)
         in_cluster = cluster is not None or models is not None or placement is not None
         if in_cluster or "cluster" in data:
             _set(flags, "cluster.spec", cluster)

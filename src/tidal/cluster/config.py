@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from tidal.core.strict import StrictModel
 from tidal.workload.multimodel import MixConfig
 
 WARMSERVE_FEATURES = (
@@ -37,8 +38,7 @@ memory without forecast-driven prewarming, (d) no KV reservation, (e) round-robi
 (f) full WarmServe."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = StrictModel
 
 
 class StartupConfig(_Strict):

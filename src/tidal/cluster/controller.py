@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tidal.cluster.accounting import Ledger, model_gpu_seconds, start_counts
 from tidal.cluster.backend import Backend
 from tidal.cluster.coldstart import StartupPlan
 from tidal.cluster.config import ClusterConfig
@@ -85,7 +86,9 @@ class ClusterController:
         self.gpu_busy: list[ModelInstance | None] = [None] * n
         self.replicas: dict[int, Replica] = {}
         self.gpu_replicas: list[list[Replica]] = [[] for _ in range(n)]
-        self.instances: list[ModelInstance] = []
+        self.num_instances = 0
+        self.ledger = Ledger()
+        """Rows of stopped instances (their objects are dropped) and the GPUs-held log."""
         self.live: dict[int, ModelInstance] = {}
         """Instances not yet stopped, by id (in creation order)."""
         self.serving: list[list[ModelInstance]] = [[] for _ in self.models]
@@ -96,12 +99,15 @@ class ClusterController:
         self.num_finished = 0
         self._next_rid = 0
         self._perf_cache: dict[tuple[int, int, float], PerfModel] = {}
-        self._busy_log: list[tuple[int, int]] = [(0, 0)]
         self._engine_pool = st.engine_pool
         self._pool_refill_at = -1
         self.replicas_loaded = 0
         self.replicas_evicted = 0
         self.loads_cancelled = 0
+        self.version = 0
+        """Bumped by every change a control tick could react to (arrivals, finishes, instance
+        and replica life-cycle events, memory changes): a tick that changed nothing may skip
+        its successors while the version and the clock-driven inputs stay the same."""
         self.policy = PLACEMENTS.get(cfg.placement)(self)
         for load in self.loads:
             load.keep_stamps = self.policy.uses_load_stamps
@@ -132,11 +138,13 @@ class ClusterController:
     def on_arrival(self, req: Request, now_ns: int) -> None:
         m = int(self.model_of[req.request_id])
         self.loads[m].change(now_ns, +1)
+        self.version += 1
         self.policy.route(req, m, now_ns)
 
     def assign(self, req: Request, inst: ModelInstance, now_ns: int) -> None:
         """Send ``req`` to ``inst`` (it waits there if the instance is still starting)."""
         inst.inflight += 1
+        self.version += 1
         self.placed[req.request_id] = inst
         if inst.state == State.READY:
             self.backend.deliver(inst.engine, req, now_ns)
@@ -152,6 +160,7 @@ class ClusterController:
         m = int(self.model_of[req.request_id])
         self.loads[m].change(now_ns, -1)
         self.num_finished += 1
+        self.version += 1
         inst = self.placed.pop(req.request_id)
         inst.inflight -= 1
         if inst.state == State.STOPPING and inst.inflight == 0:
@@ -166,7 +175,7 @@ class ClusterController:
         for g in gpus:
             self.gpu_busy[g] = inst
         busy = sum(1 for x in self.gpu_busy if x is not None)
-        self._busy_log.append((now_ns, busy))
+        self.ledger.log_busy(now_ns, busy)
 
     def launch(
         self,
@@ -192,9 +201,10 @@ class ClusterController:
             if self.gpu_busy[g] is not None:
                 raise RuntimeError(f"GPU {g} is busy")
         inst = ModelInstance(
-            len(self.instances), model, gpus, now_ns, kind, cap or self.cfg.batch, share=share
+            self.num_instances, model, gpus, now_ns, kind, cap or self.cfg.batch, share=share
         )
-        self.instances.append(inst)
+        self.num_instances += 1
+        self.version += 1
         self.live[inst.iid] = inst
         self.serving[model.index].append(inst)
         self._set_busy(now_ns, gpus, inst)
@@ -268,6 +278,7 @@ class ClusterController:
         if inst.state == State.STARTING:
             inst.state = State.READY
         inst.ready_ns = now_ns
+        self.version += 1
         perf = self.perf_for(inst)
         assert inst.kv is not None
         inst.engine = self.backend.start_engine(inst.model, inst.kv, perf)
@@ -298,6 +309,7 @@ class ClusterController:
         if inst.state >= State.STOPPING:
             return
         inst.state = State.STOPPING
+        self.version += 1
         self.serving[inst.model.index].remove(inst)
         if inst.inflight == 0:
             self._retire(inst, now_ns)
@@ -307,6 +319,7 @@ class ClusterController:
             return
         inst.state = State.STOPPED
         inst.stopped_ns = now_ns
+        self.version += 1
         del self.live[inst.iid]
         if inst.engine >= 0:
             self.backend.release_engine(inst.engine)
@@ -331,10 +344,14 @@ class ClusterController:
             self._attach_replica(r)
         else:
             self.memory.release(now_ns, inst.gpus, wkey)
+        self.ledger.archive(inst)
+        inst.kv = None
+        inst.transfers = []
         self.policy.on_stopped(inst, now_ns)
 
     def _kv_reserved(self, inst: ModelInstance, blocks: int) -> None:
         pages = blocks * inst.model.block_pages
+        self.version += 1
         inst.kv_pages -= pages
         self.memory.release(self.now(), inst.gpus, ("kv", inst.iid), pages)
 
@@ -361,11 +378,13 @@ class ClusterController:
 
     # ------------------------------------------------------------------ replicas and loads
     def _attach_replica(self, r: Replica) -> None:
+        self.version += 1
         self.replicas[r.rid] = r
         for g in r.gpus:
             self.gpu_replicas[g].append(r)
 
     def _detach_replica(self, r: Replica) -> None:
+        self.version += 1
         self.replicas.pop(r.rid, None)
         for g in r.gpus:
             lst = self.gpu_replicas[g]
@@ -429,6 +448,7 @@ class ClusterController:
             return
         r.warm = True
         r.warm_ns = now_ns
+        self.version += 1
         self.replicas_loaded += 1
         if r.on_warm is not None:
             r.on_warm(now_ns)
@@ -441,6 +461,7 @@ class ClusterController:
                 self.loads_cancelled += 1
         r.warm = False
         r.on_warm = None
+        self.version += 1
         self._detach_replica(r)
         self.memory.release(now_ns, r.gpus, r.owner)
         self.replicas_evicted += 1
@@ -458,25 +479,14 @@ class ClusterController:
 
     def gpu_seconds(self, t0_ns: int, t1_ns: int) -> float:
         """∫ (GPUs held by instances) dt over [t0, t1]."""
-        log = self._busy_log
-        total = 0.0
-        for (t, busy), (t_next, _) in zip(
-            log, [*log[1:], (max(t1_ns, log[-1][0]), 0)], strict=True
-        ):
-            a, b = max(t, t0_ns), min(t_next, t1_ns)
-            if b > a:
-                total += busy * (b - a)
-        return total / NS_PER_S
+        return self.ledger.gpu_seconds(t0_ns, t1_ns)
 
     def start_counts(self, model: int | None = None) -> dict[str, int]:
-        out = dict.fromkeys(START_KINDS, 0)
-        for inst in self.instances:
-            if model is None or inst.model.index == model:
-                out[inst.kind] += 1
-        return out
+        return start_counts(self.instance_table(), model)
 
     def cluster_metrics(self, model: int | None, t0_ns: int, t1_ns: int) -> dict[str, Any]:
-        c = self.start_counts(model)
+        table = self.instance_table()
+        c = start_counts(table, model)
         dynamic = c["hit"] + c["partial"] + c["miss"]
         m: dict[str, Any] = {
             "instance_starts": dynamic + c["static"],
@@ -492,31 +502,9 @@ class ClusterController:
             m["peak_pages_used"] = max(self.memory.peak_used)
             m["pages_per_gpu"] = self.pages_per_gpu
         else:
-            m["gpu_seconds"] = (
-                sum(
-                    len(i.gpus)
-                    * max(
-                        0,
-                        min(i.stopped_ns if i.stopped_ns >= 0 else t1_ns, t1_ns)
-                        - max(i.created_ns, t0_ns),
-                    )
-                    for i in self.instances
-                    if i.model.index == model
-                )
-                / NS_PER_S
-            )
+            m["gpu_seconds"] = model_gpu_seconds(table, model, t0_ns, t1_ns)
         return m
 
     def instance_table(self) -> dict[str, np.ndarray]:
-        insts = self.instances
-        return {
-            "instance": np.array([i.iid for i in insts], dtype=np.int64),
-            "model": np.array([i.model.index for i in insts], dtype=np.int64),
-            "first_gpu": np.array([i.gpus[0] for i in insts], dtype=np.int64),
-            "num_gpus": np.array([len(i.gpus) for i in insts], dtype=np.int64),
-            "kind": np.array([START_KINDS.index(i.kind) for i in insts], dtype=np.int64),
-            "created_ns": np.array([i.created_ns for i in insts], dtype=np.int64),
-            "ready_ns": np.array([i.ready_ns for i in insts], dtype=np.int64),
-            "stopped_ns": np.array([i.stopped_ns for i in insts], dtype=np.int64),
-            "engine": np.array([i.engine for i in insts], dtype=np.int64),
-        }
+        """One row per instance, stopped or live (:mod:`tidal.cluster.accounting`)."""
+        return self.ledger.table(self.live.values())

@@ -4,7 +4,11 @@ A request counts from its arrival at the router to its completion (held requests
 Two views:
 
 * autoscaler: the time-averaged count over the last ``window`` (5 s), from (time, count) stamps,
-  exactly as the artifact's ``get_avg_load`` (a window with no stamp returns the last count);
+  exactly as the artifact's ``get_avg_load`` (a window with no stamp returns the last count;
+  otherwise ∫ count dt from the last stamp at or before the window's start, or from its start
+  when there is none, to now, over the window's length). Each stamp carries the running
+  integral ∫₀ᵗ count dt (exact integer request·ns), so a query is one subtraction after
+  dropping expired stamps: amortised O(1);
 * forecaster: per forecast window, the integral of the count (→ average) and the largest count
   seen at arrivals (→ peak), reset when the window closes.
 """
@@ -17,7 +21,9 @@ from collections import deque
 class ModelLoad:
     def __init__(self) -> None:
         self.inflight = 0
-        self.stamps: deque[tuple[int, int]] = deque()
+        self.stamps: deque[tuple[int, int, int]] = deque()
+        """(time, count after the change, ∫₀ᵗ count dt) per change."""
+        self._cum = 0
         self._sum = 0  # request·ns since the window opened
         self._last = 0
         self._peak = 0
@@ -26,7 +32,9 @@ class ModelLoad:
         """Record (time, count) stamps for :meth:`avg_load` (off for static policies)."""
 
     def change(self, now_ns: int, delta: int) -> None:
-        self._sum += (now_ns - self._last) * self.inflight
+        area = (now_ns - self._last) * self.inflight
+        self._sum += area
+        self._cum += area
         self._last = now_ns
         self.inflight += delta
         if delta > 0:
@@ -34,7 +42,7 @@ class ModelLoad:
             if self.inflight > self._peak:
                 self._peak = self.inflight
         if self.keep_stamps:
-            self.stamps.append((now_ns, self.inflight))
+            self.stamps.append((now_ns, self.inflight, self._cum))
 
     def avg_load(self, now_ns: int, window_ns: int) -> float:
         st = self.stamps
@@ -42,27 +50,21 @@ class ModelLoad:
             return 0.0
         start = now_ns - window_ns
         if len(st) == 1:
-            t, load = st[0]
+            t, load, _ = st[0]
             return float(load) if t < start else load * (now_ns - t) / window_ns
         while len(st) >= 2 and st[1][0] <= start:
             st.popleft()
         if len(st) == 1:
             return float(st[0][1])
-        if st[0][0] > start:
-            pos, last_t, last_load = 0, start, 0
-        else:
-            pos, (last_t, last_load) = 1, st[0]
-        total = 0
-        for i in range(pos, len(st)):
-            t, load = st[i]
-            total += last_load * (t - last_t)
-            last_t, last_load = t, load
-        total += last_load * (now_ns - last_t)
-        return total / window_ns
+        # count 0 before a first stamp after ``start``: both cases integrate from st[0]'s time
+        t_last, load_last, cum_last = st[-1]
+        return (cum_last + load_last * (now_ns - t_last) - st[0][2]) / window_ns
 
     def close_window(self, now_ns: int, window_ns: int) -> tuple[float, float]:
         """(average, peak) of the window ending now; opens the next one."""
-        self._sum += (now_ns - self._last) * self.inflight
+        area = (now_ns - self._last) * self.inflight
+        self._sum += area
+        self._cum += area
         self._last = now_ns
         avg = self._sum / window_ns
         peak = float(self._peak)

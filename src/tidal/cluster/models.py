@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import GPUSpec
-from tidal.hardware.models import ModelSpec, get_model
+from tidal.hardware.models import ModelSpec, check_tp, get_model
 
 ARTIFACT_TP = {"llama-2-7b": 1, "llama-2-13b": 2, "llama-2-70b": 4}
 
@@ -104,6 +104,7 @@ def served_models(
                 f"{entry!r}: tp {tp} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
                 "TP groups stay inside one node",
             )
+        check_tp(spec, tp, "cluster.models")
         name = f"{mid}#{seen[mid]}" if counts[mid] > 1 else mid
         seen[mid] += 1
         w = cdiv(spec.weight_bytes, tp)

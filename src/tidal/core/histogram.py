@@ -4,6 +4,8 @@ millions of samples in constant memory.
 Bins are floating-point-like and computed exactly: a value v = m·2^e with m in [0.5, 1)
 (``numpy.frexp``, exact for integers below 2^53) falls in bin ``e·256 + ⌊(2m − 1)·256⌋``, so a
 bin spans a relative width of at most 1/256 (0.4%); percentiles are reported as bin midpoints.
+Counts are float64 sums of integer weights, exact below 2^53 whatever the order of the adds, so
+a batch is binned over just the span of bins it touches.
 """
 
 from __future__ import annotations
@@ -14,45 +16,55 @@ _SUB = 256
 _NBINS = 64 * _SUB
 
 
+def _bins(v: np.ndarray) -> np.ndarray:
+    m, e = np.frexp(np.maximum(v, 1).astype(np.float64))
+    return e.astype(np.int64) * _SUB + np.floor((m * 2.0 - 1.0) * _SUB).astype(np.int64)
+
+
 class LogHistogram:
     def __init__(self) -> None:
         self._counts = np.zeros(_NBINS, dtype=np.float64)
         self._values: list[int] = []
-        self._weights: list[int] = []
+        self._runs: list[int] = []
+        """Buffered weights as runs: (length, weight) pairs, flattened."""
 
     def add(self, value: int, weight: int) -> None:
         self._values.append(value)
-        self._weights.append(weight)
+        self._runs += (1, weight)
         if len(self._values) >= 65_536:
             self._flush()
 
     def extend(self, values: list[int], weight: int) -> None:
         """Add Python-int samples sharing one weight (buffered, binned in bulk)."""
-        self._values.extend(values)
-        self._weights.extend([weight] * len(values))
+        self._values += values
+        self._runs += (len(values), weight)
         if len(self._values) >= 65_536:
             self._flush()
 
     def add_many(self, values: np.ndarray, weight: int) -> None:
-        self._flush()
-        self._bin(
-            np.asarray(values, dtype=np.int64), np.full(len(values), weight, dtype=np.float64)
-        )
+        """Add numpy samples sharing one weight (binned now, over the bins they span)."""
+        if len(values) == 0:
+            return
+        idx = _bins(np.asarray(values, dtype=np.int64))
+        lo = int(idx.min())
+        c = np.bincount(idx - lo)
+        self._counts[lo : lo + len(c)] += c * float(weight)
 
     def _bin(self, v: np.ndarray, w: np.ndarray) -> None:
         if len(v) == 0:
             return
-        m, e = np.frexp(np.maximum(v, 1).astype(np.float64))
-        idx = e.astype(np.int64) * _SUB + np.floor((m * 2.0 - 1.0) * _SUB).astype(np.int64)
-        self._counts += np.bincount(idx, weights=w, minlength=_NBINS)
+        idx = _bins(v)
+        lo = int(idx.min())
+        c = np.bincount(idx - lo, weights=w)
+        self._counts[lo : lo + len(c)] += c
 
     def _flush(self) -> None:
         if self._values:
-            self._bin(
-                np.array(self._values, dtype=np.int64), np.array(self._weights, dtype=np.float64)
-            )
+            runs = np.array(self._runs, dtype=np.int64)
+            w = np.repeat(runs[1::2].astype(np.float64), runs[0::2])
+            self._bin(np.array(self._values, dtype=np.int64), w)
             self._values.clear()
-            self._weights.clear()
+            self._runs.clear()
 
     def merge(self, other: LogHistogram) -> None:
         """Add ``other``'s samples (the histogram of the union of both sample sets)."""

@@ -17,6 +17,9 @@ def cdiv(a: int, b: int) -> int:
 
 
 class KVBlockManager:
+    prefix_caching = False
+    """True for :class:`tidal.core.prefix_cache.PrefixCachingKVManager`."""
+
     def __init__(
         self,
         num_blocks: int,
@@ -40,6 +43,10 @@ class KVBlockManager:
         self._tables: dict[int, list[int]] = {}
         self._host: dict[int, int] = {}
         """Blocks each swapped-out request holds in host memory."""
+        self.cache_queries = 0
+        """Prefix cache: tokens of the admitted requests (vLLM's ``prefix_cache_queries``)."""
+        self.cache_hits = 0
+        """Prefix cache: of those, tokens found cached (vLLM's ``prefix_cache_hits``)."""
 
     # ------------------------------------------------------------------ queries
     def blocks_for(self, num_tokens: int) -> int:
@@ -51,9 +58,24 @@ class KVBlockManager:
     def usage(self) -> float:
         return (self.num_blocks - self.num_free_blocks) / self.num_blocks
 
+    def num_cached_free_blocks(self) -> int:
+        """Free blocks still holding reusable prefix content (none without prefix caching)."""
+        return 0
+
     def can_admit(self, num_new_blocks: int) -> bool:
         """Whether a *new* request may take ``num_new_blocks``, keeping the watermark free."""
         return self.num_free_blocks - num_new_blocks >= self.watermark_blocks
+
+    def match_prefix(self, req: Request) -> tuple[int, int]:
+        """(cached prefix tokens, of its blocks those referenced by others) that admitting
+        ``req`` would reuse. Without prefix caching: nothing."""
+        return 0, 0
+
+    def commit_prefix(self, req: Request, hit_tokens: int) -> None:
+        """Admit ``req`` with the prefix :meth:`match_prefix` found (counts the query)."""
+        self.cache_queries += req.num_tokens
+        if req.num_cached_tokens < 0:
+            req.num_cached_tokens = 0
 
     # ------------------------------------------------------------------ mutation
     def allocate(self, req: Request, num_tokens: int) -> None:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidal.core.prefix_cache import BlockContent
 
 
 class RequestState(IntEnum):
@@ -47,6 +51,10 @@ class Request:
     """Prompt then generated token ids; only the real engine fills these."""
     payload: object = None
     """Workload-specific data (e.g. the segments of an augmented request)."""
+    content: BlockContent | None = None
+    """What the tokens are, for prefix caching (None: unique, never shared)."""
+    num_cached_tokens: int = -1
+    """Prompt tokens found in the prefix cache at the first admission (-1: not yet)."""
 
     @property
     def num_tokens(self) -> int:

@@ -7,7 +7,8 @@ step therefore costs O(1) however large the batch, and the simulator can jump ma
 * Σ attended context = Σ(pool_base) + n·(steps + 1), kept as one running sum;
 * KV growth: a member needs a new block before a step iff its computed count is a multiple of
   the block size, i.e. iff ``pool_base ≡ −(steps + i) (mod block_size)`` at step offset i. A
-  histogram of ``pool_base mod block_size`` answers "blocks needed at offset i" in O(1);
+  histogram of ``pool_base mod block_size`` answers "blocks needed at offset i" in O(1), and a
+  sum over a range of offsets with whole cycles counted at once and at most two slice sums;
 * departures (last output token, or the token before an external call) are known when a request
   joins: a heap of (departure step, request id) yields the next one.
 * per-member arrays (a slot per member: ``pool_base`` and prompt + extra tokens) give the
@@ -115,15 +116,25 @@ class DecodePool:
         return self._residue[(-(self.steps + offset)) % self.block_size]
 
     def blocks_needed_range(self, start: int, stop: int) -> int:
-        """Σ blocks_needed(i) for start ≤ i < stop (each member needs one per block_size steps)."""
+        """Σ blocks_needed(i) for start ≤ i < stop (each member needs one per block_size steps).
+
+        The ``p = count mod block_size`` offsets left after whole cycles read residues
+        j0, j0 − 1, …, j0 − p + 1 (mod block_size), with j0 = −(steps + first) mod block_size:
+        one cyclic range, summed as at most two slices (no Python loop)."""
         bs = self.block_size
         count = stop - start
         if count <= 0:
             return 0
-        full, _part = divmod(count, bs)
+        full, part = divmod(count, bs)
         total = full * len(self.members)
-        for i in range(start + full * bs, stop):
-            total += self._residue[(-(self.steps + i)) % bs]
+        if part:
+            res = self._residue
+            j0 = (-(self.steps + start + full * bs)) % bs
+            lo = j0 - part + 1
+            if lo >= 0:
+                total += sum(res[lo : j0 + 1])
+            else:
+                total += sum(res[: j0 + 1]) + sum(res[bs + lo :])
         return total
 
     def needs_block(self, req: Request) -> bool:
@@ -134,7 +145,9 @@ class DecodePool:
         than the last step whose new KV blocks (counted from the next step on) fit in
         ``free_blocks`` (bisection on the monotone :meth:`blocks_needed_range`)."""
         m = self.steps_to_departure()
-        if self.blocks_needed_range(1, m) > free_blocks:
+        # each member needs at most one block per block_size steps: ⌈(m − 1)/bs⌉ in m − 1 steps
+        bound = -(-(m - 1) // self.block_size) * len(self.members)
+        if bound > free_blocks and self.blocks_needed_range(1, m) > free_blocks:
             lo, hi = 1, m  # lo fits, hi does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2

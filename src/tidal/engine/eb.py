@@ -537,14 +537,17 @@ class ExclusiveBatchingScheduler(Scheduler):
         kv_ok = self._forecast_test() if self.opts.n_bound == "forecast" else None
         while len(waiting) and budget > 0 and remaining > 0 and len(self.running) < max_seqs:
             req = waiting.peek()
-            deficit, n = self._chunk(req, budget, cap)
-            if not kv.can_admit(kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks) or (
-                kv_ok is not None and not kv_ok(req)
-            ):
+            hit, shared = kv.match_prefix(req)  # prefix caching (see Scheduler._admit_waiting)
+            deficit, n = self._chunk(req, budget, cap, hit)
+            blocks = kv.blocks_for(req.num_computed_tokens + hit + n) - req.num_blocks - shared
+            if not kv.can_admit(blocks) or (kv_ok is not None and not kv_ok(req)):
                 self.admission_blocked_by_kv = True
                 break
             waiting.pop()
             self._start_running(req, now_ns)
+            kv.commit_prefix(req, hit)
+            if hit:
+                self._on_prefix_hit(req, hit)
             plan.add_chunk(req, n)
             kv.allocate(req, req.num_computed_tokens + n)
             budget -= n
@@ -553,10 +556,10 @@ class ExclusiveBatchingScheduler(Scheduler):
                 remaining -= 1
 
     @staticmethod
-    def _chunk(req: Any, budget: int, cap: int) -> tuple[int, int]:
+    def _chunk(req: Any, budget: int, cap: int, hit: int = 0) -> tuple[int, int]:
         """(tokens still to prefill, this step's chunk: within the budget and the per-request
-        cap ``long_prefill_token_threshold``, 0 = none)."""
-        deficit = req.num_tokens - req.num_computed_tokens
+        cap ``long_prefill_token_threshold``, 0 = none); ``hit``: prefix-cached tokens."""
+        deficit = req.num_tokens - req.num_computed_tokens - hit
         return deficit, min(deficit, budget, cap) if cap else min(deficit, budget)
 
     def _schedule_decodes(self, plan: StepPlan) -> None:

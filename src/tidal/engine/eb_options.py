@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from tidal.core.strict import StrictModel
 
 
-class EBOptions(BaseModel):
+class EBOptions(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # -- threshold controller (Algorithm 1, §3.1)

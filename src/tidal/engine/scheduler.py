@@ -221,19 +221,29 @@ class Scheduler(ABC):
         cap = self.config.long_prefill_token_threshold
         while len(waiting) and len(self.running) < max_seqs and budget > 0:
             req = waiting.peek()
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            # Prefix caching: the cached prefix counts as computed; its blocks that others
+            # hold need no free block (hit = shared = 0 without caching).
+            hit, shared = kv.match_prefix(req)
+            n = min(req.num_tokens - req.num_computed_tokens - hit, budget)
             if cap:
                 n = min(n, cap)
-            blocks = kv.blocks_for(req.num_computed_tokens + n) - req.num_blocks
+            blocks = kv.blocks_for(req.num_computed_tokens + hit + n) - req.num_blocks - shared
             if not kv.can_admit(blocks) or (kv_ok is not None and not kv_ok(req)):
                 self.admission_blocked_by_kv = True
                 break
             waiting.pop()
             self._start_running(req, now_ns)
+            kv.commit_prefix(req, hit)
+            if hit:
+                self._on_prefix_hit(req, hit)
             plan.add_chunk(req, n)
             kv.allocate(req, req.num_computed_tokens + n)
             budget -= n
         return budget
+
+    def _on_prefix_hit(self, req: Request, hit_tokens: int) -> None:  # noqa: B027 (a hook)
+        """``req`` was admitted with ``hit_tokens`` found in the prefix cache (a policy that
+        counts recomputation, e.g. after a Discard, hears of the tokens it was spared)."""
 
     def _start_running(self, req: Request, now_ns: int) -> None:
         req.state = RequestState.RUNNING

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -41,9 +42,12 @@ def run_process_pool(
     if not items:
         return
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx)
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(items)), mp_context=ctx, initializer=_ignore_sigint
+    )
     pending: dict[Future[Any], int] = {}
     nxt = 0
+    finished = False
     try:
         while nxt < len(items) or pending:
             while nxt < len(items) and len(pending) < 2 * workers:
@@ -52,8 +56,32 @@ def run_process_pool(
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 yield pending.pop(fut), fut.result()
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _kill_pool(pool)
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them (a terminal sends it to all)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop an interrupted pool now: queued tasks are cancelled and running workers terminated
+    (a cell's result is written only after it returns, so nothing half-done is kept)."""
+    procs = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():  # pragma: no cover - a worker ignoring SIGTERM
+            proc.kill()
+            proc.join()
 
 
 def run_ray(

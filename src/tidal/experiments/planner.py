@@ -48,12 +48,11 @@ from tidal.experiments.grid import apply_cell, cells, set_dotted
 from tidal.experiments.replicas import SimulationStopped, run_replicated
 from tidal.experiments.space import PlanSpec
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.memory import plan_memory
 from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig, load_config
 from tidal.sim.recorder import RequestRecorder
-from tidal.sim.run import SimResult, load_requests, run_simulation
+from tidal.sim.run import SimResult, load_requests, memory_plan, run_simulation
 from tidal.workload.base import RequestSet
 
 _LAT = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
@@ -191,16 +190,7 @@ def build_options(spec: PlanSpec, max_tokens: int) -> list[Option]:
         price = spec.prices.get(base_gpu, get_gpu(cfg.gpu).price_per_hour)
         opt = Option(i, _label(values, cfg), values, cfg, unit, unit * price)
         try:
-            m = cfg.memory
-            plan_memory(
-                get_model(cfg.model),
-                get_gpu(cfg.gpu),
-                cfg.tp,
-                m.block_size,
-                m.gpu_memory_utilization,
-                m.activation_reserve_gb,
-                min_tokens=max_tokens,
-            )
+            memory_plan(cfg, max_tokens)
         except ConfigError as err:
             opt.error = str(err)
         out.append(opt)
@@ -302,14 +292,7 @@ class Planner:
             return known
         if self.spec.capacity_key != "replicas":
             return 1
-        mem = plan_memory(
-            get_model(cfg.model),
-            get_gpu(cfg.gpu),
-            cfg.tp,
-            cfg.memory.block_size,
-            cfg.memory.gpu_memory_utilization,
-            cfg.memory.activation_reserve_gb,
-        )
+        mem = memory_plan(cfg)
         bound = roofline_token_throughput(
             get_model(cfg.model),
             get_gpu(cfg.gpu),

@@ -13,7 +13,14 @@ Routers (deterministic, ties to the lowest index):
 * ``least-loaded`` — the replica with the fewest unfinished requests (running + waiting) when
   the request arrives (join-the-shortest-queue, as Vidur's LOR global scheduler and vLLM's
   production router do); ties go to the first replica after the previous choice, cyclically
-  (with lowest-index ties, replica 0 takes every request of a quiet period).
+  (with lowest-index ties, replica 0 takes every request of a quiet period);
+* ``prefix-aware`` — SGLang's / vLLM router's ``cache_aware`` policy on the replicas' actual
+  prefix caches: while the load is balanced, the replica whose cache holds the longest prefix
+  of the request, if that covers more than ``CACHE_THRESHOLD`` of the prompt, else the replica
+  whose cache holds the least content; once the busiest replica has more than
+  ``BALANCE_ABS`` requests over the idlest and more than ``BALANCE_REL`` times as many, the
+  least-loaded one (defaults of both routers: 0.3, 64, 1.5). Without content (no prefix
+  cache) it is ``least-loaded``.
 
 Metrics are computed over the union of all requests (percentiles over every request, throughput
 over the cluster's makespan). The roofline bound is R times one replica's. Integer scheduler
@@ -33,6 +40,7 @@ from tidal.core.errors import ConfigError
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
+from tidal.hardware.calibration import perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
@@ -43,7 +51,10 @@ from tidal.sim.run import SimResult, build_instance, load_requests
 from tidal.sim.simulator import Simulation
 from tidal.workload.base import RequestSet
 
-ROUTERS = ("least-loaded", "round-robin")
+ROUTERS = ("least-loaded", "round-robin", "prefix-aware")
+CACHE_THRESHOLD = 0.3
+BALANCE_ABS = 64
+BALANCE_REL = 1.5
 
 
 class SimulationStopped(Exception):  # noqa: N818 - a signal, not an error
@@ -71,6 +82,8 @@ def make_router(name: str, instances: list[SimInstance]) -> Callable[[Request], 
             return best
 
         return least_loaded
+    if name == "prefix-aware":
+        return _prefix_aware(instances, make_router("least-loaded", instances))
     raise ConfigError("router", f"unknown value {name!r}", f"valid: {', '.join(ROUTERS)}")
 
 
@@ -106,6 +119,29 @@ def _concat_tables(per_replica: list[dict[str, dict[str, Any]]]) -> dict[str, di
     return out
 
 
+def _prefix_aware(
+    instances: list[SimInstance], fallback: Callable[[Request], int]
+) -> Callable[[Request], int]:
+    scheds = [inst.scheduler for inst in instances]
+
+    def route(req: Request) -> int:
+        loads = [len(s.running) + len(s.waiting) for s in scheds]
+        hi, lo = max(loads), min(loads)
+        if req.content is None or (hi - lo > BALANCE_ABS and hi > BALANCE_REL * lo):
+            return fallback(req)
+        hits = [s.kv.match_prefix(req)[0] for s in scheds]  # a query: nothing is taken
+        best = max(range(len(hits)), key=lambda i: (hits[i], -loads[i]))
+        if hits[best] > CACHE_THRESHOLD * req.prompt_len:
+            return best
+        # blocks holding content: in use, or free but cached
+        held = [
+            s.kv.num_blocks - s.kv.num_free_blocks + s.kv.num_cached_free_blocks() for s in scheds
+        ]
+        return min(range(len(held)), key=lambda i: (held[i], loads[i]))
+
+    return route
+
+
 def run_replicated(
     cfg: SimulationConfig,
     replicas: int,
@@ -123,7 +159,7 @@ def run_replicated(
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     max_tokens = int((reqs.prompt_len + reqs.output_len).max())
-    built = [build_instance(cfg, max_tokens) for _ in range(replicas)]
+    built = [build_instance(cfg, max_tokens, reqs.content is not None) for _ in range(replicas)]
     instances = [SimInstance(i, s, p, cfg.fast_forward) for i, (s, p, _) in enumerate(built)]
     recorder = RequestRecorder(reqs)
     route = make_router(router, instances) if replicas > 1 else None
@@ -158,12 +194,13 @@ def run_replicated(
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
-    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics.update(mem.summary())
     metrics["num_steps"] = sum(s.num_steps for s, _, _ in built)
     metrics["busy_fraction"] = float(
         np.mean([inst.busy_ns / max(sim.now_ns, 1) for inst in instances])
     )
     metrics["perf_model"] = built[0][1].name
+    metrics["perf_model_source"] = perf_model_source(built[0][1])
     metrics["replicas"] = replicas
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))

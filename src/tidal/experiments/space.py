@@ -35,11 +35,13 @@ each unit of it costing ``gpus_per_unit`` GPUs; the run is then a plain ``run_si
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from tidal.core.errors import ConfigError
+from tidal.core.strict import StrictModel
 from tidal.experiments.replicas import ROUTERS
 
 DEFAULT_TP = [1, 2, 4]
@@ -50,12 +52,12 @@ DEFAULT_MAX_SEQS = [128, 256]
 SLO_METRICS = tuple(f"{m}_p{p}_s" for m in ("ttft", "tpot", "e2e") for p in (50, 90, 99))
 
 
-class PlanSpec(BaseModel):
+class PlanSpec(StrictModel):
     model_config = ConfigDict(extra="forbid")
 
     base: dict[str, Any] = Field(default_factory=dict)
     search: dict[str, list[Any]] = Field(default_factory=dict)
-    slo: dict[str, float | None] = Field(default_factory=dict)
+    slo: dict[str, float | None] = Field(default_factory=dict, validate_default=True)
     """SLO targets on summary metrics (``ttft_p99_s``, ``tpot_p99_s``, any ``*_p{50,90,99}_s``);
     a deployment meets the SLO when every request completes and every target holds."""
     max_replicas: int = Field(default=16, ge=1)
@@ -131,6 +133,7 @@ class PlanSpec(BaseModel):
                     "the planner sizes deployments for one workload",
                     "set it in base; compare workloads with tidal sweep",
                 )
+            _check_names(key, values)
             reg = _registry(key)
             if reg is None:
                 continue
@@ -140,6 +143,22 @@ class PlanSpec(BaseModel):
                         f"search.{key}", f"unknown value {v!r}", f"valid: {', '.join(reg.names())}"
                     )
         return axes
+
+
+def _check_names(key: str, values: list[Any]) -> None:
+    """GPU and model axes name catalog entries: a typo is an error, not an empty option."""
+    from tidal.hardware.gpus import get_gpu
+    from tidal.hardware.models import get_model
+
+    lookups: dict[str, Callable[[str], object]] = {"gpu": get_gpu, "model": get_model}
+    lookup = lookups.get(key)
+    if lookup is None:
+        return
+    for v in values:
+        try:
+            lookup(str(v))
+        except ConfigError as err:
+            raise ConfigError(f"search.{key}", str(err).removeprefix(f"{key}: ")) from None
 
 
 REGISTRY_AXES = {

@@ -7,7 +7,8 @@ Layout of a sweep directory::
                                timeline.parquet, run.json, cell.json) — see report/results.py
     DIR/results.parquet        one row per cell: cell_id, one column per grid key, seed, and
                                every scalar metric of the cell's summary.json
-    DIR/sweep_run.json         wall-clock time, cells run and reused (not deterministic)
+    DIR/sweep_run.json         wall-clock time, status (complete or interrupted), counts of
+                               cells run, reused, failed and not run, each failure's error
 
 A cell directory is written under a temporary name and renamed into place when complete, so it
 is either whole or absent. A cell counts as finished when its ``summary.json`` holds exactly the
@@ -24,12 +25,14 @@ import os
 import shutil
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError, TidalError
+from tidal.core.signals import sigterm_as_exit
 from tidal.experiments.executors import run_cells
 from tidal.experiments.grid import Grid, apply_cell, canonical, cell_id, cell_seed, cells
 from tidal.report.io import write_json, write_parquet
@@ -104,6 +107,18 @@ class CellOutput:
     error: str | None = None
 
 
+def describe_error(err: BaseException) -> str:
+    """``Type: message``; for an unexpected error (a bug, not bad input) also where it arose."""
+    text = f"{type(err).__name__}: {err}"
+    if isinstance(err, TidalError):
+        return text
+    frames = traceback.extract_tb(err.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
+    return text
+
+
 def simulate_cell(config: dict[str, Any]) -> CellOutput:
     """Run one cell (in a worker process). Errors a user can act on come back as text."""
     from tidal.sim.config import load_config
@@ -111,8 +126,8 @@ def simulate_cell(config: dict[str, Any]) -> CellOutput:
 
     try:
         res = run_simulation(load_config(config))
-    except (TidalError, RuntimeError, ValueError) as err:
-        return CellOutput(error=f"{type(err).__name__}: {err}")
+    except Exception as err:  # one cell's failure, whatever it is, must not end the sweep
+        return CellOutput(error=describe_error(err))
     return CellOutput(
         res.metrics, res.columns, res.run_info, res.extras.get("tables"), res.extras.get("json")
     )
@@ -133,6 +148,7 @@ def write_cell(cells_dir: Path, cell: Cell, out: CellOutput) -> Path:
             out.run_info or {},
             extra_tables=out.tables,
             extra_json=out.json_extras,
+            atomic=False,
         )
         write_json(tmp / "cell.json", _clean({"cell_id": cell.cell_id, "values": cell.values}))
         if final.exists():
@@ -253,32 +269,45 @@ def run_sweep(
         for cell in cell_list:
             if cell.cell_id in outcome.reused:
                 on_cell_done(cell, None)
+    status = "complete"
     try:
-        for i, result in run_cells(simulate_cell, [c.config for c in todo], backend, workers):
-            cell = todo[i]
-            if result.error is not None:
-                outcome.failed[cell.cell_id] = result.error
-            else:
-                write_cell(cells_dir, cell, result)
-                outcome.ran.append(cell.cell_id)
-            if on_cell_done is not None:
-                on_cell_done(cell, result)
+        with sigterm_as_exit():
+            for i, result in run_cells(simulate_cell, [c.config for c in todo], backend, workers):
+                cell = todo[i]
+                if result.error is not None:
+                    outcome.failed[cell.cell_id] = result.error
+                else:
+                    write_cell(cells_dir, cell, result)
+                    outcome.ran.append(cell.cell_id)
+                if on_cell_done is not None:
+                    on_cell_done(cell, result)
+    except BaseException as err:
+        status = f"interrupted ({describe_error(err)})"
+        raise
     finally:
         write_results(out, cell_list)
         outcome.wall_s = time.perf_counter() - t0
-        write_json(
-            out / "sweep_run.json",
-            {
-                "wall_s": outcome.wall_s,
-                "backend": backend,
-                "workers": workers,
-                "cells": len(cell_list),
-                "ran": len(outcome.ran),
-                "reused": len(outcome.reused),
-                "failed": outcome.failed,
-            },
-        )
+        write_json(out / "sweep_run.json", _run_record(outcome, status, backend, workers))
     return outcome
+
+
+def _run_record(
+    outcome: SweepOutcome, status: str, backend: str, workers: int | None
+) -> dict[str, Any]:
+    """``sweep_run.json``: counts that add up to ``cells`` (``not_run``: left by an interrupt)."""
+    done = len(outcome.ran) + len(outcome.reused) + len(outcome.failed)
+    return {
+        "wall_s": outcome.wall_s,
+        "status": status,
+        "backend": backend,
+        "workers": workers,
+        "cells": len(outcome.cells),
+        "ran": len(outcome.ran),
+        "reused": len(outcome.reused),
+        "num_failed": len(outcome.failed),
+        "not_run": len(outcome.cells) - done,
+        "failed": outcome.failed,
+    }
 
 
 def split_sweep_config(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

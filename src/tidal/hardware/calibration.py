@@ -150,9 +150,14 @@ CALIBRATIONS: dict[tuple[str, str, int], LinearCalibration] = {
     **{key: infercept_calibration(*key) for key in INFERCEPT_PROFILES},
 }
 
-PERF_MODELS = ("auto", "roofline", "linear")
+PERF_MODELS = ("auto", "roofline", "linear", "measured", "corrected-roofline", "corrected")
+"""``roofline``: the plain roofline (:class:`RooflinePerfModel`); ``corrected-roofline`` (alias
+``corrected``): the roofline fitted on measured kernels (:mod:`tidal.hardware.corrected`);
+``measured``: the bundled GPU operator profiles (:mod:`tidal.hardware.measured`)."""
 PROFILE_PREFIX = "profile:"
 """``profile:PATH``: a step-time profile measured on the real engine (``tidal calibrate``)."""
+MEASURED_PREFIX = "measured:"
+"""``measured:PATH``: a ``tidal-gpu-profile/1`` file (``tidal profile-gpu``; PROFILE_FORMAT.md)."""
 
 
 def check_perf_model(kind: str) -> None:
@@ -162,12 +167,51 @@ def check_perf_model(kind: str) -> None:
 
         ProfiledPerfModel.load(kind.removeprefix(PROFILE_PREFIX))
         return
+    if kind.startswith(MEASURED_PREFIX):
+        from tidal.hardware.opprofile import load_profile
+
+        load_profile(kind.removeprefix(MEASURED_PREFIX))
+        return
     if kind not in PERF_MODELS:
         raise ConfigError(
             "perf_model",
             f"unknown value {kind!r}",
-            f"valid: {', '.join(PERF_MODELS)}, {PROFILE_PREFIX}PATH",
+            f"valid: {', '.join(PERF_MODELS)}, {PROFILE_PREFIX}PATH, {MEASURED_PREFIX}PATH",
         )
+
+
+def measured_model(
+    model: ModelSpec, gpu: GPUSpec, tp: int, path: str | None = None
+) -> PerfModel | None:
+    """The :class:`~tidal.hardware.measured.MeasuredPerfModel` of (model, GPU, TP) from the
+    bundled profiles (or the profile file ``path``), None when they have no data for it."""
+    from tidal.hardware.measured import MeasuredPerfModel
+    from tidal.hardware.opprofile import deployment, load_profile
+
+    profiles = (load_profile(path),) if path is not None else None
+    heads = (model.num_heads, model.num_kv_heads, model.d_head)
+    dep = deployment(gpu.name, model.name, tp, profiles, heads)
+    return None if dep is None else MeasuredPerfModel(dep, model, gpu, tp)
+
+
+def perf_model_source(perf: PerfModel) -> str:
+    """Where a model's step times come from, for ``summary.json``'s ``perf_model_source``:
+    ``measured:<source>/<gpu>/<model>/tp<N>``, ``corrected-roofline``, ``roofline``,
+    ``calibrated:<citation>``, ``profile:<source>``; ``+interference`` when wrapped."""
+    from tidal.hardware.corrected import CorrectedRooflinePerfModel
+    from tidal.hardware.measured import MeasuredPerfModel
+    from tidal.hardware.perf import WrappedPerfModel
+
+    if isinstance(perf, WrappedPerfModel):
+        return perf_model_source(perf.base) + "+interference"
+    if isinstance(perf, MeasuredPerfModel):
+        return perf.source
+    if isinstance(perf, CorrectedRooflinePerfModel):
+        return "corrected-roofline"
+    if isinstance(perf, LinearPerfModel):
+        return f"calibrated:{perf.source}" if perf.source else "linear"
+    src = getattr(perf, "source", "")
+    return f"{perf.name}:{src}" if isinstance(src, str) and src else perf.name
 
 
 def build_perf_model(
@@ -180,8 +224,10 @@ def build_perf_model(
     **roofline_kw: float,
 ) -> PerfModel:
     """``profile:PATH``: the profile measured on the real engine (``tidal calibrate``).
-    ``auto``: the measured linear model where one exists for (model, GPU, TP), else the
-    roofline. ``linear``: measured constants, or constants derived from the roofline (α from a
+    ``auto``: in this order, the papers' calibrated linear model where one exists for (model,
+    GPU, TP) (EB paper, INFERCEPT), the bundled measured operator profiles
+    (``measured``), else the corrected roofline. ``roofline``: the plain roofline.
+    ``linear``: measured constants, or constants derived from the roofline (α from a
     one-token step, β from the marginal cost of a 512-token-context decode and of a prefill
     token) when none were measured. ``interference`` adds the mixed-step interference term of
     :mod:`tidal.hardware.interference` (EB paper §1.2) on top of either."""
@@ -202,10 +248,24 @@ def _build_base(
         from tidal.hardware.profiled import ProfiledPerfModel
 
         return ProfiledPerfModel.load(kind.removeprefix(PROFILE_PREFIX))
+    if kind.startswith(MEASURED_PREFIX):
+        meas = measured_model(model, gpu, tp, kind.removeprefix(MEASURED_PREFIX))
+        if meas is None:
+            raise _no_measured(model, gpu, tp, kind.removeprefix(MEASURED_PREFIX))
+        return meas
     cal = CALIBRATIONS.get((model.name, gpu.name, tp))
     kappa = model.kv_bytes_per_token_per_gpu(tp) * tp / (eff_bw * gpu.mem_bw * tp)
-    if kind == "auto" and cal is None:
-        kind = "roofline"
+    if kind == "measured" or (kind == "auto" and cal is None):
+        meas = measured_model(model, gpu, tp)
+        if meas is not None:
+            return meas
+        if kind == "measured":
+            raise _no_measured(model, gpu, tp, "the bundled profiles")
+        kind = "corrected-roofline"
+    if kind in ("corrected-roofline", "corrected"):
+        from tidal.hardware.corrected import CorrectedRooflinePerfModel
+
+        return CorrectedRooflinePerfModel(model, gpu, tp)
     if kind == "roofline":
         return RooflinePerfModel(model, gpu, tp, eff_bw=eff_bw, **roofline_kw)
     if cal is None:
@@ -219,6 +279,20 @@ def _build_base(
         cal.ctx_ref,
         source=cal.source,
         floor_s_per_token=cal.floor_s_per_token,
+    )
+
+
+def _no_measured(model: ModelSpec, gpu: GPUSpec, tp: int, where: str) -> ConfigError:
+    from tidal.hardware.opprofile import bundled_profiles
+
+    have = sorted(
+        f"{x.model}@{p.gpu}/tp{x.tp}" for p in bundled_profiles() for x in p.linear
+        if x.model == model.name or p.gpu == gpu.name
+    )  # fmt: skip
+    return ConfigError(
+        "perf_model",
+        f"no measured profile for {model.name} on {gpu.name} with tp {tp} in {where}",
+        "use auto or corrected-roofline; measured data: " + (", ".join(have[:12]) or "none"),
     )
 
 

@@ -3,13 +3,27 @@
 Sources: ``shared/research/ebplus.md`` §6 (vendor pages; dense = half the sparse marketing
 figure). Link bandwidths are per direction. ``price_per_hour`` is an indicative on-demand cloud
 price in USD (mid-2026 list prices, rounded); it only feeds the planner's optional $ column.
+
+Memory is counted as the CUDA driver reports it, ``torch.cuda.mem_get_info()[1]`` — the
+``total_gpu_memory`` that vLLM multiplies by ``gpu_memory_utilization`` — in GiB (2³⁰ bytes),
+not the marketing ``mem_gb``: an "80 GB" H100 reports 79.11 GiB (= 84.9·10⁹ bytes), not 80·10⁹.
+Values (``cuda_total_gib``) are read off public vLLM start-up logs ("total_gpu_memory (X GiB)"
+/ "Free memory on device (…/X GiB)"): H100 79.11, A100-80GB 79.15, H200 139.81, L40S 44.39,
+RTX PRO 6000 94.97. The driver keeps ≈ 0.55–0.62 GiB below ``nvidia-smi``'s MiB total on each
+of those; B200 (no log at hand) is nvidia-smi's 183 359 MiB (179.06 GiB) less 0.58 GiB, and the
+A40 (46 068 MiB, as the L40S) is taken as the L40S.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidal.core.errors import unknown_name
+from tidal.core.errors import ConfigError, unknown_name
+
+MAX_BW_TBS = 1000.0
+"""Largest what-if bandwidth accepted (TB/s): 100× today's HBM, far past any sweep."""
+
+GIB = float(1 << 30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,12 +34,14 @@ class GPUSpec:
     mem_bw_tbs: float
     """Peak memory bandwidth, TB/s (1e12 bytes/s)."""
     mem_gb: float
-    """Memory capacity, GB (1e9 bytes)."""
+    """Marketing memory capacity, GB (1e9 bytes); the plan uses ``mem_bytes``."""
     pcie_gbs: float
     """Host link bandwidth per direction, GB/s."""
     nvlink_gbs: float
     """GPU-to-GPU bandwidth per direction, GB/s (0: none, peers talk over PCIe)."""
     price_per_hour: float
+    cuda_total_gib: float = 0.0
+    """Device memory as the CUDA driver reports it, GiB (0: unknown, ``mem_gb``·10⁹ bytes)."""
 
     @property
     def flops(self) -> float:
@@ -37,6 +53,9 @@ class GPUSpec:
 
     @property
     def mem_bytes(self) -> float:
+        """Bytes the driver reports (``cuda_total_gib`` · 2³⁰): what vLLM's plan starts from."""
+        if self.cuda_total_gib > 0:
+            return self.cuda_total_gib * GIB
         return self.mem_gb * 1e9
 
     @property
@@ -54,12 +73,15 @@ class GPUSpec:
 GPUS: dict[str, GPUSpec] = {
     g.name: g
     for g in (
-        GPUSpec("h100", 989.0, 1979.0, 3.35, 80.0, 64.0, 450.0, 3.0),
-        GPUSpec("h200", 989.0, 1979.0, 4.8, 141.0, 64.0, 450.0, 3.8),
-        GPUSpec("a100-80gb", 312.0, None, 2.039, 80.0, 32.0, 300.0, 1.8),
-        GPUSpec("l40s", 362.0, 733.0, 0.864, 48.0, 32.0, 0.0, 1.0),
-        GPUSpec("rtx-pro-6000", 504.0, 1008.0, 1.792, 96.0, 64.0, 0.0, 1.6),
-        GPUSpec("b200", 2250.0, 4500.0, 8.0, 180.0, 64.0, 900.0, 6.0),
+        GPUSpec("h100", 989.0, 1979.0, 3.35, 80.0, 64.0, 450.0, 3.0, 79.11),
+        GPUSpec("h200", 989.0, 1979.0, 4.8, 141.0, 64.0, 450.0, 3.8, 139.81),
+        GPUSpec("a100-80gb", 312.0, None, 2.039, 80.0, 32.0, 300.0, 1.8, 79.15),
+        GPUSpec("l40s", 362.0, 733.0, 0.864, 48.0, 32.0, 0.0, 1.0, 44.39),
+        # A40 (Vidur's third profiled GPU): 149.7 TFLOP/s dense bf16, 696 GB/s GDDR6, NVLink
+        # bridge 112.5 GB/s for a pair (56.25 per direction).
+        GPUSpec("a40", 149.7, None, 0.696, 48.0, 32.0, 56.25, 0.8, 44.39),
+        GPUSpec("rtx-pro-6000", 504.0, 1008.0, 1.792, 96.0, 64.0, 0.0, 1.6, 94.97),
+        GPUSpec("b200", 2250.0, 4500.0, 8.0, 180.0, 64.0, 900.0, 6.0, 178.48),
     )
 }
 
@@ -72,9 +94,17 @@ def get_gpu(name: str) -> GPUSpec:
     except KeyError:
         raise unknown_name("gpu", name, GPUS) from None
     if bw:
-        try:
-            value = float(bw.removesuffix("TBs").removesuffix("tbs"))
-        except ValueError:
-            raise unknown_name("gpu", name, [f"{g}@<TB/s>" for g in GPUS]) from None
-        gpu = gpu.with_bandwidth(value)
+        gpu = gpu.with_bandwidth(_bandwidth(name, bw))
     return gpu
+
+
+def _bandwidth(name: str, text: str) -> float:
+    """The X of ``gpu@XTBs``: a finite number of TB/s in (0, 1000]."""
+    fix = f"write GPU@XTBs with X a bandwidth in TB/s in (0, {MAX_BW_TBS:g}], e.g. h100@2TBs"
+    try:
+        value = float(text.removesuffix("TBs").removesuffix("tbs"))
+    except ValueError:
+        raise ConfigError("gpu", f"{name!r}: {text!r} is not a bandwidth", fix) from None
+    if not 0 < value <= MAX_BW_TBS:  # also refuses nan
+        raise ConfigError("gpu", f"{name!r}: memory bandwidth must be > 0 and finite", fix)
+    return value

@@ -170,6 +170,8 @@ class InterferencePerfModel(WrappedPerfModel):
         self.interference = interference
         self.source = source
         self.name = f"{base.name}+interference"
+        # pure-decode steps are the base's: pass a piecewise-affine decode through
+        self.decode_segment = getattr(base, "decode_segment", None)
 
     def adjust(self, seconds: Any, num_decodes: int, prefill_tokens: int) -> Any:
         if prefill_tokens > 0 and num_decodes > 0:

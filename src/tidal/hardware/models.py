@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidal.core.errors import unknown_name
+from tidal.core.errors import ConfigError, unknown_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +150,36 @@ MODELS: dict[str, ModelSpec] = {
         # Models of the augmented-request papers (InferCept / AugServe evaluations).
         ModelSpec("gpt-j-6b", 28, 4096, 16, 16, 16384, 50400, gated_mlp=False, max_context=2048),
         ModelSpec("vicuna-13b", 40, 5120, 40, 40, 13824, 32000, max_context=4096),
-        # Vidur ships profiles for this one; kept for side-by-side comparisons.
+        # Models of Vidur's public GPU profiles (data/profiles, HF config.json of each).
         ModelSpec("codellama-34b", 48, 8192, 64, 8, 22016, 32000, max_context=16384),
+        ModelSpec("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, max_context=8192),
+        ModelSpec("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, max_context=8192),
+        ModelSpec("qwen-72b", 80, 8192, 64, 64, 24576, 152064, max_context=32768),
+        ModelSpec("internlm-20b", 60, 5120, 40, 40, 13824, 103168, max_context=4096),
+        ModelSpec("phi-2", 32, 2560, 32, 32, 10240, 51200, gated_mlp=False, max_context=2048),
         # The real engine's test and CPU model (``tidal serve --model tiny-llama``): a 4-layer
         # Llama (GQA 8/2 heads, SwiGLU) that runs in milliseconds on a CPU, float32.
         ModelSpec("tiny-llama", 4, 256, 8, 2, 768, 512, max_context=4096, dtype_bytes=4),
     )
 }
+
+
+def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
+    """vLLM's tensor-parallel rule (``QKVParallelLinear``): the attention heads split evenly,
+    ``num_heads % tp == 0``; KV heads split evenly when ``tp ≤ num_kv_heads``
+    (``num_kv_heads % tp == 0``), else each is replicated on ``tp / num_kv_heads`` ranks, so
+    ``tp % num_kv_heads == 0``. Raises :class:`ConfigError` naming the valid degrees."""
+    h, kv = model.num_heads, model.num_kv_heads
+    kv_ok = kv % tp == 0 if tp <= kv else tp % kv == 0
+    if tp >= 1 and h % tp == 0 and kv_ok:
+        return
+    valid = [t for t in range(1, h + 1) if h % t == 0 and (kv % t == 0 if t <= kv else t % kv == 0)]
+    raise ConfigError(
+        field,
+        f"tensor parallelism {tp} does not divide {model.name}'s {h} attention heads and "
+        f"{kv} KV heads (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
+        "valid: " + ", ".join(map(str, valid)),
+    )
 
 
 def get_model(name: str) -> ModelSpec:

@@ -15,6 +15,7 @@ import tidal.engine.policies  # noqa: F401  (registers every policy)
 from tidal.core.clock import WallClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
+from tidal.core.prefix_blocks import PrefixCachingBlockManager
 from tidal.engine.eb_options import EBOptions
 from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
@@ -43,6 +44,9 @@ class RuntimeConfig(BaseModel):
     kv_cache_gb: float = Field(default=0.25, gt=0)
     block_size: int = Field(default=16, ge=1)
     watermark: float = Field(default=0.01, ge=0, lt=1)
+    prefix_caching: bool = True
+    """vLLM's automatic prefix caching (default on, as in vLLM): full blocks are shared by
+    block tables across requests (:mod:`tidal.core.prefix_blocks`)."""
     batching: str = "mb"
     ordering: str = "fcfs"
     token_budget: int = Field(default=2048, ge=1)
@@ -117,7 +121,11 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
             "kv_cache_gb", f"{cfg.kv_cache_gb} GB holds no KV block of {per_block} bytes"
         )
     cache = PagedKVCache(lcfg, num_blocks, cfg.block_size, device, dtype)
-    kv = KVBlockManager(num_blocks, cfg.block_size, cfg.watermark, track_ids=True)
+    kv: KVBlockManager
+    if cfg.prefix_caching:
+        kv = PrefixCachingBlockManager(num_blocks, cfg.block_size, cfg.watermark)
+    else:
+        kv = KVBlockManager(num_blocks, cfg.block_size, cfg.watermark, track_ids=True)
     sched_cfg = SchedulerConfig(
         cfg.token_budget,
         cfg.max_seqs,

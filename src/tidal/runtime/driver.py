@@ -14,6 +14,11 @@ Two ways to run it:
   each request entering the scheduler at its arrival time, as the simulator does — used by
   ``tidal fidelity`` and ``tidal calibrate``.
 
+Supervision: a fault confined to requests (a bad sampling parameter, a failed step) ends those
+requests with ``finish_reason="error"`` and the engine goes on; a fault that leaves the
+scheduler inconsistent ends the engine thread, fails everything it held, sets ``failure`` and
+calls ``on_fatal`` (``alive`` turns False, ``/health`` answers 503, ``tidal serve`` exits 1).
+
 External calls of augmented requests are real awaits: :meth:`EngineDriver.call_external`
 awaits the call on the event loop while the request is out of the running set, then appends the
 returned tokens (prefilled like a prompt) and puts the request back (see its docstring).
@@ -24,31 +29,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-from tidal.core.clock import ThreadCPUClock, WallClock, make_clock
 from tidal.core.request import Request, RequestState
-from tidal.hardware.perf import StepShape
 from tidal.runtime.config import RuntimeEngine
+from tidal.runtime.replay import StepRecord, replay
 from tidal.runtime.sampling import GREEDY, SamplingParams
 
-_SPIN_NS = 300_000
-"""Sleep until this close to an arrival, then spin: ``time.sleep`` overshoots by ~0.1 ms."""
+__all__ = ["EngineDriver", "RequestHandle", "StepRecord", "TokenEvent"]
 
+log = logging.getLogger(__name__)
 
-class StepRecord(NamedTuple):
-    """One replayed step: start, period (ns, the simulator's step duration), batch shape, and
-    the idle time before it (ns)."""
-
-    start_ns: int
-    period_ns: int
-    shape: StepShape
-    idle_ns: int = 0
+MAX_CONSECUTIVE_STEP_FAILURES = 3
+"""Steps in a row that may fail (each failing its batch) before the engine is declared dead."""
 
 
 @dataclass(slots=True)
@@ -68,6 +66,8 @@ class RequestHandle:
     queue: asyncio.Queue[TokenEvent] | None = None
     callback: Callable[[TokenEvent], None] | None = None
     """Called in the driver thread for every event (when no event loop is attached)."""
+    stop_check: Callable[[int], bool] | None = None
+    """Called in the driver thread with each sampled token; True ends the request ("stop")."""
     finish_reason: str | None = None
     error: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
@@ -97,6 +97,12 @@ class EngineDriver:
         self.loop_ns = 0
         """Driver time per step outside ``Engine.step`` (inbox, token delivery), summed."""
         self.failure: BaseException | None = None
+        """Why the engine thread ended (None while it runs)."""
+        self.on_fatal: list[Callable[[BaseException], None]] = []
+        """Called once in the driver thread when the engine thread ends on a failure."""
+        self.num_step_failures = 0
+        self.num_request_failures = 0
+        self._consecutive_failures = 0
 
     # ------------------------------------------------------------------ thread-safe API
     def submit(
@@ -107,8 +113,10 @@ class EngineDriver:
         stop_token_ids: Iterable[int] = (),
         loop: asyncio.AbstractEventLoop | None = None,
         callback: Callable[[TokenEvent], None] | None = None,
+        stop_check: Callable[[int], bool] | None = None,
     ) -> RequestHandle:
-        """Queue a request; its events go to ``handle.queue`` (with ``loop``) or ``callback``."""
+        """Queue a request; its events go to ``handle.queue`` (with ``loop``) or ``callback``.
+        Raises ValueError for a request that cannot run, RuntimeError once the engine died."""
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         if not prompt_ids:
@@ -122,14 +130,9 @@ class EngineDriver:
         req = Request(
             rid, self.clock.now_ns(), len(prompt_ids), max_tokens, token_ids=list(prompt_ids)
         )
-        handle = RequestHandle(
-            req,
-            params,
-            frozenset(stop_token_ids),
-            loop,
-            asyncio.Queue() if loop is not None else None,
-            callback,
-        )
+        queue: asyncio.Queue[TokenEvent] | None = asyncio.Queue() if loop is not None else None
+        stops = frozenset(stop_token_ids)
+        handle = RequestHandle(req, params, stops, loop, queue, callback, stop_check)
         self._post("add", handle)
         return handle
 
@@ -221,83 +224,28 @@ class EngineDriver:
         steps: list[StepRecord] | None = None,
         clock: str = "wall",
     ) -> None:
-        """Run ``requests`` open-loop: each joins the scheduler once the wall clock (restarted
-        now) reaches its ``arrival_ns``; returns when all have finished. ``token_ids`` must be
-        set (prompts); outputs run to ``max_output_len`` (EOS ignored, as the simulator does).
-
-        ``steps`` receives a :class:`StepRecord` per step. Its period is what the simulator
-        calls the step's duration: from this step's start to the next one's when they run back
-        to back, else to the end of this step's loop iteration; ``idle_ns`` is how long the
-        engine had been idle when the step started (0 when back to back).
-
-        ``clock``: ``wall``, or ``cpu`` to time the replay by this thread's CPU time with idle
-        gaps skipped (:class:`~tidal.core.clock.ThreadCPUClock`: a dedicated core's wall time,
-        for measurements on a shared machine)."""
+        """Open-loop replay in the caller's thread: :func:`tidal.runtime.replay.replay`."""
         if self._thread is not None:
             raise RuntimeError("replay needs the driver's thread to be stopped")
-        sched, engine = self.scheduler, self.engine
-        clk = make_clock(clock)
-        engine.clock = self.clock = clk
-        prev = sched.on_finish
-        sched.on_finish = on_finish
-        order = sorted(requests, key=lambda r: r.arrival_ns)
-        for r in order:
-            if not sampling.greedy:
-                self.runner.set_sampling(r, sampling)
-        i, n = 0, len(order)
-        last: tuple[int, StepShape, int] | None = None  # the previous step, while back to back
-        idle_since = -1  # when the engine ran out of work (-1: it has work)
-        try:
-            while i < n or sched.has_work():
-                now = clk.now_ns()
-                while i < n and order[i].arrival_ns <= now:
-                    sched.add_request(order[i])
-                    i += 1
-                if not sched.has_work():
-                    if last is not None and steps is not None:
-                        steps.append(StepRecord(last[0], now - last[0], last[1], last[2]))
-                    last = None
-                    if idle_since < 0:
-                        idle_since = now
-                    if isinstance(clk, ThreadCPUClock):
-                        clk.advance_to(order[i].arrival_ns)
-                    else:
-                        _sleep_until(clk, order[i].arrival_ns)
-                    continue
-                start = clk.now_ns()
-                idle = start - idle_since if idle_since >= 0 else 0
-                plan = engine.step()
-                self.num_steps += 1
-                if plan is None:
-                    if not sched.running:
-                        head = sched.waiting.peek()
-                        raise RuntimeError(
-                            f"request {head.request_id} ({head.num_tokens} tokens) cannot be "
-                            f"admitted into an empty engine of {sched.kv.num_blocks} KV blocks"
-                        )
-                    continue
-                idle_since = -1
-                if steps is not None:
-                    if last is not None:
-                        steps.append(StepRecord(last[0], start - last[0], last[1], last[2]))
-                    last = (start, plan.shape(), idle)
-            if last is not None and steps is not None:
-                steps.append(StepRecord(last[0], clk.now_ns() - last[0], last[1], last[2]))
-        finally:
-            sched.on_finish = prev
-            for r in order:
-                self.runner.release(r)
+        replay(self, requests, on_finish, sampling, steps, clock)
 
     # ------------------------------------------------------------------ engine thread
     def _post(self, cmd: str, handle: RequestHandle, arg: object = None) -> None:
         with self._cv:
+            if cmd == "add" and self.failure is not None:
+                raise RuntimeError(f"the engine is not running ({self.failure!r})")
             self._inbox.append((cmd, handle, arg))
             self._cv.notify()
 
     def _serve(self) -> None:
+        """The engine loop. A fault confined to requests fails those requests and the loop goes
+        on; a fault that breaks the scheduler's invariants, or ``MAX_CONSECUTIVE_STEP_FAILURES``
+        failed steps in a row, ends the engine (:meth:`_die`)."""
         sched = self.scheduler
+        out: list[tuple[RequestHandle, TokenEvent]] = []
         try:
             while True:
+                out = []
                 with self._cv:
                     while not self._stop and not self._inbox and not sched.has_work():
                         self._cv.wait(timeout=1.0)
@@ -306,69 +254,132 @@ class EngineDriver:
                     cmds = list(self._inbox)
                     self._inbox.clear()
                 t0 = time.perf_counter_ns()
-                out = self._apply(cmds)
+                self._apply(cmds, out)
                 if not sched.has_work():
                     self._deliver(out)
                     continue
                 t1 = time.perf_counter_ns()
-                plan = self.engine.step()
+                self._step(out)
                 t2 = time.perf_counter_ns()
-                if plan is None:
-                    self._refuse_head(out)
-                else:
-                    self.num_steps += 1
-                    self._collect(out)
                 self._deliver(out)
                 self.loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
-        except BaseException as err:  # the engine is dead: fail every request loudly
-            self.failure = err
-            out = []
-            for h in list(self.handles.values()):
-                h.error = f"engine failure: {err!r}"
-                self._end(h, "error", out)
-            self._deliver(out)
-            raise
+        except BaseException as err:
+            self._die(err, out)
 
-    def _apply(self, cmds: list[tuple[str, RequestHandle, object]]) -> list:
-        out: list[tuple[RequestHandle, TokenEvent]] = []
-        sched = self.scheduler
+    def _step(self, out: list) -> None:
+        try:
+            plan = self.engine.step()
+        except Exception as err:
+            self._step_failed(err, out)
+            return
+        self._consecutive_failures = 0
+        if plan is None:
+            self._refuse_head(out)
+        else:
+            self.num_steps += 1
+            self._collect(out)
+
+    def _step_failed(self, err: Exception, out: list) -> None:
+        """A step raised: fail the batch it ran (the running requests, whose KV it may have
+        written half-way), free their blocks, and check that the scheduler is still whole."""
+        log.error("engine step failed: %r", err, exc_info=err)
+        self.num_step_failures += 1
+        self._consecutive_failures += 1
+        sched, now = self.scheduler, self.clock.now_ns()
+        forget = getattr(sched.kv, "forget_content", None)  # prefix caching: no stale block
+        for req in list(sched.running.values()):
+            if forget is not None:
+                forget(req)
+            sched.abort(req, now)
+            h = self.handles.get(req.request_id)
+            if h is not None:
+                h.error = f"engine step failed: {err!r}"
+                self._end(h, "error", out)
+        sched.check()  # an AssertionError here ends the engine
+        if self._consecutive_failures >= MAX_CONSECUTIVE_STEP_FAILURES:
+            n = self._consecutive_failures
+            raise RuntimeError(f"{n} engine steps failed in a row") from err
+
+    def _die(self, err: BaseException, out: list) -> None:
+        """The engine cannot go on: fail every request it holds or has queued, then tell
+        ``on_fatal`` (``tidal serve`` exits non-zero so that a supervisor restarts it)."""
+        log.critical("the engine thread stopped: %r", err, exc_info=err)
+        self.failure = err
+        with self._cv:
+            pending = [h for c, h, _ in self._inbox if c == "add"]
+            self._inbox.clear()
+        for h in [*self.handles.values(), *pending]:
+            if not h.finished:
+                h.error = f"engine failure: {err!r}"
+                with contextlib.suppress(Exception):
+                    self._end(h, "error", out)
+        self._deliver(out)
+        for cb in self.on_fatal:
+            with contextlib.suppress(Exception):
+                cb(err)
+
+    def _fail(self, h: RequestHandle, err: Exception, out: list, where: str) -> None:
+        """One request's command raised: end that request with an error, keep the others."""
+        log.warning("request %d failed in %s: %r", h.request.request_id, where, err)
+        self.num_request_failures += 1
+        if h.finished:
+            return
+        req = h.request
+        if req.request_id in self.handles:
+            self.scheduler.abort(req, self.clock.now_ns())
+        h.error = f"{where}: {err!r}"
+        self._end(h, "error", out)
+
+    def _apply(self, cmds: list[tuple[str, RequestHandle, object]], out: list) -> None:
         now = self.clock.now_ns()
+        failed = False
         for cmd, h, arg in cmds:
-            req = h.request
-            if cmd == "add":
-                if h.finished:  # aborted before it arrived
-                    continue
-                self.handles[req.request_id] = h
-                if not h.params.greedy:
-                    self.runner.set_sampling(req, h.params)
-                sched.add_request(req)
-            elif cmd == "abort":
-                if h.finished:
-                    continue
-                if req.request_id in self.handles:
-                    sched.abort(req, now)
-                self._end(h, "abort", out)
-            elif cmd == "pause":
-                if h.finished or req.request_id not in self.handles:
-                    continue
-                sched.abort(req, now)  # frees the KV; the request leaves the engine
-                req.num_computed_tokens = 0
-                req.state = RequestState.PAUSED
-            elif cmd == "resume":
-                if h.finished or req.state != RequestState.PAUSED:
-                    continue
-                tokens = list(arg)  # type: ignore[call-overload]
-                assert req.token_ids is not None
-                calls = h.extra.setdefault("external_calls", [])
-                calls.append((len(req.token_ids), len(tokens)))  # type: ignore[attr-defined]
-                req.token_ids.extend(tokens)
-                req.num_extra_tokens += len(tokens)
-                req.finish_ns = -1
-                sched.add_request(req)
-        return out
+            try:
+                self._apply_one(cmd, h, arg, now, out)
+            except Exception as err:
+                failed = True
+                self._fail(h, err, out, cmd)
+        if failed:
+            self.scheduler.check()  # an AssertionError here ends the engine
+
+    def _apply_one(self, cmd: str, h: RequestHandle, arg: object, now: int, out: list) -> None:
+        sched = self.scheduler
+        req = h.request
+        if cmd == "add":
+            if h.finished:  # aborted before it arrived
+                return
+            if not h.params.is_default_greedy:
+                self.runner.set_sampling(req, h.params)
+            self.handles[req.request_id] = h
+            sched.add_request(req)
+        elif cmd == "abort":
+            if h.finished:
+                return
+            if req.request_id in self.handles:
+                sched.abort(req, now)
+            self._end(h, "abort", out)
+        elif cmd == "pause":
+            if h.finished or req.request_id not in self.handles:
+                return
+            sched.abort(req, now)  # frees the KV; the request leaves the engine
+            req.num_computed_tokens = 0
+            req.state = RequestState.PAUSED
+        elif cmd == "resume":
+            if h.finished or req.state != RequestState.PAUSED:
+                return
+            tokens = list(arg)  # type: ignore[call-overload]
+            assert req.token_ids is not None
+            calls = h.extra.setdefault("external_calls", [])
+            calls.append((len(req.token_ids), len(tokens)))  # type: ignore[attr-defined]
+            req.token_ids.extend(tokens)
+            req.num_extra_tokens += len(tokens)
+            req.finish_ns = -1
+            sched.add_request(req)
 
     def _collect(self, out: list) -> None:
-        """Events of the step just run: sampled tokens, finishes, stop tokens."""
+        """Events of the step just run: sampled tokens, then finishes. A stop (a stop token, or
+        ``stop_check`` — the API's stop strings) takes precedence over the length limit, as
+        vLLM's output processor has it."""
         result = self.engine.last_result
         sched = self.scheduler
         now = self.clock.now_ns()
@@ -376,12 +387,18 @@ class EngineDriver:
             h = self.handles.get(req.request_id)
             if h is None:
                 continue
-            if req.state == RequestState.FINISHED:
-                self._end(h, "length", out, tok)
-            elif tok in h.stop_token_ids:
-                sched.abort(req, now)
-                req.state = RequestState.FINISHED
+            try:
+                stop = tok in h.stop_token_ids or (h.stop_check is not None and h.stop_check(tok))
+            except Exception as err:
+                self._fail(h, err, out, "stop check")
+                continue
+            if stop:
+                if req.state != RequestState.FINISHED:
+                    sched.abort(req, now)
+                    req.state = RequestState.FINISHED
                 self._end(h, "stop", out, tok)
+            elif req.state == RequestState.FINISHED:
+                self._end(h, "length", out, tok)
             else:
                 out.append((h, TokenEvent(tok)))
 
@@ -407,7 +424,10 @@ class EngineDriver:
         self.runner.release(req)
         out.append((h, TokenEvent(token, reason)))
         for cb in self.done_callbacks:
-            cb(h)
+            try:
+                cb(h)
+            except Exception:  # an observer's bug must not fail the engine
+                log.exception("a done callback failed")
 
     def _deliver(self, out: list[tuple[RequestHandle, TokenEvent]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
@@ -415,7 +435,10 @@ class EngineDriver:
             if h.loop is not None:
                 by_loop.setdefault(h.loop, []).append((h, ev))
             elif h.callback is not None:
-                h.callback(ev)
+                try:
+                    h.callback(ev)
+                except Exception:
+                    log.exception("request %d's event callback failed", h.request.request_id)
         for loop, items in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
                 loop.call_soon_threadsafe(_put_all, items)
@@ -425,12 +448,3 @@ def _put_all(items: list[tuple[RequestHandle, TokenEvent]]) -> None:
     for h, ev in items:
         assert h.queue is not None
         h.queue.put_nowait(ev)
-
-
-def _sleep_until(clock: WallClock, t_ns: int) -> None:
-    while True:
-        left = t_ns - clock.now_ns()
-        if left <= 0:
-            return
-        if left > _SPIN_NS:
-            time.sleep((left - _SPIN_NS) / 1e9)

@@ -75,7 +75,7 @@ class ModelRunner:
         logits = self.model(batch, self._layers)
         params = [self._params.get(r.request_id, GREEDY) for r in samplers]
         gens = [self._gens.get(r.request_id) for r in samplers]
-        tokens = sample(logits, params, gens)
+        tokens = sample(logits, params, gens, [r.num_output_tokens for r in samplers])
         for req, tok in zip(samplers, tokens, strict=True):
             assert req.token_ids is not None
             req.token_ids.append(tok)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from tidal.core.kv import KVBlockManager
+from tidal.core.prefix_cache import PrefixCachingKVManager
+from tidal.core.strict import StrictModel
 from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import INFERCEPT_PROFILES, measured_host_link
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from tidal.sim.config import SimulationConfig
 
 
-class AugmentConfig(BaseModel):
+class AugmentConfig(StrictModel):
     """Serving policy for augmented workloads (:mod:`tidal.engine.augment.bundles`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -53,6 +55,11 @@ class AugmentConfig(BaseModel):
     budget_reserve: int = Field(default=1000, ge=0)
     saturation_tokens: int = Field(default=384, ge=1)
     """INFERCEPT's saturation point N_sat (its chunked-recompute waste and swap budget)."""
+    prefix_caching: bool = False
+    """Cache augmented requests' own contexts (with ``memory.prefix_caching``): a discarded
+    or preempted context re-hits the blocks not yet evicted when it is re-admitted, and the
+    waste accounting counts those tokens as spared (``recompute_hit_tokens``). Off by default
+    so that the issue 4 tables stay comparable (the vLLM baseline there has no cache)."""
     swap_space_gb: float = Field(default=64.0, ge=0)
     host_link_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Share of the GPU's PCIe bandwidth the KV swap achieves per direction; None: measured
@@ -187,5 +194,9 @@ def build_augmented(
     cache with ``augment.swap_space_gb`` of host swap space."""
     model = get_model(cfg.model)
     hb = host_blocks(cfg, model, cfg.tp, mem.block_size)
-    kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb)
+    kv: KVBlockManager
+    if cfg.augment.prefix_caching and cfg.memory.prefix_caching:
+        kv = PrefixCachingKVManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb)
+    else:
+        kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb)
     return augmented_engine(cfg, sched_cfg, kv, perf, policy_seed)

@@ -26,7 +26,7 @@ from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import request_latencies, summarize
 from tidal.core.request import Request
-from tidal.core.units import NS_PER_S, s_to_ns
+from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.hardware.interference import StepCosts, step_costs
@@ -118,6 +118,33 @@ def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]
     return out
 
 
+class RetiredStats:
+    """What :func:`policy_metrics` reads from schedulers, summed over stopped ones (so they
+    can be dropped): integer counters, and time per mode (``{"eb": n, "mb": 0}`` for n
+    pure-EB schedulers, which count 1 each)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ints: dict[str, int] = {}
+        self.time_in_mode: dict[str, int] | None = None
+
+    def add(self, sched: Scheduler) -> None:
+        for k, v in sched.extra_metrics().items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                self._ints[k] = self._ints.get(k, 0) + v
+        modes = getattr(sched, "time_in_mode", None)
+        if not isinstance(modes, dict) and sched.name == "eb":
+            modes = {"eb": 1, "mb": 0}
+        if isinstance(modes, dict):
+            if self.time_in_mode is None:
+                self.time_in_mode = {"eb": 0, "mb": 0}
+            self.time_in_mode["eb"] += modes["eb"]
+            self.time_in_mode["mb"] += modes["mb"]
+
+    def extra_metrics(self) -> dict[str, int]:
+        return self._ints
+
+
 class SimBackend:
     """Implements :class:`tidal.cluster.backend.Backend` on a :class:`Simulation`."""
 
@@ -128,13 +155,16 @@ class SimBackend:
         assert c is not None
         self.gpu = parse_cluster(c.spec).gpu
         self.names: list[str] = []
+        self.model_index: dict[str, int] = {}
+        """Model name → index (engines serve one model for life)."""
         self.free_engines: dict[str, list[int]] = {}
         from tidal.sim.run import rng_streams
 
         self.policy_seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         self.num_started = 0
-        self.retired: list[tuple[str, Scheduler]] = []
-        """Schedulers of stopped engines that were reused (their counters still count)."""
+        self.retired: list[tuple[str, RetiredStats]] = []
+        """Per model, the summed counters of its stopped schedulers (engines reused)."""
+        self._retired_of: dict[str, RetiredStats] = {}
         self._costs: dict[int, tuple[PerfModel, StepCosts]] = {}
         """EB step costs by step-time model (kept alive here, so ``id`` stays unique)."""
 
@@ -175,15 +205,28 @@ class SimBackend:
         free = self.free_engines.get(name)
         if free:
             idx = free.pop()
-            self.retired.append((name, self.sim.instances[idx].scheduler))
+            self._retire_scheduler(name, self.sim.instances[idx].scheduler)
             self.sim.replace_scheduler(idx, sched)
             self.sim.instances[idx].perf = perf
             return idx
         inst = SimInstance(
-            len(self.sim.instances), sched, perf, self.cfg.fast_forward, buffer_capacity=16
+            len(self.sim.instances),
+            sched,
+            perf,
+            self.cfg.fast_forward,
+            timeline_interval_ns=INF_NS,  # a cluster run reports no per-engine timeline
+            buffer_capacity=16,
         )
         self.names.append(name)
+        self.model_index[name] = model.index
         return self.sim.add_instance(inst)
+
+    def _retire_scheduler(self, name: str, sched: Scheduler) -> None:
+        acc = self._retired_of.get(name)
+        if acc is None:
+            acc = self._retired_of[name] = RetiredStats(sched.name)
+            self.retired.append((name, acc))
+        acc.add(sched)
 
     def release_engine(self, engine: int) -> None:
         self.free_engines.setdefault(self.names[engine], []).append(engine)
@@ -192,7 +235,7 @@ class SimBackend:
         self.sim.deliver(engine, req, now_ns)
 
 
-def policy_metrics(scheds: list[Scheduler]) -> dict[str, Any]:
+def policy_metrics(scheds: list[Scheduler | RetiredStats]) -> dict[str, Any]:
     """The engines' own policy metrics, summed: every integer counter of ``extra_metrics``
     (``mode_switches``, ``num_intercepts``, ...), and EB⁺'s ``eb_time_share`` as the share of
     all engines' busy time spent in EB (1 for EB, absent for MB)."""
@@ -251,11 +294,26 @@ def run_cluster(
         first_arrival_ns=first,
     )
 
+    arrived = [0] * len(ctl.models)
+    own_times = [np.append(reqs.arrival_ns[model_of == m], INF_NS) for m in range(len(arrived))]
+    next_own = [int(t[0]) for t in own_times]
+
     def route(req: Request) -> int:
+        m = int(model_of[req.request_id])
+        arrived[m] += 1
+        next_own[m] = int(own_times[m][arrived[m]])
         ctl.on_arrival(req, sim.now_ns)
         return -1
 
+    def horizon(idx: int) -> Callable[[], int]:
+        """Engine ``idx`` stops its runs at its model's next arrival or its own next call
+        return; everything else reaches it through ``deliver`` (which cuts runs)."""
+        m = backend.model_index[backend.names[idx]]
+        resumes = sim.next_resume_ns
+        return lambda: min(next_own[m], resumes(idx))
+
     sim.route = route
+    sim.horizon = horizon
     sim.on_request_finish = lambda req: ctl.on_finish(req, sim.now_ns)
     ctl.start()
     sim.run()
@@ -292,16 +350,10 @@ def run_cluster(
     for k, v in policy_metrics([s for _, s in scheds]).items():
         metrics.setdefault(k, v)
     per_model: dict[str, dict[str, Any]] = {}
-    engine_of_model: dict[int, list[int]] = {}
-    for inst in ctl.instances:
-        if inst.engine >= 0:
-            engines = engine_of_model.setdefault(inst.model.index, [])
-            if inst.engine not in engines:
-                engines.append(inst.engine)
     for m in ctl.models:
         sel = model_of == m.index
         sub = {k: v[sel] for k, v in cols.items()}
-        engines = engine_of_model.get(m.index, [])
+        engines = [e for e, name in enumerate(backend.names) if name == m.name]
         pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
         lat_m = request_latencies(sub)
         pm["ttft_p95_s"] = _p95(lat_m["ttft_s"])

@@ -2,33 +2,44 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
+from tidal.core.strict import StrictModel
 from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
+from tidal.hardware.models import check_tp, get_model
 from tidal.sim.augment import AugmentConfig
 from tidal.workload.config import WorkloadConfig
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = StrictModel
 
 
 class MemoryConfig(_Strict):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    activation_reserve_gb: float = Field(default=3.0, ge=0)
+    """vLLM ``gpu_memory_utilization``: share of the driver-reported memory the instance plans."""
+    activation_reserve_gb: float | None = Field(default=None, ge=0)
+    """None: vLLM's profiled plan (``hardware/memory.py``); a number: one flat reserve of that
+    many GB for activations, non-torch memory and CUDA graphs (the pre-issue-13 method)."""
+    non_torch_gib: float | None = Field(default=None, ge=0)
+    """Non-torch memory per GPU, GiB (None: 0.35 + 0.25 per further TP rank)."""
+    cuda_graph_gib: float | None = Field(default=None, ge=0)
+    """CUDA-graph reserve per GPU, GiB (None: 0.40; 0 for ``enforce_eager``)."""
     block_size: int = Field(default=16, ge=1)
     watermark: float = Field(default=0.01, ge=0, lt=1)
     num_blocks: int | None = Field(default=None, ge=1)
     """KV blocks, overriding the memory plan (e.g. to match a real engine's cache)."""
+    prefix_caching: bool = True
+    """Automatic prefix caching, on by default as in vLLM (``--no-prefix-caching``): requests
+    whose workload gives prompt content (Mooncake ``hash_ids``, shared prefixes) reuse cached
+    full blocks (:mod:`tidal.core.prefix_cache`); workloads without content are unaffected."""
 
 
 class SchedulerSettings(_Strict):
@@ -66,6 +77,10 @@ class SimulationConfig(_Strict):
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
     perf_model: str = "auto"
+    """``auto``: a paper's calibration for (model, GPU, TP), else the bundled measured GPU
+    profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
+    ``roofline``, ``corrected-roofline``, ``measured``, ``linear``, ``profile:PATH``,
+    ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
     interference: bool | Literal["auto"] = "auto"
     """Charge mixed prefill+decode steps the interference term of the EB paper (§1.2).
     ``auto``: where it was measured (Qwen3-8B on H200 and RTX PRO 6000); ``true``: everywhere,
@@ -105,6 +120,14 @@ class SimulationConfig(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _tp(self) -> SimulationConfig:
+        try:
+            check_tp(get_model(self.model), self.tp)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
     def _policies(self) -> SimulationConfig:
         import tidal.engine.policies  # noqa: F401  (registers every policy)
         from tidal.engine.ordering import ORDERINGS
@@ -132,9 +155,10 @@ def format_validation_error(err: ValidationError) -> str:
     """One line per problem: ``dotted.field: message``."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{loc}: {msg}")
+        named = re.match(r"[\w.]+: ", msg) is not None  # a model-level check names its field
+        lines.append(msg if not loc and named else f"{loc or 'config'}: {msg}")
     return "\n".join(lines)
 
 

@@ -62,6 +62,8 @@ class SimInstance:
                 "prefill_tokens",
             )
         }
+        if scheduler.kv.prefix_caching:  # KV timeline: free blocks still holding a prefix
+            self.timeline["kv_cached_free_blocks"] = Int64Buffer(buffer_capacity)
         self._plan: StepPlan | None = None
         self._idle_since = 0
         """When the instance last ran out of work (for the model's idle penalty)."""
@@ -69,6 +71,8 @@ class SimInstance:
         self._sensitive = False
         self._start_ns = 0
         self._end_ns = 0
+        self._last_step_ns = 0
+        """Duration of the last step of the current run."""
         self.busy_ns = 0
         self.num_events = 0
         self.itl = LogHistogram()
@@ -157,6 +161,8 @@ class SimInstance:
         plan = self._plan
         if not self.busy or n_steps <= 1 or not self._sensitive or plan is None:
             return None
+        if now_ns >= self._end_ns - self._last_step_ns:
+            return None  # the last step has started: the run already ends at the cut
         n = plan.num_decodes
         d = self.perf.decode_run_ns(n, plan.decode_ctx, n_steps)
         ends = self._start_ns + np.cumsum(d)
@@ -168,6 +174,7 @@ class SimInstance:
         self._num_steps = keep
         plan.num_steps = keep
         self._end_ns = int(ends[j])
+        self._last_step_ns = int(d[j])
         return self._end_ns
 
     def _sample(self, now_ns: int, plan: StepPlan) -> None:
@@ -179,6 +186,8 @@ class SimInstance:
         tl["kv_used_blocks"].append(sched.kv.num_blocks - sched.kv.num_free_blocks)
         tl["decodes"].append(plan.num_decodes)
         tl["prefill_tokens"].append(plan.prefill_tokens)
+        if "kv_cached_free_blocks" in tl:
+            tl["kv_cached_free_blocks"].append(sched.kv.num_cached_free_blocks())
         self._next_sample = now_ns + self.timeline_interval_ns
 
     def timeline_columns(self) -> dict[str, np.ndarray]:
@@ -189,16 +198,22 @@ class SimInstance:
     def _start_run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
         """Plan a run of up to ``k`` identical pure-decode steps, each starting no later than
         ``horizon_ns`` (the first one starts now). When the perf model is affine in the context
-        the steps are timed inline; otherwise (or for long runs) in vectorised chunks. Every
-        path evaluates the same float expression per step, so durations are bit-identical to
-        :meth:`PerfModel.step_ns`."""
+        (``decode_affine``; piecewise affine: ``decode_segment``) the steps are timed inline;
+        otherwise (or for long runs) in vectorised chunks. Every path evaluates the same float
+        expression per step, so durations are bit-identical to :meth:`PerfModel.step_ns`."""
         n = plan.num_decodes
         ctx0 = plan.decode_ctx
         perf = self.perf
         itl = self.itl
         t = now_ns
         done = 0
+        last = 0
         affine = perf.decode_affine(n)
+        segment = None if affine is not None else getattr(perf, "decode_segment", None)
+        end = math.inf
+        if segment is not None:
+            c, a, end = segment(n, ctx0)
+            affine = (c, a)
         if affine is not None:
             c, a = affine
             step = n
@@ -206,10 +221,13 @@ class SimInstance:
             limit = min(k, _SCALAR_STEPS)
             durations: list[int] = []
             while done < limit and (done == 0 or t <= horizon_ns):
+                if ctx >= end:  # next segment of a piecewise-affine model
+                    c, a, end = segment(n, ctx)  # type: ignore[misc]
                 d = math.floor((c + a * ctx) * 1e9 + 0.5)
                 if d < 1:
                     d = 1
                 durations.append(d)
+                last = d
                 t += d
                 ctx += step
                 done += 1
@@ -224,10 +242,12 @@ class SimInstance:
             if ends[-1] > horizon_ns:
                 take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
             itl.add_many(run[:take], n)
+            last = int(run[take - 1])
             t = int(ends[take - 1])
             done += take
             chunk *= 4
         self._num_steps = done
         plan.num_steps = done
         self._end_ns = t
+        self._last_step_ns = last
         return t

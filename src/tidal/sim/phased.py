@@ -21,6 +21,7 @@ import numpy as np
 
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
+from tidal.hardware.calibration import perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
@@ -97,7 +98,8 @@ def run_phases(
     for r in sets:
         check_context(model, r)
     max_tokens = int(max((r.prompt_len + r.output_len).max() for r in sets))
-    scheduler, perf, mem = build_instance(cfg, max_tokens)
+    content = any(r.content is not None for r in sets)  # prefix caching has prompts to match
+    scheduler, perf, mem = build_instance(cfg, max_tokens, content)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     now = 0
     events = 0
@@ -148,10 +150,11 @@ def run_phases(
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
-    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(now - t_measured, 1)
     metrics["perf_model"] = perf.name
+    metrics["perf_model_source"] = perf_model_source(perf)
     metrics["warmup_requests"] = 0 if warmup is None else len(warmup)
     metrics.update(scheduler.extra_metrics())
     metrics.update(_measured_only(scheduler, before))

@@ -21,6 +21,9 @@ class RequestRecorder:
         self.finish_ns = np.full(n, -1, dtype=np.int64)
         self.output_tokens = np.zeros(n, dtype=np.int64)
         self.num_preemptions = np.zeros(n, dtype=np.int64)
+        self.cached_tokens = np.zeros(n, dtype=np.int64)
+        """Prompt tokens found in the prefix cache at the first admission (vLLM's
+        ``num_cached_tokens``)."""
         self.instance = np.full(n, -1, dtype=np.int64)
         self.num_finished = 0
 
@@ -31,6 +34,7 @@ class RequestRecorder:
         self.finish_ns[i] = req.finish_ns
         self.output_tokens[i] = req.num_output_tokens
         self.num_preemptions[i] = req.num_preemptions
+        self.cached_tokens[i] = max(req.num_cached_tokens, 0)
         self.num_finished += 1
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -44,6 +48,7 @@ class RequestRecorder:
             "finish_ns": self.finish_ns,
             "output_tokens": self.output_tokens,
             "num_preemptions": self.num_preemptions,
+            "cached_tokens": self.cached_tokens,
             "instance": self.instance,
         }
         for k, v in self.requests.extra.items():

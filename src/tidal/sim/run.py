@@ -12,11 +12,12 @@ import numpy as np
 
 import tidal.engine.policies  # noqa: F401
 from tidal.core.errors import ConfigError
-from tidal.core.kv import KVBlockManager
+from tidal.core.kv import KVBlockManager, cdiv
 from tidal.core.metrics import summarize
+from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
-from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.calibration import build_perf_model, perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
@@ -29,6 +30,7 @@ from tidal.sim.recorder import RequestRecorder
 from tidal.sim.simulator import Simulation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
+from tidal.workload.content import unique_content
 
 SEED_STREAMS = ("workload", "policy", "cluster", "noise")
 """Named random streams, spawned in this order from the run seed (``SeedSequence.spawn``)."""
@@ -63,27 +65,76 @@ def check_context(model: ModelSpec, reqs: RequestSet) -> None:
         )
 
 
-def build_instance(
-    cfg: SimulationConfig, max_request_tokens: int
-) -> tuple[Scheduler, PerfModel, MemoryPlan]:
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+def make_kv(cfg: SimulationConfig, num_blocks: int, content: bool) -> KVBlockManager:
+    """The instance's KV manager: prefix caching if on and the workload has content to match
+    (otherwise the plain manager, whose results and speed caching cannot change)."""
+    mem = cfg.memory
+    if mem.prefix_caching and content:
+        return PrefixCachingKVManager(num_blocks, mem.block_size, mem.watermark)
+    return KVBlockManager(num_blocks, mem.block_size, mem.watermark)
+
+
+def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
+    """vLLM's prefix-cache counters (tokens), the hit rate, and evicted cached blocks."""
+    return {
+        "prefix_caching": kv.prefix_caching,
+        "prefix_cache_queries": kv.cache_queries,
+        "prefix_cache_hits": kv.cache_hits,
+        "prefix_cache_hit_rate": kv.cache_hits / kv.cache_queries if kv.cache_queries else 0.0,
+        "prefix_cache_evicted_blocks": getattr(kv, "num_evicted_blocks", 0),
+    }
+
+
+def check_num_blocks(num_blocks: int, block_size: int, watermark: float, tokens: int) -> None:
+    """``memory.num_blocks`` must hold the longest request (``⌈tokens / block_size⌉`` blocks)
+    with the admission watermark (``⌊watermark · num_blocks⌋`` blocks) kept free."""
+    need = cdiv(tokens, block_size)
+    least = need
+    while least - int(watermark * least) < need:
+        least += 1
+    if num_blocks < least:
+        raise ConfigError(
+            "memory.num_blocks",
+            f"{num_blocks} blocks of {block_size} tokens cannot hold the longest request "
+            f"({tokens} tokens = {need} blocks, plus the {watermark:g} watermark): at least "
+            f"{least} blocks are needed",
+            f"set memory.num_blocks ≥ {least}, or leave it unset to plan from GPU memory",
+        )
+
+
+def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPlan:
+    """The configured instance's KV plan (vLLM's profile at the scheduler's token budget), or
+    ``memory.num_blocks`` blocks where the config fixes them."""
     mem = cfg.memory
     plan = plan_memory(
-        model,
-        gpu,
+        get_model(cfg.model),
+        get_gpu(cfg.gpu),
         cfg.tp,
         mem.block_size,
         mem.gpu_memory_utilization,
         mem.activation_reserve_gb,
         min_tokens=max_request_tokens,
+        token_budget=cfg.scheduler.token_budget,
+        max_seqs=cfg.scheduler.max_seqs,
+        non_torch_gib_per_gpu=mem.non_torch_gib,
+        cuda_graph_gib=mem.cuda_graph_gib,
     )
     if mem.num_blocks is not None:
-        plan = dataclasses.replace(plan, num_blocks=mem.num_blocks)
+        check_num_blocks(mem.num_blocks, mem.block_size, mem.watermark, max_request_tokens)
+        plan = dataclasses.replace(plan, num_blocks=mem.num_blocks, method="num_blocks")
+    return plan
+
+
+def build_instance(
+    cfg: SimulationConfig, max_request_tokens: int, content: bool = False
+) -> tuple[Scheduler, PerfModel, MemoryPlan]:
+    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    plan = memory_plan(cfg, max_request_tokens)
     interference = cfg.interference
     if interference == "auto":
         interference = has_measured_interference(model, gpu, cfg.tp)
     perf = build_perf_model(cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference))
-    kv = KVBlockManager(plan.num_blocks, mem.block_size, mem.watermark)
+    kv = make_kv(cfg, plan.num_blocks, content)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
         s.token_budget,
@@ -128,10 +179,12 @@ def run_simulation(
         return run_with_warmup(cfg, cfg.workload.warmup_requests, requests)
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
+    if cfg.workload.augmented and cfg.augment.prefix_caching and reqs.content is None:
+        reqs = dataclasses.replace(reqs, content=unique_content(reqs.prompt_len))
     t_load = time.perf_counter()
     check_context(get_model(cfg.model), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
-    scheduler, perf, mem = build_instance(cfg, max_tokens)
+    scheduler, perf, mem = build_instance(cfg, max_tokens, reqs.content is not None)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     recorder = RequestRecorder(reqs)
     n = len(reqs)
@@ -151,14 +204,17 @@ def run_simulation(
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
     )
-    metrics["kv_capacity_tokens"] = mem.kv_capacity_tokens
+    metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
+    metrics["perf_model_source"] = perf_model_source(perf)
     if "call_ns" in cols:
         from tidal.core.augmented_metrics import augmented_metrics
 
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
+    if reqs.content is not None:
+        metrics.update(prefix_cache_metrics(scheduler.kv))
     metrics.update(scheduler.extra_metrics())
     t_end = time.perf_counter()
     run_info = {

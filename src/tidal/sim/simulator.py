@@ -13,7 +13,10 @@ So at equal times: step ends, then resumes, then arrivals, then control ticks, e
 insertion order (``seq`` is a per-run counter; no event object has ``__lt__``). A step that starts
 at the instant of an arrival does not see it. Instances fast-forward only up to the next
 external event (:meth:`Simulation.next_external_ns`), so the result equals step-by-step
-simulation exactly.
+simulation exactly. A cluster narrows that horizon per instance (:attr:`Simulation.horizon`):
+the next arrival of the instance's own model and the instance's own tool-call returns; work
+that reaches an instance by any other path goes through :meth:`Simulation.deliver`, which cuts
+a run where stepping would first see it.
 """
 
 from __future__ import annotations
@@ -34,29 +37,44 @@ ARRIVAL = 2
 CONTROL = 3
 
 
+_CHUNK = 65_536
+
+
 class ArrivalStream:
-    """Yields request ids and their arrival times. Open loop: the workload's times. Closed loop
+    """Yields request ids and their arrival times. Open loop: the workload's times (read from
+    the array in chunks of Python ints, so memory does not grow with the trace). Closed loop
     (``concurrency`` c): c requests at t = 0, then one more at each completion."""
 
     def __init__(self, requests: RequestSet, concurrency: int | None = None) -> None:
         self.n = len(requests)
         self.next_id = 0
         self.concurrency = concurrency
-        if concurrency is None:
-            self._times: list[int] = requests.arrival_ns.tolist()
-            self._ready: deque[int] = deque()
-        else:
-            self._times = []
+        self._arrival = requests.arrival_ns
+        self._chunk: list[int] = []
+        self._base = 0
+        self._ready: deque[int] = deque()
+        if concurrency is not None:
             self._ready = deque([0] * min(concurrency, self.n))
+        self._sessions = _SessionArrivals.of(requests) if concurrency is None else None
 
     def peek(self) -> int:
+        if self._sessions is not None:
+            return self._sessions.peek()
         if self.next_id >= self.n:
             return INF_NS
         if self.concurrency is None:
-            return self._times[self.next_id]
+            i = self.next_id - self._base
+            if i >= len(self._chunk):
+                self._base = self.next_id
+                self._chunk = self._arrival[self.next_id : self.next_id + _CHUNK].tolist()
+                i = 0
+            return self._chunk[i]
         return self._ready[0] if self._ready else INF_NS
 
     def pop(self) -> tuple[int, int]:
+        if self._sessions is not None:
+            self.next_id += 1
+            return self._sessions.pop()
         t = self.peek()
         if self.concurrency is not None:
             self._ready.popleft()
@@ -64,9 +82,59 @@ class ArrivalStream:
         self.next_id += 1
         return i, t
 
-    def on_finish(self, t_ns: int) -> None:
-        if self.concurrency is not None:
+    def on_finish(self, t_ns: int, request_id: int = -1) -> None:
+        if self._sessions is not None:
+            self._sessions.on_finish(t_ns, request_id)
+        elif self.concurrency is not None:
             self._ready.append(t_ns)
+
+
+class _SessionArrivals:
+    """Open loop with multi-turn sessions: a request whose ``prev_turn`` column is d > 0 is
+    released ``think_ns`` after request ``i − d`` finishes; the others arrive at their times.
+    Ties: released turns before scheduled arrivals of the same time, each in release order."""
+
+    def __init__(self, times: list[int], prev: list[int], think: list[int]) -> None:
+        self._times = times
+        self._think = think
+        self._next: dict[int, int] = {}
+        self._order = [i for i, d in enumerate(prev) if d <= 0 or i - d < 0]
+        for i, d in enumerate(prev):
+            if d > 0 and i - d >= 0:
+                self._next[i - d] = i
+        self._pos = 0
+        self._released: list[tuple[int, int, int]] = []
+        self._seq = 0
+
+    @classmethod
+    def of(cls, requests: RequestSet) -> _SessionArrivals | None:
+        prev = requests.extra.get("prev_turn")
+        if prev is None or not prev.any():
+            return None
+        think = requests.extra.get("think_ns")
+        th = think.tolist() if think is not None else [0] * len(requests)
+        return cls(requests.arrival_ns.tolist(), prev.tolist(), th)
+
+    def peek(self) -> int:
+        t = self._times[self._order[self._pos]] if self._pos < len(self._order) else INF_NS
+        if self._released and self._released[0][0] <= t:
+            return self._released[0][0]
+        return t
+
+    def pop(self) -> tuple[int, int]:
+        t = self.peek()
+        if self._released and self._released[0][0] == t:
+            _, _, rid = heapq.heappop(self._released)
+            return rid, t
+        rid = self._order[self._pos]
+        self._pos += 1
+        return rid, t
+
+    def on_finish(self, t_ns: int, request_id: int) -> None:
+        nxt = self._next.pop(request_id, None)
+        if nxt is not None:
+            self._seq += 1
+            heapq.heappush(self._released, (t_ns + self._think[nxt], self._seq, nxt))
 
 
 class Simulation:
@@ -91,27 +159,39 @@ class Simulation:
         self._steps: list[tuple[int, int, int]] = []  # (end, seq, instance)
         self._timers: list[tuple[int, int, int, Callable[[int], None]]] = []
         self._seq = 0
-        self._prompt = requests.prompt_len.tolist()
-        self._output = requests.output_len.tolist()
+        self._prompt = requests.prompt_len
+        self._output = requests.output_len
         self._payloads = requests.payloads
+        self._content = requests.content
         self.make_request = make_request or self._default_request
         self.on_request_finish: Callable[[Request], None] | None = None
         """Called after a request finishes (the cluster's in-flight accounting)."""
         self._cur_seq: list[int] = []
         self._stale: set[int] = set()
+        self._resumes: list[list[int]] = []
+        """Per instance, a heap of the return times of its paused requests."""
+        self.horizon: Callable[[int], Callable[[], int]] | None = None
+        """Per-instance fast-forward horizon (a cluster's): given an instance index, the
+        callable its runs stop at; None: :meth:`next_external_ns` for every instance."""
         for inst in instances:
             self._register(inst)
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
         payload = self._payloads[rid] if self._payloads is not None else None
-        return Request(rid, t_ns, self._prompt[rid], self._output[rid], payload=payload)
+        req = Request(rid, t_ns, int(self._prompt[rid]), int(self._output[rid]), payload=payload)
+        if self._content is not None:
+            req.content = self._content.block_content(rid, rid)
+        return req
 
     def _pauser(self, idx: int) -> Callable[[Request, int], None]:
         """Tool calls are timers (DESIGN.md §1): a paused request resumes at its return time,
         then its instance is woken if idle."""
 
         def on_pause(req: Request, resume_ns: int) -> None:
+            heapq.heappush(self._resumes[idx], resume_ns)
+
             def fire(t: int) -> None:
+                heapq.heappop(self._resumes[idx])
                 self.instances[idx].scheduler.resume(req, t)
                 self.wake(idx, t)
 
@@ -121,13 +201,15 @@ class Simulation:
 
     def _register(self, inst: SimInstance) -> None:
         inst.scheduler.on_finish = self._on_finish
-        inst.scheduler.on_pause = self._pauser(len(self._cur_seq))
-        inst.next_event_ns = self.next_external_ns
+        idx = len(self._cur_seq)
+        inst.scheduler.on_pause = self._pauser(idx)
+        self._resumes.append([])
+        inst.next_event_ns = self.next_external_ns if self.horizon is None else self.horizon(idx)
         self._cur_seq.append(-1)
 
     def _on_finish(self, req: Request) -> None:
         self.recorder.on_finish(req)
-        self.arrivals.on_finish(req.finish_ns)
+        self.arrivals.on_finish(req.finish_ns, req.request_id)
         if self.on_request_finish is not None:
             self.on_request_finish(req)
 
@@ -183,6 +265,11 @@ class Simulation:
         if self._timers and self._timers[0][0] < t:
             return self._timers[0][0]
         return t
+
+    def next_resume_ns(self, idx: int) -> int:
+        """The earliest return of a paused request of instance ``idx`` (INF_NS: none)."""
+        r = self._resumes[idx]
+        return r[0] if r else INF_NS
 
     def _push_step(self, end: int, idx: int) -> None:
         self._seq += 1

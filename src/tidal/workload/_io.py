@@ -17,9 +17,39 @@ import numpy as np
 import polars as pl
 
 from tidal.core.errors import TraceError
+from tidal.core.units import NS_PER_S
 
 LINE = "__line"
 _GZIP_MAGIC = b"\x1f\x8b"
+MAX_SPAN_NS = 2**60
+"""Longest supported time from a trace's first arrival to any later time it holds (arrivals,
+tool-call durations): about 36.5 years. Simulated times are int64 nanoseconds and "never" is
+``INF_NS = 2**62``, so arrivals and call times below this bound leave room for the serving
+itself; larger values are corrupt rows in practice (a year-2300 timestamp)."""
+MAX_SPAN_S = MAX_SPAN_NS / NS_PER_S
+MAX_TOKENS = 2**31 - 1
+"""Largest accepted token count of one field (sums of a few stay exact in int64)."""
+
+
+def outlier_beyond_span(t: np.ndarray, limit: float) -> int | None:
+    """Index of the time to blame when ``max(t) − min(t) > limit``: the extreme farther from the
+    median (a single corrupt row is then the one named), else None."""
+    if len(t) == 0:
+        return None
+    lo, hi = int(np.argmin(t)), int(np.argmax(t))
+    if not float(t[hi]) - float(t[lo]) > limit:
+        return None
+    med = float(np.median(t))
+    return hi if float(t[hi]) - med >= med - float(t[lo]) else lo
+
+
+def span_message(written: str, offset_s: float) -> str:
+    """The message of a time beyond :data:`MAX_SPAN_NS` (``written``: the value and its unit)."""
+    return (
+        f"{written} lies {offset_s:.3g} s from the trace's other times, beyond the "
+        f"{MAX_SPAN_S:.3g} s (about {MAX_SPAN_S / 31_557_600:.0f} years) a trace may span in "
+        "integer nanoseconds; fix or delete that row"
+    )
 
 
 def read_bytes(path: Path) -> bytes:
@@ -99,11 +129,17 @@ def fail_at(df: pl.DataFrame, mask: np.ndarray, where: str, column: str, what: s
 
 
 def int_column(df: pl.DataFrame, column: str, where: str, *, minimum: int = 1) -> np.ndarray:
-    """Column as int64; non-integers, blanks and values below ``minimum`` raise TraceError."""
+    """Column as int64 in ``[minimum, MAX_TOKENS]``; anything else raises TraceError."""
     values = df[column].str.strip_chars().cast(pl.Int64, strict=False)
     fail_at(df, values.is_null().to_numpy(), where, column, "expected an integer")
     out = values.to_numpy().astype(np.int64, copy=False)
-    fail_at(df, out < minimum, where, column, f"expected an integer ≥ {minimum}")
+    fail_at(
+        df,
+        (out < minimum) | (out > MAX_TOKENS),
+        where,
+        column,
+        f"expected an integer in [{minimum}, {MAX_TOKENS}]",
+    )
     return out
 
 

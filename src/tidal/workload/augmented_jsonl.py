@@ -35,7 +35,7 @@ import numpy as np
 from tidal.core.augmented import TOOLS, AugmentedSpec, ToolCall
 from tidal.core.errors import ConfigError, TraceError
 from tidal.core.units import NS_PER_S
-from tidal.workload._io import read_bytes
+from tidal.workload._io import MAX_SPAN_NS, MAX_SPAN_S, MAX_TOKENS, read_bytes, span_message
 from tidal.workload.arrivals import arrival_times
 from tidal.workload.augmented import cap_context, request_set_of
 from tidal.workload.base import RequestSet
@@ -53,6 +53,8 @@ def _int(
         raise TraceError(where, line, field, f"expected an integer ≥ {minimum}, got {v!r}")
     if v != int(v) or v < minimum:
         raise TraceError(where, line, field, f"expected an integer ≥ {minimum}, got {v!r}")
+    if v > MAX_TOKENS:
+        raise TraceError(where, line, field, f"expected an integer ≤ {MAX_TOKENS}, got {v!r}")
     return int(v)
 
 
@@ -63,6 +65,8 @@ def _seconds(obj: dict[str, Any], key: str, where: str, line: int, prefix: str =
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
         raise TraceError(where, line, field, f"expected seconds ≥ 0, got {v!r}")
+    if v > MAX_SPAN_S:
+        raise TraceError(where, line, field, f"expected seconds ≤ {MAX_SPAN_S:.4g}, got {v!r}")
     return round(float(v) * NS_PER_S)
 
 
@@ -80,6 +84,10 @@ def _segments(
         last = i == len(items) - 1
         g = _int(seg, dec, where, line, 1, f"{here}.")
         if last:
+            if sum(c.duration_ns for c in calls) > MAX_SPAN_NS:
+                raise TraceError(
+                    where, line, field, f"the calls last more than {MAX_SPAN_S:.4g} s in all"
+                )
             if call in seg and seg[call] not in (0, None):
                 raise TraceError(
                     where, line, f"{here}.{call}", "the last segment ends the request: no call"
@@ -142,6 +150,8 @@ def read_augmented_jsonl(path: Path) -> list[tuple[int, int, AugmentedSpec, floa
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise TraceError(where, line, None, f"not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise TraceError(where, line, None, "not valid JSON: nested too deeply") from None
         out.append((line, *parse_line(obj, where, line)))
     if not out:
         raise TraceError(where, None, None, "the file holds no requests")
@@ -171,7 +181,12 @@ def load_augmented_jsonl(
         bad = np.flatnonzero(np.diff(t) < 0)
         if len(bad):
             raise TraceError(where, rows[int(bad[0]) + 1][0], "arrival_s", "arrival times decrease")
-        arrivals = np.rint((t - t[0]) * NS_PER_S / rate_scale).astype(np.int64)
+        rel = (t - t[0]) / rate_scale
+        if rel[-1] > MAX_SPAN_S:
+            i = int(np.argmax(rel > MAX_SPAN_S))
+            message = span_message(f"{t[i]:g} s (÷ rate_scale {rate_scale:g})", float(rel[i]))
+            raise TraceError(where, rows[i][0], "arrival_s", message)
+        arrivals = np.rint(rel * NS_PER_S).astype(np.int64)
         chosen = rows if num_requests is None else rows[:num_requests]
         arrivals = arrivals[: len(chosen)]
         how = f"replayed, rate x{rate_scale:g}"

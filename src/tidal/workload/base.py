@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tidal.workload.content import PrefixContent
+
 
 @dataclass(frozen=True)
 class RequestSet:
@@ -26,6 +28,8 @@ class RequestSet:
     payloads: tuple[object, ...] | None = None
     """Optional per-request objects handed to ``Request.payload`` (e.g. the segments of an
     augmented request, :class:`tidal.core.augmented.AugmentedSpec`), same length."""
+    content: PrefixContent | None = None
+    """Optional prompt content for prefix caching (segment ids per request), same length."""
 
     def __post_init__(self) -> None:
         n = len(self.arrival_ns)
@@ -36,6 +40,8 @@ class RequestSet:
                 raise ValueError(f"RequestSet column {k!r} differs in length")
         if self.payloads is not None and len(self.payloads) != n:
             raise ValueError("RequestSet payloads differ in length")
+        if self.content is not None and len(self.content) != n:
+            raise ValueError("RequestSet content differs in length")
 
     def __len__(self) -> int:
         return len(self.arrival_ns)
@@ -48,6 +54,7 @@ class RequestSet:
             self.source,
             {k: v[idx] for k, v in self.extra.items()},
             _take_payloads(self.payloads, idx),
+            None if self.content is None else self.content.take(idx),
         )
 
     @property

@@ -26,10 +26,13 @@ import math
 
 import numpy as np
 
+from tidal.core.errors import ConfigError
 from tidal.core.units import NS_PER_S
+from tidal.workload._io import MAX_SPAN_NS
 from tidal.workload.arrivals import arrival_times
 from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
+from tidal.workload.content import PrefixContent
 from tidal.workload.lengths import sample_lengths
 from tidal.workload.servegen import load_servegen
 from tidal.workload.traces import detect_format, load_azure, load_mooncake
@@ -44,7 +47,13 @@ def _with(rs: RequestSet, idx: np.ndarray | slice, note: str) -> RequestSet:
         f"{rs.source}; {note}",
         sub.extra,
         sub.payloads,
+        sub.content,
     )
+
+
+def _offset_ns(seconds: float) -> int:
+    """Seconds → ns, clipped to :data:`MAX_SPAN_NS` (a window edge past every trace time)."""
+    return MAX_SPAN_NS if seconds * NS_PER_S >= MAX_SPAN_NS else round(seconds * NS_PER_S)
 
 
 def time_window(rs: RequestSet, start_s: float, end_s: float | None) -> RequestSet:
@@ -52,15 +61,21 @@ def time_window(rs: RequestSet, start_s: float, end_s: float | None) -> RequestS
     if len(rs) == 0 or (start_s == 0 and end_s is None):
         return rs
     t0 = int(rs.arrival_ns[0])
-    lo = t0 + round(start_s * NS_PER_S)
+    lo = t0 + _offset_ns(start_s)
     i = int(np.searchsorted(rs.arrival_ns, lo, side="left"))
     j = len(rs)
     if end_s is not None:
-        j = int(np.searchsorted(rs.arrival_ns, t0 + round(end_s * NS_PER_S), side="left"))
+        j = int(np.searchsorted(rs.arrival_ns, t0 + _offset_ns(end_s), side="left"))
     end = "end" if end_s is None else f"{end_s:g}"
     out = _with(rs, slice(i, j), f"window [{start_s:g}, {end}) s")
     return RequestSet(
-        out.arrival_ns - lo, out.prompt_len, out.output_len, out.source, out.extra, out.payloads
+        out.arrival_ns - lo,
+        out.prompt_len,
+        out.output_len,
+        out.source,
+        out.extra,
+        out.payloads,
+        out.content,
     )
 
 
@@ -68,7 +83,15 @@ def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
     """Timestamps divided by ``rate_scale`` (rounded to the ns): the rate is multiplied."""
     if rate_scale == 1.0:
         return rs
-    t = np.rint(rs.arrival_ns / rate_scale).astype(np.int64)
+    t = rs.arrival_ns / rate_scale
+    if len(t) and t[-1] - t[0] > MAX_SPAN_NS:
+        raise ConfigError(
+            "workload.rate_scale",
+            f"rate_scale {rate_scale:g} stretches the trace to {(t[-1] - t[0]) / NS_PER_S:.3g} s, "
+            f"beyond the {MAX_SPAN_NS / NS_PER_S:.3g} s a run may span",
+            "raise rate_scale or select a shorter window (end_s, --end-s)",
+        )
+    t = np.rint(t).astype(np.int64)
     return RequestSet(
         t,
         rs.prompt_len,
@@ -76,6 +99,7 @@ def scale_rate(rs: RequestSet, rate_scale: float) -> RequestSet:
         f"{rs.source}; rate x{rate_scale:g}",
         rs.extra,
         rs.payloads,
+        rs.content,
     )
 
 
@@ -95,7 +119,11 @@ def cap_lengths(rs: RequestSet, max_prompt: int | None, max_output: int | None) 
         notes.append(f"output ≤ {max_output}")
     if not notes:
         return rs
-    return RequestSet(rs.arrival_ns, prompt, output, "; ".join([rs.source, *notes]), rs.extra)
+    content = rs.content
+    if content is not None and prompt is not rs.prompt_len:
+        content = content.truncate(prompt)
+    source = "; ".join([rs.source, *notes])
+    return RequestSet(rs.arrival_ns, prompt, output, source, rs.extra, content=content)
 
 
 def synthetic(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
@@ -112,12 +140,62 @@ def synthetic(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
         jitter=cfg.length_jitter,
         sigma=cfg.length_sigma,
     )
+    content = None
+    groups, shared = cfg.shared_prefix_groups, cfg.shared_prefix_len
+    if groups and shared:
+        # G system prompts of L tokens, each request's chosen uniformly, then its question.
+        group = rng.integers(groups, size=n)
+        prompt = prompt + shared
+        content = PrefixContent.from_segments(
+            group.astype(np.int64), np.full(n, shared, np.int64), np.ones(n, np.int64)
+        )
     process = "poisson" if cfg.arrival_cv == 1.0 else f"gamma cv {cfg.arrival_cv:g}"
     lengths = cfg.length_dist
     if not lengths.startswith("empirical:"):
         lengths += f" (prompt {cfg.prompt_len}, output {cfg.output_len})"
     source = f"synthetic: {n} requests, {process} at {rate:g} req/s, lengths {lengths}"
-    return RequestSet(arrivals, prompt, output, source)
+    if content is not None:
+        source += f", {groups} shared prefixes of {shared} tokens"
+    if cfg.n > 1:
+        rs = parallel_branches(
+            RequestSet(arrivals, prompt, output, source, content=content), cfg, rng
+        )
+        return RequestSet(
+            rs.arrival_ns,
+            rs.prompt_len,
+            rs.output_len,
+            f"{source}; {rs.source}",
+            content=rs.content,
+        )
+    return RequestSet(arrivals, prompt, output, source, content=content)
+
+
+def parallel_branches(rs: RequestSet, cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
+    """Each request becomes ``cfg.n`` branches: same arrival and prompt (its content, then a
+    question id of its own, shared by the branches), outputs drawn again per branch."""
+    n, k = len(rs), cfg.n
+    _, output = sample_lengths(
+        cfg.length_dist,
+        n * k,
+        rng,
+        prompt_len=cfg.prompt_len,
+        output_len=cfg.output_len,
+        jitter=cfg.length_jitter,
+        sigma=cfg.length_sigma,
+    )
+    shared = cfg.shared_prefix_len if rs.content is not None else 0
+    base = 1 << 41  # question ids, apart from the system prompts' group ids
+    if rs.content is not None:
+        ids = np.stack([rs.content.ids, base + np.arange(n)], axis=1)
+        lens = np.stack([np.full(n, shared), rs.prompt_len - shared], axis=1)
+    else:
+        ids, lens = (base + np.arange(n))[:, None], rs.prompt_len[:, None]
+    segs = np.repeat(np.arange(n), k)
+    content = PrefixContent.from_segments(
+        ids[segs].ravel(), lens[segs].ravel(), np.full(n * k, ids.shape[1], np.int64)
+    )
+    source = f"parallel sampling n = {k} ({cfg.branch_policy} branches to completion)"
+    return RequestSet(rs.arrival_ns[segs], rs.prompt_len[segs], output, source, content=content)
 
 
 def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
@@ -128,12 +206,12 @@ def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
         start_s=cfg.start_s,
         end_s=cfg.end_s,
         rate_scale=cfg.rate_scale,
-        max_requests=cfg.max_requests,
+        max_requests=cfg.first_requests,
     )
     end = "end" if cfg.end_s is None else f"{cfg.end_s:g}"
     note = f"window [{cfg.start_s:g}, {end}) s, client rates x{cfg.rate_scale:g}"
-    if cfg.max_requests is not None:
-        note += f", first {cfg.max_requests}"
+    if cfg.first_requests is not None:
+        note += f", first {cfg.first_requests}"
     return RequestSet(rs.arrival_ns, rs.prompt_len, rs.output_len, f"{rs.source}; {note}", rs.extra)
 
 
@@ -175,7 +253,11 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     """The request set described by ``cfg`` (module docstring gives the order of the steps)."""
     if cfg.augmented is not None:
         return _augmented(cfg, rng)
-    if cfg.trace is None:
+    if cfg.trace is None and cfg.turns > 1:
+        from tidal.workload.sessions import sessions
+
+        rs = sessions(cfg, rng)
+    elif cfg.trace is None:
         rs = synthetic(cfg, rng)
         rs = time_window(rs, cfg.start_s, cfg.end_s)
     else:
@@ -186,8 +268,13 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
             if fmt == "azure":
                 rs = load_azure(cfg.trace)
             else:
-                rs = load_mooncake(cfg.trace, spread_ticks=cfg.spread_ticks, rng=rng)
+                rs = load_mooncake(
+                    cfg.trace,
+                    spread_ticks=cfg.spread_ticks,
+                    rng=rng,
+                    hash_block_tokens=cfg.hash_block_tokens,
+                )
             rs = time_window(rs, cfg.start_s, cfg.end_s)
             rs = scale_rate(rs, cfg.rate_scale)
-    rs = first_n(rs, cfg.max_requests)
+    rs = first_n(rs, cfg.first_requests if cfg.trace is not None else cfg.max_requests)
     return cap_lengths(rs, cfg.max_prompt_len, cfg.max_output_len)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from tidal.core.strict import StrictModel
 
 
-class WorkloadConfig(BaseModel):
+class WorkloadConfig(StrictModel):
     """Either a trace to replay (``trace``) or a synthetic generator (``num_requests`` + ``rate``).
 
     Length distributions (``length_dist``): ``fixed`` (exactly ``prompt_len``/``output_len``),
@@ -29,6 +31,28 @@ class WorkloadConfig(BaseModel):
     spread_ticks: bool = False
     """Mooncake only: move each request uniformly within its timestamp tick (3 s in the
     conversation trace) instead of replaying the quantised times."""
+    hash_block_tokens: int = Field(default=512, ge=1)
+    """Mooncake only: tokens per ``hash_ids`` entry (512 in the FAST'25 traces); the ids are
+    the prompts' content for prefix caching."""
+    shared_prefix_groups: int = Field(default=0, ge=0)
+    """Synthetic: G system prompts; request i starts with prompt ``i mod G`` (0: none)."""
+    shared_prefix_len: int = Field(default=0, ge=0)
+    """Synthetic: tokens of each shared system prompt (the prompt length adds to it)."""
+    n: int = Field(default=1, ge=1)
+    """Synthetic: parallel sampling, each prompt answered ``n`` times (vLLM's
+    ``SamplingParams.n``). As vLLM v1 does, the n branches are n requests of one prompt that
+    arrive together and share it through the prefix cache; ``num_requests`` counts prompts."""
+    branch_policy: Literal["all"] = "all"
+    """Parallel sampling: ``all`` runs every branch to completion (majority voting)."""
+    turns: int = Field(default=1, ge=1)
+    """Synthetic: turns per multi-turn session (1: independent requests); each turn's prompt
+    is the previous prompt + its answer + new user tokens (:mod:`tidal.workload.sessions`)."""
+    think_time_s: float = Field(default=0.0, ge=0)
+    """Multi-turn sessions: mean (exponential) time between an answer and the next turn."""
+    handoff: Literal["kv", "text"] = "kv"
+    """Sessions as agent chains (``think_time_s: 0``): each agent gets the previous context
+    as KV (``kv``: the context is a cached prefix, as Agent Primitives' latent handoff) or
+    re-sent as text after its own instruction (``text``: same tokens, nothing reused)."""
     max_requests: int | None = Field(default=None, ge=1)
     """Keep only the first N requests of the trace (after the time window)."""
     rate_scale: float = Field(default=1.0, gt=0)
@@ -41,6 +65,8 @@ class WorkloadConfig(BaseModel):
     rate scaling."""
 
     num_requests: int | None = Field(default=None, ge=1)
+    """Synthetic and generated workloads: the request count; with a trace: keep the first N
+    (as ``max_requests``)."""
     rate: float | None = Field(default=None, gt=0)
     """Synthetic arrival rate in requests/s; ``inf`` sends everything at t = 0."""
     arrival_cv: float = Field(default=1.0, gt=0)
@@ -72,6 +98,12 @@ class WorkloadConfig(BaseModel):
     """Requests sent (and completed) before the measured workload and left out of the metrics
     (``vllm bench serve --num-warmups``); the instance keeps its state, e.g. online estimators."""
 
+    @property
+    def first_requests(self) -> int | None:
+        """How many requests of a trace to keep: ``max_requests``, or ``num_requests`` (which
+        means the same with a trace)."""
+        return self.max_requests if self.max_requests is not None else self.num_requests
+
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
         if self.augmented is not None:
@@ -84,7 +116,21 @@ class WorkloadConfig(BaseModel):
                 raise ValueError(
                     "num_requests: a generated augmented workload needs num_requests and rate"
                 )
-        elif self.trace is None:
+        elif self.trace is not None:
+            if self.rate is not None:
+                raise ValueError(
+                    "rate: a trace brings its own arrival times; multiply its rate with "
+                    "rate_scale (--rate-scale) instead"
+                )
+            if self.num_requests is not None and self.max_requests not in (
+                None,
+                self.num_requests,
+            ):
+                raise ValueError(
+                    "num_requests: with a trace it keeps the first N requests, as max_requests "
+                    f"does; give one of them (got {self.num_requests} and {self.max_requests})"
+                )
+        else:
             if self.num_requests is None:
                 raise ValueError(
                     "num_requests: a synthetic workload needs a request count (or give a trace)"
@@ -93,6 +139,13 @@ class WorkloadConfig(BaseModel):
                 raise ValueError(
                     "rate: a synthetic workload needs a rate in req/s (or inf, or a concurrency)"
                 )
+        if self.n > 1 and self.turns > 1:
+            raise ValueError("n: parallel sampling of multi-turn sessions is not supported")
+        if (self.shared_prefix_groups > 0) != (self.shared_prefix_len > 0):
+            raise ValueError(
+                "shared_prefix_groups: give both shared_prefix_groups and shared_prefix_len "
+                "(--shared-prefix-groups G --shared-prefix-len L), or neither"
+            )
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError("end_s: the time window ends before it starts")
         if self.rate is not None and math.isnan(self.rate):

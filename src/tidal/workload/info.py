@@ -31,10 +31,16 @@ BIN_WIDTHS_S = (1, 10, 60)
 PEAK_WIDTHS_S = (1, 60)
 
 
-def bin_counts(arrival_ns: np.ndarray, width_s: float) -> np.ndarray:
-    """Arrivals per ``width_s`` bin from the first arrival (sorted input)."""
+def bin_stats(arrival_ns: np.ndarray, width_s: float) -> tuple[float, float, float]:
+    """(mean, population variance, max) of the counts in ``width_s`` bins from the first
+    arrival (sorted input), empty bins included: K = ⌊span/w⌋ + 1 bins, computed from the
+    occupied bins only so that a long, sparse trace needs no K-sized array."""
     rel = arrival_ns - arrival_ns[0]
-    return np.bincount((rel // round(width_s * NS_PER_S)).astype(np.int64))
+    _, counts = np.unique(rel // round(width_s * NS_PER_S), return_counts=True)
+    k = float(rel[-1] // round(width_s * NS_PER_S)) + 1.0
+    c = counts.astype(np.float64)
+    mean = c.sum() / k
+    return mean, max(float((c * c).sum() / k - mean * mean), 0.0), float(c.max())
 
 
 def arrival_stats(arrival_ns: np.ndarray) -> dict[str, float | int]:
@@ -45,16 +51,16 @@ def arrival_stats(arrival_ns: np.ndarray) -> dict[str, float | int]:
     out["mean_rate"] = (n - 1) / span if span > 0 else math.nan
     gaps = np.diff(arrival_ns).astype(np.float64)
     out["iat_cv"] = float(gaps.std() / gaps.mean()) if n > 2 and gaps.mean() > 0 else math.nan
-    counts = {
-        w: bin_counts(arrival_ns, w) if n else np.zeros(1)
+    stats = {
+        w: bin_stats(arrival_ns, w) if n else (0.0, 0.0, 0.0)
         for w in sorted({*BIN_WIDTHS_S, *PEAK_WIDTHS_S})
     }
     for w in BIN_WIDTHS_S:
-        c = counts[w]
-        out[f"idc_{w}s"] = float(c.var() / c.mean()) if c.mean() > 0 else math.nan
+        mean, var, _ = stats[w]
+        out[f"idc_{w}s"] = var / mean if mean > 0 else math.nan
     for w in PEAK_WIDTHS_S:
-        c = counts[w]
-        out[f"peak_to_mean_{w}s"] = float(c.max() / c.mean()) if c.mean() > 0 else math.nan
+        mean, _, peak = stats[w]
+        out[f"peak_to_mean_{w}s"] = peak / mean if mean > 0 else math.nan
     return out
 
 

@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from tidal.core.errors import ConfigError
+from tidal.core.strict import StrictModel
 from tidal.core.units import NS_PER_S
 from tidal.workload._io import float_column, read_bytes, read_csv_strings
 from tidal.workload.base import RequestSet
@@ -52,7 +53,7 @@ QUANTILES_FILE = "servegen/servegen_length_quantiles.csv.gz"
 SERVEGEN_WINDOW_S = 600.0
 
 
-class MixConfig(BaseModel):
+class MixConfig(StrictModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["azure", "servegen"] = "azure"

@@ -30,162 +30,33 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import tarfile
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
-import polars as pl
 
-from tidal.core.errors import ConfigError, TraceError
+from tidal.core.errors import ConfigError
 from tidal.core.units import NS_PER_S
-from tidal.workload._io import fail_at, float_column, read_bytes, read_csv_strings
+from tidal.workload._io import float_column, read_bytes, read_csv_strings
 from tidal.workload.base import RequestSet
 from tidal.workload.lengths import quantile_lengths
 from tidal.workload.paths import resolve_trace
+from tidal.workload.servegen_table import (  # noqa: F401  (re-exported)
+    CHUNK_RE,
+    COLUMNS,
+    GAMMA,
+    MIN_SHAPE,
+    NONE,
+    PATTERNS,
+    WEIBULL,
+    ServeGenTable,
+    read_servegen,
+)
 
-CHUNK_RE = re.compile(r"chunk-(\d+)-trace\.csv(\.gz)?$")
-COLUMNS = ["window_start_s", "rate", "cv", "pattern", "param1", "param2"]
-PATTERNS = {"Gamma": 1, "Weibull": 2}
-NONE, GAMMA, WEIBULL = 0, 1, 2
 MAX_EXPECTED = 20_000_000
 QUANTILES_FILE = "servegen_length_quantiles.csv.gz"
 _BATCH = 4_000_000
 """Gap draws per vectorised round (bounds memory to a few hundred MB)."""
-
-
-@dataclass(frozen=True)
-class ServeGenTable:
-    """All rows of all clients, concatenated (one row per client and window)."""
-
-    source: str
-    model: str | None
-    client: np.ndarray
-    window_start_s: np.ndarray
-    rate: np.ndarray
-    cv: np.ndarray
-    kind: np.ndarray
-    """0 = no requests, 1 = Gamma, 2 = Weibull."""
-    shape: np.ndarray
-    window_s: float
-
-    @property
-    def origin_s(self) -> float:
-        return float(self.window_start_s.min()) if len(self.window_start_s) else 0.0
-
-
-# --- reading -----------------------------------------------------------------------------
-
-
-def _members(path: Path) -> Iterator[tuple[str, str, bytes]]:
-    """(where, member path, bytes) of every chunk trace file under ``path``."""
-    if path.is_dir():
-        for f in sorted(path.rglob("chunk-*-trace.csv*")):
-            if CHUNK_RE.search(f.name):
-                yield str(f), f.relative_to(path.parent).as_posix(), read_bytes(f)
-        return
-    if CHUNK_RE.search(path.name):
-        yield str(path), f"{path.parent.name}/{path.name}", read_bytes(path)
-        return
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for m in tar:
-                if m.isfile() and CHUNK_RE.search(m.name):
-                    member = tar.extractfile(m)
-                    assert member is not None
-                    yield f"{path}:{m.name}", m.name, member.read()
-    except tarfile.TarError as exc:
-        raise TraceError(str(path), None, None, f"not a readable tar file: {exc}") from None
-
-
-def _parse_member(data: bytes, where: str) -> dict[str, np.ndarray]:
-    """One chunk file, fully validated (the slow path that names the bad line and column)."""
-    df = read_csv_strings(data, where, COLUMNS, header=False)
-    pattern = df["pattern"].str.strip_chars().fill_null("")
-    known = pattern.is_in(["", *PATTERNS]).to_numpy()
-    fail_at(df, ~known, where, "pattern", "expected Gamma, Weibull or empty")
-    kind = pattern.replace_strict(PATTERNS, default=NONE, return_dtype=pl.Int8).to_numpy()
-    cols = {
-        c: float_column(df, c, where, allow_missing=c not in ("window_start_s", "rate"))
-        for c in ("window_start_s", "rate", "cv", "param1", "param2")
-    }
-    used = (kind != NONE) & (cols["rate"] > 0)
-    fail_at(df, used & (cols["param1"] <= 0), where, "param1", "expected a shape > 0")
-    cols["kind"] = np.where(used, kind, NONE).astype(np.int8)
-    return cols
-
-
-def _fast_parse(frames: list[pl.DataFrame]) -> dict[str, np.ndarray] | None:
-    """All chunk files at once; ``None`` when any value is malformed (then use the slow path)."""
-    df = pl.concat(frames)
-    num = [
-        pl.col(c).str.strip_chars().cast(pl.Float64, strict=False)
-        for c in ("window_start_s", "rate", "cv", "param1", "param2")
-    ]
-    pattern = pl.col("pattern").str.strip_chars().fill_null("")
-    out = df.select(*num, pattern.alias("pattern"), pl.col("__member"))
-    blank_ok = [
-        df[c].is_null() | (df[c].str.strip_chars() == "") for c in ("cv", "param1", "param2")
-    ]
-    if out["window_start_s"].null_count() or out["rate"].null_count():
-        return None
-    for c, blank in zip(("cv", "param1", "param2"), blank_ok, strict=True):
-        if (out[c].is_null() & ~blank).any():
-            return None
-    cols = {
-        c: out[c].fill_null(0.0).to_numpy()
-        for c in ("window_start_s", "rate", "cv", "param1", "param2")
-    }
-    if not all(np.all(np.isfinite(v) & (v >= 0)) for v in cols.values()):
-        return None
-    if not out["pattern"].is_in(["", *PATTERNS]).all():
-        return None
-    kind = out["pattern"].replace_strict(PATTERNS, default=NONE, return_dtype=pl.Int8).to_numpy()
-    used = (kind != NONE) & (cols["rate"] > 0)
-    if np.any(used & (cols["param1"] <= 0)):
-        return None
-    cols["kind"] = np.where(used, kind, NONE).astype(np.int8)
-    cols["member"] = out["__member"].to_numpy()
-    return cols
-
-
-def _window_s(starts: np.ndarray) -> float:
-    gaps = np.diff(np.unique(starts))
-    return float(gaps.min()) if len(gaps) else 600.0
-
-
-def read_servegen(path: str | os.PathLike[str]) -> ServeGenTable:
-    """Parse every ``chunk-<client>-trace.csv`` of a tar.gz, a directory or a single file."""
-    p = resolve_trace(path)
-    members = list(_members(p))
-    if not members:
-        raise TraceError(str(p), None, None, "no chunk-<client>-trace.csv files found")
-    frames = [
-        read_csv_strings(data, where, COLUMNS, header=False).with_columns(
-            pl.lit(i, dtype=pl.Int64).alias("__member")
-        )
-        for i, (where, _, data) in enumerate(members)
-    ]
-    cols = _fast_parse(frames)
-    if cols is None:
-        for where, _, data in members:
-            _parse_member(data, where)
-        raise TraceError(str(p), None, None, "malformed ServeGen trace")
-    ids = np.array([int(CHUNK_RE.search(name).group(1)) for _, name, _ in members])  # type: ignore[union-attr]
-    models = {PurePosixPath(name).parent.name for _, name, _ in members} - {""}
-    return ServeGenTable(
-        source=str(p),
-        model=models.pop() if len(models) == 1 else None,
-        client=ids[cols["member"]],
-        window_start_s=cols["window_start_s"],
-        rate=cols["rate"],
-        cv=cols["cv"],
-        kind=cols["kind"],
-        shape=cols["param1"],
-        window_s=_window_s(cols["window_start_s"]),
-    )
 
 
 # --- sampling arrivals -------------------------------------------------------------------
@@ -247,7 +118,8 @@ def _draw_residual(rows: _Rows, rng: np.random.Generator) -> np.ndarray:
 def _to_ns(seconds: np.ndarray, cap_ns: np.ndarray) -> np.ndarray:
     """Seconds → int64 ns, capped at ``cap_ns``; only gaps reaching past the window's end are
     capped, which changes nothing inside the window."""
-    return np.rint(np.minimum(seconds * NS_PER_S, cap_ns)).astype(np.int64)
+    with np.errstate(over="ignore"):  # an infinite gap is capped like any long one
+        return np.rint(np.minimum(seconds * NS_PER_S, cap_ns)).astype(np.int64)
 
 
 def _renewal(rows: _Rows, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

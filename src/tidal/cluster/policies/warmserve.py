@@ -89,16 +89,48 @@ class WarmServe(ClusterPolicy):
         per_req = -(-mcfg.max_model_len // mcfg.block_size)
         self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
         self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in ctl.models]
+        self._scores_key: tuple[int, ...] = ()
+        self._quiet_version = -1
+        self._quiet_until = 0
+        self._scores_val: list[list[float]] = []
 
     # ------------------------------------------------------------------ loops
     def setup(self, now_ns: int) -> None:
         self.ctl.every(self.ws.control_period_s, self.tick, now_ns)
 
     def tick(self, now_ns: int) -> None:
+        """One control period. A tick that changed nothing, with every input that moves with
+        the clock already settled (see :meth:`_settled`), is repeated exactly by every later
+        tick until the controller's version changes or the forecast window closes: those
+        return at once."""
+        ctl = self.ctl
+        if ctl.version == self._quiet_version and now_ns < self._quiet_until:
+            return
+        v0 = ctl.version
         self._autoscale(now_ns)
         if self.on["forecast"]:
             self._forecast(now_ns)
             self._prewarm(now_ns)
+        if ctl.version == v0 and self._settled(now_ns):
+            self._quiet_version = v0
+            self._quiet_until = ctl.first_arrival_ns + (self.window_k + 1) * self.window_ns
+        else:
+            self._quiet_version = -1
+
+    def _settled(self, now_ns: int) -> bool:
+        """Whether the tick's clock-driven inputs hold still from now on while nothing else
+        changes: traffic has started (warm-up ticks reset the window statistics), every
+        model's 5-s average is its current count (its last stamp is a whole window old), and
+        every serving instance is past its scale-down protection."""
+        ctl, ws = self.ctl, self.ws
+        if now_ns < ctl.first_arrival_ns:
+            return False
+        start = now_ns - s_to_ns(ws.scale_window_s)
+        for load in ctl.loads:
+            if load.stamps and load.stamps[-1][0] > start:
+                return False
+        protect = s_to_ns(ws.protect_s)
+        return all(now_ns - i.created_ns > protect for insts in ctl.serving for i in insts)
 
     def _forecast(self, now_ns: int) -> None:
         start = self.ctl.first_arrival_ns
@@ -107,6 +139,7 @@ class WarmServe(ClusterPolicy):
                 avg, peak = self.ctl.loads[m].close_window(now_ns, self.window_ns)
                 f.observe(avg, peak)
             self.window_k += 1
+            self.ctl.version += 1
         if now_ns < start:
             # before traffic: discard the empty warm-up from the window statistics
             for load in self.ctl.loads:
@@ -138,26 +171,26 @@ class WarmServe(ClusterPolicy):
             for insts in ctl.serving:
                 for inst in insts:
                     if inst.kv is not None and inst.state == State.READY:
+                        before = inst.kv.target_free
                         inst.kv.set_target(int(inst.kv.initial_blocks * inst.inflight / b))
+                        if inst.kv.target_free != before:
+                            ctl.version += 1
 
     # ------------------------------------------------------------------ prewarming
     def _prewarm(self, now_ns: int) -> None:
         ctl = self.ctl
-        scores = []
-        for m in range(len(ctl.models)):
-            f = self.forecasters[m]
-            _, _, s = model_scores(
-                f.pred_avg, f.pred_peak, len(ctl.serving[m]), self.cfg.batch, self.tcold[m]
-            )
-            scores.append(s)
-        existing = self._existing()
-        have = [0] * len(scores)
-        for q in existing:
-            have[q.model] += 1
-        if self.on["placement"] and all(len(s) <= h for s, h in zip(scores, have, strict=True)):
-            return  # every model has its N replicas: nothing to place
+        scores = self._scores()
+        if self.on["placement"]:
+            have = [0] * len(scores)
+            for r in ctl.replicas.values():
+                have[r.model.index] += 1
+            for inst in ctl.live.values():
+                have[inst.model.index] += 1
+            if all(len(s) <= h for s, h in zip(scores, have, strict=True)):
+                return  # every model has its N replicas: nothing to place
         if not any(scores):
             return
+        existing = self._existing()
         free = [ctl.memory.free(g) for g in range(ctl.topo.num_gpus)]
         slots = [self.ws.max_slots - len(ctl.gpu_replicas[g]) for g in range(ctl.topo.num_gpus)]
         nodes = [ctl.topo.gpus_of(k) for k in range(ctl.topo.num_nodes)]
@@ -173,6 +206,23 @@ class WarmServe(ClusterPolicy):
         )
         for m, group in actions:
             ctl.prewarm(ctl.models[m], group, now_ns)
+
+    def _scores(self) -> list[list[float]]:
+        """Every model's replica scores (§2.2). Their inputs change only when a forecast
+        window closes (predictions) or an instance starts or stops (running counts), so they
+        are recomputed only then."""
+        ctl = self.ctl
+        key = (self.window_k, *(len(s) for s in ctl.serving))
+        if key != self._scores_key:
+            self._scores_key = key
+            self._scores_val = []
+            for m in range(len(ctl.models)):
+                f = self.forecasters[m]
+                _, _, s = model_scores(
+                    f.pred_avg, f.pred_peak, len(ctl.serving[m]), self.cfg.batch, self.tcold[m]
+                )
+                self._scores_val.append(s)
+        return self._scores_val
 
     def _existing(self) -> list[PlanReplica]:
         """Replicas as the artifact's planner sees them: warm and loading replicas and the

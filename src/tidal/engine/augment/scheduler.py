@@ -160,6 +160,8 @@ class AugmentedMixin(Scheduler):
         self.num_intercepts = 0
         self.resolved = [0, 0, 0]
         self.recompute_tokens = 0
+        self.recompute_hit_tokens = 0
+        """Tokens a discarded or preempted context did not recompute: prefix-cache hits."""
         self.swap_out_blocks = 0
         self.swap_in_blocks = 0
         self.num_reclaims = 0
@@ -414,6 +416,13 @@ class AugmentedMixin(Scheduler):
         return freed > 0
 
     # ------------------------------------------------------------------ running set
+    def _on_prefix_hit(self, req: Request, hit_tokens: int) -> None:
+        """A re-admitted context re-hit its own cached blocks: they are not recomputed."""
+        run = self.runs[req.request_id]
+        spared = min(hit_tokens, run.recompute_left)
+        run.recompute_left -= spared
+        self.recompute_hit_tokens += spared
+
     def _start_running(self, req: Request, now_ns: int) -> None:
         self._idle_blocks -= req.num_blocks
         super()._start_running(req, now_ns)
@@ -583,6 +592,7 @@ class AugmentedMixin(Scheduler):
             "intercepts_discarded": self.resolved[1],
             "intercepts_swapped": self.resolved[2],
             "recompute_tokens": self.recompute_tokens,
+            "recompute_hit_tokens": self.recompute_hit_tokens,
             "recompute_time_share": self.recompute_ns / max(self.forward_ns, 1),
             "swap_out_tokens": self.swap_out_blocks * self.kv.block_size,
             "swap_in_tokens": self.swap_in_blocks * self.kv.block_size,

@@ -1,0 +1,232 @@
+"""Fit the corrected roofline's constants (``tidal.hardware.corrected``) on measured profiles.
+
+Every fit minimises squared *relative* error (log residuals for the non-linear GEMM model,
+rows weighted by 1/t for the linear ones), so short and long kernels count alike. Groups are
+fitted separately, each on its own data:
+
+* GEMMs: global (M_½, t0, p) and per-GPU (η_F, η_B), ``scipy.optimize.least_squares``;
+* elementwise ops: per op (t0, k), pooled over GPUs through BW;
+* all-reduce: per (GPU, link) (a, b, η);
+* attention: decode (t0, t1, η_A) and prefill (t0, η_P) on the A100 table;
+* host: (h0, h1) on the A100 host times minus the modelled LM head.
+
+``profiles`` selects what a fit may see (hold-out splits in ``bench/step_accuracy.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from tidal.hardware.corrected import (
+    ELEMENTWISE,
+    AttentionConst,
+    GemmConst,
+    GPUConst,
+    HostConst,
+    LinkConst,
+    RooflineConstants,
+    elementwise_bytes,
+    gemm_time,
+    layer_gemms,
+    ridge_tokens,
+)
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.interp import binned_median, fill_row
+from tidal.hardware.models import get_model
+from tidal.hardware.opprofile import GPUProfile, LinearOps
+
+FAMILY = {"h200": "h100", "b200": "h100", "l40s": "a40", "rtx-pro-6000": "a40"}
+"""GPUs without profiles borrow the constants of the same generation and memory type."""
+
+
+@dataclass
+class Lin:
+    gpu: str
+    ops: LinearOps
+
+
+def linears(profiles: Iterable[GPUProfile], exclude_model: str | None = None) -> list[Lin]:
+    return [
+        Lin(p.gpu, x) for p in profiles for x in p.linear if x.model != exclude_model
+    ]  # fmt: skip
+
+
+def _wlstsq(a: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Least squares of relative error: rows scaled by 1/t."""
+    w = 1.0 / np.maximum(t, 1e-12)
+    coef, *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
+    return coef
+
+
+def fit_gemm(lins: Sequence[Lin]) -> tuple[GemmConst, dict[str, GPUConst]]:
+    gpus = sorted({x.gpu for x in lins})
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("g", "m", "k", "n", "dt", "t", "w")}
+    for x in lins:
+        model = get_model(x.ops.model)
+        m = np.asarray(x.ops.tokens, dtype=float)
+        for op, k, n in layer_gemms(model, x.ops.tp):
+            t = np.asarray(x.ops.layer_us[op]) * 1e-6
+            ok = t > 0
+            cols["g"].append(np.full(ok.sum(), gpus.index(x.gpu)))
+            cols["m"].append(m[ok])
+            cols["k"].append(np.full(ok.sum(), float(k)))
+            cols["n"].append(np.full(ok.sum(), float(n)))
+            cols["dt"].append(np.full(ok.sum(), float(model.dtype_bytes)))
+            cols["t"].append(t[ok])
+            cols["w"].append(np.full(ok.sum(), 1.0 / ok.sum()))
+    d = {k: np.concatenate(v) for k, v in cols.items()}
+    f = np.array([get_gpu(g).flops for g in gpus])[d["g"].astype(int)]
+    bw = np.array([get_gpu(g).mem_bw for g in gpus])[d["g"].astype(int)]
+    ridge = np.array([ridge_tokens(get_gpu(g), 2) for g in gpus])[d["g"].astype(int)]
+    gi = d["g"].astype(int)
+    sw = np.sqrt(d["w"] / d["w"].mean())
+    ng = len(gpus)
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        ef, eb = p[3 : 3 + ng][gi], p[3 + ng :][gi]
+        mh = p[0] * ridge
+        pred = gemm_time(d["m"], d["k"], d["n"], d["dt"], f, bw, ef, eb, mh, p[1], p[2])
+        return sw * np.log(pred / d["t"])
+
+    x0 = np.array([0.3, 3.0, 3.0, *([0.75] * ng), *([0.8] * ng)])
+    lo = [0.001, 0.0, 1.0, *([0.05] * ng), *([0.05] * ng)]
+    hi = [20.0, 50.0, 12.0, *([1.0] * ng), *([1.0] * ng)]
+    r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
+    p = r.x
+    gemm = GemmConst(m_half_ridge=float(p[0]), t0_us=float(p[1]), p=float(p[2]))
+    per = {g: GPUConst(eta_flops=float(p[3 + i]), eta_bw=float(p[3 + ng + i])) for i, g in
+           enumerate(gpus)}  # fmt: skip
+    return gemm, per
+
+
+def fit_elementwise(lins: Sequence[Lin]) -> dict[str, tuple[float, float, float]]:
+    out: dict[str, tuple[float, float, float]] = {}
+    for op in (*ELEMENTWISE, "emb"):
+        rows, ts = [], []
+        for x in lins:
+            src = x.ops.step_us if op == "emb" else x.ops.layer_us
+            if op not in src:
+                continue
+            b = elementwise_bytes(get_model(x.ops.model), x.ops.tp)[op]
+            m = np.asarray(x.ops.tokens, dtype=float)
+            bw = get_gpu(x.gpu).mem_bw
+            t = np.asarray(src[op]) * 1e-6
+            ok = t > 0
+            n = int(ok.sum())
+            rows.append(np.column_stack([np.full(n, 1e-6), np.full(n, b * 1e-9), m[ok] * b / bw]))
+            ts.append(t[ok])
+        if rows:
+            c = _wlstsq(np.vstack(rows), np.concatenate(ts))
+            out[op] = (max(float(c[0]), 0.0), max(float(c[2]), 0.0), max(float(c[1]), 0.0))
+    return out
+
+
+def _fit_link(ars: Sequence[Any], bw: float) -> LinkConst:
+    rows, ts = [], []
+    for a in ars:
+        x, y = binned_median(a.bytes, a.us)
+        xb, t = np.asarray(x), np.asarray(y) * 1e-6
+        ring = 2.0 * (a.tp - 1) / a.tp
+        rows.append(np.column_stack(
+            [np.full(len(x), 1e-6), np.full(len(x), 1e-6 * np.log2(a.tp)), ring * xb / bw]
+        ))  # fmt: skip
+        ts.append(t)
+    a_ = np.vstack(rows)
+    if len(ars) == 1:  # one group size: latency and log2 term are not separable
+        a_ = a_[:, [0, 2]]
+    c = _wlstsq(a_, np.concatenate(ts))
+    lat, log2, inv = (c[0], 0.0, c[1]) if len(ars) == 1 else (c[0], c[1], c[2])
+    return LinkConst(lat_us=max(float(lat), 0.0), lat_log2_us=float(log2),
+                     eta=1.0 / max(float(inv), 1e-3))  # fmt: skip
+
+
+def fit_links(profiles: Iterable[GPUProfile]) -> dict[str, LinkConst]:
+    """Per (GPU, link) over all group sizes, and per (GPU, link, TP)."""
+    out: dict[str, LinkConst] = {}
+    for p in profiles:
+        gpu = get_gpu(p.gpu)
+        for link in sorted({a.link for a in p.all_reduce}):
+            bw = gpu.pcie_gbs * 1e9 if link == "pcie" else gpu.peer_bw
+            ars = [a for a in p.all_reduce if a.link == link]
+            out[f"{p.gpu}/{link}"] = _fit_link(ars, bw)
+            for a in ars:
+                out[f"{p.gpu}/{link}/tp{a.tp}"] = _fit_link([a], bw)
+    return out
+
+
+def fit_attention(p: GPUProfile, eta_b: float) -> AttentionConst:
+    """Decode (t0, t1, η_A) and prefill (t0, η_P) on the profile's first attention table."""
+    a = p.attention[0]
+    gpu = get_gpu(p.gpu)
+    kvb = 2.0 * a.kv_heads * a.head_dim * 2
+    assert a.decode is not None
+    assert a.prefill is not None
+    rows, ts = [], []
+    for b, r in zip(a.decode.rows, a.decode.us, strict=True):
+        for c, v in zip(a.decode.cols, r, strict=True):
+            if v:
+                rows.append([1e-6, 1e-6 * b, kvb * b * c / gpu.mem_bw])
+                ts.append(v * 1e-6)
+    cd = _wlstsq(np.array(rows), np.array(ts))
+    rows, ts = [], []
+    for ch, r in zip(a.prefill.rows, a.prefill.us, strict=True):
+        for s, v in zip(a.prefill.cols, r, strict=True):
+            if v:
+                read = kvb * (s + ch) / (eta_b * gpu.mem_bw)
+                rows.append([1e-6, 2.0 * a.q_heads * a.head_dim * ch * (2 * s + ch) / gpu.flops])
+                ts.append(v * 1e-6 - read)
+    cp = _wlstsq(np.array(rows), np.maximum(np.array(ts), 1e-7))
+    return AttentionConst(
+        decode_t0_us=max(float(cd[0]), 0.0),
+        decode_per_seq_us=max(float(cd[1]), 0.0),
+        decode_eta_bw=1.0 / max(float(cd[2]), 1e-3),
+        prefill_t0_us=max(float(cp[0]), 0.0),
+        prefill_eta_flops=1.0 / max(float(cp[1]), 1e-3),
+    )
+
+
+def fit_host(p: GPUProfile, consts: RooflineConstants) -> HostConst:
+    from tidal.hardware.corrected import CorrectedRooflinePerfModel
+
+    rows, ts = [], []
+    for h in p.host:
+        model = CorrectedRooflinePerfModel(get_model(h.model), get_gpu(p.gpu), h.tp, consts)
+        keys = ("schedule", "sampler", "prepare_inputs", "process_outputs")
+        tot = np.sum([fill_row(h.ms[k]) for k in keys], axis=0) * 1e-3
+        for b, t in zip(h.batch, tot, strict=True):
+            rows.append([1e-6, 1e-6 * b])
+            ts.append(t - model.head_s(b))
+    c = _wlstsq(np.array(rows), np.maximum(np.array(ts), 1e-6))
+    return HostConst(step_us=max(float(c[0]), 0.0), per_seq_us=max(float(c[1]), 0.0))
+
+
+def fit_all(
+    profiles: Sequence[GPUProfile],
+    exclude_model: str | None = None,
+    gemm_profiles: Sequence[GPUProfile] | None = None,
+) -> RooflineConstants:
+    """All constants. GEMM and elementwise fits see ``gemm_profiles`` (default: all) without
+    ``exclude_model``; links, attention and host see ``profiles``."""
+    lins = linears(gemm_profiles if gemm_profiles is not None else profiles, exclude_model)
+    gemm, per = fit_gemm(lins)
+    consts = RooflineConstants(
+        fitted_on=sorted({f"{x.gpu}/{x.ops.model}/tp{x.ops.tp}" for x in lins}),
+        gemm=gemm,
+        gpu=per,
+        family=FAMILY,
+        elementwise=fit_elementwise(lins),
+        link=fit_links(profiles),
+    )
+    att = next((p for p in profiles if p.attention), None)
+    if att is not None:
+        ref = per.get(att.gpu, next(iter(per.values())))
+        consts.attention = fit_attention(att, ref.eta_bw)
+    host = next((p for p in profiles if p.host and p.gpu == "a100-80gb"), None)
+    if host is not None:
+        consts.host = fit_host(host, consts)
+    return consts

@@ -1,0 +1,103 @@
+"""The cluster's accounting in columns: one row per instance (written when it stops, so a
+stopped instance's object can be dropped and memory stays flat over long runs) and the log of
+GPUs held by instances (→ GPU-seconds).
+
+Instance rows: ``instance, model, first_gpu, num_gpus, kind`` (index into
+:data:`~tidal.cluster.instance.START_KINDS`), ``created_ns, ready_ns, stopped_ns, engine``
+(−1: never). The table lists stopped instances' rows and the live ones', by instance id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from tidal.cluster.instance import START_KINDS, ModelInstance
+from tidal.core.buffers import Int64Buffer
+from tidal.core.units import NS_PER_S
+
+COLUMNS = (
+    "instance",
+    "model",
+    "first_gpu",
+    "num_gpus",
+    "kind",
+    "created_ns",
+    "ready_ns",
+    "stopped_ns",
+    "engine",
+)
+
+
+def _row(i: ModelInstance) -> tuple[int, ...]:
+    return (
+        i.iid,
+        i.model.index,
+        i.gpus[0],
+        len(i.gpus),
+        START_KINDS.index(i.kind),
+        i.created_ns,
+        i.ready_ns,
+        i.stopped_ns,
+        i.engine,
+    )
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._rows = {k: Int64Buffer(256) for k in COLUMNS}
+        self._busy_t = Int64Buffer(256)
+        self._busy_n = Int64Buffer(256)
+        self.log_busy(0, 0)
+
+    def archive(self, inst: ModelInstance) -> None:
+        """Record a stopped instance's row (its fields are final)."""
+        for k, v in zip(COLUMNS, _row(inst), strict=True):
+            self._rows[k].append(v)
+
+    def table(self, live: Iterable[ModelInstance]) -> dict[str, np.ndarray]:
+        """Every instance's row, stopped and live, by instance id."""
+        cols = {k: v.view() for k, v in self._rows.items()}
+        rows = [_row(i) for i in live]
+        if rows:
+            extra = np.array(rows, dtype=np.int64).reshape(len(rows), len(COLUMNS))
+            cols = {k: np.concatenate([cols[k], extra[:, j]]) for j, k in enumerate(COLUMNS)}
+        order = np.argsort(cols["instance"], kind="stable")
+        return {k: np.ascontiguousarray(v[order], dtype=np.int64) for k, v in cols.items()}
+
+    # ------------------------------------------------------------------ GPU-seconds
+    def log_busy(self, now_ns: int, busy: int) -> None:
+        self._busy_t.append(now_ns)
+        self._busy_n.append(busy)
+
+    def gpu_seconds(self, t0_ns: int, t1_ns: int) -> float:
+        """∫ (GPUs held by instances) dt over [t0, t1] (summed in log order)."""
+        ts = self._busy_t.view().tolist()
+        ns = self._busy_n.view().tolist()
+        nxt = [*ts[1:], max(t1_ns, ts[-1])]
+        total = 0.0
+        for t, busy, t_next in zip(ts, ns, nxt, strict=True):
+            a, b = max(t, t0_ns), min(t_next, t1_ns)
+            if b > a:
+                total += busy * (b - a)
+        return total / NS_PER_S
+
+
+def start_counts(table: dict[str, np.ndarray], model: int | None = None) -> dict[str, int]:
+    """Instance starts per kind (of one model, or all)."""
+    kinds = table["kind"] if model is None else table["kind"][table["model"] == model]
+    counts = np.bincount(kinds, minlength=len(START_KINDS))
+    return {k: int(counts[j]) for j, k in enumerate(START_KINDS)}
+
+
+def model_gpu_seconds(table: dict[str, np.ndarray], model: int, t0_ns: int, t1_ns: int) -> float:
+    """Σ GPUs · time held over [t0, t1] of one model's instances (exact integer sum)."""
+    sel = table["model"] == model
+    stopped = table["stopped_ns"][sel].tolist()
+    total = 0
+    for n, created, stop in zip(
+        table["num_gpus"][sel].tolist(), table["created_ns"][sel].tolist(), stopped, strict=True
+    ):
+        total += n * max(0, min(stop if stop >= 0 else t1_ns, t1_ns) - max(created, t0_ns))
+    return total / NS_PER_S

@@ -1,0 +1,398 @@
+"""Prefix caching of KV blocks (vLLM's automatic prefix caching), counted without tensors.
+
+Content model. A request's tokens are described by *segments* (a trace's 512-token hash ids, a
+shared system prompt, a previous turn's answer): segment ``s`` ends at token ``ends[s]`` and its
+chain hash ``hashes[s]`` mixes the previous chain hash with the segment's id and length, so equal
+hashes mean equal tokens from position 0 to ``ends[s]``. Tokens past the last segment (the
+request's own output) belong to a per-request ``tail`` segment. KV block ``j`` (tokens
+``[j·bs, (j+1)·bs)``) belongs to the segment holding its last token, so segment ``s`` owns the
+full blocks ``[ends[s-1] // bs, ends[s] // bs)`` and a block's identity (its vLLM block hash,
+which chains the parent's hash and the block's tokens) is (segment chain hash, index).
+
+Cache state, one *node* per segment chain hash: ``cached`` leading blocks of the segment are kept
+in GPU memory; ``holders`` maps each request that references the node to the leading blocks it
+uses; ``held = max(holders)`` of them are referenced, ``cached - held`` are free but evictable.
+Invariants (``check``): ``held <= cached``; physical blocks ``Σ anonymous free runs +
+Σ cached + Σ anonymous blocks of requests == num_blocks``; ``num_free_blocks`` = anonymous free
++ Σ (cached − held). Eviction takes blocks from the LRU head: anonymous runs, or the tail
+blocks of an evictable node (never below ``held``: a referenced block is never evicted).
+
+vLLM semantics kept: a full block is registered when it is allocated (``allocate``), so
+requests admitted later share it; a request first takes its longest cached prefix of full
+blocks, at most ``num_tokens − 1`` tokens (the last one is recomputed to sample); freed blocks
+keep their content and join the free queue tail-first in reverse block order (the request's
+last blocks are evicted first); evictable blocks count as free for admission. Simplifications
+(one node per segment instead of one entry per block): a node's free blocks share one LRU
+position, refreshed when a holder frees; a request that allocates blocks of a node another
+request has already cached further keeps them unregistered (vLLM keeps the duplicate, unused).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tidal.core.kv import KVBlockManager
+from tidal.core.request import Request
+
+MASK63 = (1 << 63) - 1
+_M64 = (1 << 64) - 1
+
+
+def mix(a: int, b: int) -> int:
+    """A 63-bit hash of the pair (a, b) (splitmix64 finaliser of ``a·φ ⊕ b``)."""
+    x = ((a * 0x9E3779B97F4A7C15) ^ b) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return (x ^ (x >> 31)) & MASK63
+
+
+@dataclass(slots=True)
+class BlockContent:
+    """What a request's tokens are, for prefix matching (see the module docstring)."""
+
+    hashes: list[int]
+    """Chain hash of each segment (63-bit, non-negative)."""
+    ends: list[int]
+    """Exclusive end token of each segment, increasing."""
+    tail: int
+    """Hash of the request's own tokens past the last segment (its output)."""
+    _bs: int = 0
+    _bounds: list[int] | None = None
+
+    def bounds(self, bs: int) -> list[int]:
+        """End block of each segment's node (``ends[s] // bs``), then an open-ended tail."""
+        if self._bounds is None or self._bs != bs:
+            self._bs = bs
+            self._bounds = [e // bs for e in self.ends]
+            self._bounds.append(_OPEN)
+        return self._bounds
+
+    def key(self, s: int) -> int:
+        return self.hashes[s] if s < len(self.hashes) else self.tail
+
+    def nodes(self, bs: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """(node key, first block, end block) of the nodes that own blocks in ``[lo, hi)``."""
+        bounds = self.bounds(bs)
+        s = bisect_right(bounds, lo)
+        start = bounds[s - 1] if s else 0
+        out: list[tuple[int, int, int]] = []
+        while start < hi:
+            end = bounds[s]
+            if end > start:
+                out.append((self.key(s), start, end))
+            start, s = end, s + 1
+        return out
+
+
+_OPEN = 1 << 62
+
+
+class _Node:
+    __slots__ = ("cached", "held", "holders", "key")
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+        self.cached = 0
+        self.holders: dict[int, int] = {}
+        self.held = 0
+
+
+class PrefixCachingKVManager(KVBlockManager):
+    """:class:`KVBlockManager` with prefix caching (counting only, no block ids)."""
+
+    prefix_caching = True
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        watermark: float = 0.01,
+        num_host_blocks: int = 0,
+    ) -> None:
+        super().__init__(num_blocks, block_size, watermark, num_host_blocks)
+        self._nodes: dict[int, _Node] = {}
+        self._free: OrderedDict[int, _Node | int] = OrderedDict({-1: num_blocks})
+        """LRU free queue, head first: anonymous runs (negative ids → count) and nodes with
+        evictable blocks (key → node)."""
+        self._anon_seq = -1
+        self._anon_free = num_blocks
+        """Free blocks without content (the anonymous runs of the free queue)."""
+        self._refs: dict[int, list[_Node]] = {}
+        """Nodes each request references, in block order."""
+        self._upto: dict[int, int] = {}
+        """Blocks of each request already registered or left anonymous."""
+        self._pending: tuple[int, list[tuple[_Node, int]]] | None = None
+        self.num_evicted_blocks = 0
+
+    # ------------------------------------------------------------------ free queue
+    def _push_anon(self, count: int) -> None:
+        if count <= 0:
+            return
+        self._anon_free += count
+        free = self._free
+        if free:
+            last = next(reversed(free))
+            if last < 0:
+                free[last] += count  # type: ignore[operator]
+                return
+        self._anon_seq -= 1
+        free[self._anon_seq] = count
+
+    def _take(self, n: int) -> None:
+        """Take ``n`` free blocks from the LRU head, evicting cached content as needed."""
+        if n > self.num_free_blocks:
+            raise RuntimeError(f"KV overcommit: need {n}, free {self.num_free_blocks}")
+        self.num_free_blocks -= n
+        free = self._free
+        while n > 0:
+            k, v = next(iter(free.items()))
+            if isinstance(v, int):
+                if v > n:
+                    free[k] = v - n
+                    self._anon_free -= n
+                    return
+                del free[k]
+                self._anon_free -= v
+                n -= v
+                continue
+            m = min(v.cached - v.held, n)
+            v.cached -= m
+            n -= m
+            self.num_evicted_blocks += m
+            if v.cached == v.held:
+                del free[k]
+                if v.cached == 0 and not v.holders:
+                    del self._nodes[k]
+
+    # ------------------------------------------------------------------ matching
+    def match_prefix(self, req: Request) -> tuple[int, int]:
+        """(cached prefix tokens, how many of those blocks other requests hold) for a request
+        about to be admitted with nothing computed; no state changes until commit_prefix."""
+        content = req.content
+        if content is None or req.num_blocks or req.num_computed_tokens:
+            self._pending = None
+            return 0, 0
+        bs = self.block_size
+        limit = (req.num_tokens - 1) // bs
+        hits: list[tuple[_Node, int]] = []
+        hit = shared = lo = 0
+        get = self._nodes.get
+        hashes, bounds = content.hashes, content.bounds(bs)
+        last = len(hashes)
+        for s, hi in enumerate(bounds):
+            if lo >= limit:
+                break
+            if hi == lo:
+                continue
+            node = get(hashes[s] if s < last else content.tail)
+            if node is None:
+                break
+            take = min(node.cached, hi - lo, limit - lo)
+            if take == 0:
+                break
+            hits.append((node, take))
+            hit += take
+            shared += min(take, node.held)
+            if take < hi - lo:
+                break
+            lo = hi
+        self._pending = (req.request_id, hits)
+        return hit * bs, shared
+
+    def commit_prefix(self, req: Request, hit_tokens: int) -> None:
+        """Admit ``req`` with the match just returned by :meth:`match_prefix`: reference its
+        cached blocks (they leave the free queue) and count them as computed."""
+        self.cache_queries += req.num_tokens
+        self.cache_hits += hit_tokens
+        if req.num_cached_tokens < 0:
+            req.num_cached_tokens = hit_tokens
+        pending, self._pending = self._pending, None
+        if not hit_tokens:
+            return
+        assert pending is not None, "commit_prefix without match_prefix"
+        assert pending[0] == req.request_id, "commit_prefix for another request"
+        rid, free = req.request_id, self._free
+        refs = self._refs.setdefault(rid, [])
+        for node, take in pending[1]:
+            node.holders[rid] = take
+            refs.append(node)
+            if take > node.held:
+                self.num_free_blocks -= take - node.held
+                node.held = take
+                if node.held == node.cached:
+                    free.pop(node.key, None)
+        blocks = hit_tokens // self.block_size
+        self._upto[rid] = blocks
+        req.num_blocks = blocks
+        req.num_computed_tokens = hit_tokens
+
+    # ------------------------------------------------------------------ registration
+    def _register(self, req: Request, full: int) -> None:
+        """Register ``req``'s full blocks up to ``full`` (vLLM caches a block once it is full
+        of scheduled tokens); blocks another request cached first stay anonymous."""
+        content = req.content
+        rid = req.request_id
+        start = self._upto.get(rid, 0)
+        if content is None or full <= start:
+            return
+        self._upto[rid] = full
+        refs = self._refs.get(rid)
+        if refs is None:
+            refs = self._refs[rid] = []
+        nodes = self._nodes
+        hashes, bounds = content.hashes, content.bounds(self.block_size)
+        last = len(hashes)
+        s = bisect_right(bounds, start)
+        lo = bounds[s - 1] if s else 0
+        while start < full:
+            hi = bounds[s]
+            if hi == start:  # a segment shorter than a block owns no block
+                s += 1
+                continue
+            b = full if full < hi else hi
+            key = hashes[s] if s < last else content.tail
+            node = nodes.get(key)
+            if node is None:
+                if start == lo:  # else this request's first blocks of the node are anonymous
+                    node = nodes[key] = _Node(key)
+                    node.cached = node.held = node.holders[rid] = b - lo
+                    refs.append(node)
+            else:
+                ext = node.holders.get(rid)
+                # extend only our own copy at the node's frontier; another's copy: ours stays
+                # anonymous (a duplicate)
+                if ext is not None and ext == start - lo and node.cached == ext:
+                    node.cached = node.held = node.holders[rid] = b - lo
+            lo = start = hi
+            s += 1
+
+    # ------------------------------------------------------------------ mutation
+    def allocate(self, req: Request, num_tokens: int) -> None:
+        need = -(-num_tokens // self.block_size) - req.num_blocks
+        if need > 0:
+            self._take(need)
+            req.num_blocks += need
+        if req.content is not None:
+            self._register(req, num_tokens // self.block_size)
+
+    def take(self, num_blocks: int) -> None:
+        self._take(num_blocks)
+
+    def free(self, req: Request) -> None:
+        """Release ``req``'s blocks: its anonymous ones first, then its nodes from the last,
+        so the LRU evicts its tail first (vLLM frees a block table in reverse order)."""
+        rid = req.request_id
+        if req.content is not None:
+            self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
+        refs = self._refs.pop(rid, None)
+        self._upto.pop(rid, None)
+        registered = 0
+        freed = 0
+        tail: list[_Node] = []
+        if refs:
+            for node in reversed(refs):
+                holders = node.holders
+                ext = holders.pop(rid)
+                registered += ext
+                if ext == node.held:
+                    node.held = max(holders.values()) if holders else 0
+                    if node.held < ext:
+                        freed += ext - node.held
+                        tail.append(node)
+        anon = req.num_blocks - registered
+        self._push_anon(anon)
+        free = self._free
+        for node in tail:
+            free[node.key] = node
+            free.move_to_end(node.key)
+        self.num_free_blocks += anon + freed
+        req.num_blocks = 0
+        assert self.num_free_blocks <= self.num_blocks
+
+    def swap_in(self, req: Request) -> bool:
+        n = self._host.get(req.request_id, 0)
+        if n > self.num_free_blocks:
+            return False
+        del self._host[req.request_id]
+        self.num_free_host_blocks += n
+        self._take(n)
+        req.num_blocks = n
+        return True
+
+    def swap_out_blocks(self, req: Request, n: int) -> int:
+        """Move up to ``n`` of ``req``'s last GPU blocks to host memory: its anonymous blocks
+        first, then its registered ones from the last node; their GPU copies stay cached
+        (evictable) if no one else references them, so a later admission may re-hit them."""
+        m = max(0, min(n, req.num_blocks, self.num_free_host_blocks))
+        if not m:
+            return 0
+        rid = req.request_id
+        if req.content is not None:
+            self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
+        refs = self._refs.get(rid, [])
+        registered = sum(node.holders[rid] for node in refs)
+        anon = min(m, req.num_blocks - registered)
+        self._push_anon(anon)
+        freed, left = anon, m - anon
+        while left:
+            node = refs[-1]
+            ext = node.holders[rid]
+            k = min(left, ext)
+            left -= k
+            if k == ext:
+                del node.holders[rid]
+                refs.pop()
+            else:
+                node.holders[rid] = ext - k
+            if ext == node.held:
+                node.held = max(node.holders.values()) if node.holders else 0
+                if node.held < ext:
+                    freed += ext - node.held
+                    self._free[node.key] = node
+                    self._free.move_to_end(node.key)
+        req.num_blocks -= m
+        self._upto[rid] = min(self._upto.get(rid, 0), req.num_blocks)
+        self.num_free_blocks += freed
+        self.num_free_host_blocks -= m
+        self._host[rid] = self._host.get(rid, 0) + m
+        return m
+
+    def swap_in_blocks(self, req: Request, n: int, keep_free: int = 0) -> int:
+        have = self._host.get(req.request_id, 0)
+        m = max(0, min(n, have, self.num_free_blocks - keep_free))
+        if m:
+            self._take(m)
+            req.num_blocks += m
+            self.num_free_host_blocks += m
+            if m == have:
+                del self._host[req.request_id]
+            else:
+                self._host[req.request_id] = have - m
+        return m
+
+    # ------------------------------------------------------------------ queries
+    def num_cached_free_blocks(self) -> int:
+        """Free blocks that still hold reusable content (evictable)."""
+        return self.num_free_blocks - self._anon_free
+
+    def check(self, resident: list[Request]) -> None:
+        anon_free = sum(v for v in self._free.values() if isinstance(v, int))
+        cached = held = 0
+        for node in self._nodes.values():
+            assert 0 <= node.held <= node.cached, "a referenced block was evicted"
+            assert node.held == max(node.holders.values(), default=0)
+            assert (node.key in self._free) == (node.cached > node.held)
+            cached += node.cached
+            held += node.held
+        assert anon_free + cached - held == self.num_free_blocks, "free count drifted"
+        assert anon_free == self._anon_free
+        anon_used = 0
+        for r in resident:
+            reg = sum(n.holders[r.request_id] for n in self._refs.get(r.request_id, []))
+            assert reg <= r.num_blocks
+            anon_used += r.num_blocks - reg
+        assert anon_free + cached + anon_used == self.num_blocks, "a block leaked"
+        assert set(self._refs) <= {r.request_id for r in resident}, "a freed request holds refs"
+        assert self.num_free_host_blocks + sum(self._host.values()) == self.num_host_blocks

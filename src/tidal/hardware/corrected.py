@@ -1,0 +1,342 @@
+"""Corrected roofline: a step-time model for any (GPU, model, TP), fitted on measured kernels.
+
+Per layer and GPU shard (M = step tokens, F = peak FLOP/s, BW = memory bytes/s):
+
+* each GEMM (QKV, O, gate+up, down; an M×K by K×N product) takes
+  ``t0 + (t_c^p + t_m^p)^(1/p)`` with ``t_c = 2·N·K·(M + M_½)/(η_F·F)`` — compute at the
+  efficiency ``η_F·M/(M + M_½)`` that grows with M (small-M GEMMs leave the tensor cores
+  idle) — and ``t_m = dtype·(MK + KN + MN)/(η_B·BW)`` (weights and activations read once); the
+  p-norm rounds the roofline's corner, where neither bound is reached;
+* each elementwise op (two RMSNorms, RoPE, SiLU·mul, residual add)
+  ``t0_op + r_op·b_op + k_op·M·b_op/BW`` with ``b_op`` its bytes read and written per token
+  (``r``: at small M one thread block walks a whole row); the embedding gather likewise;
+* two all-reduces of ``M·hidden·dtype`` bytes (TP > 1):
+  ``a + b·log2(tp) + 2(tp−1)/tp·bytes/(η_link·link_bw)`` per link kind;
+* decode attention ``t0_d + t1_d·n + kv_bytes·Σctx/(η_A·BW)`` for n decode requests (the
+  per-layer floor the roofline lacked); prefill attention ``m·t0_p + 2·q_heads·d·A/(η_P·F)
+  + kv_bytes·C/(η_B·BW)`` for m chunks with A = Σ c(2s + c), C = Σ(s + c);
+
+plus per step the LM head (a GEMM with M = sequences, N = vocab/TP) and a host term
+``h0 + h1·sequences`` (scheduling, input preparation, sampling, output processing).
+Constants are per GPU (η_F, η_B; GPUs without data borrow a family member's), per link kind
+and global; ``bench/fit_roofline.py`` fits them on the Vidur profiles (``data/profiles``) and
+reports held-out errors only. Exactness: only the ``κ·Σctx`` term touches ``decode_ctx``, added
+last, so the model is affine in the context (:meth:`decode_affine`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from tidal.hardware.gpus import GPUSpec
+from tidal.hardware.models import ModelSpec
+from tidal.hardware.perf import PerfModel
+
+CONSTANTS_PATH = Path(__file__).resolve().parent.parent / "data" / "profiles" / "roofline_fit.json"
+ELEMENTWISE = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+
+
+class _C(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GemmConst(_C):
+    m_half_ridge: float = 0.3
+    """M_½ in units of the GPU's ridge point F·dtype/(2·BW) (the M where a weight-bound GEMM
+    turns compute-bound), so that the corner's shape carries over between GPUs."""
+    t0_us: float = 3.0
+    p: float = 3.0
+
+
+class GPUConst(_C):
+    eta_flops: float = 0.75
+    eta_bw: float = 0.8
+
+
+class LinkConst(_C):
+    lat_us: float = 10.0
+    lat_log2_us: float = 0.0
+    eta: float = 0.7
+
+
+class AttentionConst(_C):
+    decode_t0_us: float = 15.0
+    decode_per_seq_us: float = 0.0
+    decode_eta_bw: float = 0.7
+    prefill_t0_us: float = 15.0
+    prefill_eta_flops: float = 0.5
+
+
+class HostConst(_C):
+    step_us: float = 500.0
+    per_seq_us: float = 5.0
+
+
+class RooflineConstants(_C):
+    format: str = "tidal-roofline-fit/1"
+    fitted_on: list[str] = []
+    gemm: GemmConst = GemmConst()
+    gpu: dict[str, GPUConst] = {}
+    family: dict[str, str] = {}
+    """GPU without data → GPU whose constants it borrows (same architecture and memory type)."""
+    elementwise: dict[str, tuple[float, float, float]] = {}
+    """op → (t0 µs, k, r ns/byte): ``t0 + r·b + k·M·b/BW`` for b bytes per token (the r term:
+    one thread block per row at small M); ``emb`` is the per-step embedding gather."""
+    link: dict[str, LinkConst] = {}
+    """``<gpu>/<link kind>`` → constants (the GPU part resolved through ``family``)."""
+    attention: AttentionConst = AttentionConst()
+    host: HostConst = HostConst()
+
+    def gpu_const(self, gpu: str) -> GPUConst:
+        return self.gpu.get(self._family(gpu), GPUConst())
+
+    def link_const(self, gpu: str, link: str, tp: int = 0) -> LinkConst:
+        """``<gpu>/<link>/tp<N>`` (fitted per group size), else ``<gpu>/<link>``."""
+        key = f"{self._family(gpu)}/{link}"
+        return self.link.get(f"{key}/tp{tp}", self.link.get(key, LinkConst()))
+
+    def _family(self, gpu: str) -> str:
+        base = gpu.partition("@")[0]
+        return base if base in self.gpu else self.family.get(base, base)
+
+
+@lru_cache(maxsize=1)
+def bundled_constants() -> RooflineConstants:
+    if not CONSTANTS_PATH.exists():
+        return RooflineConstants()
+    return RooflineConstants.model_validate(json.loads(CONSTANTS_PATH.read_text()))
+
+
+def link_kind(gpu: GPUSpec) -> str:
+    """NVSwitch node for SXM-class NVLink (≥ 300 GB/s), bridged pairs below, else PCIe."""
+    if gpu.nvlink_gbs >= 300:
+        return "dgx"
+    return "pairwise_nvlink" if gpu.nvlink_gbs > 0 else "pcie"
+
+
+def layer_gemms(model: ModelSpec, tp: int) -> list[tuple[str, int, int]]:
+    """(op, K, N) of one layer's GEMMs on one TP shard (Megatron split; KV heads replicated
+    when tp exceeds them). MoE layers report one expert's matrices."""
+    h, d = model.hidden_size, model.d_head
+    q, kv = model.num_heads // tp, max(model.num_kv_heads // tp, 1)
+    inter = model.intermediate_size // tp if not model.is_moe else model.intermediate_size
+    up = 2 * inter if model.gated_mlp else inter
+    return [
+        ("attn_pre_proj", h, (q + 2 * kv) * d),
+        ("attn_post_proj", q * d, h),
+        ("mlp_up_proj", h, up),
+        ("mlp_down_proj", inter, h),
+    ]
+
+
+def elementwise_bytes(model: ModelSpec, tp: int) -> dict[str, float]:
+    """Bytes read + written per token and layer by each elementwise op on one shard."""
+    h, d, dt = model.hidden_size, model.d_head, model.dtype_bytes
+    q, kv = model.num_heads // tp, max(model.num_kv_heads // tp, 1)
+    inter = model.intermediate_size // tp
+    act = (3 if model.gated_mlp else 2) * inter
+    return {
+        "input_layernorm": 2.0 * h * dt,
+        "post_attention_layernorm": 2.0 * h * dt,
+        "attn_rope": 2.0 * (q + kv) * d * dt,
+        "mlp_act": float(act * dt),
+        "add": 3.0 * h * dt,
+        "emb": 2.0 * h * dt,
+    }
+
+
+def ridge_tokens(gpu: GPUSpec, dtype_bytes: int) -> float:
+    """M at which an M×K·K×N GEMM with K, N ≫ M has equal FLOP and weight-read time."""
+    return gpu.flops * dtype_bytes / (2.0 * gpu.mem_bw)
+
+
+def gemm_time(
+    m: Any, k: Any, n: Any, dtype: float, flops: Any, bw: Any,
+    eta_f: Any, eta_b: Any, m_half: float, t0_us: float, p: float,
+) -> Any:  # fmt: skip
+    """Seconds of an (m×k)·(k×n) GEMM (module docstring); works on numpy arrays too."""
+    tc = 2.0 * n * k * (m + m_half) / (eta_f * flops)
+    tm = dtype * (m * k + k * n + m * n) / (eta_b * bw)
+    return t0_us * 1e-6 + (tc**p + tm**p) ** (1.0 / p)
+
+
+class CorrectedRooflinePerfModel(PerfModel):
+    name = "corrected-roofline"
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GPUSpec,
+        tp: int = 1,
+        consts: RooflineConstants | None = None,
+        link: str | None = None,
+    ) -> None:
+        self.model, self.gpu, self.tp = model, gpu, tp
+        self.c = consts if consts is not None else bundled_constants()
+        self.link = link or link_kind(gpu)
+        g = self.c.gpu_const(gpu.name)
+        self._eta_f, self._eta_b = g.eta_flops, g.eta_bw
+        self._gemms = layer_gemms(model, tp)
+        self._ridge = ridge_tokens(gpu, model.dtype_bytes)
+        self._elem = elementwise_bytes(model, tp)
+        kvb = 2.0 * max(model.num_kv_heads // tp, 1) * model.d_head * model.dtype_bytes
+        a = self.c.attention
+        L = model.num_layers
+        self._kv_layer = kvb
+        self.ctx_slope = L * kvb / (a.decode_eta_bw * gpu.mem_bw)
+        self._tok_cache: dict[int, float] = {}
+        self._seq_cache: dict[int, float] = {}
+        self._dec_cache: dict[int, float] = {}
+        # elementwise time is affine in the tokens: e0 + e1·T per layer (and per step for emb)
+        self._e0 = self.elementwise_s(0)
+        self._e1 = self.elementwise_s(1) - self._e0
+        self._emb0 = self.elementwise_s(0, ("emb",))
+        self._emb1 = self.elementwise_s(1, ("emb",)) - self._emb0
+
+    # ---------------------------------------------------------------- components (seconds)
+    def gemm_s(self, m: float, k: int, n: int) -> float:
+        g = self.c.gemm
+        return gemm_time(
+            m, k, n, self.model.dtype_bytes, self.gpu.flops, self.gpu.mem_bw,
+            self._eta_f, self._eta_b, g.m_half_ridge * self._ridge, g.t0_us, g.p,
+        )  # fmt: skip
+
+    def layer_linear_s(self, tokens: int) -> float:
+        """One layer's GEMMs (MoE: the experts the tokens touch) on one shard."""
+        m = self.model
+        if not m.is_moe or tokens == 0:
+            return sum(self.gemm_s(tokens, k, n) for _, k, n in self._gemms)
+        attn = sum(self.gemm_s(tokens, k, n) for _, k, n in self._gemms[:2])
+        e, act = m.num_experts, m.num_active_experts
+        touched = e * (1.0 - (1.0 - act / e) ** tokens)
+        per = tokens * act / touched
+        mlp = sum(self.gemm_s(per, k, n) for _, k, n in self._gemms[2:])
+        return attn + touched * mlp / self.tp
+
+    def elementwise_s(self, tokens: int, ops: tuple[str, ...] = ELEMENTWISE) -> float:
+        bw = self.gpu.mem_bw
+        t = 0.0
+        for op in ops:
+            t0, k, r = self.c.elementwise.get(op, (2.0, 1.0, 0.0))
+            b = self._elem[op]
+            t += t0 * 1e-6 + r * 1e-9 * b + k * tokens * b / bw
+        return t
+
+    def allreduce_s(self, nbytes: float) -> float:
+        """One all-reduce of ``nbytes`` across the TP group."""
+        if self.tp == 1:
+            return 0.0
+        lc = self.c.link_const(self.gpu.name, self.link, self.tp)
+        bw = (self.gpu.pcie_gbs if self.link == "pcie" else self.gpu.peer_bw / 1e9) * 1e9
+        ring = 2.0 * (self.tp - 1) / self.tp
+        lat = lc.lat_us + lc.lat_log2_us * math.log2(self.tp)
+        return lat * 1e-6 + ring * nbytes / (lc.eta * bw)
+
+    def tokens_s(self, tokens: int) -> float:
+        """Everything that depends only on the step's token count: layers' GEMMs and
+        elementwise ops, two all-reduces per layer, the embedding gather."""
+        t = self._tok_cache.get(tokens)
+        if t is None:
+            m = self.model
+            ar = 2.0 * self.allreduce_s(tokens * m.hidden_size * m.dtype_bytes)
+            layer = self.layer_linear_s(tokens) + self._e0 + self._e1 * tokens + ar
+            t = m.num_layers * layer + self._emb0 + self._emb1 * tokens
+            if len(self._tok_cache) < 65536:
+                self._tok_cache[tokens] = t
+        return t
+
+    def head_s(self, seqs: int) -> float:
+        m = self.model
+        return self.gemm_s(seqs, m.hidden_size, m.vocab_size // self.tp) if seqs else 0.0
+
+    def host_s(self, seqs: int) -> float:
+        h = self.c.host
+        return (h.step_us + h.per_seq_us * seqs) * 1e-6
+
+    def seqs_s(self, seqs: int) -> float:
+        t = self._seq_cache.get(seqs)
+        if t is None:
+            t = self.head_s(seqs) + self.host_s(seqs)
+            self._seq_cache[seqs] = t
+        return t
+
+    def _dec_fixed(self, num_decodes: int) -> float:
+        t = self._dec_cache.get(num_decodes)
+        if t is None:
+            t = self._dec_cache[num_decodes] = self.attn_decode_fixed_s(num_decodes)
+        return t
+
+    def attn_decode_fixed_s(self, num_decodes: int) -> float:
+        if num_decodes == 0:
+            return 0.0
+        a = self.c.attention
+        per = (a.decode_t0_us + a.decode_per_seq_us * num_decodes) * 1e-6
+        return self.model.num_layers * per
+
+    def attn_prefill_s(self, prefill_attn: int, prefill_ctx: int, num_prefills: int) -> float:
+        if num_prefills == 0:
+            return 0.0
+        a, m = self.c.attention, self.model
+        q = m.num_heads // self.tp
+        comp = 2.0 * q * m.d_head * prefill_attn / (a.prefill_eta_flops * self.gpu.flops)
+        read = self._kv_layer * prefill_ctx / (self._eta_b * self.gpu.mem_bw)
+        return m.num_layers * (num_prefills * a.prefill_t0_us * 1e-6 + comp + read)
+
+    # ---------------------------------------------------------------- the step
+    def step_seconds(
+        self,
+        num_decodes: int,
+        decode_ctx: Any,
+        prefill_tokens: int,
+        prefill_attn: int,
+        prefill_ctx: int,
+        num_prefills: int,
+        mx: Callable[[Any, Any], Any] = max,
+    ) -> Any:
+        tokens = num_decodes + prefill_tokens
+        if tokens == 0:
+            return 0.0
+        seqs = num_decodes + num_prefills
+        tok = self._tok_cache.get(tokens)
+        sq = self._seq_cache.get(seqs)
+        const = (
+            (self.tokens_s(tokens) if tok is None else tok)
+            + (self.seqs_s(seqs) if sq is None else sq)
+            + (self.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills) if num_prefills
+               else 0.0)
+            + (self._dec_fixed(num_decodes) if num_decodes else 0.0)
+        )  # fmt: skip
+        return const + self.ctx_slope * decode_ctx
+
+    def kernel_seconds(
+        self, num_decodes: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int = 0,
+        num_prefills: int = 0, prefill_attn: int = 0, attention: bool = True,
+    ) -> float:  # fmt: skip
+        """GPU kernel time of the layers (no LM head, no host): what the profiles measure."""
+        t = self.tokens_s(num_decodes + prefill_tokens)
+        if attention:
+            t += self.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
+            t += self.attn_decode_fixed_s(num_decodes) + self.ctx_slope * decode_ctx
+        return t
+
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        if num_decodes == 0:
+            return None
+        return self.step_seconds(num_decodes, 0, 0, 0, 0, 0), self.ctx_slope
+
+    def describe(self) -> dict[str, Any]:
+        g = self.c.gpu_const(self.gpu.name)
+        return {
+            "name": self.name,
+            "eta_flops": g.eta_flops,
+            "eta_bw": g.eta_bw,
+            "link": self.link,
+            "constants": self.c.format,
+        }

@@ -1,0 +1,89 @@
+"""Multi-turn sessions: turn k's prompt is turn k−1's prompt, its answer, then new user tokens.
+
+``num_requests`` turns in ``ceil(num_requests / turns)`` sessions; sessions start at the
+configured arrival process (``rate``, ``arrival_cv``); turn k > 0 is sent a think time after
+turn k−1 finished (exponential, mean ``think_time_s``), so its arrival is not known in advance:
+the simulator releases it (closed loop per session, :class:`tidal.sim.simulator.ArrivalStream`).
+Columns: ``arrival_ns`` holds the session start (a lower bound, non-decreasing),
+``prev_turn`` the distance in rows to the previous turn (0: none) and ``think_ns``.
+
+Content (prefix caching): request i's segments are, for its session's turns j ≤ k, the user
+tokens ``u_j`` (id ``2i_j``) and the answer ``o_j`` (id ``2i_j + 1``), optionally after a shared
+system prompt; its own answer ends the content, so the tokens it generates are cached under
+that id and the next turn can reuse them (vLLM caches generated blocks the same way).
+Lengths: ``(u_k, o_k)`` pairs from ``length_dist`` (the prompt length stands for u).
+Agent chains (``handoff``): ``kv`` is the above; ``text`` gives turn k the same number of
+tokens as one segment of its own (its instruction, then the history re-sent as text), so
+nothing is reused (Agent Primitives' text-based multi-agent baseline, arXiv 2602.03695).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tidal.core.units import NS_PER_S
+from tidal.workload.arrivals import arrival_times
+from tidal.workload.base import RequestSet
+from tidal.workload.config import WorkloadConfig
+from tidal.workload.content import PrefixContent
+from tidal.workload.lengths import sample_lengths
+
+_SYSTEM_ID = 1 << 40
+"""Ids of shared system prompts (group g has id _SYSTEM_ID + g), apart from turn ids."""
+_TEXT_ID = 1 << 42
+"""Ids of the text handoffs (request i: _TEXT_ID + i), never shared."""
+
+
+def sessions(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
+    n, turns = cfg.num_requests or 0, cfg.turns
+    num_sessions = -(-n // turns)
+    rate = math.inf if cfg.rate is None else cfg.rate * cfg.rate_scale
+    start = arrival_times(num_sessions, rate, cfg.arrival_cv, rng)
+    user, out = sample_lengths(
+        cfg.length_dist,
+        n,
+        rng,
+        prompt_len=cfg.prompt_len,
+        output_len=cfg.output_len,
+        jitter=cfg.length_jitter,
+        sigma=cfg.length_sigma,
+    )
+    think = np.rint(rng.exponential(cfg.think_time_s, n) * NS_PER_S).astype(np.int64)
+    turn = np.arange(n) % turns
+    session = np.arange(n) // turns
+    shared = cfg.shared_prefix_len if cfg.shared_prefix_groups else 0
+    group = rng.integers(max(cfg.shared_prefix_groups, 1), size=num_sessions)
+    ids: list[int] = []
+    lens: list[int] = []
+    count = np.zeros(n, dtype=np.int64)
+    prompt = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        k = int(turn[i])
+        first = i - k
+        segs_i, lens_i = [], []
+        if shared:
+            segs_i.append(_SYSTEM_ID + int(group[session[i]]))
+            lens_i.append(shared)
+        if cfg.handoff == "text" and k > 0:
+            # the instruction first, then the history as text: same tokens, no shared prefix
+            history = sum(int(user[j]) + int(out[j]) for j in range(first, i)) + int(user[i])
+            segs_i += [_TEXT_ID + i, 2 * i + 1]
+            lens_i += [history, int(out[i])]
+        else:
+            for j in range(first, i + 1):
+                segs_i += [2 * j, 2 * j + 1]
+                lens_i += [int(user[j]), int(out[j])]
+        ids += segs_i
+        lens += lens_i
+        count[i] = len(segs_i)
+        prompt[i] = sum(lens_i) - int(out[i])
+    content = PrefixContent.from_segments(np.array(ids), np.array(lens), count)
+    extra = {"prev_turn": np.where(turn > 0, 1, 0).astype(np.int64), "think_ns": think}
+    extra["think_ns"][turn == 0] = 0
+    source = (
+        f"sessions: {n} turns in {num_sessions} sessions of up to {turns}, think time "
+        f"{cfg.think_time_s:g} s, starts at {rate:g} sessions/s, lengths {cfg.length_dist}"
+    )
+    return RequestSet(start[session], prompt, out, source, extra, content=content)
