@@ -141,3 +141,19 @@ def test_requests_longer_than_the_context_window_are_refused_with_the_fix():
     assert "--max-prompt-len" in res.output
     ok = runner.invoke(app, ["simulate", *args, "--prompt-len", "5000", "--max-prompt-len", "3000"])
     assert ok.exit_code == 0
+
+
+def test_branch_policy_flag(tmp_path):
+    args = ["--num-requests", "3", "--rate", "1", "--output-len", "30000", "--n", "4"]
+    probe = ["--branch-policy", "parallel-probe"]
+    assert (
+        run("simulate", *args, *probe, "--seed", "3", "--out", str(tmp_path / "p")).exit_code == 0
+    )
+    assert run("simulate", *args, "--seed", "3", "--out", str(tmp_path / "a")).exit_code == 0
+    summary = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert summary["config"]["workload"]["branch_policy"] == "parallel-probe"
+    p = pl.read_parquet(tmp_path / "p" / "requests.parquet")["output_len"].to_numpy()
+    a = pl.read_parquet(tmp_path / "a" / "requests.parquet")["output_len"].to_numpy()
+    assert len(p) == len(a) == 12
+    assert (p <= a).all()
+    assert p.sum() < a.sum()  # 30k-token branches: the consensus stop (T = 40 probes of 500) fires

@@ -165,6 +165,9 @@ def simulate(
     n: Annotated[
         int | None, Opt("--n", help="Synthetic: parallel sampling, branches per prompt.")
     ] = None,
+    branch_policy: Annotated[
+        str | None, Opt(help="Parallel sampling: all (to completion) or parallel-probe.")
+    ] = None,
     turns: Annotated[int | None, Opt(help="Synthetic: turns per multi-turn session.")] = None,
     handoff: Annotated[
         str | None, Opt(help="Sessions/agent chains: context handed on as kv or text.")
@@ -250,6 +253,7 @@ def simulate(
             ("workload.shared_prefix_len", shared_prefix_len),
             ("workload.turns", turns),
             ("workload.n", n),
+            ("workload.branch_policy", branch_policy),
             ("workload.handoff", handoff),
             ("workload.think_time_s", think_time),
         ):

@@ -126,6 +126,10 @@ class PrefixCachingKVManager(KVBlockManager):
         """Blocks of each request already registered or left anonymous."""
         self._pending: tuple[int, list[tuple[_Node, int]]] | None = None
         self.num_evicted_blocks = 0
+        self._version = 0
+        """Bumped whenever a node is created, deleted, or its ``cached``/``held`` change: a
+        match depends on nothing else, so one made at the same version is reused."""
+        self._memo: tuple[tuple[int, int, int], list[tuple[_Node, int]], int, int] | None = None
 
     # ------------------------------------------------------------------ free queue
     def _push_anon(self, count: int) -> None:
@@ -148,23 +152,28 @@ class PrefixCachingKVManager(KVBlockManager):
         self.num_free_blocks -= n
         free = self._free
         while n > 0:
-            k, v = next(iter(free.items()))
-            if isinstance(v, int):
-                if v > n:
-                    free[k] = v - n
+            k = next(iter(free))
+            v = free[k]
+            if k < 0:  # an anonymous run (node keys are non-negative hashes)
+                c: int = v  # type: ignore[assignment]
+                if c > n:
+                    free[k] = c - n
                     self._anon_free -= n
                     return
                 del free[k]
-                self._anon_free -= v
-                n -= v
+                self._anon_free -= c
+                n -= c
                 continue
-            m = min(v.cached - v.held, n)
-            v.cached -= m
+            node: _Node = v  # type: ignore[assignment]
+            self._version += 1
+            spare = node.cached - node.held
+            m = spare if spare < n else n
+            node.cached -= m
             n -= m
             self.num_evicted_blocks += m
-            if v.cached == v.held:
+            if m == spare:
                 del free[k]
-                if v.cached == 0 and not v.holders:
+                if node.cached == 0 and not node.holders:
                     del self._nodes[k]
 
     # ------------------------------------------------------------------ matching
@@ -175,6 +184,11 @@ class PrefixCachingKVManager(KVBlockManager):
         if content is None or req.num_blocks or req.num_computed_tokens:
             self._pending = None
             return 0, 0
+        memo_key = (req.request_id, req.num_tokens, self._version)
+        memo = self._memo
+        if memo is not None and memo[0] == memo_key:  # nothing changed since the last match
+            self._pending = (req.request_id, memo[1])
+            return memo[2], memo[3]
         bs = self.block_size
         limit = (req.num_tokens - 1) // bs
         hits: list[tuple[_Node, int]] = []
@@ -200,6 +214,7 @@ class PrefixCachingKVManager(KVBlockManager):
                 break
             lo = hi
         self._pending = (req.request_id, hits)
+        self._memo = (memo_key, hits, hit * bs, shared)
         return hit * bs, shared
 
     def commit_prefix(self, req: Request, hit_tokens: int) -> None:
@@ -214,6 +229,7 @@ class PrefixCachingKVManager(KVBlockManager):
             return
         assert pending is not None, "commit_prefix without match_prefix"
         assert pending[0] == req.request_id, "commit_prefix for another request"
+        self._version += 1
         rid, free = req.request_id, self._free
         refs = self._refs.setdefault(rid, [])
         for node, take in pending[1]:
@@ -260,12 +276,14 @@ class PrefixCachingKVManager(KVBlockManager):
                     node = nodes[key] = _Node(key)
                     node.cached = node.held = node.holders[rid] = b - lo
                     refs.append(node)
+                    self._version += 1
             else:
                 ext = node.holders.get(rid)
                 # extend only our own copy at the node's frontier; another's copy: ours stays
                 # anonymous (a duplicate)
                 if ext is not None and ext == start - lo and node.cached == ext:
                     node.cached = node.held = node.holders[rid] = b - lo
+                    self._version += 1
             lo = start = hi
             s += 1
 
@@ -276,7 +294,9 @@ class PrefixCachingKVManager(KVBlockManager):
             self._take(need)
             req.num_blocks += need
         if req.content is not None:
-            self._register(req, num_tokens // self.block_size)
+            full = num_tokens // self.block_size
+            if full > self._upto.get(req.request_id, 0):
+                self._register(req, full)
 
     def take(self, num_blocks: int) -> None:
         self._take(num_blocks)
@@ -293,6 +313,7 @@ class PrefixCachingKVManager(KVBlockManager):
         freed = 0
         tail: list[_Node] = []
         if refs:
+            self._version += 1
             for node in reversed(refs):
                 holders = node.holders
                 ext = holders.pop(rid)
@@ -333,6 +354,7 @@ class PrefixCachingKVManager(KVBlockManager):
         if req.content is not None:
             self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
         refs = self._refs.get(rid, [])
+        self._version += 1
         registered = sum(node.holders[rid] for node in refs)
         anon = min(m, req.num_blocks - registered)
         self._push_anon(anon)

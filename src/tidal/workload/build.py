@@ -195,7 +195,18 @@ def parallel_branches(rs: RequestSet, cfg: WorkloadConfig, rng: np.random.Genera
     content = PrefixContent.from_segments(
         ids[segs].ravel(), lens[segs].ravel(), np.full(n * k, ids.shape[1], np.int64)
     )
-    source = f"parallel sampling n = {k} ({cfg.branch_policy} branches to completion)"
+    source = f"parallel sampling n = {k} (all branches to completion)"
+    if cfg.branch_policy == "parallel-probe":
+        from tidal.workload.parallel_probe import probe_groups, token_savings
+
+        full = output.reshape(n, k)
+        done = probe_groups(full, cfg.parallel_probe, rng)
+        seq, tot = token_savings(full, done)
+        output = done.ravel()
+        source = (
+            f"parallel sampling n = {k} (Parallel-Probe: {seq:.1%} sequential, "
+            f"{tot:.1%} total decode tokens saved)"
+        )
     return RequestSet(rs.arrival_ns[segs], rs.prompt_len[segs], output, source, content=content)
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from tidal.core.strict import StrictModel
+from tidal.workload.parallel_probe import ParallelProbeOptions
 
 
 class WorkloadConfig(StrictModel):
@@ -44,8 +45,12 @@ class WorkloadConfig(StrictModel):
     """Synthetic: parallel sampling, each prompt answered ``n`` times (vLLM's
     ``SamplingParams.n``). As vLLM v1 does, the n branches are n requests of one prompt that
     arrive together and share it through the prefix cache; ``num_requests`` counts prompts."""
-    branch_policy: Literal["all"] = "all"
-    """Parallel sampling: ``all`` runs every branch to completion (majority voting)."""
+    branch_policy: Literal["all", "parallel-probe"] = "all"
+    """Parallel sampling: ``all`` runs every branch to completion (majority voting);
+    ``parallel-probe`` applies Parallel-Probe's consensus early stop and deviation pruning
+    (:mod:`tidal.workload.parallel_probe`; each branch decodes only what the controller lets it)."""
+    parallel_probe: ParallelProbeOptions = Field(default_factory=ParallelProbeOptions)
+    """Parallel-Probe's parameters (paper defaults) and its answer model."""
     turns: int = Field(default=1, ge=1)
     """Synthetic: turns per multi-turn session (1: independent requests); each turn's prompt
     is the previous prompt + its answer + new user tokens (:mod:`tidal.workload.sessions`)."""
@@ -141,6 +146,8 @@ class WorkloadConfig(StrictModel):
                 raise ValueError(
                     "rate: a synthetic workload needs a rate in req/s (or inf, or a concurrency)"
                 )
+        if self.branch_policy != "all" and self.n < 2:
+            raise ValueError("branch_policy: parallel-probe needs parallel branches (n >= 2, --n)")
         if self.n > 1 and self.turns > 1:
             raise ValueError("n: parallel sampling of multi-turn sessions is not supported")
         if (self.shared_prefix_groups > 0) != (self.shared_prefix_len > 0):
