@@ -10,6 +10,7 @@ Instance rows: ``instance, model, first_gpu, num_gpus, kind`` (index into
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -101,3 +102,16 @@ def model_gpu_seconds(table: dict[str, np.ndarray], model: int, t0_ns: int, t1_n
     ):
         total += n * max(0, min(stop if stop >= 0 else t1_ns, t1_ns) - max(created, t0_ns))
     return total / NS_PER_S
+
+
+def start_metrics(table: dict[str, np.ndarray], model: int | None) -> dict[str, Any]:
+    """Instance starts, cold starts and the prewarm hit rate (hits / dynamic starts), of one
+    model or (``model`` None) of the cluster."""
+    c = start_counts(table, model)
+    dynamic = c["hit"] + c["partial"] + c["miss"]
+    return {
+        "instance_starts": dynamic + c["static"],
+        "cold_starts": c["partial"] + c["miss"],
+        "prewarm_hits": c["hit"],
+        "prewarm_hit_rate": c["hit"] / dynamic if dynamic else None,
+    }

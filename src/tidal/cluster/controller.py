@@ -25,20 +25,23 @@ from typing import Any
 
 import numpy as np
 
-from tidal.cluster.accounting import Ledger, model_gpu_seconds, start_counts
+from tidal.cluster.accounting import Ledger, model_gpu_seconds, start_counts, start_metrics
 from tidal.cluster.backend import Backend
 from tidal.cluster.coldstart import StartupPlan
 from tidal.cluster.config import ClusterConfig
 from tidal.cluster.eager import EagerPerfModel, eager_overhead_s
+from tidal.cluster.engine_pool import EnginePool
 from tidal.cluster.instance import START_KINDS, ModelInstance, Replica, State
 from tidal.cluster.kv import ReservingKV
 from tidal.cluster.load import ModelLoad
 from tidal.cluster.memory import ClusterMemory
 from tidal.cluster.models import ServedModel, served_models
+from tidal.cluster.startup_run import run_startup_plan
 from tidal.cluster.topology import parse_cluster
 from tidal.cluster.transfer import TransferEngine
+from tidal.cluster.weight_load import load_weights
 from tidal.core.request import Request
-from tidal.core.units import NS_PER_S, s_to_ns
+from tidal.core.units import s_to_ns
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
@@ -99,8 +102,7 @@ class ClusterController:
         self.num_finished = 0
         self._next_rid = 0
         self._perf_cache: dict[tuple[int, int, float], PerfModel] = {}
-        self._engine_pool = st.engine_pool
-        self._pool_refill_at = -1
+        self.engine_pool = EnginePool(st)
         self.replicas_loaded = 0
         self.replicas_evicted = 0
         self.loads_cancelled = 0
@@ -227,50 +229,8 @@ class ClusterController:
         self.memory.alloc(now_ns, gpus, ("kv", inst.iid), inst.kv_pages, model.index, "kv")
         inst.kv = ReservingKV(blocks, model.block_size, min_free_blocks, min_total_blocks)
         inst.kv.on_reserve = lambda n, inst=inst: self._kv_reserved(inst, n)
-        self._run_plan(inst, plan, replica, now_ns)
+        run_startup_plan(self, inst, plan, replica, now_ns)
         return inst
-
-    def _run_plan(
-        self, inst: ModelInstance, plan: StartupPlan, replica: Replica | None, now_ns: int
-    ) -> None:
-        kv_ns = s_to_ns(plan.kv_s)
-
-        def track_done(name: str, t: int) -> None:
-            inst.waiting_for.discard(name)
-            if not inst.waiting_for and inst.state != State.STOPPED:
-                self.at(t + kv_ns, lambda t2: self._ready(inst, t2))
-
-        if plan.sequential:
-            inst.waiting_for = {"seq"}
-
-            def after_proc(t: int) -> None:
-                if inst.state == State.STOPPED:
-                    return
-                if plan.load:
-                    inst.transfers = self._load_weights(
-                        inst.model,
-                        inst.gpus,
-                        ("w", inst.iid),
-                        t,
-                        lambda t2: track_done("seq", t2),
-                    )
-                else:
-                    track_done("seq", t)
-
-            self.at(now_ns + s_to_ns(plan.proc_s + plan.group_s), after_proc)
-            return
-        inst.waiting_for = {"proc", "weights"}
-        self.at(now_ns + s_to_ns(plan.proc_s), lambda t: track_done("proc", t))
-        if replica is not None and not replica.warm:
-            replica.on_warm = lambda t: track_done("weights", t)
-            inst.transfers = replica.transfers
-        elif replica is None and plan.load:
-            r = self._new_replica(inst.model, inst.gpus, now_ns, owner=("w", inst.iid))
-            r.consumer = inst
-            r.on_warm = lambda t: track_done("weights", t)
-            inst.transfers = r.transfers
-        else:
-            track_done("weights", now_ns)
 
     def _ready(self, inst: ModelInstance, now_ns: int) -> None:
         if inst.state == State.STOPPED or inst.ready_ns >= 0:
@@ -359,24 +319,8 @@ class ClusterController:
 
     # ------------------------------------------------------------------ engine pool
     def engine_handoff_s(self, now_ns: int) -> float:
-        """Seconds until a prewarmed engine process is ready for ``now``'s activation: the
-        handoff, plus the wait for a refill when the pool is empty (32 processes, refilled
-        ``engine_s`` after falling below 10)."""
-        st = self.cfg.startup
-        if self._pool_refill_at >= 0 and now_ns >= self._pool_refill_at:
-            self._engine_pool += st.engine_pool
-            self._pool_refill_at = -1
-        wait = 0.0
-        if self._engine_pool == 0 and self._pool_refill_at < 0:
-            self._pool_refill_at = now_ns + s_to_ns(st.engine_s)
-        if self._engine_pool == 0:
-            wait = (self._pool_refill_at - now_ns) / NS_PER_S
-            self._engine_pool += st.engine_pool
-            self._pool_refill_at = -1
-        self._engine_pool -= 1
-        if self._engine_pool < st.engine_pool_refill_below and self._pool_refill_at < 0:
-            self._pool_refill_at = now_ns + s_to_ns(st.engine_s)
-        return wait + st.handoff_s
+        """Seconds until a prewarmed engine process is ready (:class:`EnginePool`)."""
+        return self.engine_pool.handoff_s(now_ns)
 
     # ------------------------------------------------------------------ replicas and loads
     def _attach_replica(self, r: Replica) -> None:
@@ -412,38 +356,8 @@ class ClusterController:
         if owner is None:
             self.memory.alloc(now_ns, gpus, key, model.weight_pages, model.index, "prewarm")
             self._attach_replica(r)
-        r.transfers = self._load_weights(model, gpus, key, now_ns, lambda t: self._warm(r, t))
+        r.transfers = load_weights(self, model, gpus, key, now_ns, lambda t: self._warm(r, t))
         return r
-
-    def _load_weights(
-        self,
-        model: ServedModel,
-        gpus: tuple[int, ...],
-        owner: tuple[str, int],
-        now_ns: int,
-        on_done: Callable[[int], None],
-    ) -> list:
-        """One transfer per shard over the GPU's host link (after the node's SSD link when the
-        checkpoint is not in its DRAM); ``on_done`` after the slowest shard plus the serial
-        extras of the policy (group creation, page mapping without memory switching)."""
-        node = self.topo.node_of(gpus[0])
-        from_ssd = not self.policy.in_dram(model, node)
-        extra_s = self.policy.load_extra_s(model)
-        left = [len(gpus)]
-        cap = self.policy.load_rate_cap()
-
-        def shard_done(t: int) -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                if from_ssd:
-                    self.dram[node].add(model.index)
-                self.at(t + s_to_ns(extra_s), on_done)
-
-        out = []
-        for g in gpus:
-            links = (f"ssd:{node}", f"pcie:{g}") if from_ssd else (f"pcie:{g}",)
-            out.append(self.transfers.start(now_ns, model.shard_bytes, links, shard_done, cap))
-        return out
 
     def _warm(self, r: Replica, now_ns: int) -> None:
         if r.warm:
@@ -487,15 +401,9 @@ class ClusterController:
         return start_counts(self.instance_table(), model)
 
     def cluster_metrics(self, model: int | None, t0_ns: int, t1_ns: int) -> dict[str, Any]:
+        """Start counts and GPU-seconds, cluster-wide (``model`` None) or of one model."""
         table = self.instance_table()
-        c = start_counts(table, model)
-        dynamic = c["hit"] + c["partial"] + c["miss"]
-        m: dict[str, Any] = {
-            "instance_starts": dynamic + c["static"],
-            "cold_starts": c["partial"] + c["miss"],
-            "prewarm_hits": c["hit"],
-            "prewarm_hit_rate": c["hit"] / dynamic if dynamic else None,
-        }
+        m = start_metrics(table, model)
         if model is None:
             m["gpu_seconds"] = self.gpu_seconds(t0_ns, t1_ns)
             m["replicas_loaded"] = self.replicas_loaded

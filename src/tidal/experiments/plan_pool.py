@@ -40,7 +40,7 @@ def simulate_at(
 
 
 def _init(spec: PlanSpec, targets: dict[str, float], requests: RequestSet) -> None:
-    from tidal.experiments.planner import certain_failure_stop
+    from tidal.experiments.plan_options import certain_failure_stop
 
     _WORKER.update(spec=spec, requests=requests, stop=certain_failure_stop(targets, requests))
 

@@ -33,173 +33,46 @@ headroom first), then by the label, so the answer is deterministic.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tidal.core.errors import ConfigError
-from tidal.core.metrics import request_latencies
-from tidal.experiments.grid import apply_cell, cells
+from tidal.experiments.plan_io import write_plan
+from tidal.experiments.plan_options import (
+    Evaluation,
+    Option,
+    OptionOutcome,
+    PlanOutcome,
+    _with_slo,
+    build_options,
+    certain_failure_stop,
+    meets_slo,
+    prepare_spec,
+)
 from tidal.experiments.plan_pool import Prefetcher, simulate_at
 from tidal.experiments.replicas import SimulationStopped
 from tidal.experiments.space import PlanSpec
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
-from tidal.sim.config import SimulationConfig, load_config
-from tidal.sim.recorder import RequestRecorder
+from tidal.sim.config import load_config
 from tidal.sim.run import SimResult, load_requests, memory_plan
 from tidal.workload.base import RequestSet
 
-_LAT = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
-
-
-@dataclass
-class Option:
-    """One per-replica configuration of the search space."""
-
-    index: int
-    label: str
-    values: dict[str, Any]
-    config: SimulationConfig | None
-    unit_gpus: int
-    unit_price: float
-    """USD per hour of one capacity unit."""
-    error: str | None = None
-
-
-@dataclass
-class Evaluation:
-    option: Option
-    capacity: int
-    passed: bool
-    stopped_early: bool
-    metrics: dict[str, Any]
-    result: SimResult | None = None
-
-
-@dataclass
-class OptionOutcome:
-    option: Option
-    status: str
-    """``feasible``, ``pruned`` (cannot beat the bound within its cap), ``infeasible`` (fails
-    at max_replicas), ``does-not-fit`` or ``error``."""
-    capacity: int | None = None
-    simulations: int = 0
-    detail: str = ""
-
-
-@dataclass
-class PlanOutcome:
-    spec: PlanSpec
-    candidates: list[dict[str, Any]]
-    outcomes: list[OptionOutcome]
-    evaluations: list[Evaluation]
-    simulations_run: int
-    exhaustive_simulations: int
-    span_s: float
-    num_requests: int
-    results: dict[str, SimResult] = field(default_factory=dict)
-    """SimResult of each returned candidate, by its label."""
-    wall_s: float = 0.0
-
-    @property
-    def best(self) -> dict[str, Any] | None:
-        return self.candidates[0] if self.candidates else None
-
-
-# ---------------------------------------------------------------------------- SLO checks
-def meets_slo(metrics: dict[str, Any], targets: dict[str, float]) -> bool:
-    if metrics.get("num_completed") != metrics.get("num_requests"):
-        return False
-    for key, limit in targets.items():
-        v = metrics.get(key)
-        if v is None or v > limit:
-            return False
-    return True
-
-
-def certain_failure_stop(
-    targets: dict[str, float], requests: RequestSet
-) -> Callable[[RequestRecorder, int], None]:
-    """A ``stop`` hook raising :class:`SimulationStopped` once some target must be missed
-    (module docstring, point 3)."""
-    checks = []
-    for key, limit in targets.items():
-        m = re.fullmatch(r"(ttft|tpot|e2e)_p(\d+)_s", key)
-        if m is None:  # pragma: no cover - PlanSpec validates the keys
-            continue
-        name, p = m.group(1), int(m.group(2))
-        n = int((requests.output_len > 1).sum()) if name == "tpot" else len(requests)
-        if n == 0:
-            continue
-        allowed = n - math.floor(p / 100.0 * (n - 1))
-        checks.append((_LAT[name], limit, allowed))
-
-    def stop(recorder: RequestRecorder, now_ns: int) -> None:
-        lat = request_latencies(recorder.columns())
-        for col, limit, allowed in checks:
-            if int(np.count_nonzero(lat[col] > limit)) >= allowed:
-                raise SimulationStopped(col)
-
-    return stop
-
-
-# ---------------------------------------------------------------------------- options
-def _label(values: dict[str, Any], cfg: SimulationConfig | None) -> str:
-    if cfg is None:
-        return ", ".join(f"{k}={v}" for k, v in values.items())
-    s = cfg.scheduler
-    if cfg.cluster is not None:
-        gpu = values.get("gpu", cfg.gpu)
-        text = f"{gpu} · {cfg.cluster.placement} · {s.batching}"
-        known = {"gpu", "cluster.placement", "scheduler.batching"}
-        augmented = cfg.cluster.mix.augmented is not None
-    else:
-        text = f"{cfg.gpu} TP{cfg.tp} · {s.batching}/{s.ordering} B={s.token_budget} "
-        text += f"N={s.max_seqs}"
-        known = {"gpu", "tp", "scheduler.batching", "scheduler.ordering"}
-        known |= {"scheduler.token_budget", "scheduler.max_seqs"}
-        augmented = cfg.workload.augmented is not None
-    if augmented:
-        text += f" · {cfg.augment.serving_policy}"
-        known.add("augment.serving_policy")
-    extra = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items() if k not in known]
-    return text + (" · " + " ".join(extra) if extra else "")
-
-
-def build_options(spec: PlanSpec, max_tokens: int) -> list[Option]:
-    """Every option of the search space, validated; options that cannot run (the model does not
-    fit, token_budget < max_seqs) are kept with their reason and never simulated."""
-    out = []
-    for i, values in enumerate(cells(spec.axes())):
-        data = apply_cell(spec.base, values)
-        gpus_per_unit = spec.gpus_per_unit
-        try:
-            cfg = load_config(data)
-        except ConfigError as err:
-            label = _label(values, None)
-            out.append(Option(i, label, values, None, 1, 0.0, str(err).removeprefix("config: ")))
-            continue
-        unit = gpus_per_unit or (cfg.tp if spec.capacity_key == "replicas" else 1)
-        base_gpu = cfg.gpu.partition("@")[0]
-        price = spec.prices.get(base_gpu, get_gpu(cfg.gpu).price_per_hour)
-        opt = Option(i, _label(values, cfg), values, cfg, unit, unit * price)
-        try:
-            memory_plan(cfg, max_tokens)
-        except ConfigError as err:
-            opt.error = str(err)
-        out.append(opt)
-    if out and all(o.config is None for o in out):
-        raise ConfigError(
-            "search", f"no option of the search space is valid; the first: {out[0].error}"
-        )
-    return out
+__all__ = [
+    "Evaluation",
+    "Option",
+    "OptionOutcome",
+    "PlanOutcome",
+    "Planner",
+    "build_options",
+    "certain_failure_stop",
+    "meets_slo",
+    "plan",
+    "prepare_spec",
+    "write_plan",
+]
 
 
 # ---------------------------------------------------------------------------- the search
@@ -438,23 +311,6 @@ def _gt(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return False
 
 
-def _with_slo(base: dict[str, Any], targets: dict[str, float]) -> dict[str, Any]:
-    """The base config with its SLO thresholds set from the p-targets, so goodput and SLO
-    attainment in the metrics use the same thresholds the plan does."""
-    data = apply_cell(base, {})
-    slo = data.setdefault("slo", {})
-    for key, limit in targets.items():
-        name = key.split("_", 1)[0]
-        if name in ("ttft", "tpot"):
-            slo[f"{name}_s"] = limit
-    return data
-
-
-def prepare_spec(spec: PlanSpec) -> PlanSpec:
-    """Copy the SLO targets into the base config (see :func:`_with_slo`)."""
-    return spec.model_copy(update={"base": _with_slo(spec.base, spec.targets())})
-
-
 def plan(
     spec: PlanSpec,
     exhaustive: bool = False,
@@ -473,79 +329,3 @@ def plan(
         return planner.run(exhaustive)
     finally:
         planner.prefetch.close()
-
-
-def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
-    """``DIR/plan.json``, ``DIR/evaluations.parquet`` and one run directory per returned
-    candidate under ``DIR/runs/`` (``tidal report DIR`` draws them)."""
-    from tidal.report.io import write_json, write_parquet
-    from tidal.report.results import _clean, write_run
-
-    out = Path(out_dir)
-    spec = outcome.spec
-    wl = spec.base.get("workload", {})
-    doc = {
-        "best": outcome.best,
-        "candidates": outcome.candidates,
-        "simulations_run": outcome.simulations_run,
-        "exhaustive_simulations": outcome.exhaustive_simulations,
-        "objective": spec.objective,
-        "slo": spec.targets(),
-        "workload": {
-            **wl,
-            "num_requests": outcome.num_requests,
-            "span_s": outcome.span_s,
-            "offered_rate": outcome.num_requests / outcome.span_s,
-        },
-        "search": {
-            "axes": spec.axes(),
-            "max_replicas": spec.max_replicas,
-            "router": spec.router,
-            "capacity_key": spec.capacity_key,
-            "top": spec.top,
-            "prices": spec.prices,
-        },
-        "options": [
-            {
-                "label": o.option.label,
-                "values": o.option.values,
-                "status": o.status,
-                "replicas": o.capacity,
-                "simulations": o.simulations,
-                "detail": o.detail,
-            }
-            for o in outcome.outcomes
-        ],
-    }
-    rows = [
-        {
-            "candidate": ev.option.label,
-            "replicas": ev.capacity,
-            "num_gpus": ev.capacity * ev.option.unit_gpus,
-            "passed": ev.passed,
-            "stopped_early": ev.stopped_early,
-            **{
-                k: ev.metrics.get(k)
-                for k in ("ttft_p99_s", "tpot_p99_s", "slo_attainment", "goodput")
-            },
-        }
-        for ev in outcome.evaluations
-    ]
-    cols = {k: [r[k] for r in rows] for k in (rows[0] if rows else {"candidate": None})}
-    write_parquet(out / "evaluations.parquet", cols)
-    for rank, cand in enumerate(outcome.candidates):
-        res = outcome.results[cand["label"]]
-        slug = re.sub(r"[^A-Za-z0-9=.-]+", "-", cand["label"]).strip("-").lower()
-        write_run(
-            out / "runs" / f"{rank + 1:02d}-{slug}",
-            cand["config"],
-            res.config.seed,
-            res.metrics,
-            res.columns,
-            res.run_info,
-            extra_tables=res.extras.get("tables"),
-            extra_json=res.extras.get("json") or {"deployment": {"replicas": cand["replicas"]}},
-        )
-    write_json(out / "plan_run.json", {"wall_s": outcome.wall_s})
-    write_json(out / "plan.json", _clean(doc))
-    return out / "plan.json"

@@ -1,0 +1,84 @@
+"""Writing a plan: ``plan.json``, ``evaluations.parquet`` and one run directory per candidate."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tidal.experiments.plan_options import PlanOutcome
+
+
+def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
+    """``DIR/plan.json``, ``DIR/evaluations.parquet`` and one run directory per returned
+    candidate under ``DIR/runs/`` (``tidal report DIR`` draws them)."""
+    from tidal.report.io import write_json, write_parquet
+    from tidal.report.results import _clean, write_run
+
+    out = Path(out_dir)
+    spec = outcome.spec
+    wl = spec.base.get("workload", {})
+    doc = {
+        "best": outcome.best,
+        "candidates": outcome.candidates,
+        "simulations_run": outcome.simulations_run,
+        "exhaustive_simulations": outcome.exhaustive_simulations,
+        "objective": spec.objective,
+        "slo": spec.targets(),
+        "workload": {
+            **wl,
+            "num_requests": outcome.num_requests,
+            "span_s": outcome.span_s,
+            "offered_rate": outcome.num_requests / outcome.span_s,
+        },
+        "search": {
+            "axes": spec.axes(),
+            "max_replicas": spec.max_replicas,
+            "router": spec.router,
+            "capacity_key": spec.capacity_key,
+            "top": spec.top,
+            "prices": spec.prices,
+        },
+        "options": [
+            {
+                "label": o.option.label,
+                "values": o.option.values,
+                "status": o.status,
+                "replicas": o.capacity,
+                "simulations": o.simulations,
+                "detail": o.detail,
+            }
+            for o in outcome.outcomes
+        ],
+    }
+    rows = [
+        {
+            "candidate": ev.option.label,
+            "replicas": ev.capacity,
+            "num_gpus": ev.capacity * ev.option.unit_gpus,
+            "passed": ev.passed,
+            "stopped_early": ev.stopped_early,
+            **{
+                k: ev.metrics.get(k)
+                for k in ("ttft_p99_s", "tpot_p99_s", "slo_attainment", "goodput")
+            },
+        }
+        for ev in outcome.evaluations
+    ]
+    cols = {k: [r[k] for r in rows] for k in (rows[0] if rows else {"candidate": None})}
+    write_parquet(out / "evaluations.parquet", cols)
+    for rank, cand in enumerate(outcome.candidates):
+        res = outcome.results[cand["label"]]
+        slug = re.sub(r"[^A-Za-z0-9=.-]+", "-", cand["label"]).strip("-").lower()
+        write_run(
+            out / "runs" / f"{rank + 1:02d}-{slug}",
+            cand["config"],
+            res.config.seed,
+            res.metrics,
+            res.columns,
+            res.run_info,
+            extra_tables=res.extras.get("tables"),
+            extra_json=res.extras.get("json") or {"deployment": {"replicas": cand["replicas"]}},
+        )
+    write_json(out / "plan_run.json", {"wall_s": outcome.wall_s})
+    write_json(out / "plan.json", _clean(doc))
+    return out / "plan.json"

@@ -1,0 +1,191 @@
+"""The planner's search space and verdicts: options, evaluations, outcomes and SLO checks.
+
+An *option* is one per-replica configuration of the plan's axes (:mod:`tidal.experiments.space`);
+an *evaluation* is one simulation of an option at a capacity. A deployment meets the SLO when
+every request completes and every target (``ttft_p99_s`` ≤ S, …) holds
+(:func:`meets_slo`); :func:`certain_failure_stop` ends a run once a miss is certain
+(:mod:`tidal.experiments.planner`, point 3).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tidal.core.errors import ConfigError
+from tidal.core.metrics import request_latencies
+from tidal.experiments.grid import apply_cell, cells
+from tidal.experiments.replicas import SimulationStopped
+from tidal.experiments.space import PlanSpec
+from tidal.hardware.gpus import get_gpu
+from tidal.sim.config import SimulationConfig, load_config
+from tidal.sim.recorder import RequestRecorder
+from tidal.sim.run import SimResult, memory_plan
+from tidal.workload.base import RequestSet
+
+_LAT = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+
+
+@dataclass
+class Option:
+    """One per-replica configuration of the search space."""
+
+    index: int
+    label: str
+    values: dict[str, Any]
+    config: SimulationConfig | None
+    unit_gpus: int
+    unit_price: float
+    """USD per hour of one capacity unit."""
+    error: str | None = None
+
+
+@dataclass
+class Evaluation:
+    option: Option
+    capacity: int
+    passed: bool
+    stopped_early: bool
+    metrics: dict[str, Any]
+    result: SimResult | None = None
+
+
+@dataclass
+class OptionOutcome:
+    option: Option
+    status: str
+    """``feasible``, ``pruned`` (cannot beat the bound within its cap), ``infeasible`` (fails
+    at max_replicas), ``does-not-fit`` or ``error``."""
+    capacity: int | None = None
+    simulations: int = 0
+    detail: str = ""
+
+
+@dataclass
+class PlanOutcome:
+    spec: PlanSpec
+    candidates: list[dict[str, Any]]
+    outcomes: list[OptionOutcome]
+    evaluations: list[Evaluation]
+    simulations_run: int
+    exhaustive_simulations: int
+    span_s: float
+    num_requests: int
+    results: dict[str, SimResult] = field(default_factory=dict)
+    """SimResult of each returned candidate, by its label."""
+    wall_s: float = 0.0
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        return self.candidates[0] if self.candidates else None
+
+
+# ---------------------------------------------------------------------------- SLO checks
+def meets_slo(metrics: dict[str, Any], targets: dict[str, float]) -> bool:
+    if metrics.get("num_completed") != metrics.get("num_requests"):
+        return False
+    for key, limit in targets.items():
+        v = metrics.get(key)
+        if v is None or v > limit:
+            return False
+    return True
+
+
+def certain_failure_stop(
+    targets: dict[str, float], requests: RequestSet
+) -> Callable[[RequestRecorder, int], None]:
+    """A ``stop`` hook raising :class:`SimulationStopped` once some target must be missed
+    (module docstring, point 3)."""
+    checks = []
+    for key, limit in targets.items():
+        m = re.fullmatch(r"(ttft|tpot|e2e)_p(\d+)_s", key)
+        if m is None:  # pragma: no cover - PlanSpec validates the keys
+            continue
+        name, p = m.group(1), int(m.group(2))
+        n = int((requests.output_len > 1).sum()) if name == "tpot" else len(requests)
+        if n == 0:
+            continue
+        allowed = n - math.floor(p / 100.0 * (n - 1))
+        checks.append((_LAT[name], limit, allowed))
+
+    def stop(recorder: RequestRecorder, now_ns: int) -> None:
+        lat = request_latencies(recorder.columns())
+        for col, limit, allowed in checks:
+            if int(np.count_nonzero(lat[col] > limit)) >= allowed:
+                raise SimulationStopped(col)
+
+    return stop
+
+
+# ---------------------------------------------------------------------------- options
+def _label(values: dict[str, Any], cfg: SimulationConfig | None) -> str:
+    if cfg is None:
+        return ", ".join(f"{k}={v}" for k, v in values.items())
+    s = cfg.scheduler
+    if cfg.cluster is not None:
+        gpu = values.get("gpu", cfg.gpu)
+        text = f"{gpu} · {cfg.cluster.placement} · {s.batching}"
+        known = {"gpu", "cluster.placement", "scheduler.batching"}
+        augmented = cfg.cluster.mix.augmented is not None
+    else:
+        text = f"{cfg.gpu} TP{cfg.tp} · {s.batching}/{s.ordering} B={s.token_budget} "
+        text += f"N={s.max_seqs}"
+        known = {"gpu", "tp", "scheduler.batching", "scheduler.ordering"}
+        known |= {"scheduler.token_budget", "scheduler.max_seqs"}
+        augmented = cfg.workload.augmented is not None
+    if augmented:
+        text += f" · {cfg.augment.serving_policy}"
+        known.add("augment.serving_policy")
+    extra = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items() if k not in known]
+    return text + (" · " + " ".join(extra) if extra else "")
+
+
+def build_options(spec: PlanSpec, max_tokens: int) -> list[Option]:
+    """Every option of the search space, validated; options that cannot run (the model does not
+    fit, token_budget < max_seqs) are kept with their reason and never simulated."""
+    out = []
+    for i, values in enumerate(cells(spec.axes())):
+        data = apply_cell(spec.base, values)
+        gpus_per_unit = spec.gpus_per_unit
+        try:
+            cfg = load_config(data)
+        except ConfigError as err:
+            label = _label(values, None)
+            out.append(Option(i, label, values, None, 1, 0.0, str(err).removeprefix("config: ")))
+            continue
+        unit = gpus_per_unit or (cfg.tp if spec.capacity_key == "replicas" else 1)
+        base_gpu = cfg.gpu.partition("@")[0]
+        price = spec.prices.get(base_gpu, get_gpu(cfg.gpu).price_per_hour)
+        opt = Option(i, _label(values, cfg), values, cfg, unit, unit * price)
+        try:
+            memory_plan(cfg, max_tokens)
+        except ConfigError as err:
+            opt.error = str(err)
+        out.append(opt)
+    if out and all(o.config is None for o in out):
+        raise ConfigError(
+            "search", f"no option of the search space is valid; the first: {out[0].error}"
+        )
+    return out
+
+
+def _with_slo(base: dict[str, Any], targets: dict[str, float]) -> dict[str, Any]:
+    """The base config with its SLO thresholds set from the p-targets, so goodput and SLO
+    attainment in the metrics use the same thresholds the plan does."""
+    data = apply_cell(base, {})
+    slo = data.setdefault("slo", {})
+    for key, limit in targets.items():
+        name = key.split("_", 1)[0]
+        if name in ("ttft", "tpot"):
+            slo[f"{name}_s"] = limit
+    return data
+
+
+def prepare_spec(spec: PlanSpec) -> PlanSpec:
+    """Copy the SLO targets into the base config (see :func:`_with_slo`)."""
+    return spec.model_copy(update={"base": _with_slo(spec.base, spec.targets())})

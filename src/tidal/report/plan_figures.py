@@ -1,0 +1,97 @@
+"""Figures of a capacity plan: the planner's search (every simulated deployment) and the costs
+of the feasible deployments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from matplotlib.ticker import MaxNLocator
+
+from tidal.report.collect import Results
+from tidal.report.describe import describe
+from tidal.report.figure_base import (
+    FigureFile,
+    _new,
+    _save,
+)
+
+
+# ---------------------------------------------------------------------------- plans
+def plan_search(res: Results, out: Path) -> FigureFile | None:
+    """Every simulation the planner ran: one row per configuration it simulated, a mark per
+    GPU count tried — green when the deployment met the SLO, red when it missed (hollow: the
+    run was stopped as soon as the miss was certain) — and a star on the best."""
+    path = res.file("evaluations.parquet")
+    if path is None or res.plan is None:
+        return None
+    ev = pl.read_parquet(path)
+    if ev.height == 0:
+        return None
+    options = list(dict.fromkeys(ev["candidate"].to_list()))
+    row = {o: i for i, o in enumerate(options)}
+    fig, ax = _new(1, 1, w=8.0, h=1.2 + 0.22 * len(options))
+    a = ax[0][0]
+    y = np.array([row[c] for c in ev["candidate"].to_list()])
+    x = ev["num_gpus"].to_numpy()
+    ok = ev["passed"].to_numpy()
+    early = ev["stopped_early"].to_numpy()
+    a.scatter(x[ok], y[ok], marker="o", color="C2", s=22, label="meets the SLO")
+    a.scatter(x[~ok & ~early], y[~ok & ~early], marker="x", color="C3", s=22, label="misses")
+    a.scatter(
+        x[early],
+        y[early],
+        marker="o",
+        facecolors="none",
+        edgecolors="C3",
+        s=22,
+        label="misses (stopped early)",
+    )
+    best = res.plan.get("best") or {}
+    if best.get("option") in row:
+        a.scatter(
+            [best["num_gpus"]],
+            [row[best["option"]]],
+            marker="*",
+            s=160,
+            color="gold",
+            edgecolors="k",
+            zorder=3,
+            label="best",
+        )
+    a.set_yticks(range(len(options)), options, fontsize=6)
+    a.invert_yaxis()
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a.set_xlabel("GPUs")
+    a.grid(alpha=0.3)
+    a.legend(fontsize=7, loc="lower right")
+    cfg = dict(best.get("config", {}), replicas=best.get("replicas"))
+    title = "Planner search — best: " + (describe(cfg) if best else "no feasible deployment")
+    caption = (
+        f"The {res.plan.get('simulations_run')} simulations the planner ran, of "
+        f"{res.plan.get('exhaustive_simulations')} for the exhaustive grid (every configuration "
+        "at every replica count); configurations pruned without a simulation are not shown."
+    )
+    return _save(fig, out / "plan_search.png", title, caption)
+
+
+def plan_costs(res: Results, out: Path) -> FigureFile | None:
+    """The cheapest feasible deployments found, by cost."""
+    if res.plan is None or not res.plan.get("candidates"):
+        return None
+    cands = res.plan["candidates"][:12]
+    objective = res.plan.get("objective", "gpu_hours")
+    fig, ax = _new(1, 1, w=8.0, h=1.0 + 0.35 * len(cands))
+    a = ax[0][0]
+    y = np.arange(len(cands))
+    a.barh(y, [c[objective] for c in cands], color=["C2"] + ["C0"] * (len(cands) - 1))
+    a.set_yticks(y, [c["label"] for c in cands], fontsize=7)
+    a.invert_yaxis()
+    a.set_xlabel(objective.replace("_", " "))
+    a.grid(alpha=0.3, axis="x")
+    best = res.plan.get("best") or {}
+    cfg = dict(best.get("config", {}), replicas=best.get("replicas"))
+    title = "Cheapest deployments meeting the SLO — best: " + describe(cfg)
+    caption = f"Feasible deployments by {objective} (green: the best)."
+    return _save(fig, out / "plan_costs.png", title, caption)
