@@ -155,7 +155,8 @@ class PrefixCachingKVManager(KVBlockManager):
             k = next(iter(free))
             v = free[k]
             if k < 0:  # an anonymous run (node keys are non-negative hashes)
-                c: int = v  # type: ignore[assignment]
+                assert isinstance(v, int)
+                c = v
                 if c > n:
                     free[k] = c - n
                     self._anon_free -= n
@@ -164,7 +165,8 @@ class PrefixCachingKVManager(KVBlockManager):
                 self._anon_free -= c
                 n -= c
                 continue
-            node: _Node = v  # type: ignore[assignment]
+            assert isinstance(v, _Node)
+            node = v
             self._version += 1
             spare = node.cached - node.held
             m = spare if spare < n else n

@@ -54,7 +54,7 @@ from tidal.hardware.perf import PerfModel
 def _monotone_row(values: list[float | None]) -> list[float]:
     """The isotonic envelope of a row's measured cells, then its gaps filled."""
     idx = [i for i, v in enumerate(values) if v is not None]
-    iso = isotonic([values[i] for i in idx])  # type: ignore[misc]
+    iso = isotonic([v for v in values if v is not None])
     out: list[float | None] = [None] * len(values)
     for i, v in zip(idx, iso, strict=True):
         out[i] = v
