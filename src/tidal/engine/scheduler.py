@@ -23,14 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
-from tidal.engine.decode_pool import DecodePool
 from tidal.engine.eb_options import EBOptions
-from tidal.engine.ordering import WaitingQueue
 from tidal.engine.plan import StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
-from tidal.engine.state import EngineState
+from tidal.engine.state import EngineState, StateView
 from tidal.engine.stats import PolicyStats
 
 if TYPE_CHECKING:
@@ -62,7 +59,7 @@ class SchedulerConfig:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs (as vLLM requires)")
 
 
-class Scheduler:
+class Scheduler(StateView):
     """An engine state driven by a batching policy, with an optional augmentation."""
 
     def __init__(
@@ -94,26 +91,6 @@ class Scheduler:
     @property
     def config(self) -> Any:
         return self.state.config
-
-    @property
-    def kv(self) -> KVBlockManager:
-        return self.state.kv
-
-    @property
-    def waiting(self) -> WaitingQueue:
-        return self.state.waiting
-
-    @property
-    def running(self) -> dict[int, Request]:
-        return self.state.running
-
-    @property
-    def prefilling(self) -> list[Request]:
-        return self.state.prefilling
-
-    @property
-    def pool(self) -> DecodePool:
-        return self.state.pool
 
     @property
     def num_running(self) -> int:

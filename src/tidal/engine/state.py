@@ -43,7 +43,34 @@ if TYPE_CHECKING:
 AdmissionTest = Callable[[Request], bool]
 
 
-class StateListener:
+class StateView:
+    """Read-only views of the parts of ``self.state`` (an :class:`EngineState`), for the
+    objects that act on one state: the scheduler facade, its policy and its components."""
+
+    state: EngineState
+
+    @property
+    def kv(self) -> KVBlockManager:
+        return self.state.kv
+
+    @property
+    def waiting(self) -> WaitingQueue:
+        return self.state.waiting
+
+    @property
+    def running(self) -> dict[int, Request]:
+        return self.state.running
+
+    @property
+    def prefilling(self) -> list[Request]:
+        return self.state.prefilling
+
+    @property
+    def pool(self) -> DecodePool:
+        return self.state.pool
+
+
+class StateListener(StateView):
     """Events of an :class:`EngineState`; a component overrides those it needs."""
 
     def on_started(self, req: Request) -> None:

@@ -33,7 +33,7 @@ from tidal.workload.arrivals import arrival_times
 from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
 from tidal.workload.content import PrefixContent
-from tidal.workload.lengths import sample_lengths
+from tidal.workload.lengths import config_lengths
 from tidal.workload.measured import load_measured
 from tidal.workload.servegen import load_servegen
 from tidal.workload.traces import detect_format, load_azure, load_mooncake
@@ -132,15 +132,7 @@ def synthetic(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     n = cfg.num_requests or 0
     rate = math.inf if cfg.rate is None else cfg.rate * cfg.rate_scale
     arrivals = arrival_times(n, rate, cfg.arrival_cv, rng)
-    prompt, output = sample_lengths(
-        cfg.length_dist,
-        n,
-        rng,
-        prompt_len=cfg.prompt_len,
-        output_len=cfg.output_len,
-        jitter=cfg.length_jitter,
-        sigma=cfg.length_sigma,
-    )
+    prompt, output = config_lengths(cfg, n, rng)
     content = None
     groups, shared = cfg.shared_prefix_groups, cfg.shared_prefix_len
     if groups and shared:
@@ -175,15 +167,7 @@ def parallel_branches(rs: RequestSet, cfg: WorkloadConfig, rng: np.random.Genera
     """Each request becomes ``cfg.n`` branches: same arrival and prompt (its content, then a
     question id of its own, shared by the branches), outputs drawn again per branch."""
     n, k = len(rs), cfg.n
-    _, output = sample_lengths(
-        cfg.length_dist,
-        n * k,
-        rng,
-        prompt_len=cfg.prompt_len,
-        output_len=cfg.output_len,
-        jitter=cfg.length_jitter,
-        sigma=cfg.length_sigma,
-    )
+    _, output = config_lengths(cfg, n * k, rng)
     shared = cfg.shared_prefix_len if rs.content is not None else 0
     base = 1 << 41  # question ids, apart from the system prompts' group ids
     if rs.content is not None:

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tidal.core.errors import ConfigError, unknown_name
 from tidal.workload._io import int_column, read_bytes, read_csv_strings
 from tidal.workload.paths import resolve_trace
+
+if TYPE_CHECKING:
+    from tidal.workload.config import WorkloadConfig
 
 EMPIRICAL = {
     "sharegpt": "length_distributions/sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz",
@@ -135,3 +139,18 @@ def quantile_lengths(
     """
     u = rng.random(n)
     return round_half_up(np.interp(u, quantiles, values))
+
+
+def config_lengths(
+    cfg: WorkloadConfig, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (prompt, output) pairs of a workload config's length distribution and settings."""
+    return sample_lengths(
+        cfg.length_dist,
+        n,
+        rng,
+        prompt_len=cfg.prompt_len,
+        output_len=cfg.output_len,
+        jitter=cfg.length_jitter,
+        sigma=cfg.length_sigma,
+    )

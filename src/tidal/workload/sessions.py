@@ -28,7 +28,7 @@ from tidal.workload.arrivals import arrival_times
 from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
 from tidal.workload.content import PrefixContent
-from tidal.workload.lengths import sample_lengths
+from tidal.workload.lengths import config_lengths
 
 _SYSTEM_ID = 1 << 40
 """Ids of shared system prompts (group g has id _SYSTEM_ID + g), apart from turn ids."""
@@ -41,15 +41,7 @@ def sessions(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     num_sessions = -(-n // turns)
     rate = math.inf if cfg.rate is None else cfg.rate * cfg.rate_scale
     start = arrival_times(num_sessions, rate, cfg.arrival_cv, rng)
-    user, out = sample_lengths(
-        cfg.length_dist,
-        n,
-        rng,
-        prompt_len=cfg.prompt_len,
-        output_len=cfg.output_len,
-        jitter=cfg.length_jitter,
-        sigma=cfg.length_sigma,
-    )
+    user, out = config_lengths(cfg, n, rng)
     think = np.rint(rng.exponential(cfg.think_time_s, n) * NS_PER_S).astype(np.int64)
     turn = np.arange(n) % turns
     session = np.arange(n) // turns

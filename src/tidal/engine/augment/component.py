@@ -39,7 +39,6 @@ from collections.abc import Callable
 from typing import Any
 
 from tidal.core.augmented import AugmentedSpec
-from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request, RequestState
 from tidal.engine.augment.budget import StaticBudget, TokenBudget
 from tidal.engine.augment.env import AugmentEnv
@@ -49,8 +48,6 @@ from tidal.engine.augment.ordering import InterceptFCFSQueue, ValueQueue
 from tidal.engine.augment.predictor import OraclePredictor, Predictor
 from tidal.engine.augment.state import AugRun, KVMode
 from tidal.engine.augment.value import CostEnv, remaining_value
-from tidal.engine.decode_pool import DecodePool
-from tidal.engine.ordering import WaitingQueue
 from tidal.engine.plan import StepPlan
 from tidal.engine.state import EngineState, StateListener
 
@@ -128,27 +125,6 @@ class Augmentation(StateListener):
         """Listen to ``state``'s events and decide where its requests stop for calls."""
         state.add_listener(self)
         state.stops = self
-
-    # ------------------------------------------------------------------ state views
-    @property
-    def kv(self) -> KVBlockManager:
-        return self.state.kv
-
-    @property
-    def waiting(self) -> WaitingQueue:
-        return self.state.waiting
-
-    @property
-    def pool(self) -> DecodePool:
-        return self.state.pool
-
-    @property
-    def running(self) -> dict[int, Request]:
-        return self.state.running
-
-    @property
-    def prefilling(self) -> list[Request]:
-        return self.state.prefilling
 
     # ------------------------------------------------------------------ keys and values
     def _stage_key(self, req: Request) -> tuple[float, ...]:
