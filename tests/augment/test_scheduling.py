@@ -147,7 +147,9 @@ def test_values_grow_with_work_and_shrink_as_it_is_done():
 
 def test_dynamic_budget_formula():
     kv = SimpleNamespace(num_free_blocks=300, watermark_blocks=10, block_size=16)
-    s = SimpleNamespace(kv=kv, paused_gpu_blocks=lambda: 50, pool=[None] * 40)
+    s = SimpleNamespace(
+        kv=kv, paused_gpu_blocks=lambda: 50, pool=[None] * 40, last_pressure_ns=-1, _now=0
+    )
     b = DynamicBudget(b_min=384, b_max=8192, reserve=1000)
     # (300 − 10)·16 + 50·16 − 40 − 1000 = 4640 + 800 − 1040 = 4400
     assert b.budget(s) == 4400

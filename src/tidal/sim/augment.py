@@ -53,6 +53,12 @@ class AugmentConfig(StrictModel):
     budget_min: int = Field(default=384, ge=1)
     budget_max: int = Field(default=8192, ge=1)
     budget_reserve: int = Field(default=1000, ge=0)
+    budget_cooldown_s: float = Field(default=10.0, ge=0)
+    """The dynamic budget's memory-pressure fallback: for this long after a preemption or a
+    reclaim of idle contexts, the budget is ``budget_min`` (INFERCEPT's static 384; 0: off).
+    Measured on the robustness grid (issue 18, BENCHMARKS.md): 10 s holds AugServe's
+    guarantee where the KV cache holds only a few contexts; 30 and 60 s do slightly worse
+    past the capacity, and a cache that never runs out never enters it."""
     saturation_tokens: int = Field(default=384, ge=1)
     """INFERCEPT's saturation point N_sat (its chunked-recompute waste and swap budget)."""
     prefix_caching: bool = False
@@ -163,14 +169,11 @@ def augmented_engine(
         intercept=a.intercept,
         token_budget=a.token_budget,
         static_budget=a.static_budget
-        or (
-            sched_cfg.max_num_batched_tokens
-            if "token_budget" in cfg.scheduler.model_fields_set
-            else None
-        ),
+        or (sched_cfg.max_num_batched_tokens if _own_budget(cfg) else None),
         budget_min=a.budget_min,
         budget_max=a.budget_max,
         budget_reserve=a.budget_reserve,
+        budget_cooldown_ns=round(a.budget_cooldown_s * 1e9),
         predictor=a.predictor,
         predictor_p=a.predictor_p,
         predictor_sigma=a.predictor_sigma,
@@ -181,6 +184,16 @@ def augmented_engine(
         batching=cfg.scheduler.batching,
     )
     return build_augmented_scheduler(sched_cfg, kv, env, spec)
+
+
+def _own_budget(cfg: SimulationConfig) -> bool:
+    """Whether ``scheduler.token_budget`` was chosen (it then overrides the bundle's static
+    budget): a value other than the field's default. Not ``model_fields_set``: a config
+    dumped and loaded again (a sweep cell, a run directory's ``config.yaml``) has every field
+    set, and INFERCEPT would then run with 8192 tokens instead of its 384 (issue 18). Setting
+    the default value itself keeps the bundle's budget."""
+    default = type(cfg.scheduler).model_fields["token_budget"].default
+    return bool(cfg.scheduler.token_budget != default)
 
 
 def build_augmented(

@@ -70,6 +70,8 @@ class AugmentSpec:
     budget_min: int = 384
     budget_max: int = 8192
     budget_reserve: int = 1000
+    budget_cooldown_ns: int = 10_000_000_000
+    """The dynamic budget's memory-pressure fallback window (0: off)."""
     predictor: str = "noisy"
     predictor_p: float = 0.8
     predictor_sigma: float = 0.3
@@ -100,7 +102,12 @@ def augmentation_factory(
     budget_kind = spec.token_budget or policy.budget
     budget: TokenBudget
     if budget_kind == "dynamic":
-        budget = DynamicBudget(spec.budget_min, spec.budget_max, spec.budget_reserve)
+        budget = DynamicBudget(
+            spec.budget_min,
+            spec.budget_max,
+            spec.budget_reserve,
+            cooldown_ns=spec.budget_cooldown_ns,
+        )
     elif budget_kind == "static":
         budget = StaticBudget(spec.static_budget or policy.static_budget)
     else:

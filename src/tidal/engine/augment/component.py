@@ -43,7 +43,7 @@ from tidal.core.request import Request, RequestState
 from tidal.engine.augment.budget import StaticBudget, TokenBudget
 from tidal.engine.augment.env import AugmentEnv
 from tidal.engine.augment.intercept import InterceptPolicy, PreservePolicy
-from tidal.engine.augment.moves import reclaim, transfer
+from tidal.engine.augment.moves import cache_outlook, reclaim, transfer
 from tidal.engine.augment.ordering import InterceptFCFSQueue, ValueQueue
 from tidal.engine.augment.predictor import OraclePredictor, Predictor
 from tidal.engine.augment.state import AugRun, KVMode
@@ -92,8 +92,12 @@ class Augmentation(StateListener):
             self.waiting.bind(self._value_key)
         elif isinstance(self.waiting, InterceptFCFSQueue):
             self.waiting.bind(self._stage_key)
-        self.last_budget = self.token_budget.budget(self)
         self._now = 0
+        self.last_pressure_ns = -1
+        """When the KV cache last ran out (a preemption, or a reclaim of idle contexts)."""
+        self.fallback_steps = 0
+        """Steps in the dynamic budget's pressure fallback (not a metric: metrics stay)."""
+        self.last_budget = self.token_budget.budget(self)
         self._changed = False
         self._step_start = 0
         self._step_used = 0
@@ -134,13 +138,17 @@ class Augmentation(StateListener):
         run = self.runs[req.request_id]
         return (0.0 if req.num_blocks else 1.0), run.value, run.ready_ns
 
-    def cost_env(self) -> CostEnv:
+    def cost_env(self, cached: bool = False) -> CostEnv:
+        """The value's cost snapshot (``cached``: the request's blocks can re-hit the
+        prefix cache)."""
         return CostEnv(
             self.env.profile,
             max(self.last_budget, 1),
             self.env.swap_ns_per_token / 1e9,
             self.running_gpu_tokens(),
             self.host_room_blocks() > 0,
+            cache_outlook(self) if cached else None,
+            self.kv.block_size,
         )
 
     def _value(self, req: Request, run: AugRun) -> float:
@@ -151,11 +159,15 @@ class Augmentation(StateListener):
             pending=req.num_tokens - req.num_computed_tokens,
             generated=req.num_output_tokens,
             calls_done=run.k,
-            env=self.cost_env(),
+            env=self.cost_env(req.content is not None),
             form=self.value_form,
         )
 
     # ------------------------------------------------------------------ queries
+    def note_pressure(self) -> None:
+        """The KV cache ran out now (the dynamic budget's fallback, :mod:`.budget`)."""
+        self.last_pressure_ns = self._now
+
     def has_work(self) -> bool:
         """Requests in a call or swapping in (beyond the state's queue and running set)."""
         return bool(self.paused) or bool(self.swap_in_q)
@@ -299,6 +311,7 @@ class Augmentation(StateListener):
         run = self.runs[req.request_id]
         run.recompute_left += lost_tokens
         run.ready_ns = self._now
+        self.note_pressure()
         if self.use_value and self.stage2:
             run.value = self._value(req, run)
 

@@ -14,7 +14,9 @@ The mechanisms (discard, chunked swap-out, preserve) live in the scheduler
   space, the largest is swapped out — if the budgeted swap waste ``C·T_swap(C)`` is below its
   ``min(W_P, W_D)`` [INF: the paper swaps "the largest" unconditionally; the guard keeps a
   0.1 ms calculator call from being swapped]; every other one is discarded now if
-  ``W_D < W_P``, else kept (re-decided next iteration).
+  ``W_D < W_P``, else kept (re-decided next iteration). With the prefix cache, ``W_D`` is
+  that of the ``C − H`` tokens the resume would recompute, ``H`` the blocks expected to stay
+  cached through the call (:func:`~tidal.engine.augment.waste.expected_cached_tokens`).
 
 Fast-forward note: in a pure-decode run ``W_P`` only falls (the call's remaining time shrinks)
 and ``W_D`` only rises (the running contexts grow), so a request kept at one iteration is kept
@@ -27,8 +29,10 @@ from typing import TYPE_CHECKING
 
 from tidal.core.registry import Registry
 from tidal.core.request import Request
+from tidal.engine.augment.moves import cache_outlook
 from tidal.engine.augment.state import AugRun, KVMode
 from tidal.engine.augment.waste import (
+    expected_cached_tokens,
     waste_discard_chunked,
     waste_preserve,
     waste_swap_budgeted,
@@ -92,13 +96,17 @@ class MinWastePolicy(InterceptPolicy):
         t_tok = s.env.swap_ns_per_token / 1e9
         batch = s.running_batch_tokens()
         run_tokens = s.running_gpu_tokens()
+        cache = cache_outlook(s)
         scored = []
         for r in cands:
             run = s.runs[r.request_id]
             ctx = r.num_computed_tokens
             remaining = s.predictor.call_s(r, run.pred, run.k) - (now_ns - run.pause_ns) / 1e9
             w_p = waste_preserve(remaining, ctx)
-            w_d = waste_discard_chunked(ctx, batch, run_tokens, prof)
+            hit = 0
+            if cache is not None and r.content is not None:
+                hit = expected_cached_tokens(ctx, s.kv.block_size, remaining, *cache)
+            w_d = waste_discard_chunked(ctx - hit, batch, run_tokens, prof)
             scored.append((min(w_p, w_d), r.request_id, r, ctx, w_p, w_d))
         scored.sort(key=lambda x: (-x[0], x[1]))
         for w_min, _, r, ctx, w_p, w_d in scored:

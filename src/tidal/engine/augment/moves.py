@@ -80,6 +80,7 @@ def reclaim(aug: Augmentation, num_blocks: int, keep: Request | None = None) -> 
     is preempted (INFERCEPT preempts its targets and "delayed" requests first)."""
     freed = 0
     now = aug._now
+    aug.note_pressure()
     pred = aug.predictor
 
     def remaining(r: Request) -> float:
@@ -105,3 +106,15 @@ def reclaim(aug: Augmentation, num_blocks: int, keep: Request | None = None) -> 
         if freed >= num_blocks:
             break
     return freed > 0
+
+
+def cache_outlook(aug: Augmentation) -> tuple[int, float] | None:
+    """With the prefix cache: (free GPU tokens, tokens/s the running batch claims at
+    ``It(N)``), the inputs of a discarded context's expected re-hit
+    (:func:`~tidal.engine.augment.waste.expected_cached_tokens`); None without it."""
+    kv = aug.kv
+    if not kv.prefix_caching:
+        return None
+    batch = max(aug.running_batch_tokens(), 1)
+    rate = batch / aug.env.profile.iteration_s(batch) if aug.running else 0.0
+    return kv.num_free_blocks * kv.block_size, rate

@@ -17,7 +17,7 @@ memory-time (default; token·seconds, INFERCEPT's waste units; LAMPS ranks the s
     prefill   It · ⌈D/N⌉ · C_D            D tokens to prefill, C_D the context after it
     decode    It · ĝ · (c + ĝ/2)          ĝ tokens decoded from context c
     call k    W_{Ŝ_k}(c_k, T̂_k)
-    resume k  It · ⌈Â_k/N⌉ · (c_k + Â_k)  (+ It·⌈c_k/N⌉·c_k if Ŝ_k = Discard,
+    resume k  It · ⌈Â_k/N⌉ · (c_k + Â_k)  (+ It·⌈r_k/N⌉·r_k if Ŝ_k = Discard,
                                             + T_swap(c_k)·c_k if Ŝ_k = Swap)
 
 time (Proposition 1's units, seconds of service)::
@@ -25,7 +25,9 @@ time (Proposition 1's units, seconds of service)::
     It · (⌈D/N⌉ + Ĝ_rem + Σ_k Â_k/N) + Σ_k penalty(Ŝ_k)    penalty: 0 | T_fwd(c_k) | 2·T_swap(c_k)
 
 with ``It`` the iteration time at the current token budget ``N`` (the dynamic budget when it
-is on). Without a prediction (``none``) every request has value 0 (FCFS by arrival).
+is on), and ``r_k = c_k − H_k`` the tokens a Discard recomputes (``H_k``: those expected to
+stay in the prefix cache through the call, 0 without it). Without a prediction (``none``)
+every request has value 0 (FCFS by arrival).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from tidal.engine.augment.predictor import NO_PREDICTION, Prediction, bucket_upper
 from tidal.engine.augment.waste import (
     IterationProfile,
+    expected_cached_tokens,
     waste_discard,
     waste_preserve,
     waste_swap,
@@ -56,6 +59,10 @@ class CostEnv:
     """GPU context tokens of the running batch (``C_other``, and the stalled term of W_S)."""
     swap_ok: bool = True
     """Whether host swap space is free (else Swap is not a candidate)."""
+    cache: tuple[int, float] | None = None
+    """With the prefix cache: (free GPU tokens, tokens/s the running batch claims), the
+    inputs of a discarded context's expected re-hit ``H``; a Discard recomputes ``C − H``."""
+    block_size: int = 16
 
     @property
     def it_s(self) -> float:
@@ -64,13 +71,21 @@ class CostEnv:
     def t_fwd_s(self, tokens: float) -> float:
         return self.it_s * math.ceil(tokens / self.budget)
 
+    def recompute_tokens(self, ctx: int, call_s: float) -> int:
+        """Tokens a context discarded for a call of ``call_s`` recomputes (``C − H``)."""
+        if self.cache is None:
+            return ctx
+        return ctx - expected_cached_tokens(ctx, self.block_size, call_s, *self.cache)
+
 
 def min_waste_policy(ctx: int, call_s: float, env: CostEnv) -> tuple[int, float]:
     """INFERCEPT's rule with the paper's waste forms (augserve.md §2.1): argmin over
-    Preserve, Discard, Swap of their waste; returns (policy, waste)."""
+    Preserve, Discard, Swap of their waste; returns (policy, waste). Discard recomputes only
+    the tokens not expected to stay cached (:meth:`CostEnv.recompute_tokens`)."""
+    rec = env.recompute_tokens(ctx, call_s)
     w = [
         waste_preserve(call_s, ctx),
-        waste_discard(ctx, env.other_ctx, env.t_fwd_s(ctx)),
+        waste_discard(rec, env.other_ctx, env.t_fwd_s(rec)),
         waste_swap(ctx, env.swap_s_per_token, env.other_ctx) if env.swap_ok else math.inf,
     ]
     best = min(range(3), key=lambda i: (w[i], i))
@@ -109,7 +124,7 @@ def remaining_value(
             pol, _ = min_waste_policy(int(c), pred.call_s[j], env)
             v += it * pred.return_tokens[j] / n_budget
             if pol == DISCARD:
-                v += env.t_fwd_s(c)
+                v += env.t_fwd_s(env.recompute_tokens(int(c), pred.call_s[j]))
             elif pol == SWAP:
                 v += 2 * c * env.swap_s_per_token
             c += pred.return_tokens[j]
@@ -124,7 +139,8 @@ def remaining_value(
         a = pred.return_tokens[j]
         v += w + it * math.ceil(a / n_budget) * (c + a)
         if pol == DISCARD:
-            v += env.t_fwd_s(c) * c
+            rec = env.recompute_tokens(int(c), pred.call_s[j])
+            v += env.t_fwd_s(rec) * rec
         elif pol == SWAP:
             v += c * env.swap_s_per_token * c
         c += a

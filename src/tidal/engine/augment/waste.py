@@ -19,6 +19,10 @@ INFERCEPT's released scheduler refines two of them (augserve.md §2.4, ``schedul
 * budgeted Swap (:func:`waste_swap_budgeted`): within the per-iteration swap budget the
   transfer overlaps compute and stalls nobody; what remains is the request's own memory,
   held while it drains out (C → 0 over ``T_swap``) and fills back in: ``C · T_swap(C)`` [INF].
+
+With the prefix cache (issue 14), a discarded context's full blocks stay cached in the LRU
+free queue and a resumed request re-hits those not evicted meanwhile, so Discard recomputes
+only ``C − H`` tokens (:func:`expected_cached_tokens`); the Discard forms take that count.
 """
 
 from __future__ import annotations
@@ -98,3 +102,19 @@ def waste_swap(ctx: int, swap_s_per_token: float, stalled_tokens: int) -> float:
 def waste_swap_budgeted(ctx: int, swap_s_per_token: float) -> float:
     """Budgeted, pipelined swap: ``C · T_swap(C) = C² · t_token`` (module docstring)."""
     return ctx * ctx * swap_s_per_token
+
+
+def expected_cached_tokens(
+    ctx: int, block_size: int, call_s: float, free_tokens: int, alloc_tokens_per_s: float
+) -> int:
+    """``H``: tokens of a context discarded now that are still cached when it resumes after
+    ``call_s``. Its ``⌊C/bs⌋`` full blocks join the most-recent end of the LRU free queue, so
+    eviction takes the ``free_tokens`` ahead of them first; the running set claims
+    ``alloc_tokens_per_s`` meanwhile; what it claims beyond the free memory is evicted from
+    the discarded context, tail block first (the prefix of what is left still hits)::
+
+        H = max(⌊C/bs⌋·bs − ⌈max(alloc·T − free, 0)/bs⌉·bs, 0)
+    """
+    full = ctx // block_size * block_size
+    over = max(alloc_tokens_per_s * max(call_s, 0.0) - free_tokens, 0.0)
+    return max(full - math.ceil(over / block_size) * block_size, 0)
