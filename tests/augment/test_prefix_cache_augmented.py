@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.augment.helpers import augmented_workloads, make
+from tests.augment.helpers import augmented_workloads, make, spec, workload
 from tests.augment.helpers import run as run_sched
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
@@ -93,3 +93,61 @@ def test_cached_augmented_contexts_keep_invariants_and_exact_fast_forward(
     assert s1.augmentation.recompute_hit_tokens == s2.augmentation.recompute_hit_tokens
     assert s2.kv.num_free_blocks == s2.kv.num_blocks
     assert s2.kv.num_free_host_blocks == s2.kv.num_host_blocks
+
+
+# ---------------------------------------------------------------- hand-derived re-hits
+def _discarding(second_prompt: int | None, num_blocks: int):
+    """Request A: a 40-token prompt, 10 tokens, a 50 ms call returning 5, 5 more; discarded
+    at its call (computed 49 tokens: 3 full 16-token blocks + 1 partial). Request B (prompt
+    ``second_prompt``, 3 tokens) runs during A's call. unit_perf: 1 ms + 1 µs per token."""
+    arrivals, prompts, specs = [0.0], [40], [spec((10, 50.0, 5), final=5)]
+    if second_prompt is not None:
+        arrivals.append(0.02)
+        prompts.append(second_prompt)
+        specs.append(spec(final=3))
+    rs = workload(arrivals, prompts, specs)
+    on = make("infercept", intercept="discard", prefix_caching=True, num_blocks=num_blocks)
+    rec_on, _ = run_sched(dataclasses.replace(rs, content=unique_content(rs.prompt_len)), on)
+    off = make("infercept", intercept="discard", num_blocks=num_blocks)
+    rec_off, _ = run_sched(rs, off)
+    return on.augmentation, off.augmentation, rec_on, rec_off
+
+
+def test_a_discarded_context_re_hits_its_full_blocks() -> None:
+    on, off, rec_on, rec_off = _discarding(None, 64)
+    # uncached: all 49 computed tokens are recomputed; cached: the 3 full blocks re-hit
+    assert (off.recompute_tokens, off.recompute_hit_tokens) == (49, 0)
+    assert (on.recompute_tokens, on.recompute_hit_tokens) == (1, 48)
+    # 48 tokens fewer in the resume's prefill: 48 µs earlier
+    assert rec_off.finish_ns[0] - rec_on.finish_ns[0] == 48_000
+
+
+@pytest.mark.parametrize(("prompt_b", "evicted"), [(48, 0), (64, 1), (80, 2)])
+def test_evicted_blocks_are_recomputed_tail_first(prompt_b: int, evicted: int) -> None:
+    """7 blocks. A's discard frees its 4 (3 cached); 3 never-used blocks stay free. B holds
+    ⌈(prompt + 2)/16⌉ blocks: 4 take free uncached ones, 5 and 6 evict A's cached blocks
+    from its tail, so A re-hits 48 − 16·evicted tokens and recomputes the rest."""
+    on, _, _, _ = _discarding(prompt_b, 7)
+    assert on.recompute_hit_tokens == 48 - 16 * evicted
+    assert on.recompute_tokens == 49 - on.recompute_hit_tokens
+
+
+def test_expected_cached_tokens() -> None:
+    from tidal.engine.augment.waste import expected_cached_tokens
+
+    # 100 tokens: 6 full blocks of 16 (96); 0.5 s at 400 tok/s claims 200 > 120 free → 80
+    # over, 5 blocks evicted → 1 block left
+    assert expected_cached_tokens(100, 16, 0.5, 120, 400.0) == 16
+    assert expected_cached_tokens(100, 16, 0.5, 200, 400.0) == 96  # claims fit the free room
+    assert expected_cached_tokens(100, 16, 0.5, 0, 1e6) == 0  # everything evicted
+    assert expected_cached_tokens(15, 16, 10.0, 10**6, 0.0) == 0  # no full block
+
+
+def test_infercept_discards_more_when_the_cache_keeps_the_context() -> None:
+    """With the expected re-hit counted, Discard's waste is that of the uncached tail, so
+    INFERCEPT's min-waste rule discards (and frees the GPU) where it preserved or swapped
+    uncached — and recomputes less."""
+    on, off = run("infercept", True), run("infercept", False)
+    assert on.metrics["intercepts_discarded"] > 2 * off.metrics["intercepts_discarded"]
+    assert on.metrics["recompute_tokens"] < off.metrics["recompute_tokens"]
+    assert on.metrics["effective_throughput"] >= off.metrics["effective_throughput"]
