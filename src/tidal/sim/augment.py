@@ -59,6 +59,9 @@ class AugmentConfig(StrictModel):
     Measured on the robustness grid (issue 18, BENCHMARKS.md): 10 s holds AugServe's
     guarantee where the KV cache holds only a few contexts; 30 and 60 s do slightly worse
     past the capacity, and a cache that never runs out never enters it."""
+    budget_growth: float = Field(default=3.0, ge=0)
+    """γ: the dynamic budget keeps γ × the running set's predicted growth to its next stop
+    free (:mod:`tidal.engine.augment.budget`; 0: the spec's one-step need)."""
     saturation_tokens: int = Field(default=384, ge=1)
     """INFERCEPT's saturation point N_sat (its chunked-recompute waste and swap budget)."""
     prefix_caching: bool = False
@@ -174,6 +177,7 @@ def augmented_engine(
         budget_max=a.budget_max,
         budget_reserve=a.budget_reserve,
         budget_cooldown_ns=round(a.budget_cooldown_s * 1e9),
+        budget_growth=a.budget_growth,
         predictor=a.predictor,
         predictor_p=a.predictor_p,
         predictor_sigma=a.predictor_sigma,

@@ -5,20 +5,27 @@
 * ``dynamic`` — AugServe (augserve.md §3.5 [INF]/[DEF]; its only precedent is INFERCEPT's
   commented-out ``clip(paused_preserved + free − 1000, 0, max_num_batched_tokens)``)::
 
-      B_t = clip(free − watermark + ρ·paused − need − reserve, B_min, B_max)
+      B_t = clip(free − watermark + ρ·paused − γ·grow − reserve, B_min, B_max)
 
   with ``free`` the free GPU KV tokens, ``paused`` the KV tokens held on the GPU by paused
-  requests (reclaimable by discard or swap), ``need`` the tokens this iteration's decodes add,
-  ``reserve`` a safety margin (INFERCEPT's 1000). Lots of free memory → big prefill chunks
-  (queued prompts drain fast); memory pressure → small ones (fewer requests admitted that
-  would soon be preempted). Admission itself still needs the blocks to be free (vLLM's
-  watermark check): the paused memory counted here is reclaimable by the intercept policy,
-  not taken by force.
+  requests (reclaimable by discard or swap), ``reserve`` a safety margin (INFERCEPT's 1000)
+  and ``grow`` the KV the running set will still claim before it next stops: per running
+  request its pending prefill plus its predicted decode to the next call or the end,
+  ``max(Ĝ − generated, 1) / (K̂ − k + 1)`` (the predictor's remaining tokens over its
+  remaining segments). The spec's ``need`` (this iteration's decodes) is that horizon cut
+  to one step; counting the whole segment, ``γ = 3`` times (its variance: a segment's
+  length is uncertain, a preemption costs its whole recompute), keeps the budget from
+  admitting what the running set is about to grow into (issue 18: Llama-3.1-70B at TP 2,
+  a 23k-token cache; γ = 2 still let P99 TTFT reach 1.10× INFERCEPT's there). Lots of
+  free memory → big prefill chunks (queued prompts drain fast); memory pressure → small
+  ones (fewer requests admitted that would soon be preempted). Admission itself still needs
+  the blocks to be free (vLLM's watermark check): the paused memory counted here is
+  reclaimable by the intercept policy, not taken by force.
 
   **Memory-pressure fallback** (issue 18; not in the paper): for ``cooldown`` after the KV
   cache ran out — a running request preempted, or an idle context reclaimed (discarded) to
-  make room — the budget is ``B_min``, INFERCEPT's static ``N_sat`` budget. The headroom
-  counts free memory now, not the growth of the contexts already admitted; where the cache
+  make room — the budget is ``B_min``, INFERCEPT's static ``N_sat`` budget. The growth term
+  is a forecast; where the cache
   holds only a few contexts (Llama-3.1-70B at TP 2 on 80 GB GPUs: 23k tokens), large chunks
   admit requests faster than the running set can grow into the space, every admission wave
   ends in preemptions and discards, and the recompute (10× INFERCEPT's) costs more than the
@@ -71,19 +78,27 @@ class DynamicBudget(TokenBudget):
         reserve: int = 1000,
         rho: float = 1.0,
         cooldown_ns: int = 10_000_000_000,
+        growth_factor: float = 3.0,
     ) -> None:
         if b_min > b_max:
             raise ValueError("dynamic budget: b_min must be <= b_max")
         self.b_min, self.b_max, self.reserve, self.rho = b_min, b_max, reserve, rho
         self.cooldown_ns = cooldown_ns
         """Memory-pressure fallback window (0: off; module docstring)."""
+        self.growth_factor = growth_factor
+        """γ: weight of the running set's predicted growth (0: the spec's one-step need)."""
 
     def headroom(self, s: Augmentation) -> float:
-        """``free − watermark + ρ·paused − need − reserve`` in tokens (unclipped)."""
+        """``free − watermark + ρ·paused − γ·grow − reserve`` in tokens (unclipped; with
+        ``γ = 0``, the spec's ``− need``)."""
         kv = s.kv
         free = (kv.num_free_blocks - kv.watermark_blocks) * kv.block_size
         paused = s.paused_gpu_blocks() * kv.block_size
-        return free + self.rho * paused - len(s.pool) - self.reserve
+        if self.growth_factor:
+            grow = self.growth_factor * running_growth(s)
+        else:
+            grow = len(s.pool)
+        return free + self.rho * paused - grow - self.reserve
 
     def under_pressure(self, s: Augmentation) -> bool:
         """The KV cache ran out less than ``cooldown`` ago (the fallback holds)."""
@@ -95,3 +110,21 @@ class DynamicBudget(TokenBudget):
             s.fallback_steps += 1
             return self.b_min
         return int(min(max(self.headroom(s), self.b_min), self.b_max))
+
+
+def running_growth(s: Augmentation) -> float:
+    """``grow``: KV tokens the running set will still claim before each request next stops
+    (pending prefill + predicted decode to the next call or the end; module docstring)."""
+    pool, runs = s.pool, s.runs
+    total = 0.0
+    for r in s.running.values():
+        run = runs[r.request_id]
+        if r.in_pool:
+            generated = pool.computed(r) + 1 - r.prompt_len - r.num_extra_tokens
+        else:
+            generated = r.num_output_tokens
+        pred = run.pred
+        left = max(pred.output_tokens - generated, 1.0)
+        total += left / (max(pred.num_calls - run.k, 0) + 1)
+        total += r.num_tokens - r.num_computed_tokens
+    return total

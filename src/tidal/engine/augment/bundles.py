@@ -72,6 +72,8 @@ class AugmentSpec:
     budget_reserve: int = 1000
     budget_cooldown_ns: int = 10_000_000_000
     """The dynamic budget's memory-pressure fallback window (0: off)."""
+    budget_growth: float = 3.0
+    """γ: weight of the running set's predicted growth in the dynamic budget (0: off)."""
     predictor: str = "noisy"
     predictor_p: float = 0.8
     predictor_sigma: float = 0.3
@@ -107,6 +109,7 @@ def augmentation_factory(
             spec.budget_max,
             spec.budget_reserve,
             cooldown_ns=spec.budget_cooldown_ns,
+            growth_factor=spec.budget_growth,
         )
     elif budget_kind == "static":
         budget = StaticBudget(spec.static_budget or policy.static_budget)
