@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tests.augment.helpers import make, run, spec, workload
-from tidal.engine.augment.budget import DynamicBudget
+from tidal.engine.augment.budget import DynamicBudget, running_growth
+from tidal.engine.augment.predictor import Prediction
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 
@@ -25,7 +26,7 @@ def test_budget_falls_back_to_b_min_for_the_cooldown_after_pressure() -> None:
         kv=kv, paused_gpu_blocks=lambda: 50, pool=[None] * 40, last_pressure_ns=-1, _now=0
     )
     s.fallback_steps = 0
-    b = DynamicBudget(b_min=384, b_max=8192, reserve=1000, cooldown_ns=10 * S)
+    b = DynamicBudget(b_min=384, b_max=8192, reserve=1000, cooldown_ns=10 * S, growth_factor=0)
     assert b.budget(s) == 4400  # (300 − 10)·16 + 50·16 − 40 − 1000, no pressure yet
     s.last_pressure_ns = 5 * S  # a preemption or reclaim at t = 5 s
     for now in (5 * S, 15 * S - 1):
@@ -34,9 +35,32 @@ def test_budget_falls_back_to_b_min_for_the_cooldown_after_pressure() -> None:
     s._now = 15 * S  # the cooldown has passed without another event
     assert b.budget(s) == 4400
     assert s.fallback_steps == 2
-    off = DynamicBudget(b_min=384, b_max=8192, reserve=1000, cooldown_ns=0)
+    off = DynamicBudget(b_min=384, b_max=8192, reserve=1000, cooldown_ns=0, growth_factor=0)
     s._now, s.last_pressure_ns = 6 * S, 6 * S
     assert off.budget(s) == 4400
+
+
+def test_budget_keeps_the_running_sets_predicted_growth_free() -> None:
+    """One running request, 10 of a predicted 100 tokens generated, one of one call still
+    ahead: (100 − 10) / 2 = 45 tokens to its next stop, plus 20 of its prompt not yet
+    prefilled: grow = 65; γ = 3 → the budget is 195 tokens below the free-memory form."""
+    kv = SimpleNamespace(num_free_blocks=300, watermark_blocks=10, block_size=16)
+    req = SimpleNamespace(
+        request_id=7, in_pool=False, num_output_tokens=10, num_tokens=130, num_computed_tokens=110
+    )
+    pred = Prediction(100.0, (1.0,), (5.0,))
+    s = SimpleNamespace(
+        kv=kv,
+        paused_gpu_blocks=lambda: 50,
+        pool=[],
+        running={7: req},
+        runs={7: SimpleNamespace(pred=pred, k=0)},
+        last_pressure_ns=-1,
+        _now=0,
+    )
+    assert running_growth(s) == 65.0
+    b = DynamicBudget(b_min=384, b_max=8192, reserve=1000, growth_factor=3.0)
+    assert b.budget(s) == (300 - 10) * 16 + 50 * 16 - 3 * 65 - 1000
 
 
 def _tight(rs, cooldown_ns: int, num_blocks: int):
@@ -53,10 +77,12 @@ def test_pressure_is_noted_on_preemption_and_never_without() -> None:
     specs = [spec((int(rng.integers(20, 60)), 30.0, 20), final=40) for _ in range(n)]
     rs = workload(np.sort(rng.uniform(0, 0.05, n)), [200] * n, specs)
     _, aug = _tight(rs, 10 * S, num_blocks=60)
-    assert aug.last_pressure_ns >= 0 and aug.fallback_steps > 0
+    assert aug.last_pressure_ns >= 0
+    assert aug.fallback_steps > 0
     a, roomy = _tight(rs, 10 * S, num_blocks=5000)
     b, _ = _tight(rs, 0, num_blocks=5000)
-    assert roomy.last_pressure_ns == -1 and roomy.fallback_steps == 0
+    assert roomy.last_pressure_ns == -1
+    assert roomy.fallback_steps == 0
     np.testing.assert_array_equal(a.finish_ns, b.finish_ns)
     np.testing.assert_array_equal(a.first_token_ns, b.first_token_ns)
 

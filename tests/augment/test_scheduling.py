@@ -150,8 +150,8 @@ def test_dynamic_budget_formula():
     s = SimpleNamespace(
         kv=kv, paused_gpu_blocks=lambda: 50, pool=[None] * 40, last_pressure_ns=-1, _now=0
     )
-    b = DynamicBudget(b_min=384, b_max=8192, reserve=1000)
-    # (300 − 10)·16 + 50·16 − 40 − 1000 = 4640 + 800 − 1040 = 4400
+    b = DynamicBudget(b_min=384, b_max=8192, reserve=1000, growth_factor=0)
+    # the spec's form: (300 − 10)·16 + 50·16 − 40 − 1000 = 4640 + 800 − 1040 = 4400
     assert b.budget(s) == 4400
     kv.num_free_blocks = 20  # memory pressure: clipped at B_min
     assert b.budget(s) == 384
