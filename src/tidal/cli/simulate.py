@@ -43,6 +43,10 @@ def simulate(
             "measured:PATH (tidal-gpu-profile/1)."
         ),
     ] = None,
+    perf_host: Annotated[
+        str | None,
+        Opt(help="Host time per step of the measured/corrected models: vllm-v1 | vidur."),
+    ] = None,
     trace: Annotated[
         str | None, Opt(help="Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).")
     ] = None,
@@ -219,6 +223,7 @@ def simulate(
             ("gpu", gpu),
             ("tp", tp),
             ("perf_model", perf_model),
+            ("perf_host", perf_host),
             ("workload.trace", trace),
             ("workload.max_requests", max_requests),
             ("workload.rate_scale", rate_scale),
