@@ -35,6 +35,7 @@ from tidal.hardware.corrected import (
     gemm_time,
     layer_gemms,
     ridge_tokens,
+    allreduce_time,
 )
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interp import binned_median, fill_row
@@ -127,23 +128,58 @@ def fit_elementwise(lins: Sequence[Lin]) -> dict[str, tuple[float, float, float]
     return out
 
 
-def _fit_link(ars: Sequence[Any], bw: float) -> LinkConst:
-    rows, ts = [], []
+def _fit_pnorm(ars: Sequence[Any], bw: float, skip: int = 0) -> tuple[LinkConst, float]:
+    """(a, b, η, p) of ``allreduce_time`` on the binned sweeps past their first ``skip`` knots
+    (log residuals); b only with two or more group sizes. Returns the constants and the sum
+    of squared residuals."""
+    pts = []
     for a in ars:
         x, y = binned_median(a.bytes, a.us)
-        xb, t = np.asarray(x), np.asarray(y) * 1e-6
-        ring = 2.0 * (a.tp - 1) / a.tp
-        rows.append(np.column_stack(
-            [np.full(len(x), 1e-6), np.full(len(x), 1e-6 * np.log2(a.tp)), ring * xb / bw]
-        ))  # fmt: skip
-        ts.append(t)
-    a_ = np.vstack(rows)
-    if len(ars) == 1:  # one group size: latency and log2 term are not separable
-        a_ = a_[:, [0, 2]]
-    c = _wlstsq(a_, np.concatenate(ts))
-    lat, log2, inv = (c[0], 0.0, c[1]) if len(ars) == 1 else (c[0], c[1], c[2])
-    return LinkConst(lat_us=max(float(lat), 0.0), lat_log2_us=float(log2),
-                     eta=1.0 / max(float(inv), 1e-3))  # fmt: skip
+        pts += [(a.tp, xb, t * 1e-6) for xb, t in list(zip(x, y, strict=True))[skip:]]
+    tp, xb, t = (np.array(v, dtype=float) for v in zip(*pts, strict=True))
+    multi = len(ars) > 1
+
+    def model(q: np.ndarray) -> np.ndarray:
+        lc = LinkConst(lat_us=q[0], lat_log2_us=q[3] if multi else 0.0, eta=q[1], p=q[2])
+        return np.array([allreduce_time(b, int(n), bw, lc) for n, b in zip(tp, xb, strict=True)])
+
+    x0 = [float(np.min(t)) * 1e6, 0.7, 2.0] + ([0.0] if multi else [])
+    lo = [0.0, 0.01, 1.0] + ([-50.0] if multi else [])
+    hi = [1e4, 1.5, 16.0] + ([200.0] if multi else [])
+    r = least_squares(lambda q: np.log(model(q) / t), x0, bounds=(lo, hi))
+    q = r.x
+    lc = LinkConst(lat_us=float(q[0]), lat_log2_us=float(q[3]) if multi else 0.0,
+                   eta=float(q[1]), p=float(q[2]))  # fmt: skip
+    return lc, float(np.sum(r.fun**2))
+
+
+def _fit_link(ars: Sequence[Any], bw: float) -> LinkConst:
+    """Two regimes (``corrected.allreduce_time``): for one group size, every split of the
+    smallest knots into NCCL's low-latency regime (their median time) is tried and the split
+    with the least squared log error over the whole sweep kept; pooled sizes fit one p-norm."""
+    if len(ars) > 1:
+        return _fit_pnorm(ars, bw)[0]
+    x, y = binned_median(ars[0].bytes, ars[0].us)
+    best: tuple[float, LinkConst] | None = None
+    ring = 2.0 * (ars[0].tp - 1) / ars[0].tp
+    for k in range(0, len(x) // 2):
+        lc, sse = _fit_pnorm(ars, bw, k)
+        if k:
+            xs, ys = np.asarray(x[:k]), np.asarray(y[:k]) * 1e-6
+            a0, slope = float(np.median(ys)), 0.0
+            if k >= 3:
+                a0, slope = (float(v) for v in _wlstsq(np.column_stack([np.ones(k), xs]), ys))
+            if a0 <= 0 or slope <= 0:
+                a0, slope = float(np.median(ys)), 0.0
+            eta = ring / (slope * bw) if slope > 0 else 0.0
+            lc = lc.model_copy(update={"ll_bytes": float(x[k - 1]), "ll_us": a0 * 1e6,
+                                       "ll_eta": eta})  # fmt: skip
+            pred = np.array([allreduce_time(b, ars[0].tp, bw, lc) for b in xs])
+            sse += float(np.sum(np.log(pred / ys) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, lc)
+    assert best is not None
+    return best[1]
 
 
 def fit_links(profiles: Iterable[GPUProfile]) -> dict[str, LinkConst]:

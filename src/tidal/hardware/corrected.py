@@ -70,6 +70,13 @@ class LinkConst(_C):
     lat_us: float = 10.0
     lat_log2_us: float = 0.0
     eta: float = 0.7
+    p: float = 1.0
+    """p-norm of latency and transfer time (1: their sum; large: their max)."""
+    ll_bytes: float = 0.0
+    """Messages up to this size use NCCL's low-latency protocol (0: none): ``ll_us`` plus the
+    transfer at ``ll_eta`` of the link (0: no transfer term)."""
+    ll_us: float = 0.0
+    ll_eta: float = 0.0
 
 
 class AttentionConst(_C):
@@ -210,6 +217,24 @@ def gemm_time(
     return t0_us * 1e-6 + (tc**p + tm**p) ** (1.0 / p)
 
 
+def allreduce_time(nbytes: Any, tp: int, bw: float, lc: LinkConst) -> Any:
+    """Seconds of one ring all-reduce of ``nbytes`` over ``tp`` GPUs on links of ``bw`` bytes/s,
+    as NCCL runs it: one protocol per message size, each with its latency and bandwidth. Past
+    ``ll_bytes``: the p-norm of the launch and synchronisation latency ``a + b·log2(tp)`` and
+    the transfer ``R·bytes/(η·bw)``, R = 2(tp−1)/tp (p = 1: their sum); up to it, the
+    low-latency protocol ``ll_us + R·bytes/(η_ll·bw)``, capped by the former so the time never
+    falls as the message grows."""
+    ring = 2.0 * (tp - 1) / tp
+    lat = (lc.lat_us + lc.lat_log2_us * math.log2(tp)) * 1e-6
+    big = (lat**lc.p + (ring * nbytes / (lc.eta * bw)) ** lc.p) ** (1.0 / lc.p)
+    if lc.ll_bytes <= 0:
+        return big
+    small = lc.ll_us * 1e-6 + (ring * nbytes / (lc.ll_eta * bw) if lc.ll_eta > 0 else 0.0)
+    if isinstance(nbytes, np.ndarray):
+        return np.where(nbytes <= lc.ll_bytes, np.minimum(small, big), big)
+    return min(small, big) if nbytes <= lc.ll_bytes else big
+
+
 class CorrectedRooflinePerfModel(PerfModel):
     name = "corrected-roofline"
 
@@ -277,14 +302,12 @@ class CorrectedRooflinePerfModel(PerfModel):
         return t
 
     def allreduce_s(self, nbytes: float) -> float:
-        """One all-reduce of ``nbytes`` across the TP group."""
+        """One all-reduce of ``nbytes`` across the TP group (:func:`allreduce_time`)."""
         if self.tp == 1:
             return 0.0
         lc = self.c.link_const(self.gpu.name, self.link, self.tp)
         bw = (self.gpu.pcie_gbs if self.link == "pcie" else self.gpu.peer_bw / 1e9) * 1e9
-        ring = 2.0 * (self.tp - 1) / self.tp
-        lat = lc.lat_us + lc.lat_log2_us * math.log2(self.tp)
-        return lat * 1e-6 + ring * nbytes / (lc.eta * bw)
+        return allreduce_time(nbytes, self.tp, bw, lc)
 
     def tokens_s(self, tokens: int) -> float:
         """Everything that depends only on the step's token count: layers' GEMMs and
