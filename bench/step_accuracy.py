@@ -242,25 +242,29 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows, "fit_s": fit_s, "lomo_models": models}
 
 
-def roughness(truth: Truth, b: int, p: int) -> float | None:
-    """|measured ÷ the line through its two grid neighbours − 1| at the step's token count
-    (same decode/prefill split): the profile's own kernel-to-kernel scatter, which no smooth
-    model can follow (None at the grid's ends)."""
-    toks = truth.dep.linear.tokens
+def roughness(truth: Truth, b: int, p: int, window: float = 1.25) -> float | None:
+    """The profile's own scatter near the step's token count T: over the grid points in
+    [T/w, T·w], the largest departure of the token-dependent kernels (GEMMs, elementwise,
+    all-reduce; no attention) from what every roofline-type model obeys — time never falls
+    as tokens grow, time per token never rises: max over t1 < t2 of k(t1)/k(t2) − 1 and of
+    (k(t2)/t2)/(k(t1)/t1) − 1. A kernel switch (a cliff in the profile) shows as a large
+    value; a smooth model cannot be closer than ≈ half of it on both sides."""
     t = b + p
-    i = toks.index(t) if t in toks else -1
-    if i <= 0 or i >= len(toks) - 1:
+    L, m = truth.m.num_layers, truth.m
+    pts = []
+    for tok, i in sorted(truth.idx.items()):
+        if t / window <= tok <= t * window:
+            k = L * truth.layer[i] + truth.emb[i]
+            if truth.ar is not None:
+                k += 2 * L * truth.ar.at(tok * m.hidden_size * m.dtype_bytes)
+            pts.append((tok, float(k)))
+    if len(pts) < 2:
         return None
-    lo, hi = toks[i - 1], toks[i + 1]
-    k = truth.kernel(b, p)
-    if p == 0:  # a decode step: its neighbours are decode steps too
-        ka, kb = truth.kernel(lo, 0), truth.kernel(hi, 0)
-    else:
-        ka, kb = truth.kernel(b, lo - b), truth.kernel(b, hi - b)
-    if ka is None or kb is None or k is None:
-        return None
-    mid = ka + (kb - ka) * (t - lo) / (hi - lo)
-    return abs(k / mid - 1.0)
+    worst = 0.0
+    for j, (t2, k2) in enumerate(pts):
+        for t1, k1 in pts[:j]:
+            worst = max(worst, k1 / k2 - 1.0, (k2 / t2) / (k1 / t1) - 1.0)
+    return worst
 
 
 def evaluate_deployment(
