@@ -16,6 +16,7 @@ fitted separately, each on its own data:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +32,11 @@ from tidal.hardware.corrected import (
     HostConst,
     LinkConst,
     RooflineConstants,
+    allreduce_time,
     elementwise_bytes,
     gemm_time,
     layer_gemms,
     ridge_tokens,
-    allreduce_time,
 )
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interp import binned_median, fill_row
@@ -141,6 +142,8 @@ def _fit_pnorm(ars: Sequence[Any], bw: float, skip: int = 0) -> tuple[LinkConst,
 
     def model(q: np.ndarray) -> np.ndarray:
         lc = LinkConst(lat_us=q[0], lat_log2_us=q[3] if multi else 0.0, eta=q[1], p=q[2])
+        if not multi:
+            return np.asarray(allreduce_time(xb, ars[0].tp, bw, lc))
         return np.array([allreduce_time(b, int(n), bw, lc) for n, b in zip(tp, xb, strict=True)])
 
     x0 = [float(np.min(t)) * 1e6, 0.7, 2.0] + ([0.0] if multi else [])
@@ -153,31 +156,46 @@ def _fit_pnorm(ars: Sequence[Any], bw: float, skip: int = 0) -> tuple[LinkConst,
     return lc, float(np.sum(r.fun**2))
 
 
+def _linear_regime(x: np.ndarray, y: np.ndarray, ring: float, bw: float) -> tuple[float, float]:
+    """(µs, η) of ``us + R·bytes/(η·bw)`` on a regime's knots (relative least squares; a
+    median constant, η = 0, with under three knots or a fit that is not positive)."""
+    if len(x) >= 3:
+        a0, slope = (float(v) for v in _wlstsq(np.column_stack([np.ones(len(x)), x]), y))
+        if a0 > 0 and slope > 0:
+            return a0 * 1e6, ring / (slope * bw)
+    return float(np.median(y)) * 1e6, 0.0
+
+
 def _fit_link(ars: Sequence[Any], bw: float) -> LinkConst:
-    """Two regimes (``corrected.allreduce_time``): for one group size, every split of the
-    smallest knots into NCCL's low-latency regime (their median time) is tried and the split
-    with the least squared log error over the whole sweep kept; pooled sizes fit one p-norm."""
+    """NCCL's protocols (``corrected.allreduce_time``): for one group size, every split of the
+    sweep's knots into up to three regimes (low-latency, middle, p-norm; the lower two within
+    the first two thirds) is fitted and the split of least BIC (log residuals, three
+    parameters per regime) kept; pooled group sizes fit one p-norm."""
     if len(ars) > 1:
         return _fit_pnorm(ars, bw)[0]
-    x, y = binned_median(ars[0].bytes, ars[0].us)
+    x, y = (np.asarray(v) for v in binned_median(ars[0].bytes, ars[0].us))
+    y = y * 1e-6
+    n, tp = len(x), ars[0].tp
+    ring = 2.0 * (tp - 1) / tp
     best: tuple[float, LinkConst] | None = None
-    ring = 2.0 * (ars[0].tp - 1) / ars[0].tp
-    for k in range(0, len(x) // 2):
-        lc, sse = _fit_pnorm(ars, bw, k)
-        if k:
-            xs, ys = np.asarray(x[:k]), np.asarray(y[:k]) * 1e-6
-            a0, slope = float(np.median(ys)), 0.0
-            if k >= 3:
-                a0, slope = (float(v) for v in _wlstsq(np.column_stack([np.ones(k), xs]), ys))
-            if a0 <= 0 or slope <= 0:
-                a0, slope = float(np.median(ys)), 0.0
-            eta = ring / (slope * bw) if slope > 0 else 0.0
-            lc = lc.model_copy(update={"ll_bytes": float(x[k - 1]), "ll_us": a0 * 1e6,
-                                       "ll_eta": eta})  # fmt: skip
-            pred = np.array([allreduce_time(b, ars[0].tp, bw, lc) for b in xs])
-            sse += float(np.sum(np.log(pred / ys) ** 2))
-        if best is None or sse < best[0]:
-            best = (sse, lc)
+    for k2 in range(0, 2 * n // 3):
+        big, _ = _fit_pnorm(ars, bw, k2)
+        for k1 in range(0, k2 + 1) if k2 else [0]:
+            lc = big
+            if k2 > k1:  # middle regime on knots k1 … k2−1 (the low-latency one if k1 = 0)
+                us, eta = _linear_regime(x[k1:k2], y[k1:k2], ring, bw)
+                r = "mid" if k1 else "ll"
+                lc = lc.model_copy(update={f"{r}_bytes": float(x[k2 - 1]), f"{r}_us": us,
+                                           f"{r}_eta": eta})  # fmt: skip
+            if k1:
+                us, eta = _linear_regime(x[:k1], y[:k1], ring, bw)
+                lc = lc.model_copy(update={"ll_bytes": float(x[k1 - 1]), "ll_us": us,
+                                           "ll_eta": eta})  # fmt: skip
+            sse = float(np.sum(np.log(allreduce_time(x, tp, bw, lc) / y) ** 2))
+            params = 4 + 3 * ((k1 > 0) + (k2 > k1))
+            bic = n * math.log(max(sse, 1e-12) / n) + params * math.log(n)
+            if best is None or bic < best[0]:
+                best = (bic, lc)
     assert best is not None
     return best[1]
 

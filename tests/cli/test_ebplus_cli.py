@@ -139,8 +139,8 @@ def test_explain_defaults_n_to_the_memory_safe_batch_and_prints_a_verdict():
 
 def test_explain_perf_host_flag_reaches_the_step_model():
     """``--perf-host vidur`` charges Vidur's older host time per step: every step cost rises."""
-    args = ["ebplus", "explain", "--gpu", "h100", "--model", "llama-3.1-8b", "--prompt-len",
-            "512", "--output-len", "128", "--perf-model", "corrected-roofline", "--json"]  # fmt: skip
+    args = ["ebplus", "explain", "--gpu", "h100", "--model", "llama-3.1-8b", "--json"]
+    args += ["--prompt-len", "512", "--output-len", "128", "--perf-model", "corrected-roofline"]
     costs = {}
     for host in ("vllm-v1", "vidur"):
         res = runner.invoke(app, [*args, "--perf-host", host])

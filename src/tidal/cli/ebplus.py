@@ -128,10 +128,8 @@ def explain(
     """Which of EB and MB wins for a setting, by how much, and the decode share beyond which
     MB's marginal cost exceeds a pure decode step (closed forms, ebplus.md §2)."""
     try:
-        res = explain_setting(
-            gpu, model, prompt_len, output_len, concurrency, tp, perf_model, max_seqs,
-            perf_host=perf_host,
-        )
+        args = (gpu, model, prompt_len, output_len, concurrency, tp, perf_model, max_seqs)
+        res = explain_setting(*args, perf_host=perf_host)
     except TidalError as err:
         _fail(err)
         return
