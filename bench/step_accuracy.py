@@ -319,7 +319,9 @@ def worst_shapes(rows: list[dict[str, Any]], cols: list[str], k: int = 6) -> Non
             noise = "–" if rough is None else f"{100 * rough:.0f} %"
             items.append(f"{r['deployment']} {r['class']} (b, p)={tuple(r[col + '_worst_shape'])}"
                          f" {100 * r[col][1]:.0f} % (scatter {noise})")  # fmt: skip
-        print(f"worst of {col}: " + "; ".join(items))
+        over = sum(r[col][1] > 0.25 for r in rows if col in r)
+        total = sum(col in r for r in rows)
+        print(f"worst of {col} ({over} of {total} cells > 25 %): " + "; ".join(items))
 
 
 def summarize(rows: list[dict[str, Any]], col: str, where: Any = None) -> tuple[str, str, str]:
