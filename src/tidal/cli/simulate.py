@@ -47,7 +47,7 @@ def simulate(
                 result.extras["tables"]["ebplus"],
                 Path(out) / "ebplus_mode.png",
                 f"EB⁺: {cfg.model} on {cfg.gpu}",
-                cfg.scheduler.eb.sticky,
+                cfg.scheduler.eb.selector.sticky,
             )
     except TidalError as err:
         _fail(err)
