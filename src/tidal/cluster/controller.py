@@ -1,5 +1,7 @@
 """The cluster controller: shared mechanisms every placement policy uses (warmserve.md §2.5,
-§4.1). A policy (``tidal.cluster.policies``) decides *where* and *when*; the controller does it:
+§4.1). A policy (``tidal.cluster.policies``) decides *where* and *when*, reading the controller
+as a :class:`~tidal.cluster.view.ClusterView` and acting through
+:class:`~tidal.cluster.view.ClusterActions`; the controller does it:
 
 * GPU grants: an instance takes a group of idle GPUs; its weights come from a warm replica
   (zero-copy retag), a loading replica, or a new load; its KV cache takes the pages it is given
