@@ -80,9 +80,9 @@ def _cluster_flags(
         return flags
     workload = flags.get("workload", {})
     mix = flags.setdefault("cluster", {}).setdefault("mix", {})
-    for key, to in (("rate", "rate"), ("augmented", "augmented")):
+    for key in ("rate", "augmented"):
         if key in workload:
-            mix[to] = workload.pop(key)
+            mix[key] = workload.pop(key)
     if not mix:
         del flags["cluster"]["mix"]
     no_trace = given.get("trace") is None and not data.get("workload", {}).get("trace")
