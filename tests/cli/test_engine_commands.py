@@ -89,7 +89,8 @@ def test_calibrate_then_fidelity(tmp_path):
     assert data["recalibrate"] == 4
     assert data["warmup_requests"] == 3
     assert data["clock"] == "cpu"
-    assert data["noise"]["cpus"] >= 1 and isinstance(data["noise"]["warnings"], list)
+    assert data["noise"]["cpus"] >= 1
+    assert isinstance(data["noise"]["warnings"], list)
     for m in ("ttft", "tpot", "e2e"):
         for s in ("median", "p90"):
             assert data[f"{m}_{s}_rel_error"] >= 0
@@ -151,7 +152,8 @@ def test_fidelity_defaults_are_the_robust_protocol(tmp_path, monkeypatch):
     monkeypatch.setattr(cli_fidelity, "run_fidelity", fake)
     prof = tmp_path / "p.json"
     res = CliRunner().invoke(app, ["fidelity", "--profile", str(prof), "--out", str(tmp_path)])
-    assert res.exit_code == 2 and "stop here" in res.output
+    assert res.exit_code == 2
+    assert "stop here" in res.output
     assert (seen["clock"], seen["repeats"]) == ("auto", 3)
     assert (seen["warmup_requests"], seen["recalibrate"]) == (40, 40)
 
@@ -162,4 +164,5 @@ def test_fidelity_warns_when_the_machine_is_noisy():
     assert noise_warning({"noise": {"warnings": []}}) is None
     assert noise_warning({}) is None
     text = noise_warning({"noise": {"warnings": ["two real runs differed"]}})
-    assert "two real runs differed" in text and "--repeats" in text
+    assert "two real runs differed" in text
+    assert "--repeats" in text

@@ -48,7 +48,8 @@ def test_load_meter_subtracts_its_own_cpu_time(monkeypatch):
 def test_load_meter_without_proc_stat(monkeypatch):
     monkeypatch.setattr(noise, "_proc_stat", lambda: None)
     load = LoadMeter().start().read()
-    assert load["others_share"] is None and load["steal_share"] is None
+    assert load["others_share"] is None
+    assert load["steal_share"] is None
     assert noise_warnings(load) == []
 
 
@@ -57,9 +58,12 @@ def test_noise_warnings_fire_beyond_the_limits_only():
     assert noise_warnings(quiet, spread=0.02, drift=-0.03) == []
     busy = {**quiet, "others_share": 0.6, "loadavg_1m": 7.5}
     (only,) = noise_warnings(busy)
-    assert "60% of the 2 CPUs" in only and "7.5" in only
+    assert "60% of the 2 CPUs" in only
+    assert "7.5" in only
     found = noise_warnings(quiet, spread=LIMITS["spread"] * 2, drift=-0.2)
-    assert len(found) == 2 and "10.0%" in found[0] and "-20.0%" in found[1]
+    assert len(found) == 2
+    assert "10.0%" in found[0]
+    assert "-20.0%" in found[1]
 
 
 def test_fidelity_warnings_name_the_noise_floor_and_the_drift():

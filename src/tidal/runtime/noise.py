@@ -38,7 +38,7 @@ def _proc_stat() -> tuple[int, int, int] | None:
         return None
     v = [int(x) for x in first[1:]]
     user, nice, system, idle, iowait = v[:5]
-    irq, softirq, steal = (v[5:8] + [0, 0, 0])[:3]
+    irq, softirq, steal = ([*v[5:8], 0, 0, 0])[:3]
     busy = user + nice + system + irq + softirq
     return busy, steal, busy + idle + iowait + steal
 
