@@ -217,7 +217,7 @@ def calibrate(
             }
             for k in sorted(set(kinds))
         }
-        info = {
+        info: dict[str, Any] = {
             "model": model,
             "device": device,
             "clock": clock,
