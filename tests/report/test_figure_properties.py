@@ -118,6 +118,9 @@ def test_a_plan_shows_its_own_slo_target_and_readable_search_labels(tmp_path):
     _, figs = render_report(tmp_path)
     for f in figs:
         _check_figure(f)
+        # titled with the SLO the plan was given, not thresholds derived from it or defaults
+        assert "SLO p99 TTFT ≤ 0.7 s" in f.title, f.title
+        assert "TPOT" not in f.title
     (cdf,) = [f for f in figs if f.path.name == "latency_cdf.png"]
     assert _slo_x(cdf, "TTFT") == {"TTFT (s)": 0.7}  # the plan's p99 target
     assert _slo_x(cdf, "TPOT") == {}  # no TPOT target was set

@@ -39,6 +39,10 @@ def run_config(run: RunDir) -> dict[str, Any]:
     dep = run.extra.get("deployment")
     if isinstance(dep, dict) and "replicas" in dep:
         cfg["replicas"] = dep["replicas"]
+    targets = run.extra.get("slo_targets")
+    if targets:  # a plan's deployment: its SLO is the plan's percentile targets
+        cfg["slo_targets"] = dict(targets)
+        cfg.pop("slo", None)
     return cfg
 
 

@@ -4,6 +4,7 @@ of the feasible deployments."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -20,6 +21,16 @@ from tidal.report.figure_base import (
 
 
 # ---------------------------------------------------------------------------- plans
+def _best_config(plan: dict[str, Any]) -> dict[str, Any]:
+    """The best deployment's config with its replica count and the plan's SLO targets (not
+    the per-request thresholds derived from them) for its description."""
+    best = plan.get("best") or {}
+    cfg = dict(best.get("config", {}), replicas=best.get("replicas"))
+    cfg.pop("slo", None)
+    cfg["slo_targets"] = plan.get("slo") or {}
+    return cfg
+
+
 def plan_search(res: Results, out: Path) -> FigureFile | None:
     """Every simulation the planner ran: one row per configuration it simulated, a mark per
     GPU count tried — green when the deployment met the SLO, red when it missed (hollow: the
@@ -68,7 +79,7 @@ def plan_search(res: Results, out: Path) -> FigureFile | None:
     a.set_ylabel("configuration simulated")
     a.grid(alpha=0.3)
     legend_outside(a)
-    cfg = dict(best.get("config", {}), replicas=best.get("replicas"))
+    cfg = _best_config(res.plan)
     title = "Planner search — best: " + (describe(cfg) if best else "no feasible deployment")
     caption = (
         f"The {res.plan.get('simulations_run')} simulations the planner ran, of "
@@ -94,7 +105,7 @@ def plan_costs(res: Results, out: Path) -> FigureFile | None:
     a.set_ylabel("deployment")
     a.grid(alpha=0.3, axis="x")
     best = res.plan.get("best") or {}
-    cfg = dict(best.get("config", {}), replicas=best.get("replicas"))
+    cfg = _best_config(res.plan)
     title = "Cheapest deployments meeting the SLO — best: " + describe(cfg)
     caption = f"Feasible deployments by {objective} (green: the best)."
     return _save(fig, out / "plan_costs.png", title, caption, "Cheapest deployments")
