@@ -104,7 +104,6 @@ def plan_costs(res: Results, out: Path) -> FigureFile | None:
     a.set_xlabel(OBJECTIVE_UNITS.get(objective, objective.replace("_", " ")))
     a.set_ylabel("deployment")
     a.grid(alpha=0.3, axis="x")
-    best = res.plan.get("best") or {}
     cfg = _best_config(res.plan)
     title = "Cheapest deployments meeting the SLO — best: " + describe(cfg)
     caption = f"Feasible deployments by {objective} (green: the best)."
