@@ -90,11 +90,7 @@ def latency_cdfs(
     lines = slo_lines(slo)
     for a, name, key in zip(ax[0], ("TTFT", "TPOT"), ("ttft_s", "tpot_s"), strict=True):
         a.set_xscale("log")
-        # plain numbers at 1, 2 and 5 per decade: readable, never overlapping
-        a.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        a.xaxis.set_minor_formatter(NullFormatter())
-        a.tick_params(axis="x", labelsize=8)
+        _plain_log_ticks(a)
         a.set_xlabel(f"{name} (s)")
         a.set_ylabel("fraction of requests")
         a.grid(alpha=0.3, which="both")
@@ -108,6 +104,17 @@ def latency_cdfs(
         + _shown(len(have), len(shown))
     )
     return _save(fig, out / "latency_cdf.png", title, caption, "TTFT and TPOT distributions")
+
+
+def _plain_log_ticks(a: Any) -> None:
+    """Plain numbers on a log x axis: at 1, 2 and 5 per decade over a short range, at the
+    powers of ten over more than two and a half decades (never crowded)."""
+    lo, hi = a.get_xlim()
+    decades = np.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    a.xaxis.set_major_locator(LogLocator(subs=(1.0,) if decades > 2.5 else (1.0, 2.0, 5.0)))
+    a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    a.xaxis.set_minor_formatter(NullFormatter())
+    a.tick_params(axis="x", labelsize=8)
 
 
 # ---------------------------------------------------------------------------- sweeps
