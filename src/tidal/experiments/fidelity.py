@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidal.core.clock import CLOCKS
+from tidal.core.clock import CLOCK_CHOICES, resolve_clock
 from tidal.core.errors import TidalError
 from tidal.experiments.fidelity_run import real_run
 
@@ -56,8 +56,8 @@ def _check(repeats: int, warmup_requests: int, recalibrate: int, clock: str) -> 
         raise TidalError("warmup-requests: must be >= 0")
     if recalibrate < 0:
         raise TidalError("recalibrate: must be >= 0")
-    if clock not in CLOCKS:
-        raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+    if clock not in CLOCK_CHOICES:
+        raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCK_CHOICES)})")
 
 
 def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
@@ -246,13 +246,18 @@ def run_fidelity(
     log: Log = _quiet,
 ) -> dict[str, Any]:
     """Run the comparison and write ``out/fidelity.json`` and both runs' request tables;
-    ``log`` receives progress lines (rich markup)."""
+    ``log`` receives progress lines (rich markup). ``clock="auto"`` is ``cpu`` on a CPU device.
+    ``noise`` in the result holds the machine's load during the real runs and a sentence for
+    every noise source beyond its limit (:func:`tidal.runtime.noise.fidelity_warnings`)."""
     import numpy as np
 
     from tidal.experiments.fidelity_metrics import fidelity_summary
+    from tidal.runtime.config import device_type
+    from tidal.runtime.noise import LoadMeter
     from tidal.sim.run import rng_streams, run_simulation
 
     _check(repeats, warmup_requests, recalibrate, clock)
+    clock = resolve_clock(clock, device_type(device))
     prof = _load_profile(profile, model, clock, log)
     watermark = 0.01
     memory = {"block_size": block_size, "watermark": watermark, "num_blocks": num_kv_blocks}
@@ -275,11 +280,14 @@ def run_fidelity(
         real_run(rt_cfg, reqs.take(np.arange(k)), prompts[:k], sim_cfg, clock, None)
         log(f"  warm-up ({k} requests): {time.perf_counter() - t_warm:.1f} s")
     runs = []
+    meter = LoadMeter().start()
     for rep in range(repeats):
         runs.append(real_run(rt_cfg, reqs, prompts, sim_cfg, clock, speed))
         log(f"  real run {rep + 1}/{repeats}: {runs[-1]['wall_s']:.1f} s")
     per_repeat = [fidelity_summary(r["columns"], sim.columns) for r in runs]
+    load = meter.read()
     result, per_repeat = _summarize(runs, per_repeat, prof, sim, sim_cfg, reqs, out, recalibrate)
+    result["noise"] = _noise_report(load, result, runs)
     result.update(
         {
             "repeats": repeats,
@@ -339,6 +347,15 @@ def _summarize(
         "runs_s": [[r["probe_before_s"], r["probe_after_s"]] for r in runs],
     }
     return result, per_repeat
+
+
+def _noise_report(
+    load: dict[str, Any], result: dict[str, Any], runs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    from tidal.runtime.noise import fidelity_warnings
+
+    pairs = [(r["speed_before"], r["speed_after"]) for r in runs if r["speed_before"]]
+    return {**load, "warnings": fidelity_warnings(load, result.get("real_vs_real"), pairs)}
 
 
 def _write(out: Path, result: dict[str, Any], sim_columns: Any, real_columns: Any) -> None:
