@@ -157,3 +157,15 @@ def test_branch_policy_flag(tmp_path):
     assert len(p) == len(a) == 12
     assert (p <= a).all()
     assert p.sum() < a.sum()  # 30k-token branches: the consensus stop (T = 40 probes of 500) fires
+
+
+@pytest.mark.parametrize("host", ["vllm-v1", "vidur"])
+def test_perf_host_flag_reaches_the_config(tmp_path, host):
+    out = tmp_path / host
+    args = ["--num-requests", "4", "--rate", "2", "--perf-model", "corrected-roofline"]
+    assert run("simulate", *args, "--perf-host", host, "--out", str(out)).exit_code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["perf_host"] == host
+    bad = run("simulate", *args, "--perf-host", "sglang", "--out", str(tmp_path / "bad"))
+    assert bad.exit_code != 0
+    assert "perf_host" in bad.output
