@@ -34,9 +34,11 @@ print(min(ts))
 """
 
 
-def cases(rate: float) -> dict[str, dict]:
+def cases(rate: float, perf_model: str | None = None) -> dict[str, dict]:
     wl = {"num_requests": 10_000, "rate": rate, "length_dist": "empirical:sharegpt"}
     base = {"model": "llama-3.1-8b", "gpu": "h100", "workload": wl, "seed": 1}
+    if perf_model is not None:
+        base["perf_model"] = perf_model
     return {
         "MB, fast-forward on": {**base, "fast_forward": True},
         "MB, fast-forward off": {**base, "fast_forward": False},
@@ -47,6 +49,7 @@ def cases(rate: float) -> dict[str, dict]:
             "scheduler": {"batching": "ebplus"},
             "augment": {"serving_policy": "augserve"},
             "workload": {"augmented": "infercept-mix", "num_requests": 1500, "rate": 4},
+            **({"perf_model": perf_model} if perf_model is not None else {}),
         },
     }
 
@@ -69,9 +72,18 @@ def main() -> None:
     ap.add_argument("--new", type=Path, default=Path("."))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rate", type=float, default=5.744)
+    ap.add_argument(
+        "--perf-model",
+        default=None,
+        help="step model of every case (default: each tree's auto; 'roofline' is the same in "
+        "trees whose auto step model differs, so only the engine's own cost is compared)",
+    )
+    ap.add_argument("--only", default=None, help="run only the cases whose name contains this")
     args = ap.parse_args()
     print("| case | old (s) | new (s) | speed ratio |\n|---|---|---|---|")
-    for name, cfg in cases(args.rate).items():
+    for name, cfg in cases(args.rate, args.perf_model).items():
+        if args.only is not None and args.only not in name:
+            continue
         old, new = [], []
         for _ in range(args.repeats):
             old.append(run(args.old.resolve(), cfg))
