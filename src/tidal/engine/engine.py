@@ -61,7 +61,7 @@ class Engine:
         """Schedule and execute a step starting at ``now_ns``; returns its end time, or None
         when there is nothing to run (the engine is then idle)."""
         plan = self.scheduler.schedule(now_ns)
-        if plan.is_empty:
+        if not plan.num_decodes and not plan.prefills and not plan.stall_ns:  # plan.is_empty
             self._idle(now_ns)
             return None
         return self._execute(plan, now_ns)
@@ -74,11 +74,18 @@ class Engine:
         sched = self.scheduler
         sched.update(plan, now_ns, plan.num_steps)
         self.busy_ns += now_ns - self.start_ns
+        # the next step: :meth:`start`, inlined (this is the simulator's hot path)
         plan = sched.schedule(now_ns)
-        if plan.is_empty:
+        if not plan.num_decodes and not plan.prefills and not plan.stall_ns:  # plan.is_empty
             self._idle(now_ns)
             return None
-        return self._execute(plan, now_ns)
+        self.plan = plan
+        self.start_ns = now_ns
+        if now_ns >= self.sample_at and self.on_sample is not None:
+            self.on_sample(now_ns, plan)
+        end = now_ns + self.executor.execute(plan, sched, now_ns, -1)
+        self.end_ns = end
+        return end
 
     def _execute(self, plan: StepPlan, now_ns: int) -> int:
         idle = -1 if self.busy else now_ns - self.idle_since

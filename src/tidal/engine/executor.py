@@ -32,6 +32,7 @@ from tidal.hardware.perf import PerfModel
 
 _SCALAR_STEPS = 64
 _FIRST_CHUNK = 64
+_UNKNOWN = (math.nan, math.nan)
 
 
 def _never() -> int:
@@ -61,9 +62,22 @@ class ModelledExecutor:
         self._last_step_ns = 0
         """Duration of the last step of the current run."""
 
+    @property
+    def perf(self) -> PerfModel:
+        return self._perf
+
+    @perf.setter
+    def perf(self, perf: PerfModel) -> None:
+        self._perf = perf
+        self._affine: dict[int, tuple[float, float] | None] = {}
+        """``perf.decode_affine(n)`` by batch size n (a performance model is immutable)."""
+        self._segment: Callable[[int, int], tuple[float, float, float]] | None = getattr(
+            perf, "decode_segment", None
+        )
+
     def execute(self, plan: StepPlan, scheduler: Scheduler, now_ns: int, idle_ns: int) -> int:
         n_dec = plan.num_decodes
-        penalty = self.perf.idle_penalty_ns(idle_ns) if idle_ns >= 0 else 0
+        penalty = self._perf.idle_penalty_ns(idle_ns) if idle_ns >= 0 else 0
         if self.fast_forward and n_dec and not plan.prefills and not penalty:
             k, sensitive = scheduler.repeatable_steps(plan)
             if k > 1:
@@ -73,7 +87,7 @@ class ModelledExecutor:
         prefills = plan.prefills
         if n_dec or prefills:
             d = (
-                self.perf.step_ns(
+                self._perf.step_ns(
                     n_dec,
                     plan.decode_ctx,
                     sum(n for _, n in prefills),
@@ -104,7 +118,7 @@ class ModelledExecutor:
         if now_ns >= end_ns - self._last_step_ns:
             return None  # the last step has started: the run already ends at the cut
         n = plan.num_decodes
-        d = self.perf.decode_run_ns(n, plan.decode_ctx, n_steps)
+        d = self._perf.decode_run_ns(n, plan.decode_ctx, n_steps)
         ends = start_ns + np.cumsum(d)
         j = int(np.searchsorted(ends, now_ns, side="right"))
         if j >= n_steps - 1:
@@ -124,15 +138,15 @@ class ModelledExecutor:
         :meth:`PerfModel.step_ns`."""
         n = plan.num_decodes
         ctx0 = plan.decode_ctx
-        perf = self.perf
+        perf = self._perf
         itl = self.itl
         t = now_ns
         done = 0
         last = 0
-        affine = perf.decode_affine(n)
-        segment: Callable[[int, int], tuple[float, float, float]] | None = (
-            None if affine is not None else getattr(perf, "decode_segment", None)
-        )
+        affine = self._affine.get(n, _UNKNOWN)
+        if affine is _UNKNOWN:
+            affine = self._affine[n] = perf.decode_affine(n)
+        segment = None if affine is not None else self._segment
         end = math.inf
         if segment is not None:
             c, a, end = segment(n, ctx0)
