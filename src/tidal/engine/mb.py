@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tidal.engine.plan import StepPlan
 from tidal.engine.ordering import WaitingQueue
+from tidal.engine.plan import StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
 from tidal.engine.state import AdmissionTest, EngineState
 
