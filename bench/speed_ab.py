@@ -7,6 +7,11 @@ speed ratio (old time / new time; > 1 = the new tree is faster).
 
     git worktree add --detach /tmp/old main
     python bench/speed_ab.py --old /tmp/old --new . [--repeats 5] [--rate 5.744]
+
+The cases use each tree's ``auto`` step model. When the trees' step models differ (the old tree
+predates a step-model change) the two simulate different step sequences and the ratio mixes the
+engine's cost with the model's; ``--perf-model roofline`` (unchanged across such trees) compares
+the engines alone: check that both trees give the same per-request columns.
 """
 
 from __future__ import annotations

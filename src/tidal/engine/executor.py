@@ -156,19 +156,28 @@ class ModelledExecutor:
             ctx = ctx0
             limit = min(k, _SCALAR_STEPS)
             durations: list[int] = []
-            floor = math.floor
-            while done < limit and (done == 0 or t <= horizon_ns):
-                if ctx >= end:  # next segment of a piecewise-affine model
-                    assert segment is not None  # ctx < end = inf without segments
-                    c, a, end = segment(n, ctx)
-                d = floor((c + a * ctx) * 1e9 + 0.5)
-                if d < 1:
-                    d = 1
-                durations.append(d)
-                t += d
-                ctx += n
-                done += 1
-            last = d
+            floor, append = math.floor, durations.append
+            if segment is None:  # one affine piece (the common case: a leaner loop)
+                while done < limit and (done == 0 or t <= horizon_ns):
+                    d = floor((c + a * ctx) * 1e9 + 0.5)
+                    if d < 1:
+                        d = 1
+                    append(d)
+                    t += d
+                    ctx += n
+                    done += 1
+            else:
+                while done < limit and (done == 0 or t <= horizon_ns):
+                    if ctx >= end:  # next segment of a piecewise-affine model
+                        c, a, end = segment(n, ctx)
+                    d = floor((c + a * ctx) * 1e9 + 0.5)
+                    if d < 1:
+                        d = 1
+                    append(d)
+                    t += d
+                    ctx += n
+                    done += 1
+            last = durations[-1]
             itl.extend(durations, n)
         chunk = _FIRST_CHUNK
         while done < k and (done == 0 or t <= horizon_ns):
