@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from tidal.cluster.models import ServedModel, served_models, service_ms
 from tidal.cluster.topology import parse_cluster
 from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
-from tidal.core.metrics import request_latencies, summarize
+from tidal.core.metrics import summarize
 from tidal.core.request import Request
 from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
 from tidal.engine.build import build_scheduler
@@ -36,7 +36,7 @@ from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
-from tidal.sim.recorder import RequestRecorder
+from tidal.sim.recorder import SpooledRecorder
 from tidal.sim.simulator import CONTROL, Simulation
 from tidal.workload.base import RequestSet
 from tidal.workload.concurrency import window_concurrency
@@ -252,8 +252,36 @@ def policy_metrics(scheds: list[Scheduler | RetiredStats]) -> dict[str, Any]:
 
 
 def _p95(values: np.ndarray) -> float | None:
-    v = values[~np.isnan(values)]
-    return float(np.percentile(v, 95)) if len(v) else None
+    return float(np.percentile(values, 95)) if len(values) else None
+
+
+class Selected(Mapping[str, np.ndarray]):
+    """The rows ``sel`` of every column, selected when a column is read (one at a time)."""
+
+    def __init__(self, cols: Mapping[str, np.ndarray], sel: np.ndarray) -> None:
+        self.cols = cols
+        self.sel = sel
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name][self.sel]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cols)
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+
+def latency_p95(cols: Mapping[str, np.ndarray]) -> dict[str, float | None]:
+    """p95 TTFT and TPOT of the completed requests (TPOT: of those with > 1 output token),
+    as :func:`~tidal.core.metrics.request_latencies` defines them."""
+    done = cols["finish_ns"] >= 0
+    first = cols["first_token_ns"][done]
+    ttft = _p95((first - cols["arrival_ns"][done]) / 1e9)
+    out = cols["output_tokens"][done]
+    many = out > 1
+    tpot = (cols["finish_ns"][done][many] - first[many]) / 1e9 / np.maximum(out[many] - 1, 1)
+    return {"ttft_p95_s": ttft, "tpot_p95_s": _p95(tpot)}
 
 
 def run_cluster(
@@ -270,7 +298,7 @@ def run_cluster(
     reqs = requests if requests is not None else mix.requests
     t_load = time.perf_counter()
     model_of = reqs.extra["model"]
-    recorder = RequestRecorder(reqs)
+    recorder = SpooledRecorder(reqs)
     n = len(reqs)
     cb = (lambda done: progress(done, n)) if progress is not None else None
     sim = Simulation([], reqs, recorder, progress=cb)
@@ -327,9 +355,7 @@ def run_cluster(
     metrics = summarize(
         cols, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(list(range(len(sim.instances))))
     )
-    lat = request_latencies(cols)
-    metrics["ttft_p95_s"] = _p95(lat["ttft_s"])
-    metrics["tpot_p95_s"] = _p95(lat["tpot_s"])
+    metrics.update(latency_p95(cols))
     t_end = max(end_ns, first)
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
@@ -346,12 +372,10 @@ def run_cluster(
     per_model: dict[str, dict[str, Any]] = {}
     for m in ctl.models:
         sel = model_of == m.index
-        sub = {k: v[sel] for k, v in cols.items()}
+        sub = Selected(cols, sel)
         engines = [e for e, name in enumerate(backend.names) if name == m.name]
         pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
-        lat_m = request_latencies(sub)
-        pm["ttft_p95_s"] = _p95(lat_m["ttft_s"])
-        pm["tpot_p95_s"] = _p95(lat_m["tpot_s"])
+        pm.update(latency_p95(sub))
         pm.update(ctl.cluster_metrics(m.index, first, t_end))
         if augmented:
             pm.update(augmented_metrics(sub, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
@@ -360,7 +384,7 @@ def run_cluster(
         pm["tp"] = m.tp
         pm["share"] = float(mix.shares[m.index])
         per_model[m.name] = pm
-    cols["model"] = model_of.astype(np.int64)
+    cols["model"] = np.asarray(model_of, dtype=np.int64)
     run_info = {
         "wall_s": t_sim - t0,
         "load_s": t_load - t0,
