@@ -62,7 +62,7 @@ class ClusterMemory:
         self.pools = [GpuPool(g, pages_per_gpu) for g in range(num_gpus)]
         self.pages_per_gpu = pages_per_gpu
         self._agg = [[dict.fromkeys(KINDS, 0) for _ in range(num_models)] for _ in range(num_gpus)]
-        self.log = ColumnSpool(LOG_COLUMNS)
+        self.log = ColumnSpool(LOG_COLUMNS, 16_384)
         """The change log, spooled to disk a chunk at a time (flat memory over long runs)."""
         self.peak_used = [0] * num_gpus
 

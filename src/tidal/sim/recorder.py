@@ -91,7 +91,7 @@ class SpooledRecorder(RequestRecorder):
         """Block index → its column arrays and [requests left]."""
         self._next = 0
         """First block not yet spooled."""
-        self._spool = ColumnSpool(SPOOLED)
+        self._spool = ColumnSpool(SPOOLED, 16_384)
 
     def _new(self, b: int) -> tuple[list[np.ndarray], list[int]]:
         size = min(self._block, self._n - b * self._block)
