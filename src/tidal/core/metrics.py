@@ -50,7 +50,7 @@ def weighted_percentiles(
     return out
 
 
-def request_latencies(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def request_latencies(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-request latency columns in seconds (NaN where undefined)."""
     arrival = cols["arrival_ns"]
     first = cols["first_token_ns"]

@@ -135,6 +135,10 @@ class ColumnSet(MutableMapping[str, np.ndarray]):
         n = len(next(iter(cols.values()))) if cols else 0
         return cls(n, {k: (array_reader(v), v.dtype) for k, v in cols.items()})
 
+    def __reduce__(self) -> tuple[object, tuple[dict[str, np.ndarray]]]:
+        """Pickled (sent to another process) as in-memory columns."""
+        return (ColumnSet.of_arrays, (dict(self),))
+
     def dtype(self, name: str) -> np.dtype:
         return self._readers[name][1]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,9 +31,15 @@ from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
-from tidal.engine.stats import PolicyStats
 from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
+from tidal.sim.cluster_metrics import (
+    RetiredStats,
+    Selected,
+    cache_counts,
+    latency_p95,
+    policy_metrics,
+)
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import SpooledRecorder
@@ -121,28 +127,6 @@ def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]
     return out
 
 
-class RetiredStats:
-    """What :func:`policy_metrics` reads from schedulers, summed over stopped ones (so they
-    can be dropped): integer counters and the policy stats (:class:`PolicyStats`)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._ints: dict[str, int] = {}
-        self._stats = PolicyStats()
-
-    def add(self, sched: Scheduler) -> None:
-        for k, v in sched.extra_metrics().items():
-            if isinstance(v, int) and not isinstance(v, bool):
-                self._ints[k] = self._ints.get(k, 0) + v
-        self._stats = self._stats + sched.stats()
-
-    def extra_metrics(self) -> dict[str, int]:
-        return self._ints
-
-    def stats(self) -> PolicyStats:
-        return self._stats
-
-
 class SimBackend:
     """Implements :class:`tidal.cluster.backend.Backend` on a :class:`Simulation`."""
 
@@ -160,6 +144,9 @@ class SimBackend:
 
         self.policy_seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         self.num_started = 0
+        self.prefix_caching = False
+        """Engines cache prompt prefixes: ``memory.prefix_caching`` and a workload with
+        content (as one instance, :func:`tidal.sim.run.make_kv`)."""
         self.retired: list[tuple[str, RetiredStats]] = []
         """Per model, the summed counters of its stopped schedulers (engines reused)."""
         self._retired_of: dict[str, RetiredStats] = {}
@@ -236,54 +223,6 @@ class SimBackend:
         self.sim.deliver(engine, req, now_ns)
 
 
-def policy_metrics(scheds: list[Scheduler | RetiredStats]) -> dict[str, Any]:
-    """The engines' own policy metrics, summed: every integer counter of ``extra_metrics``
-    (``mode_switches``, ``num_intercepts``, ...), and the ratios of the summed policy stats
-    (``eb_time_share``: the share of all engines' busy time spent in EB; absent for MB)."""
-    out: dict[str, Any] = {}
-    for s in scheds:
-        for k, v in s.extra_metrics().items():
-            if isinstance(v, int) and not isinstance(v, bool):
-                out[k] = out.get(k, 0) + v
-    total = PolicyStats.total(s.stats() for s in scheds)
-    if total.eb_time_share is not None:
-        out["eb_time_share"] = total.eb_time_share
-    return out
-
-
-def _p95(values: np.ndarray) -> float | None:
-    return float(np.percentile(values, 95)) if len(values) else None
-
-
-class Selected(Mapping[str, np.ndarray]):
-    """The rows ``sel`` of every column, selected when a column is read (one at a time)."""
-
-    def __init__(self, cols: Mapping[str, np.ndarray], sel: np.ndarray) -> None:
-        self.cols = cols
-        self.sel = sel
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.cols[name][self.sel]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.cols)
-
-    def __len__(self) -> int:
-        return len(self.cols)
-
-
-def latency_p95(cols: Mapping[str, np.ndarray]) -> dict[str, float | None]:
-    """p95 TTFT and TPOT of the completed requests (TPOT: of those with > 1 output token),
-    as :func:`~tidal.core.metrics.request_latencies` defines them."""
-    done = cols["finish_ns"] >= 0
-    first = cols["first_token_ns"][done]
-    ttft = _p95((first - cols["arrival_ns"][done]) / 1e9)
-    out = cols["output_tokens"][done]
-    many = out > 1
-    tpot = (cols["finish_ns"][done][many] - first[many]) / 1e9 / np.maximum(out[many] - 1, 1)
-    return {"ttft_p95_s": ttft, "tpot_p95_s": _p95(tpot)}
-
-
 def run_cluster(
     cfg: SimulationConfig,
     requests: RequestSet | None = None,
@@ -303,6 +242,7 @@ def run_cluster(
     cb = (lambda done: progress(done, n)) if progress is not None else None
     sim = Simulation([], reqs, recorder, progress=cb)
     backend = SimBackend(cfg, sim)
+    backend.prefix_caching = cfg.memory.prefix_caching and reqs.content is not None
     first = int(reqs.arrival_ns[0]) if n else 0
     stats = workload_stats(c, reqs)
     ctl = ClusterController(
@@ -369,6 +309,8 @@ def run_cluster(
     ]
     for k, v in policy_metrics([s for _, s in scheds]).items():
         metrics.setdefault(k, v)
+    if reqs.content is not None:  # as one instance: reported where prompts have content
+        metrics.update(cache_counts([s for _, s in scheds]).metrics(backend.prefix_caching))
     per_model: dict[str, dict[str, Any]] = {}
     for m in ctl.models:
         sel = model_of == m.index
@@ -381,6 +323,9 @@ def run_cluster(
             pm.update(augmented_metrics(sub, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
         for k, v in policy_metrics([s for name, s in scheds if name == m.name]).items():
             pm.setdefault(k, v)
+        if reqs.content is not None:
+            counts = cache_counts([s for name, s in scheds if name == m.name])
+            pm.update(counts.metrics(backend.prefix_caching))
         pm["tp"] = m.tp
         pm["share"] = float(mix.shares[m.index])
         per_model[m.name] = pm
