@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidal.core.io import write_parquet, write_parts
 from tidal.core.request import Request
 from tidal.core.spool import ColumnSet, ColumnSpool
 from tidal.report.digest import result_digest
-from tidal.report.io import write_parquet, write_parts
 from tidal.sim.recorder import RequestRecorder, SpooledRecorder
 from tidal.workload.base import RequestSet
 
