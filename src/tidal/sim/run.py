@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,9 @@ def rng_streams(seed: int) -> dict[str, np.random.Generator]:
 class SimResult:
     config: SimulationConfig
     metrics: dict[str, Any]
-    columns: dict[str, np.ndarray]
+    columns: MutableMapping[str, np.ndarray]
+    """Per-request columns (a cluster run's are read from disk on demand: a
+    :class:`~tidal.core.spool.ColumnSet`)."""
     run_info: dict[str, Any]
     """Wall-clock and event counts: not deterministic, kept out of ``summary.json``."""
     extras: dict[str, Any] = field(default_factory=dict)
