@@ -153,6 +153,9 @@ def simulate(
     no_prefix_caching: Annotated[
         bool, Opt("--no-prefix-caching", help="Turn vLLM's prefix caching off.")
     ] = False,
+    host_cache_gib: Annotated[
+        float | None, Opt(help="Prefix cache: second tier in host memory per GPU, GiB (0: off).")
+    ] = None,
     hash_block_tokens: Annotated[
         int | None, Opt(help="Mooncake: tokens per hash_ids entry (default 512).")
     ] = None,
@@ -249,6 +252,7 @@ def simulate(
             ("slo.tpot_s", slo_tpot),
             ("seed", seed),
             ("workload.hash_block_tokens", hash_block_tokens),
+            ("memory.host_cache_gib", host_cache_gib),
             ("workload.shared_prefix_groups", shared_prefix_groups),
             ("workload.shared_prefix_len", shared_prefix_len),
             ("workload.turns", turns),
