@@ -104,29 +104,28 @@ def remember_computed(seen: set[tuple[object, ...]], req: Request, prompt: list)
 
 
 def test_hand_computed_host_hit_and_transfer_time() -> None:
-    """a computes a 16-token prompt + 4 own tokens (5 blocks of 4) and is freed; draining
-    the GPU's free queue evicts its blocks into an 8-block host tier. b, with the same 16
-    tokens then its own 4, hits all 4 prompt blocks in host memory: 4 blocks load at
-    2.5 ms each = 10 ms, charged once, and they become GPU-cached again."""
+    """a computes a 16-token prompt + 4 own tokens (5 blocks of 4) and is freed; a 24-token
+    request without content then takes all 6 GPU blocks: the never-used one, then a's five,
+    evicted into an 8-block host tier. b, with the same 16 tokens then its own 4, hits all 4
+    prompt blocks in host memory: 4 blocks load at 2.5 ms each = 10 ms, charged once, and
+    they are GPU-cached again; a's own question block stays in host memory."""
     a, b = make_requests([[(0, 16), (1, 4)], [(0, 16), (2, 4)]], [0, 0])
     kv = PrefixCachingKVManager(6, BS, 0.0, 0, host_cache_blocks=8, load_ns_per_block=2.5e6)
+    tier = kv._tier
+    assert tier is not None
     assert admit(kv, a) == 0
     kv.free(a)
-    kv.take(6)  # one never-used block, then a's five: all evicted to host memory
+    filler = Request(7, 0, 24, 1)
+    assert admit(kv, filler) == 0
     assert kv.num_evicted_blocks == 5
-    assert kv._tier is not None
-    assert kv._tier.used == 5
-    kv.free(Request(99, 0, 1, 1))  # nothing held: no-op
-    bulk = Request(-1, 0, 1, 1)
-    bulk.num_blocks = 6
-    kv.num_free_blocks += 6  # give the bulk blocks back (as a finished decode pool would)
-    kv._push_anon(6)
+    assert tier.used == 5
+    kv.free(filler)
     kv.check([])
     assert kv.match_prefix(b) == (16, 0)
     assert admit(kv, b) == 16
     assert kv.pending_load_ns == 10_000_000
     assert kv.host_hit_tokens == 16
-    assert kv._tier.used == 1  # a's own question block stays in host memory
+    assert tier.used == 1
     assert b.num_blocks == 5  # 4 loaded + 1 computed
     kv.check([b])
 
