@@ -25,6 +25,11 @@ last blocks are evicted first); evictable blocks count as free for admission. Si
 (one node per segment instead of one entry per block): a node's free blocks share one LRU
 position, refreshed when a holder frees; a request that allocates blocks of a node another
 request has already cached further keeps them unregistered (vLLM keeps the duplicate, unused).
+
+Host tier (optional, :mod:`tidal.core.host_cache`): evicted blocks move to host memory, after
+the node's GPU-cached ones (``node.host``); a match takes the GPU prefix, then a run of host
+blocks, which commit loads into fresh GPU blocks and charges ``load_ns_per_block`` each
+(``pending_load_ns``, which the engine adds to the admitting step's stall).
 """
 
 from __future__ import annotations
@@ -175,17 +180,21 @@ class PrefixCachingKVManager(KVBlockManager):
             if hi == lo:
                 continue
             node = get(hashes[s] if s < last else content.tail)
-            if node is None or (in_host and node.cached):
+            if node is None:
                 break
-            want = min(hi - lo, limit - lo)
-            take = min(node.cached, want)
-            h = min(node.host, want - take) if take == node.cached else 0
+            take = min(node.cached, hi - lo, limit - lo)
+            if in_host and take:  # GPU blocks after a host run: the prefix ends
+                break
+            h = 0
+            if take == node.cached and node.host:  # its host blocks follow the GPU ones
+                h = min(node.host, hi - lo - take, limit - lo - take)
             if take + h == 0:
                 break
+            if h:
+                in_host = True
             hits.append((node, take, h))
             hit += take + h
             shared += min(take, node.held)
-            in_host = in_host or h > 0
             if take + h < hi - lo:
                 break
             lo = hi
@@ -270,8 +279,8 @@ class PrefixCachingKVManager(KVBlockManager):
                 # extend only our own copy at the node's frontier; another's copy: ours stays
                 # anonymous (a duplicate); a node left only in the host tier is adopted
                 own = ext is not None and ext == start - lo and node.cached == ext
-                adopt = ext is None and start == lo and not node.cached and not node.holders
-                if own or adopt:
+                adopt = not own and node.host > 0 and not node.cached and not node.holders
+                if own or (adopt and start == lo):
                     old = node.cached
                     node.cached = node.held = node.holders[rid] = b - lo
                     if adopt:
