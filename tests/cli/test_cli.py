@@ -174,3 +174,15 @@ def test_host_cache_flag(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["memory"]["host_cache_gib"] == 1.0
     assert summary["metrics"]["prefix_cache_host_hits"] > 0
+
+
+@pytest.mark.parametrize("host", ["vllm-v1", "vidur"])
+def test_perf_host_flag_reaches_the_config(tmp_path, host):
+    out = tmp_path / host
+    args = ["--num-requests", "4", "--rate", "2", "--perf-model", "corrected-roofline"]
+    assert run("simulate", *args, "--perf-host", host, "--out", str(out)).exit_code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["perf_host"] == host
+    bad = run("simulate", *args, "--perf-host", "sglang", "--out", str(tmp_path / "bad"))
+    assert bad.exit_code != 0
+    assert "perf_host" in bad.output

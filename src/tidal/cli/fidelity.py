@@ -80,16 +80,20 @@ def fidelity(
     ] = None,
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
     threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = 1,
-    repeats: Annotated[int, Opt(help="Real runs; statistics are their medians.")] = 1,
+    repeats: Annotated[int, Opt(help="Real runs; statistics are their medians.")] = 3,
     seed: Annotated[int, Opt(help="Workload seed.")] = 0,
     device: Annotated[str, Opt(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, Opt(help="float32 | bfloat16 | float16.")] = "float32",
     clock: Annotated[
-        str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
-    ] = "wall",
+        str,
+        Opt(
+            help="auto (cpu on a CPU device, else wall) | wall | cpu: the engine thread's CPU "
+            "time, other tenants skipped (shared machines)."
+        ),
+    ] = "auto",
     warmup_requests: Annotated[
         int, Opt(help="Replay the workload's first N requests once, unrecorded, first.")
-    ] = 0,
+    ] = 40,
     recalibrate: Annotated[
         int,
         Opt(
@@ -97,7 +101,7 @@ def fidelity(
             "under another seed) and rescale the profile to the machine's current speed; "
             "0: the profile as calibrated."
         ),
-    ] = 0,
+    ] = 40,
 ) -> None:
     """Replay a workload on the real engine and in the simulator; write per-request errors."""
     try:

@@ -71,6 +71,9 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
     hint = noise_hint(result)
     if hint:
         console.print(f"[yellow]note:[/] {hint}")
+    noisy = noise_warning(result)
+    if noisy:
+        console.print(f"[yellow]warning:[/] {noisy}")
     if not result.get("scheduler_overhead"):  # a measured run: no engine internals
         console.print(f"results in {out}")
         return
@@ -84,6 +87,21 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
 
 ROBUST = "--clock cpu --repeats 3 --warmup-requests 40 --recalibrate 40"
 """The flags of BENCHMARKS' final fidelity protocol (issue 6) that ``fidelity`` itself takes."""
+
+
+def noise_warning(result: dict[str, Any]) -> str | None:
+    """The machine's noise during the real runs (``result["noise"]``, measured by
+    :func:`tidal.runtime.noise.fidelity_warnings`) and what to do about it; None when quiet."""
+    found = (result.get("noise") or {}).get("warnings") or []
+    if not found:
+        return None
+    return (
+        "a noisy machine: "
+        + "; ".join(found)
+        + ". Per-request errors of that size are the machine's, not the simulator's: rerun "
+        "when `uptime` shows a quieter machine, or with more --repeats (the line 'against each "
+        "request's mean' averages the run-to-run noise out)."
+    )
 
 
 def noise_hint(result: dict[str, Any], tolerance: float = 0.05) -> str | None:

@@ -5,11 +5,11 @@ and the same recorder and metric code (:class:`~tidal.sim.recorder.RequestRecord
 :func:`~tidal.core.metrics.summarize`); the real run replays arrivals open-loop in wall time
 (:func:`tidal.experiments.fidelity_run.real_run`), the simulation uses the calibrated profile as
 its step-time model. ``DIR/fidelity.json`` holds the per-request error statistics
-(:mod:`tidal.report.fidelity`, medians over ``repeats`` real runs), both runs' metrics, and the
-scheduler's own CPU time as a share of step time. Two diagnostics put the errors in context:
-``real_vs_real``, the same statistics between real runs (the measurement's noise floor), and
-``speed_normalized``, the errors once the profile is rescaled by a speed probe measured before
-and after each real run (the machine's drift since calibration).
+(:mod:`tidal.experiments.fidelity_metrics`, medians over ``repeats`` real runs), both runs'
+metrics, and the scheduler's own CPU time as a share of step time. Two diagnostics put the errors
+in context: ``real_vs_real``, the same statistics between real runs (the measurement's noise
+floor), and ``speed_normalized``, the errors once the profile is rescaled by a speed probe measured
+before and after each real run (the machine's drift since calibration).
 
 ``recalibrate=N`` replays N held-out requests (the same workload under seed + 1, never
 compared) before and after every real run and rescales the profile for that run by their
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidal.core.clock import CLOCKS
+from tidal.core.clock import CLOCK_CHOICES, resolve_clock
 from tidal.core.errors import TidalError
 from tidal.experiments.fidelity_run import real_run
 from tidal.workload.content import content_token_ids
@@ -57,8 +57,8 @@ def _check(repeats: int, warmup_requests: int, recalibrate: int, clock: str) -> 
         raise TidalError("warmup-requests: must be >= 0")
     if recalibrate < 0:
         raise TidalError("recalibrate: must be >= 0")
-    if clock not in CLOCKS:
-        raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+    if clock not in CLOCK_CHOICES:
+        raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCK_CHOICES)})")
 
 
 def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
@@ -78,8 +78,8 @@ def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
 
 def _scaled_profile(prof: Any, ratio: float, path: Path) -> str:
     """Write ``prof`` with every coefficient times ``ratio`` to ``path``; its perf_model key."""
+    from tidal.core.io import write_json
     from tidal.hardware.profiled import ProfiledPerfModel
-    from tidal.report.io import write_json
 
     scaled = ProfiledPerfModel(
         {k: v * ratio for k, v in prof.coef.items()}, prof.knots, info=prof.info
@@ -126,7 +126,7 @@ def _recalibrated(
 ) -> list[dict[str, Any]]:
     """Per real run: the statistics against a simulation whose profile is rescaled by the mean
     of the held-out speed ratios before and after that run."""
-    from tidal.report.fidelity import fidelity_summary
+    from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.sim.run import run_simulation
 
     out.mkdir(parents=True, exist_ok=True)
@@ -151,7 +151,7 @@ def _medians(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The median over runs of every headline statistic (runs without it are skipped)."""
     import numpy as np
 
-    from tidal.report.fidelity import METRICS
+    from tidal.experiments.fidelity_metrics import METRICS
 
     keys = [f"{m}_{s}_rel_error" for m in METRICS for s in ("median", "p90")]
     keys += [f"{m}_{s}" for m in METRICS for s in ("median_signed_error", "p50_shift", "p90_shift")]
@@ -163,7 +163,7 @@ def _speed_normalized(
 ) -> dict[str, Any]:
     """The same profile rescaled by the speed probe's ratio (run time / calibration time):
     what is left of the error once the machine's speed drift is taken out."""
-    from tidal.report.fidelity import fidelity_summary
+    from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.sim.run import run_simulation
 
     normalized = []
@@ -179,7 +179,7 @@ def _noise(runs: list[dict[str, Any]], sim_columns: Any) -> dict[str, Any]:
     """The measurement's noise floor (the same comparison between two real runs) and the
     comparison with each request's mean over the real runs (the run-to-run noise averages
     out)."""
-    from tidal.report.fidelity import fidelity_summary, mean_columns
+    from tidal.experiments.fidelity_metrics import fidelity_summary, mean_columns
 
     pairs = [
         fidelity_summary(runs[i]["columns"], runs[j]["columns"])
@@ -247,13 +247,18 @@ def run_fidelity(
     log: Log = _quiet,
 ) -> dict[str, Any]:
     """Run the comparison and write ``out/fidelity.json`` and both runs' request tables;
-    ``log`` receives progress lines (rich markup)."""
+    ``log`` receives progress lines (rich markup). ``clock="auto"`` is ``cpu`` on a CPU device.
+    ``noise`` in the result holds the machine's load during the real runs and a sentence for
+    every noise source beyond its limit (:func:`tidal.runtime.noise.fidelity_warnings`)."""
     import numpy as np
 
-    from tidal.report.fidelity import fidelity_summary
+    from tidal.experiments.fidelity_metrics import fidelity_summary
+    from tidal.runtime.config import device_type
+    from tidal.runtime.noise import LoadMeter
     from tidal.sim.run import rng_streams, run_simulation
 
     _check(repeats, warmup_requests, recalibrate, clock)
+    clock = resolve_clock(clock, device_type(device))
     prof = _load_profile(profile, model, clock, log)
     watermark = 0.01
     memory = {"block_size": block_size, "watermark": watermark, "num_blocks": num_kv_blocks}
@@ -277,11 +282,14 @@ def run_fidelity(
         real_run(rt_cfg, reqs.take(np.arange(k)), prompts[:k], sim_cfg, clock, None)
         log(f"  warm-up ({k} requests): {time.perf_counter() - t_warm:.1f} s")
     runs = []
+    meter = LoadMeter().start()
     for rep in range(repeats):
         runs.append(real_run(rt_cfg, reqs, prompts, sim_cfg, clock, speed))
         log(f"  real run {rep + 1}/{repeats}: {runs[-1]['wall_s']:.1f} s")
     per_repeat = [fidelity_summary(r["columns"], sim.columns) for r in runs]
+    load = meter.read()
     result, per_repeat = _summarize(runs, per_repeat, prof, sim, sim_cfg, reqs, out, recalibrate)
+    result["noise"] = _noise_report(load, result, runs)
     result.update(
         {
             "repeats": repeats,
@@ -362,9 +370,18 @@ def _summarize(
     return result, per_repeat
 
 
+def _noise_report(
+    load: dict[str, Any], result: dict[str, Any], runs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    from tidal.runtime.noise import fidelity_warnings
+
+    pairs = [(r["speed_before"], r["speed_after"]) for r in runs if r["speed_before"]]
+    return {**load, "warnings": fidelity_warnings(load, result.get("real_vs_real"), pairs)}
+
+
 def _write(out: Path, result: dict[str, Any], sim_columns: Any, real_columns: Any) -> None:
-    from tidal.report.io import write_json, write_parquet
-    from tidal.report.results import _clean
+    from tidal.core.io import write_json, write_parquet
+    from tidal.experiments.results import _clean
 
     write_json(out / "fidelity.json", _clean(result))
     write_parquet(out / "sim_requests.parquet", sim_columns)
