@@ -71,6 +71,10 @@ def fidelity(
     batching: Annotated[
         str, Opt(help="Batching policy of both runs: mb | eb | ebplus (EB costs: the profile's).")
     ] = "mb",
+    shared_prefix_groups: Annotated[
+        int, Opt(help="G shared system prompts (both runs; the real prompts share the tokens).")
+    ] = 0,
+    shared_prefix_len: Annotated[int, Opt(help="Tokens of each shared system prompt.")] = 0,
     num_kv_blocks: Annotated[
         int | None, Opt(help="KV cache blocks (both runs; default 2048, --measured: the GPU's).")
     ] = None,
@@ -132,6 +136,8 @@ def fidelity(
                 "prompt_len": prompt_len,
                 "output_len": output_len,
                 "length_dist": length_dist,
+                "shared_prefix_groups": shared_prefix_groups,
+                "shared_prefix_len": shared_prefix_len,
             },
             token_budget=token_budget,
             max_seqs=max_seqs,

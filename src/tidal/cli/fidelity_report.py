@@ -60,6 +60,14 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
             f"{norm['ttft_median_rel_error']:.1%}, TPOT {norm['tpot_median_rel_error']:.1%}, "
             f"E2E {norm['e2e_median_rel_error']:.1%} (median per-request |error|)"
         )
+    pc = result.get("prefix_cache")
+    if pc and pc["sim_hit_rate"]:
+        real = ", ".join(f"{r:.3f}" for r in pc["real_hit_rate"])
+        same = ", ".join(f"{r:.0%}" for r in pc["requests_with_equal_cached_tokens"])
+        console.print(
+            f"prefix cache hit rate (cached / prompt tokens): simulator {pc['sim_hit_rate']:.3f}, "
+            f"real {real}; requests with equal cached tokens: {same}"
+        )
     hint = noise_hint(result)
     if hint:
         console.print(f"[yellow]note:[/] {hint}")

@@ -175,6 +175,10 @@ RUN = (
         "no_prefix_caching", bool, "Turn vLLM's prefix caching off.", "memory.prefix_caching",
         default=False, switch=False,
     ),
+    Flag(
+        "host_cache_gib", F, "Prefix cache: second tier in host memory per GPU, GiB (0: off).",
+        "memory.host_cache_gib", shows=0.0,
+    ),
 )  # fmt: skip
 
 PREFIXES = (

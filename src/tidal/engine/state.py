@@ -283,6 +283,9 @@ class EngineState:
                 self.start_running(req, now_ns)
                 kv.commit_prefix(req, hit)
                 if hit:
+                    if kv.pending_load_ns:  # host-tier hits: loaded before the step computes
+                        plan.stall_ns += kv.pending_load_ns
+                        kv.pending_load_ns = 0
                     for fn in self._prefix_hit:
                         fn(req, hit)
                 plan.add_chunk(req, n)

@@ -28,6 +28,7 @@ from typing import Any
 from tidal.core.clock import CLOCK_CHOICES, resolve_clock
 from tidal.core.errors import TidalError
 from tidal.experiments.fidelity_run import real_run
+from tidal.workload.content import content_token_ids
 
 Log = Callable[[str], None]
 
@@ -270,7 +271,8 @@ def run_fidelity(
     )  # fmt: skip
     sim = run_simulation(sim_cfg, reqs)
     prompt_rng = rng_streams(seed)["noise"]
-    prompts = [prompt_rng.integers(0, 256, int(p)).tolist() for p in reqs.prompt_len]
+    # shared-prefix content (segments) becomes shared token ids; the rest stays random
+    prompts = content_token_ids(reqs.content, reqs.prompt_len, prompt_rng, 256)
     speed = _held_out_speed(sim_cfg, seed, recalibrate, prof, clock) if recalibrate else None
     if warmup_requests:
         # The first real run of a process ran slower than the next ones (allocator, caches,
@@ -302,10 +304,29 @@ def run_fidelity(
             "clock": clock,
             "warmup_requests": warmup_requests,
             "recalibrate": recalibrate,
+            "prefix_cache": prefix_cache_fidelity(sim.columns, [r["columns"] for r in runs]),
         }
     )
     _write(out, result, sim.columns, runs[0]["columns"])
     return result
+
+
+def prefix_cache_fidelity(sim_columns: Any, real_columns: list[Any]) -> dict[str, Any]:
+    """Both backends' prefix-cache hit rates (first-admission cached tokens / prompt tokens,
+    from the request tables) and how many requests found exactly the same cached tokens."""
+    import numpy as np
+
+    def rate(cols: Any) -> float:
+        return float(np.sum(cols["cached_tokens"]) / max(int(np.sum(cols["prompt_len"])), 1))
+
+    sim_cached = np.asarray(sim_columns["cached_tokens"])
+    return {
+        "sim_hit_rate": rate(sim_columns),
+        "real_hit_rate": [rate(c) for c in real_columns],
+        "requests_with_equal_cached_tokens": [
+            float(np.mean(np.asarray(c["cached_tokens"]) == sim_cached)) for c in real_columns
+        ],
+    }
 
 
 def _summarize(
