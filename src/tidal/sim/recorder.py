@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Protocol
+
 import numpy as np
 
 from tidal.core.request import Request
 from tidal.core.spool import ColumnSet, ColumnSpool, array_reader, range_reader
 from tidal.workload.base import RequestSet
+
+
+class Recorder(Protocol):
+    """What the simulation loop writes: actual arrival times, the engine each request was
+    handed to, and each finished request's times and counts; ``columns()`` reads them back as
+    one column per name, indexed by request id."""
+
+    arrival_ns: np.ndarray
+    num_finished: int
+
+    def assign(self, request_id: int, engine: int) -> None: ...
+
+    def on_finish(self, req: Request) -> None: ...
+
+    def columns(self) -> MutableMapping[str, np.ndarray]: ...
 
 
 class RequestRecorder:
@@ -37,6 +55,9 @@ class RequestRecorder:
         self.num_preemptions[i] = req.num_preemptions
         self.cached_tokens[i] = max(req.num_cached_tokens, 0)
         self.num_finished += 1
+
+    def assign(self, request_id: int, engine: int) -> None:
+        self.instance[request_id] = engine
 
     def columns(self) -> dict[str, np.ndarray]:
         cols = {
@@ -71,7 +92,7 @@ _UNSET = (-1, -1, -1, 0, 0, 0, -1)
 """Their values for a request that never finished."""
 
 
-class SpooledRecorder(RequestRecorder):
+class SpooledRecorder:
     """The same columns in memory independent of the run's length, for open-loop runs (a
     cluster): finished requests fill blocks of ``block`` consecutive ids; a block is appended
     to a :class:`~tidal.core.spool.ColumnSpool` once every request of it and before it has
@@ -83,7 +104,8 @@ class SpooledRecorder(RequestRecorder):
     def __init__(self, requests: RequestSet, block: int = 4096) -> None:
         self.requests = requests
         self.arrival_ns = requests.arrival_ns
-        self.instance = {}  # type: ignore[assignment]  # id → engine, in flight only
+        self.instance: dict[int, int] = {}
+        """Request id → engine, for requests in flight only."""
         self.num_finished = 0
         self._n = len(requests)
         self._block = block
@@ -92,6 +114,9 @@ class SpooledRecorder(RequestRecorder):
         self._next = 0
         """First block not yet spooled."""
         self._spool = ColumnSpool(SPOOLED, 16_384)
+
+    def assign(self, request_id: int, engine: int) -> None:
+        self.instance[request_id] = engine
 
     def _new(self, b: int) -> tuple[list[np.ndarray], list[int]]:
         size = min(self._block, self._n - b * self._block)
@@ -113,7 +138,7 @@ class SpooledRecorder(RequestRecorder):
         cols[3][j] = req.num_output_tokens
         cols[4][j] = req.num_preemptions
         cols[5][j] = max(req.num_cached_tokens, 0)
-        cols[6][j] = self.instance.pop(i, -1)  # type: ignore[attr-defined]
+        cols[6][j] = self.instance.pop(i, -1)
         self.num_finished += 1
         left[0] -= 1
         if left[0] == 0 and b == self._next:
@@ -132,12 +157,12 @@ class SpooledRecorder(RequestRecorder):
             if entry[1][0]:
                 inst, base = entry[0][6], b * self._block
                 for j in range(len(inst)):
-                    inst[j] = self.instance.pop(base + j, inst[j])  # type: ignore[attr-defined]
+                    inst[j] = self.instance.pop(base + j, int(inst[j]))
             self._spool.extend(entry[0])
             del self._open[b]
             self._next += 1
 
-    def columns(self) -> ColumnSet:  # type: ignore[override]
+    def columns(self) -> ColumnSet:
         self._advance(True)
         i8 = np.dtype(np.int64)
         readers = {

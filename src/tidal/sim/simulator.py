@@ -29,7 +29,7 @@ from tidal.core.request import Request
 from tidal.core.units import INF_NS
 from tidal.engine.scheduler import Scheduler
 from tidal.sim.instance import SimInstance
-from tidal.sim.recorder import RequestRecorder
+from tidal.sim.recorder import Recorder
 from tidal.workload.base import RequestSet
 
 STEP_END = 0
@@ -144,7 +144,7 @@ class Simulation:
         self,
         instances: list[SimInstance],
         requests: RequestSet,
-        recorder: RequestRecorder,
+        recorder: Recorder,
         concurrency: int | None = None,
         route: Callable[[Request], int] | None = None,
         progress: Callable[[int], None] | None = None,
@@ -258,7 +258,7 @@ class Simulation:
         router). A busy instance in the middle of a fast-forwarded run is interrupted at its
         first step boundary after ``t_ns``, as step-by-step simulation would see it."""
         inst = self.instances[idx]
-        self.recorder.instance[req.request_id] = idx
+        self.recorder.assign(req.request_id, idx)
         if not inst.busy:
             end = inst.on_arrival(req, t_ns)
             if end is not None:
@@ -332,7 +332,7 @@ class Simulation:
                 recorder.arrival_ns[rid] = t
                 idx = route(req) if route is not None else 0
                 if idx >= 0:
-                    recorder.instance[rid] = idx
+                    recorder.assign(rid, idx)
                     end = instances[idx].on_arrival(req, t)
                     if end is not None:
                         self._seq += 1
