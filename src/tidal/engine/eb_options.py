@@ -27,6 +27,9 @@ REFERENCE: dict[str, Any] = {
     "crossover_n": "demand",
     "crossover_lhs": "workload",
     "mb_cost": "paper",
+    "mb_alpha": "prefill",
+    "crossover_cost": "linear",
+    "mb_eps": None,
 }
 """The paper's and its authors' scheduler's forms of every knob where ours differ
 (``preset: reference``)."""
@@ -146,6 +149,26 @@ class EBOptions(StrictModel):
     step (:mod:`tidal.engine.kv_forecast`; a time-varying cap);
     ``n_hat`` = EB's N̂* (its CFR occupancy overstates MB's KV need on bounded outputs, so
     it costs MB throughput); ``none`` = N_max with recompute preemption, as the reference."""
+    mb_eps: float | None = Field(default=0.1, gt=0, lt=1)
+    """Overflow probability ε of the MB mode's forecast admission test (``mb_cap:
+    forecast``; None: ``eps``, EB's) until the first preemption in MB mode, ``eps`` after it:
+    the forecast's margin at ε = 0.01 held MB mode 2–15 % below vLLM's MB on bounded outputs
+    where vLLM never preempts (issue 18's grid); where the looser margin does overflow the
+    cache, one overflow restores EB's margin for the rest of the run."""
+    mb_count_cap: bool = False
+    """With ``mb_cap: forecast``, also cap MB's running count by the steady-state bound of
+    :func:`eb_theory.stationary_safe_n` (its prompt-length variance term guards against
+    prompts the forecast already sees: each admission is tested with its own prompt)."""
+    crossover_cost: Literal["steps", "linear"] = "steps"
+    """What the crossover evaluates: ``linear`` = the closed form on the fitted constants
+    (§2.6, with ``mb_alpha``, ``crossover_lhs``, ``mb_cost``); ``steps`` = both policies'
+    steady-state cycles on the deployment's step-time function at the operating point
+    (:mod:`tidal.engine.eb_cost`; the closed form where the step function is unknown)."""
+    mb_alpha: Literal["step", "prefill"] = "step"
+    """α_MB, the fixed cost of one MB step in the crossover's RHS: ``prefill`` = α_p (the
+    paper); ``step`` = max(α_p, α_d) — a mixed step reads the weights as a decode step does,
+    and where the prefill fit's intercept vanishes (compute-bound prefills: A100, L40S, A40)
+    α_p credits MB's steps with no fixed cost at all while EB's decode steps pay α_d."""
     mb_memory_safe: bool = False
     """Kept for existing configs: true means ``mb_cap: n_hat``."""
     crossover_n: Literal["effective", "demand"] = "effective"
