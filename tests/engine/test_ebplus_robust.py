@@ -54,12 +54,13 @@ def test_step_crossover_on_a_linear_step_agrees_with_the_closed_form_with_alpha_
 
 
 def _cell(gpu: str, model: str, mix: dict, c: int, n: int, batching: str, **eb: object):
+    """One policy of a robustness-grid cell (``n`` requests, the first ``n/12`` warm-ups)."""
     cfg = load_config(
         {
             "model": model,
             "gpu": gpu,
             "interference": True,
-            "workload": {"num_requests": n, "concurrency": c, "warmup_requests": 50, **mix},
+            "workload": {"num_requests": n, "concurrency": c, "warmup_requests": n // 12, **mix},
             "scheduler": {"token_budget": 14336, "max_seqs": 1024, "batching": batching, "eb": eb},
         }
     )
@@ -83,7 +84,7 @@ def test_step_crossover_picks_eb_where_the_fitted_constants_kept_mb():
     assert old["token_throughput"] < 0.99 * eb
     for fix in ({}, {"crossover_cost": "linear"}):  # the cycle costs; the closed form, α_MB
         new = _cell("a100-80gb", "qwen3-8b", BAL, 128, 600, "ebplus", **fix)
-        assert new["eb_time_share"] > 0.9
+        assert new["eb_time_share"] > 0.7  # MB until the first estimate
         assert new["token_throughput"] >= 0.99 * max(eb, mb)
 
 
@@ -91,11 +92,11 @@ ARXIV = {"length_dist": "empirical:arxiv", "max_prompt_len": 8192, "max_output_l
 
 
 def test_mb_mode_admits_as_far_as_mb_without_preempting_on_bounded_outputs():
-    # Grid cell H100 / Qwen3-30B-A3B / arXiv lengths / c = 128 (reduced to 600 requests): vLLM's
+    # Grid cell H100 / Qwen3-30B-A3B / arXiv lengths / c = 128 (0.4 s a policy): vLLM's
     # MB never preempts, EB⁺'s MB mode held 15 % below it — capped by the steady-state count
     # bound (its prompt-variance term, on prompts each admission already tests) and a forecast
     # margin at EB's ε = 0.01.
-    args = ("h100", "qwen3-30b-a3b", ARXIV, 128, 600)
+    args = ("h100", "qwen3-30b-a3b", ARXIV, 128, 1200)
     mb = _cell(*args, "mb")
     old = _cell(*args, "ebplus", mb_count_cap=True, mb_eps=0.01)
     new = _cell(*args, "ebplus")
