@@ -47,8 +47,17 @@ def test_step_crossover_on_a_linear_step_agrees_with_the_closed_form_with_alpha_
     for n, theta in ((64, 0.1), (512, 0.3), (900, 0.05)):
         y = step_crossover(linear_step, n, n, theta * n, 512, 256, 1 << 20)
         x = eb_theory.crossover(
-            512, 256, n, theta, A, BP, A, BD, lambda r: eb_theory.beta_eb_w(r, BP, BD),
-            alpha_mb=A, k=theta * n,
+            512,
+            256,
+            n,
+            theta,
+            A,
+            BP,
+            A,
+            BD,
+            lambda r: eb_theory.beta_eb_w(r, BP, BD),
+            alpha_mb=A,
+            k=theta * n,
         )
         assert (y.delta > 0) == (x.delta > 0)
 
@@ -111,7 +120,8 @@ def test_a_preemption_in_mb_mode_restores_ebs_margin():
         num_blocks=2000, token_budget=1024, max_seqs=256, batching="ebplus", costs=H200_COSTS
     )
     p = s.policy
-    assert p.mb_eps == 0.1 and p.opts.eps == 0.01
+    assert p.mb_eps == 0.1
+    assert p.opts.eps == 0.01
     p.mode = "eb"
     p.on_preempted(object(), 10)  # EB's own KV escape: not MB's margin
     assert p.mb_eps == 0.1
