@@ -6,7 +6,7 @@ other load on a shared machine matters less than for wall time. Prints the media
 speed ratio (old time / new time; > 1 = the new tree is faster).
 
     git worktree add --detach /tmp/old main
-    python bench/speed_ab.py --old /tmp/old --new . [--repeats 5] [--rate 5.744]
+    python bench/speed_ab.py --old /tmp/old --new . [--repeats 5] [--rate 5.744] [--cluster]
 """
 
 from __future__ import annotations
@@ -51,6 +51,18 @@ def cases(rate: float) -> dict[str, dict]:
     }
 
 
+CLUSTER = {
+    "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
+    "cluster": {
+        "spec": "2x8:h100",
+        "models": ["llama-2-7b", "llama-2-7b", "llama-2-13b", "llama-2-70b"],
+        "placement": "warmserve",
+        "mix": {"kind": "servegen", "rate": 4.0, "alpha": 1.0, "days": 0.1},
+    },
+}
+"""A WarmServe cluster on 2.4 h of ServeGen rates (``--cluster``; needs shared/traces)."""
+
+
 def run(tree: Path, cfg: dict) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     out = subprocess.run(
@@ -69,9 +81,14 @@ def main() -> None:
     ap.add_argument("--new", type=Path, default=Path("."))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rate", type=float, default=5.744)
+    ap.add_argument("--cluster", action="store_true", help="also a WarmServe cluster case")
+    ap.add_argument("--only-cluster", action="store_true", help="only the cluster case")
     args = ap.parse_args()
+    todo = {} if args.only_cluster else cases(args.rate)
+    if args.cluster or args.only_cluster:
+        todo["WarmServe cluster, ServeGen 2.4 h"] = CLUSTER
     print("| case | old (s) | new (s) | speed ratio |\n|---|---|---|---|")
-    for name, cfg in cases(args.rate).items():
+    for name, cfg in todo.items():
         old, new = [], []
         for _ in range(args.repeats):
             old.append(run(args.old.resolve(), cfg))

@@ -12,6 +12,7 @@ from tidal.cluster.coldstart import unified_plan, vanilla_plan
 from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
 from tidal.cluster.instance import State
+from tidal.cluster.view import LaunchParams
 
 
 def _ctl(placement="dedicated", spec="1x4:h100", models=("llama-2-7b", "llama-2-13b"), **kw):
@@ -56,7 +57,7 @@ def test_vanilla_cold_start_is_the_sum_of_its_stages():
     m = ctl.models[1]
     st = ctl.cfg.startup
     plan = vanilla_plan(st.worker_s, st.engine_s, st.nccl_s, st.kv_init_s)
-    inst = ctl.launch(m, (0, 1), plan, 0, "miss")
+    inst = ctl.launch(m, (0, 1), plan, LaunchParams("miss"), 0)
     be.run()
     load_s = m.shard_bytes / (min(st.host_to_gpu_gbs, ctl.topo.gpu.pcie_gbs) * 1e9)
     expect = st.worker_s + st.engine_s + st.nccl_s + load_s + st.kv_init_s
@@ -75,7 +76,8 @@ def test_an_instance_on_a_warm_replica_pays_only_the_handoff_and_lazy_kv():
     r = ctl.prewarm(m, (3,), 0)
     be.run()
     t0 = be.now
-    inst = ctl.launch(m, (3,), unified_plan(0.5, 0.01, load=False), t0, "hit", replica=r)
+    plan = unified_plan(0.5, 0.01, load=False)
+    inst = ctl.launch(m, (3,), plan, LaunchParams("hit", replica=r), t0)
     be.run()
     assert inst.ready_ns - t0 == 510_000_000
     assert not ctl.replicas  # consumed

@@ -81,7 +81,7 @@ GOLDEN: dict[str, str] = {
     "serverlessllm-servegen": "e7dd075a1839f3489937f56b286755c39e327c11a7ae4d5d41b82c4cf779f90d",
     "warmserve": "3ec4e8a894c8b1dd30e3bef2b0a5d192c846dd117095a96ab5de79f62ec9c463",
     "warmserve-augmented": "8dc1de15f169bbf959a99020037fb42945a51bba26fd3e64bccd5ecca320b909",
-    "warmserve-ebplus": "26bfba8c991b8fd9389d7979f5e8f580b4ead13fda9ac67dfa5f5c773c2efa99",
+    "warmserve-ebplus": "a2fd7123312e52862411a22fa2faa62d11b814b7d48f673b500953f8f179b857",
     "warmserve-round-robin": "37adc237e1a5264f3fa9b039ca35e417cda918d3cde4e04808c0084f3bec619b",
     "warmserve-servegen": "af7f1a3bc05dd14d784c93e3dd30d1f2282254fe4c8bf848fa42b708f78768f6",
     "warmserve-small-batch": "0f1b413444a12a0f29991cafc3a18c52d5859e0fd5e6f2be7a17e8fcda7c620c",

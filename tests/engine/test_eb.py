@@ -388,7 +388,10 @@ def test_reference_preset_gives_the_papers_forms_and_explicit_fields_win():
     from tidal.engine.eb_options import REFERENCE, EBOptions
 
     ref = EBOptions(preset="reference")
-    for key, value in REFERENCE.items():
-        assert getattr(ref, key) == value, key
-    assert EBOptions(preset="reference", delta=1e-6).delta == 1e-6
-    assert EBOptions().n_bound == "forecast"  # our default is unchanged
+    for group, forms in REFERENCE.items():
+        for key, value in forms.items():
+            assert getattr(getattr(ref, group), key) == value, key
+    assert EBOptions(preset="reference", delta=1e-6).selector.delta == 1e-6
+    assert EBOptions(preset="reference", selector={"delta": 1e-6}).selector.delta == 1e-6
+    assert EBOptions(preset="reference", selector={"delta": 1e-6}).selector.mb_cap == "none"
+    assert EBOptions().bound.n_bound == "forecast"  # our default is unchanged

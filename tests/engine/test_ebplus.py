@@ -40,7 +40,7 @@ def signal_of(s) -> float:
     α_d) (``mb_alpha: step``) or α_p. (H200_COSTS has no step function: the closed form.)"""
     c = H200_COSTS
     n_mb = n_eb = s.policy.n_obs
-    if s.policy.opts.crossover_n == "effective":
+    if s.policy.opts.selector.crossover_n == "effective":
         cap = s.config.max_num_seqs if s.policy.n_mb is None else s.policy.n_mb
         n_mb = min(s.policy.n_obs, s.config.max_num_seqs, cap)
         n_eb = min(s.policy.n_obs, s.policy.ctl.n_hat, s.config.max_num_seqs)
@@ -54,7 +54,7 @@ def signal_of(s) -> float:
         c.alpha_d,
         c.beta_d,
         c.beta_mb_e,
-        alpha_mb=max(c.alpha_p, c.alpha_d) if s.policy.opts.mb_alpha == "step" else None,
+        alpha_mb=max(c.alpha_p, c.alpha_d) if s.policy.opts.cost.mb_alpha == "step" else None,
         k=s.policy.ctl.theta * n_eb,
     )
     return x.delta
@@ -89,10 +89,10 @@ def test_hysteresis_sticky_exit_and_cooldown():
     sig = signal_of(s)
     assert sig > 0
     # δ just above the signal: no switch
-    s.policy.opts = s.policy.opts.model_copy(update={"delta": sig * 1.01})
+    s.policy.opts = s.policy.opts.replace(delta=sig * 1.01)
     s.policy.evaluate(0)
     assert s.policy.mode == "mb"
-    s.policy.opts = s.policy.opts.model_copy(update={"delta": sig * 0.99})
+    s.policy.opts = s.policy.opts.replace(delta=sig * 0.99)
     s.policy.evaluate(0)
     assert s.policy.mode == "eb"
     assert s.policy.cooldown_left == 2
@@ -100,16 +100,14 @@ def test_hysteresis_sticky_exit_and_cooldown():
     s.policy.n_obs = 40.0
     neg = signal_of(s)
     assert neg < 0
-    s.policy.opts = s.policy.opts.model_copy(
-        update={"delta": -neg / 2.0}
-    )  # |neg| = 2δ < 3δ: sticky
+    s.policy.opts = s.policy.opts.replace(delta=-neg / 2.0)  # |neg| = 2δ < 3δ: sticky
     for _ in range(2):
         s.policy.evaluate(0)
         assert s.policy.mode == "eb"
     assert s.policy.cooldown_left == 0
     s.policy.evaluate(0)
     assert s.policy.mode == "eb"  # leaving EB needs 3·δ of evidence
-    s.policy.opts = s.policy.opts.model_copy(update={"delta": -neg / 3.5})
+    s.policy.opts = s.policy.opts.replace(delta=-neg / 3.5)
     s.policy.evaluate(0)
     assert s.policy.mode == "mb"
     assert s.policy.num_switches == 2
@@ -168,7 +166,7 @@ def test_mb_to_eb_takes_over_the_running_set():
     for i in range(20, 30):
         s.add_request(make_request(i, 30, 40))
     primed(s, n_obs=30.0)
-    s.policy.opts = s.policy.opts.model_copy(update={"delta": 0.0})
+    s.policy.opts = s.policy.opts.replace(delta=0.0)
     s.policy._to_eb(eng.clock.now_ns())
     assert s.policy.mode == "eb"
     assert s.policy.eb.phase == DECODE
@@ -253,7 +251,7 @@ def test_mb_cap_is_mbs_own_memory_bound_from_the_window():
     assert s.extra_tables()["ebplus"]["n_mb"][-1] == expect
     # the crossover credits MB with the batch it may run
     primed(s, n_obs=2048.0)
-    s.policy.opts = s.policy.opts.model_copy(update={"delta": 1.0})
+    s.policy.opts = s.policy.opts.replace(delta=1.0)
     s.policy.evaluate(0)
     assert s.extra_tables()["ebplus"]["signal"][-1] == pytest.approx(signal_of(s))
     # the other caps

@@ -121,10 +121,10 @@ def test_a_preemption_in_mb_mode_restores_ebs_margin():
     )
     p = s.policy
     assert p.mb_eps == 0.1
-    assert p.opts.eps == 0.01
+    assert p.opts.bound.eps == 0.01
     p.mode = "eb"
     p.on_preempted(object(), 10)  # EB's own KV escape: not MB's margin
     assert p.mb_eps == 0.1
     p.mode = "mb"
     p.on_preempted(object(), 10)
-    assert p.mb_eps == p.opts.eps
+    assert p.mb_eps == p.opts.bound.eps

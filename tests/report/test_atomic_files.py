@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tidal.core.errors import ConfigError
-from tidal.report.io import atomic_write, write_json
-from tidal.report.results import write_run
+from tidal.core.io import atomic_write, write_json
+from tidal.experiments.results import write_run
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_a_failure_mid_write_keeps_the_old_run_intact(
     out = tmp_path / "run"
     _run(out, 1)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    import tidal.report.results as results
+    import tidal.experiments.results as results
 
     real = results.write_json
 
@@ -120,7 +120,7 @@ def test_a_failing_file_write_leaves_no_temporary_file(tmp_path: Path) -> None:
 
 
 def _fail_inside(out: Path) -> None:
-    from tidal.report.io import replacing_dir
+    from tidal.core.io import replacing_dir
 
     with replacing_dir(out) as tmp:
         (tmp / "summary.json").write_text("{}")
@@ -139,7 +139,7 @@ def test_replacing_dir_on_error_removes_only_its_temporary(tmp_path: Path) -> No
 _SLOW_WRITER = """
 import sys, time
 from pathlib import Path
-import tidal.report.results as r
+import tidal.experiments.results as r
 from tidal.core.signals import sigterm_as_exit
 real = r.write_parquet
 def slow(path, cols):

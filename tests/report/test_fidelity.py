@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tidal.report.fidelity import fidelity_summary, relative_errors
+from tidal.experiments.fidelity_metrics import fidelity_summary, relative_errors
 
 MS = 1_000_000
 

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from tidal.cli import app
 from tidal.core.errors import ConfigError
+from tidal.core.io import write_parquet
+from tidal.experiments.results import write_run
 from tidal.experiments.sweep import run_sweep
 from tidal.report.collect import collect
 from tidal.report.describe import describe, differences
-from tidal.report.io import write_parquet
 from tidal.report.render import render_report
-from tidal.report.results import write_run
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 

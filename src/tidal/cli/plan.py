@@ -12,20 +12,11 @@ from tidal.cli import (
     TidalError,
     _deep_merge,
     _fail,
-    _set,
     app,
     console,
     err_console,
-    vllm_names,
 )
-
-
-def _list(text: str | None) -> list[Any] | None:
-    from tidal.experiments.grid import parse_value
-
-    if text is None:
-        return None
-    return [parse_value(v) for v in text.split(",") if v.strip()]
+from tidal.cli.flags import PLAN
 
 
 def _pairs(text: str | None, field: str) -> dict[str, Any]:
@@ -43,56 +34,10 @@ def _pairs(text: str | None, field: str) -> dict[str, Any]:
 
 
 @app.command()
+@PLAN.options
 def plan(
     out: Annotated[Path, Opt(help="Output directory (plan.json, evaluations.parquet, runs/).")],
-    trace: Annotated[str | None, Opt(help="Trace to plan for (Azure CSV, Mooncake, ...).")] = None,
-    rate_scale: Annotated[float | None, Opt(help="Multiply the trace's arrival rate.")] = None,
-    start_s: Annotated[float | None, Opt(help="Trace window start (s).")] = None,
-    end_s: Annotated[float | None, Opt(help="Trace window end (s).")] = None,
-    max_requests: Annotated[int | None, Opt(help="Keep the first N requests.")] = None,
-    model: Annotated[str | None, Opt(help="Model id (default llama-3.1-8b).")] = None,
-    gpus: Annotated[str | None, Opt(help="GPU types to consider, e.g. h100,h200,l40s.")] = None,
-    tp: Annotated[
-        str | None,
-        Opt("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel degrees, e.g. 1,2,4."),
-    ] = None,
-    batching: Annotated[str | None, Opt(help="Batching policies (default: all).")] = None,
-    ordering: Annotated[str | None, Opt(help="Request orderings (default: all).")] = None,
-    token_budget: Annotated[
-        str | None,
-        Opt("--token-budget", "--max-num-batched-tokens", help="Token budgets, e.g. 512,8192."),
-    ] = None,
-    max_seqs: Annotated[
-        str | None, Opt("--max-seqs", "--max-num-seqs", help="Max running requests, e.g. 128,256.")
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None, Opt(help="Share of GPU memory for weights and KV. (default: 0.9)")
-    ] = None,
-    num_requests: Annotated[
-        int | None,
-        Opt("--num-requests", "--num-prompts", help="Synthetic workload: number of requests."),
-    ] = None,
-    rate: Annotated[
-        float | None, Opt("--rate", "--request-rate", help="Synthetic workload: req/s.")
-    ] = None,
-    arrival_cv: Annotated[
-        float | None, Opt(help="Synthetic: inter-arrival CV (1 = Poisson). (default: 1)")
-    ] = None,
-    burstiness: Annotated[
-        float | None, Opt(help="Synthetic: Gamma shape of the gaps (vLLM): CV 1/sqrt(B).")
-    ] = None,
-    concurrency: Annotated[
-        int | None,
-        Opt("--concurrency", "--max-concurrency", help="Synthetic: closed-loop clients."),
-    ] = None,
-    prompt_len: Annotated[
-        int | None,
-        Opt("--prompt-len", "--random-input-len", help="Synthetic: prompt length. (default: 512)"),
-    ] = None,
-    output_len: Annotated[
-        int | None,
-        Opt("--output-len", "--random-output-len", help="Synthetic: output length. (default: 256)"),
-    ] = None,
+    flags: dict[str, Any] | None = None,
     search: Annotated[
         list[str] | None, Opt(help="More axes: KEY=V1,V2 over a dotted config key.")
     ] = None,
@@ -101,10 +46,6 @@ def plan(
     slo: Annotated[
         str | None, Opt(help="Targets as ttft_p99=2,tpot_p99=0.1 (any ttft/tpot/e2e p50/90/99).")
     ] = None,
-    max_replicas: Annotated[int | None, Opt(help="Most replicas per option (default 16).")] = None,
-    router: Annotated[str | None, Opt(help="round-robin | least-loaded | prefix-aware.")] = None,
-    objective: Annotated[str | None, Opt(help="gpu_hours (default) | dollars.")] = None,
-    top: Annotated[int | None, Opt(help="How many cheapest deployments to return.")] = None,
     prices: Annotated[str | None, Opt(help="USD per GPU-hour, e.g. h100=2.5,l40s=0.9.")] = None,
     config: Annotated[Path | None, Opt(help="Plan YAML (base, search, slo, ...).")] = None,
     exhaustive: Annotated[
@@ -126,39 +67,8 @@ def plan(
 
     try:
         data: dict[str, Any] = load_yaml(config) if config else {}
-        flags: dict[str, Any] = {}
-        for key, val in (
-            ("base.model", model),
-            ("base.workload.trace", trace),
-            ("base.workload.rate_scale", rate_scale),
-            ("base.workload.start_s", start_s),
-            ("base.workload.end_s", end_s),
-            ("base.workload.max_requests", max_requests),
-            ("base.memory.gpu_memory_utilization", gpu_memory_utilization),
-            ("base.workload.num_requests", num_requests),
-            ("base.workload.rate", rate),
-            ("base.workload.arrival_cv", vllm_names.arrival_cv(arrival_cv, burstiness)),
-            ("base.workload.concurrency", concurrency),
-            ("base.workload.prompt_len", prompt_len),
-            ("base.workload.output_len", output_len),
-            ("max_replicas", max_replicas),
-            ("router", router),
-            ("objective", objective),
-            ("top", top),
-        ):
-            _set(flags, key, val)
-        axes: dict[str, Any] = {}
-        for key, text in (
-            ("gpu", gpus),
-            ("tp", tp),
-            ("scheduler.batching", batching),
-            ("scheduler.ordering", ordering),
-            ("scheduler.token_budget", token_budget),
-            ("scheduler.max_seqs", max_seqs),
-        ):
-            values = _list(text)
-            if values is not None:
-                axes[key] = values
+        data = _deep_merge(data, PLAN.config(flags or {}))
+        axes = data.setdefault("search", {})
         for arg in search or []:
             key, values = parse_grid_arg(arg)
             axes[key] = values
@@ -167,8 +77,6 @@ def plan(
             targets["ttft_p99_s"] = slo_ttft_p99
         if slo_tpot_p99 is not None:
             targets["tpot_p99_s"] = slo_tpot_p99
-        data = _deep_merge(data, flags)
-        data["search"] = {**data.get("search", {}), **axes}
         if targets:
             data["slo"] = {**data.get("slo", {}), **targets}
         if prices:

@@ -29,21 +29,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tidal.cli.flags import vllm_grid_keys
 from tidal.core.errors import TidalError
 
-GRID_KEYS = {
-    "max_num_seqs": "scheduler.max_seqs",
-    "max_num_batched_tokens": "scheduler.token_budget",
-    "tensor_parallel_size": "tp",
-    "num_prompts": "workload.num_requests",
-    "request_rate": "workload.rate",
-    "max_concurrency": "workload.concurrency",
-    "random_input_len": "workload.prompt_len",
-    "random_output_len": "workload.output_len",
-    "gpu_memory_utilization": "memory.gpu_memory_utilization",
-    "num_warmups": "workload.warmup_requests",
-}
-"""vLLM names accepted as ``sweep --grid`` keys (``burstiness`` too, see :func:`grid_key`)."""
+GRID_KEYS = vllm_grid_keys()
+"""vLLM names accepted as ``sweep --grid`` keys, from the flag table
+(:mod:`tidal.cli.flags`; ``burstiness`` too, see :func:`grid_key`)."""
 
 
 def cv_of_burstiness(burstiness: float) -> float:

@@ -1,5 +1,7 @@
 """The cluster controller: shared mechanisms every placement policy uses (warmserve.md §2.5,
-§4.1). A policy (``tidal.cluster.policies``) decides *where* and *when*; the controller does it:
+§4.1). A policy (``tidal.cluster.policies``) decides *where* and *when*, reading the controller
+as a :class:`~tidal.cluster.view.ClusterView` and acting through
+:class:`~tidal.cluster.view.ClusterActions`; the controller does it:
 
 * GPU grants: an instance takes a group of idle GPUs; its weights come from a warm replica
   (zero-copy retag), a loading replica, or a new load; its KV cache takes the pages it is given
@@ -39,6 +41,7 @@ from tidal.cluster.models import ServedModel, served_models
 from tidal.cluster.startup_run import run_startup_plan
 from tidal.cluster.topology import parse_cluster
 from tidal.cluster.transfer import TransferEngine
+from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.cluster.weight_load import load_weights
 from tidal.core.request import Request
 from tidal.core.units import s_to_ns
@@ -110,7 +113,8 @@ class ClusterController:
         """Bumped by every change a control tick could react to (arrivals, finishes, instance
         and replica life-cycle events, memory changes): a tick that changed nothing may skip
         its successors while the version and the clock-driven inputs stay the same."""
-        self.policy = PLACEMENTS.get(cfg.placement)(self)
+        view: ClusterView = self
+        self.policy = PLACEMENTS.get(cfg.placement)(view, ClusterActions(self))
         for load in self.loads:
             load.keep_stamps = self.policy.uses_load_stamps
 
@@ -173,6 +177,14 @@ class ClusterController:
     def idle_gpus(self, node: int) -> list[int]:
         return [g for g in self.topo.gpus_of(node) if self.gpu_busy[g] is None]
 
+    def free_pages(self, gpu: int) -> int:
+        return self.memory.free(gpu)
+
+    def ssd_queued_bytes(self, node: int) -> float:
+        """Bytes still to read over ``node``'s SSD link (every active transfer on it)."""
+        link = f"ssd:{node}"
+        return sum(t.remaining for t in self.transfers.active.values() if link in t.links)
+
     def _set_busy(self, now_ns: int, gpus: tuple[int, ...], inst: ModelInstance | None) -> None:
         for g in gpus:
             self.gpu_busy[g] = inst
@@ -184,27 +196,22 @@ class ClusterController:
         model: ServedModel,
         gpus: tuple[int, ...],
         plan: StartupPlan,
+        params: LaunchParams,
         now_ns: int,
-        kind: str,
-        replica: Replica | None = None,
-        kv_pages: int | None = None,
-        share: float = 1.0,
-        cap: int | None = None,
-        min_free_blocks: int = 0,
-        min_total_blocks: int = 0,
     ) -> ModelInstance:
         """Create an instance of ``model`` on idle ``gpus`` and start its cold start.
 
-        Weights: ``replica`` (warm or loading) is taken over; otherwise, with ``plan.load``, a
-        new load starts (now, or after the engine track for sequential plans). KV: ``kv_pages``
-        per GPU, default every page still free on the group (minimum over its GPUs)."""
+        Weights: ``params.replica`` (warm or loading) is taken over; otherwise, with
+        ``plan.load``, a new load starts (now, or after the engine track for sequential plans).
+        KV: ``params.kv_pages`` per GPU, default every page still free on the group (minimum
+        over its GPUs)."""
+        kind, replica, kv_pages = params.kind, params.replica, params.kv_pages
         assert kind in START_KINDS
         for g in gpus:
             if self.gpu_busy[g] is not None:
                 raise RuntimeError(f"GPU {g} is busy")
-        inst = ModelInstance(
-            self.num_instances, model, gpus, now_ns, kind, cap or self.cfg.batch, share=share
-        )
+        cap = params.cap or self.cfg.batch
+        inst = ModelInstance(self.num_instances, model, gpus, now_ns, kind, cap, share=params.share)
         self.num_instances += 1
         self.version += 1
         self.live[inst.iid] = inst
@@ -227,7 +234,9 @@ class ClusterController:
             )
         inst.kv_pages = blocks * model.block_pages
         self.memory.alloc(now_ns, gpus, ("kv", inst.iid), inst.kv_pages, model.index, "kv")
-        inst.kv = ReservingKV(blocks, model.block_size, min_free_blocks, min_total_blocks)
+        inst.kv = ReservingKV(
+            blocks, model.block_size, params.min_free_blocks, params.min_total_blocks
+        )
         inst.kv.on_reserve = lambda n, inst=inst: self._kv_reserved(inst, n)
         run_startup_plan(self, inst, plan, replica, now_ns)
         return inst

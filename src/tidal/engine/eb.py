@@ -79,10 +79,10 @@ class ExclusiveBatching(BatchingPolicy):
                 "build it with SchedulerConfig(costs=tidal.hardware.interference.step_costs(...))",
             )
         self.gate: ForecastGate | None = None
-        if opts.n_bound == "forecast" or need_forecast:
-            self.gate = ForecastGate(state, opts.eps, opts.cold_reserve)
+        if opts.bound.n_bound == "forecast" or need_forecast:
+            self.gate = ForecastGate(state, opts.bound.eps, opts.bound.cold_reserve)
         self.bound: CLTBound = CLTBound()
-        if opts.n_bound == "forecast":
+        if opts.bound.n_bound == "forecast":
             assert self.gate is not None
             self.bound = ForecastBound(self.gate)
         self.ctl = EBController(state, opts, costs, self.bound, self.gate)
@@ -136,7 +136,7 @@ class ExclusiveBatching(BatchingPolicy):
         sample = [r.prompt_len for r in islice(st.running.values(), 50)]
         sample += [r.prompt_len for r in islice(iter(st.waiting), 50)]
         prompt = sum(sample) / len(sample) if sample else 512.0
-        per_req = prompt + self.ctl.stats.mu_o * self.ctl.opts.output_margin
+        per_req = prompt + self.ctl.stats.mu_o * self.ctl.opts.phase.output_margin
         n = int(self.ctl.capacity_tokens / per_req)
         return max(self._min_n(), min(self.ctl.max_seqs, n))
 
@@ -180,14 +180,14 @@ class ExclusiveBatching(BatchingPolicy):
                 self.phase = DECODE
         elif self.phase == DECODE:
             target = ctl.recovery_target()
-            cooldown_ns = int(self.ctl.opts.n_update_cooldown_s * 1e9)
+            cooldown_ns = int(self.ctl.opts.phase.n_update_cooldown_s * 1e9)
             if (
                 ctl.n < target
                 and waiting >= target // 2
                 and now_ns - ctl.last_n_change_ns >= cooldown_ns
             ):
                 ctl.set_n(target, now_ns)
-            if n_dec and not (self.ctl.opts.kv_gate and kv_full):
+            if n_dec and not (self.ctl.opts.phase.kv_gate and kv_full):
                 fillable = self.fillable(n_dec, waiting)
                 if fillable is not None:
                     self.refill_target = fillable
@@ -295,7 +295,7 @@ class ExclusiveBatching(BatchingPolicy):
             return 1, True
         # Phase 1 may have been entered by this very schedule, before its refill test ran.
         if self.fillable(plan.num_decodes, waiting) is not None and not (
-            self.ctl.opts.kv_gate and self.kv_full()
+            self.ctl.opts.phase.kv_gate and self.kv_full()
         ):
             return 1, True
         m = st.pool.steps_until_departure_or_full(st.kv.num_free_blocks)

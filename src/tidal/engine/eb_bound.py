@@ -166,7 +166,7 @@ class CLTBound:
     def n_hat(self, ctl: EBController, p0: float, mu_l: float) -> int:
         """N̂* = max N with ``N·D + σ·sqrt(N·ln(1/ε)) ≤ C`` (CFR cycle occupancy D)."""
         return theory.memory_safe_n(
-            ctl.capacity_tokens, ctl.theta, p0, mu_l, ctl.opts.eps, ctl.max_seqs
+            ctl.capacity_tokens, ctl.theta, p0, mu_l, ctl.opts.bound.eps, ctl.max_seqs
         )
 
     def kv_full(self, ctl: EBController, num_decoding: int) -> bool:

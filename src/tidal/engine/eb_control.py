@@ -58,8 +58,14 @@ class EBController:
         self.gate = gate
         self.max_seqs = state.config.max_num_seqs
         self.capacity_tokens = kv.num_blocks * kv.block_size
-        self.stats = OutputStats(opts.window, opts.update_every, opts.min_samples)
-        self.theta = opts.theta_fixed if opts.theta_fixed is not None else opts.theta_cold
+        self.stats = OutputStats(
+            opts.threshold.window, opts.threshold.update_every, opts.threshold.min_samples
+        )
+        self.theta = (
+            opts.threshold.theta_fixed
+            if opts.threshold.theta_fixed is not None
+            else opts.threshold.theta_cold
+        )
         """Smoothed switching fraction θ̂ (the reference's ``pd_k_ratio``)."""
         self.theta_initialized = False
         self.n_hat = self.max_seqs
@@ -80,7 +86,7 @@ class EBController:
 
     # ------------------------------------------------------------------ N and k
     def set_k(self) -> None:
-        fixed = self.opts.k_fixed
+        fixed = self.opts.threshold.k_fixed
         self.k = fixed if fixed is not None else max(1, int(self.theta * self.n))
 
     def set_n(self, n: int, now_ns: int, stamp: bool = True) -> None:
@@ -98,15 +104,15 @@ class EBController:
     def recovery_target(self) -> int:
         """What N recovery and resets restore N to (``n_recovery``): min(N_max, N̂*), or N_max
         as the reference scheduler."""
-        if self.opts.n_recovery == "n_max":
+        if self.opts.phase.n_recovery == "n_max":
             return self.max_seqs
         return self.n_target()
 
     def tau_full(self) -> bool:
         """Free KV below τ_KV = clip(N·margin·μ̂_O / block / total, 0.05, kv_threshold_max)."""
         kv = self.state.kv
-        blocks = self.n * self.stats.mu_o * self.opts.output_margin / kv.block_size
-        tau = max(0.05, min(self.opts.kv_threshold_max, blocks / kv.num_blocks))
+        blocks = self.n * self.stats.mu_o * self.opts.phase.output_margin / kv.block_size
+        tau = max(0.05, min(self.opts.phase.kv_threshold_max, blocks / kv.num_blocks))
         return kv.num_free_blocks < kv.num_blocks * tau
 
     # ------------------------------------------------------------------ estimates
@@ -125,18 +131,20 @@ class EBController:
         """Algorithm 1's cold path: hazard → θ0 + Δθ → clip → EMA → N̂* → k̂ = ⌊θ̂·N⌋."""
         opts, c, stats = self.opts, self.costs, self.stats
         p0, eta = stats.refit_hazard()
-        theta0 = theory.theta_cfr(p0, c.alpha_p, c.alpha_d, exact=opts.theta_form == "exact")
+        theta0 = theory.theta_cfr(
+            p0, c.alpha_p, c.alpha_d, exact=opts.threshold.theta_form == "exact"
+        )
         dtheta = 0.0
-        if opts.ifr and eta > 0:
+        if opts.threshold.ifr and eta > 0:
             dtheta = theory.ifr_correction(theta0, p0, eta, c.beta_d * self.n / c.alpha_d)
-        if opts.theta_fixed is None:
-            lo = max(theory.THETA_HARD_MIN, opts.theta_floor)
-            star = max(lo, min(theta0 + dtheta, opts.theta_max))
+        if opts.threshold.theta_fixed is None:
+            lo = max(theory.THETA_HARD_MIN, opts.threshold.theta_floor)
+            star = max(lo, min(theta0 + dtheta, opts.threshold.theta_max))
             if not self.theta_initialized:
                 self.theta = star
                 self.theta_initialized = True
             else:
-                a = opts.theta_ema
+                a = opts.threshold.theta_ema
                 self.theta = a * star + (1.0 - a) * self.theta
         if self.gate is not None:
             window = stats.window()
@@ -145,15 +153,15 @@ class EBController:
                 stats.mu_l,
                 stats.var_l,
                 *theory.output_moments(window),
-                opts.eps,
+                opts.bound.eps,
                 self.max_seqs,
             )
-            self.gate.fc.set_outputs(window, opts.forecast_recent)
+            self.gate.fc.set_outputs(window, opts.bound.forecast_recent)
             self.gate.stale = True
-        if opts.auto_n:
+        if opts.bound.auto_n:
             self.n_hat = self.bound.n_hat(self, p0, max(1.0, stats.mu_l))
             # the reference's memory-safe update leaves the recovery clock alone
-            self.set_n(self.n_hat, now_ns, stamp=opts.n_recovery == "n_hat")
+            self.set_n(self.n_hat, now_ns, stamp=opts.phase.n_recovery == "n_hat")
         self.set_k()
         self.record(now_ns, "estimate", theta0, dtheta)
         for fn in self.on_refit:

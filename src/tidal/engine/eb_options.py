@@ -1,10 +1,17 @@
-"""Knobs of the exclusive-batching policies ``eb`` and ``ebplus`` (YAML: ``scheduler.eb``).
+"""Knobs of the exclusive-batching policies ``eb`` and ``ebplus`` (YAML: ``scheduler.eb``), in
+six groups: ``threshold`` (θ and k, Algorithm 1, §3.1), ``bound`` (what keeps N within the KV
+cache, §2.5, and EB⁺'s MB mode's margin), ``phase`` (the phase machine, §3.2), ``demand``
+(EB⁺'s demand EMA N_obs and its filters, §3.3), ``selector`` (EB⁺'s crossover test and its
+MB mode, §3.3) and ``cost`` (how the crossover prices the two policies).
 
 Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4) except ``delta``
 (1e-6 s/token), ``n_bound``/``mb_cap`` (``forecast``), ``surge_n`` (``demand``),
 ``cold_reserve`` (0.5), ``forecast_recent`` (100), ``crossover_lhs`` (``steps``) and
 ``ebb_factor`` (2); ``preset: reference`` restores the paper's forms (:data:`REFERENCE`). Why
 each default differs, with the measurements behind it: ``docs/design/eb-defaults.md``.
+
+Flat keys (``scheduler.eb.delta``, as every config before the grouping) are read into their
+group (:data:`GROUP_OF`); ``mb_memory_safe: true`` reads as ``selector.mb_cap: n_hat``.
 """
 
 from __future__ import annotations
@@ -15,43 +22,14 @@ from pydantic import ConfigDict, Field, model_validator
 
 from tidal.core.strict import StrictModel
 
-REFERENCE: dict[str, Any] = {
-    "n_bound": "clt",
-    "n_recovery": "n_max",
-    "cold_reserve": 0.0,
-    "forecast_recent": 0,
-    "delta": 1e-5,
-    "surge_n": "ema",
-    "ebb_factor": 0.0,
-    "mb_cap": "none",
-    "crossover_n": "demand",
-    "crossover_lhs": "workload",
-    "mb_cost": "paper",
-    "mb_alpha": "prefill",
-    "crossover_cost": "linear",
-    "mb_eps": None,
-}
-"""The paper's and its authors' scheduler's forms of every knob where ours differ
-(``preset: reference``)."""
 
-
-class EBOptions(StrictModel):
+class _Group(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    preset: Literal["tidal", "reference"] = "tidal"
-    """``reference``: every field not given takes the paper's form (:data:`REFERENCE`:
-    N̂* by the CLT, N recovery to N_max, δ = 1e-5, surge at the EMA, no ebb filter, MB at
-    N_max, the crossover at the demand with the workload-share LHS and the measured β_MB^e);
-    ``tidal``: the defaults below."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") == "reference":
-            return {**REFERENCE, **data}
-        return data
+class ThresholdOptions(_Group):
+    """The online threshold θ̂ and fixed-k switch (Algorithm 1, §3.1) and their estimator."""
 
-    # -- threshold controller (Algorithm 1, §3.1)
     theta_cold: float = Field(default=0.70, gt=0, lt=1)
     """θ̂ before the first estimate (cold start)."""
     theta_floor: float = Field(default=0.01, ge=0, lt=1)
@@ -72,7 +50,18 @@ class EBOptions(StrictModel):
     update_every: int = Field(default=100, ge=1)
     min_samples: int = Field(default=30, ge=1)
 
-    # -- memory-safe batch size (§2.5)
+    @model_validator(mode="after")
+    def _theta_range(self) -> ThresholdOptions:
+        if self.theta_floor > self.theta_max:
+            raise ValueError(
+                f"theta_floor ({self.theta_floor}) must not exceed theta_max ({self.theta_max})"
+            )
+        return self
+
+
+class BoundOptions(_Group):
+    """The memory-safe batch size (§2.5): the paper's N̂* or the KV forecast."""
+
     auto_n: bool = True
     """Cap N by the memory-safe N̂* (CLT form) after each estimate."""
     eps: float = Field(default=0.01, gt=0, lt=1)
@@ -95,8 +84,21 @@ class EBOptions(StrictModel):
     (prompts counted whole while they are being prefilled) plus the candidate's must fit in
     ``(1 − cold_reserve)·C``. 0.5 = every admitted context may double before any output length
     has been observed; 0 = vLLM's admission (prompts up to the cache)."""
+    mb_eps: float | None = Field(default=0.1, gt=0, lt=1)
+    """Overflow probability ε of the MB mode's forecast admission test (``mb_cap:
+    forecast``; None: ``eps``, EB's) until the first preemption in MB mode, ``eps`` after it:
+    the forecast's margin at ε = 0.01 held MB mode 2–15 % below vLLM's MB on bounded outputs
+    where vLLM never preempts (issue 18's grid); where the looser margin does overflow the
+    cache, one overflow restores EB's margin for the rest of the run."""
+    mb_count_cap: bool = False
+    """With ``mb_cap: forecast``, also cap MB's running count by the steady-state bound of
+    :func:`eb_theory.stationary_safe_n` (its prompt-length variance term guards against
+    prompts the forecast already sees: each admission is tested with its own prompt)."""
 
-    # -- phase machine (§3.2)
+
+class PhaseOptions(_Group):
+    """The phase machine (§3.2): KV-aware gate and N recovery."""
+
     kv_gate: bool = True
     """Post-camera-ready KV-aware gate: no Phase 1→2 refill while the KV cache is 'full'."""
     kv_threshold_max: float = Field(default=0.6, gt=0, le=1)
@@ -112,17 +114,10 @@ class EBOptions(StrictModel):
     KV-aware gate, not N̂*, bounds the batch (the configuration behind the paper's EB numbers;
     see ``docs/design/eb-defaults.md``)."""
 
-    # -- EB+ selector (§3.3)
-    delta: float = Field(default=1e-6, ge=0)
-    """Hysteresis δ of the crossover test (s/token; the paper's runs: 1e-5)."""
-    delta_adaptive: bool = False
-    """δ = max(δ, delta_k·stdev of the last ``signal_window`` signals) once ≥ 4 are known."""
-    delta_k: float = Field(default=2.0, ge=0)
-    signal_window: int = Field(default=10, ge=1)
-    sticky: float = Field(default=3.0, ge=1)
-    """Leaving EB needs ``sticky``·δ of evidence."""
-    cooldown: int = Field(default=3, ge=0)
-    """Evaluations skipped after a switch."""
+
+class DemandOptions(_Group):
+    """EB⁺'s demand EMA N_obs (§3.3) and the drain, ebb and surge filters on its decisions."""
+
     drain_n: float = Field(default=16, ge=0)
     """No decision while the demand EMA N_obs is below this (drain filter)."""
     ebb_factor: float = Field(default=2.0, ge=0)
@@ -137,6 +132,21 @@ class EBOptions(StrictModel):
     surge_n: Literal["demand", "ema"] = "demand"
     """N_obs of a surge evaluation: ``demand`` = the demand that fired it (the EMA is known to
     lag it by more than ``surge_factor``×); ``ema`` = the lagging EMA, as the reference."""
+
+
+class SelectorOptions(_Group):
+    """EB⁺'s crossover test with hysteresis δ (§3.3) and its MB mode."""
+
+    delta: float = Field(default=1e-6, ge=0)
+    """Hysteresis δ of the crossover test (s/token; the paper's runs: 1e-5)."""
+    delta_adaptive: bool = False
+    """δ = max(δ, delta_k·stdev of the last ``signal_window`` signals) once ≥ 4 are known."""
+    delta_k: float = Field(default=2.0, ge=0)
+    signal_window: int = Field(default=10, ge=1)
+    sticky: float = Field(default=3.0, ge=1)
+    """Leaving EB needs ``sticky``·δ of evidence."""
+    cooldown: int = Field(default=3, ge=0)
+    """Evaluations skipped after a switch."""
     cold_mode: Literal["mb", "eb"] = "mb"
     mb_cap: Literal["mb_safe", "forecast", "n_hat", "none"] = "forecast"
     """Running-set cap of EB⁺'s MB mode once the estimator has data: ``mb_safe`` = the
@@ -149,28 +159,6 @@ class EBOptions(StrictModel):
     step (:mod:`tidal.engine.kv_forecast`; a time-varying cap);
     ``n_hat`` = EB's N̂* (its CFR occupancy overstates MB's KV need on bounded outputs, so
     it costs MB throughput); ``none`` = N_max with recompute preemption, as the reference."""
-    mb_eps: float | None = Field(default=0.1, gt=0, lt=1)
-    """Overflow probability ε of the MB mode's forecast admission test (``mb_cap:
-    forecast``; None: ``eps``, EB's) until the first preemption in MB mode, ``eps`` after it:
-    the forecast's margin at ε = 0.01 held MB mode 2–15 % below vLLM's MB on bounded outputs
-    where vLLM never preempts (issue 18's grid); where the looser margin does overflow the
-    cache, one overflow restores EB's margin for the rest of the run."""
-    mb_count_cap: bool = False
-    """With ``mb_cap: forecast``, also cap MB's running count by the steady-state bound of
-    :func:`eb_theory.stationary_safe_n` (its prompt-length variance term guards against
-    prompts the forecast already sees: each admission is tested with its own prompt)."""
-    crossover_cost: Literal["steps", "linear"] = "steps"
-    """What the crossover evaluates: ``linear`` = the closed form on the fitted constants
-    (§2.6, with ``mb_alpha``, ``crossover_lhs``, ``mb_cost``); ``steps`` = both policies'
-    steady-state cycles on the deployment's step-time function at the operating point
-    (:mod:`tidal.engine.eb_cost`; the closed form where the step function is unknown)."""
-    mb_alpha: Literal["step", "prefill"] = "step"
-    """α_MB, the fixed cost of one MB step in the crossover's RHS: ``prefill`` = α_p (the
-    paper); ``step`` = max(α_p, α_d) — a mixed step reads the weights as a decode step does,
-    and where the prefill fit's intercept vanishes (compute-bound prefills: A100, L40S, A40)
-    α_p credits MB's steps with no fixed cost at all while EB's decode steps pay α_d."""
-    mb_memory_safe: bool = False
-    """Kept for existing configs: true means ``mb_cap: n_hat``."""
     crossover_n: Literal["effective", "demand"] = "effective"
     """Batch sizes in the crossover test: ``demand`` = N_obs for both (reference);
     ``effective`` = min(N_obs, N_max) for MB and min(N_obs, N̂*, N_max) for EB's k̂."""
@@ -183,10 +171,99 @@ class EBOptions(StrictModel):
     """β_MB^e used by the selector: ``step`` = β_EB^w + the simulator's step interference
     (self-calibrated); ``paper`` = the paper's measured quadratic where one exists."""
 
-    @model_validator(mode="after")
-    def _theta_range(self) -> EBOptions:
-        if self.theta_floor > self.theta_max:
-            raise ValueError(
-                f"theta_floor ({self.theta_floor}) must not exceed theta_max ({self.theta_max})"
-            )
-        return self
+
+class CostOptions(_Group):
+    """How EB⁺'s crossover prices the two policies (§2.6; issue 18)."""
+
+    crossover_cost: Literal["steps", "linear"] = "steps"
+    """What the crossover evaluates: ``linear`` = the closed form on the fitted constants
+    (§2.6, with ``mb_alpha``, ``crossover_lhs``, ``mb_cost``); ``steps`` = both policies'
+    steady-state cycles on the deployment's step-time function at the operating point
+    (:mod:`tidal.engine.eb_cost`; the closed form where the step function is unknown)."""
+    mb_alpha: Literal["step", "prefill"] = "step"
+    """α_MB, the fixed cost of one MB step in the crossover's RHS: ``prefill`` = α_p (the
+    paper); ``step`` = max(α_p, α_d) — a mixed step reads the weights as a decode step does,
+    and where the prefill fit's intercept vanishes (compute-bound prefills: A100, L40S, A40)
+    α_p credits MB's steps with no fixed cost at all while EB's decode steps pay α_d."""
+
+
+GROUPS: dict[str, type[_Group]] = {
+    "threshold": ThresholdOptions,
+    "bound": BoundOptions,
+    "phase": PhaseOptions,
+    "demand": DemandOptions,
+    "selector": SelectorOptions,
+    "cost": CostOptions,
+}
+GROUP_OF: dict[str, str] = {f: g for g, m in GROUPS.items() for f in m.model_fields}
+"""Group of each knob: where a flat ``scheduler.eb.KNOB`` key goes."""
+
+REFERENCE: dict[str, dict[str, Any]] = {
+    "bound": {"n_bound": "clt", "cold_reserve": 0.0, "forecast_recent": 0, "mb_eps": None},
+    "phase": {"n_recovery": "n_max"},
+    "demand": {"surge_n": "ema", "ebb_factor": 0.0},
+    "selector": {
+        "delta": 1e-5,
+        "mb_cap": "none",
+        "crossover_n": "demand",
+        "crossover_lhs": "workload",
+        "mb_cost": "paper",
+    },
+    "cost": {"mb_alpha": "prefill", "crossover_cost": "linear"},
+}
+"""The paper's and its authors' scheduler's forms of every knob where ours differ
+(``preset: reference``)."""
+
+
+def nest(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its flat knob keys moved into their groups (``mb_memory_safe`` read)."""
+    out = {k: (dict(v) if k in GROUPS and isinstance(v, dict) else v) for k, v in data.items()}
+    for key in [k for k in out if k in GROUP_OF]:
+        group = out.setdefault(GROUP_OF[key], {})
+        if not isinstance(group, dict):
+            break  # the group's own validation reports it
+        if key in group:
+            raise ValueError(f"{key}: given both flat and under {GROUP_OF[key]}; give one")
+        group[key] = out.pop(key)
+    memory_safe = out.pop("mb_memory_safe", False)
+    if not isinstance(memory_safe, bool):
+        raise ValueError(f"mb_memory_safe: give true or false, got {memory_safe!r}")
+    if memory_safe and isinstance(out.setdefault("selector", {}), dict):
+        out["selector"]["mb_cap"] = "n_hat"  # as before the grouping: it overrides mb_cap
+    return out
+
+
+class EBOptions(StrictModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["tidal", "reference"] = "tidal"
+    """``reference``: every knob not given takes the paper's form (:data:`REFERENCE`:
+    N̂* by the CLT, N recovery to N_max, δ = 1e-5, surge at the EMA, no ebb filter, MB at
+    N_max, the crossover at the demand with the workload-share LHS and the measured β_MB^e);
+    ``tidal``: the defaults of each group."""
+    threshold: ThresholdOptions = ThresholdOptions()
+    bound: BoundOptions = BoundOptions()
+    phase: PhaseOptions = PhaseOptions()
+    demand: DemandOptions = DemandOptions()
+    selector: SelectorOptions = SelectorOptions()
+    cost: CostOptions = CostOptions()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_keys_and_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = nest(data)
+        if data.get("preset") == "reference":
+            for group, forms in REFERENCE.items():
+                given = data.get(group, {})
+                if isinstance(given, dict):
+                    data[group] = {**forms, **given}
+        return data
+
+    def replace(self, **knobs: Any) -> EBOptions:
+        """A copy with the knobs given by their flat names changed (validated)."""
+        data = self.model_dump()
+        for group, values in nest(knobs).items():
+            data[group] = {**data[group], **values} if group in GROUPS else values
+        return EBOptions.model_validate(data)

@@ -109,13 +109,13 @@ class EBPlus(BatchingPolicy):
 
     def __init__(self, state: EngineState, opts: EBOptions) -> None:
         super().__init__(state, opts)
-        kind = "n_hat" if opts.mb_memory_safe else opts.mb_cap
+        kind = opts.selector.mb_cap
         self.eb = ExclusiveBatching(state, opts, need_forecast=kind == "forecast")
         self.ctl = self.eb.ctl
         self.mb = MixedBatching(state, cap=self.mb_cap, test=self._mb_test)
         self.ctl.on_refit.append(self._on_refit)
         self.ctl.on_batch.append(self.evaluate)
-        self.mode: str = opts.cold_mode
+        self.mode: str = opts.selector.cold_mode
         self.n_mb: int | None = None
         """MB mode's memory-safe running cap N_MB (None until the first estimate)."""
         self.n_obs = float(state.config.max_num_seqs)
@@ -123,13 +123,13 @@ class EBPlus(BatchingPolicy):
         self.num_switches = 0
         self.mb_ns = 0
         """Time of the steps run in MB mode (EB mode's: ``eb.eb_ns``)."""
-        self._signals: deque[float] = deque(maxlen=opts.signal_window)
+        self._signals: deque[float] = deque(maxlen=opts.selector.signal_window)
         self.demand = 0
-        self.mb_eps = opts.eps if opts.mb_eps is None else opts.mb_eps
+        self.mb_eps = opts.bound.eps if opts.bound.mb_eps is None else opts.bound.mb_eps
         """ε of the MB mode's forecast test: ``mb_eps`` until the first preemption in MB mode,
         then ``eps``."""
         self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
-        self._log(0, "start", _NAN, _NAN, _NAN, opts.delta)
+        self._log(0, "start", _NAN, _NAN, _NAN, opts.selector.delta)
 
     @property
     def opts(self) -> EBOptions:
@@ -147,26 +147,26 @@ class EBPlus(BatchingPolicy):
     @property
     def mb_cap_kind(self) -> str:
         opts = self.ctl.opts
-        return "n_hat" if opts.mb_memory_safe else opts.mb_cap
+        return opts.selector.mb_cap
 
     # ------------------------------------------------------------------ state events
     def on_preempted(self, req: Request, lost_tokens: int) -> None:
         self.eb.on_preempted(req, lost_tokens)
         if self.mode == "mb":
             # the cache overflowed under MB's looser margin: from now on, EB's ε
-            self.mb_eps = self.ctl.opts.eps
+            self.mb_eps = self.ctl.opts.bound.eps
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.eb.on_finished(req, now_ns)
 
     # ------------------------------------------------------------------ selector
     def _ema_step(self, demand: int, n_obs: float) -> float:
-        a = self.ctl.opts.n_obs_up if demand > n_obs else self.ctl.opts.n_obs_down
+        a = self.ctl.opts.demand.n_obs_up if demand > n_obs else self.ctl.opts.demand.n_obs_down
         return a * demand + (1.0 - a) * n_obs
 
     def _surge(self, demand: int) -> bool:
         return (
-            demand > self.ctl.opts.surge_factor * self.n_obs
+            demand > self.ctl.opts.demand.surge_factor * self.n_obs
             and self.cooldown_left == 0
             and self.ctl.stats.initialized
         )
@@ -182,10 +182,10 @@ class EBPlus(BatchingPolicy):
         theta0 = ctl.theta
         if not 0.0 < theta0 < 1.0:
             return
-        paper = opts.mb_cost == "paper"
+        paper = opts.selector.mb_cost == "paper"
         n_obs = max(1.0, self.n_obs if n_obs is None else n_obs)
         n_mb, n_eb = n_obs, n_obs
-        if opts.crossover_n == "effective":
+        if opts.selector.crossover_n == "effective":
             cap = self.mb_cap()
             n_mb = min(n_obs, float(ctl.max_seqs if cap is None else cap))
             n_eb = min(n_obs, float(ctl.n_target()))
@@ -199,38 +199,38 @@ class EBPlus(BatchingPolicy):
             c.alpha_d,
             c.beta_d,
             lambda r: c.beta_mb_e(r, paper_fit=paper),
-            alpha_mb=max(c.alpha_p, c.alpha_d) if opts.mb_alpha == "step" else None,
+            alpha_mb=max(c.alpha_p, c.alpha_d) if opts.cost.mb_alpha == "step" else None,
             k=theta0 * n_eb,
-            mixed_steps=opts.crossover_lhs == "steps",
+            mixed_steps=opts.selector.crossover_lhs == "steps",
         )
         lhs, rhs, signal = x.lhs, x.rhs, x.delta
-        if opts.crossover_cost == "steps" and c.step_ns is not None:
+        if opts.cost.crossover_cost == "steps" and c.step_ns is not None:
             n_eb = min(n_obs, float(ctl.n_target()))
             y = step_crossover(
                 c.step_ns, n_eb, n_eb, theta0 * n_eb, stats.mu_l, stats.mu_o, self.state.step_budget
             )
             lhs, rhs, signal = y.c_mb, y.c_eb, y.delta
-        if n_obs >= opts.drain_n:
+        if n_obs >= opts.demand.drain_n:
             self._signals.append(signal)
-        delta = opts.delta
-        if opts.delta_adaptive and len(self._signals) >= 4:
-            delta = max(delta, opts.delta_k * statistics.stdev(self._signals))
+        delta = opts.selector.delta
+        if opts.selector.delta_adaptive and len(self._signals) >= 4:
+            delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
         self._log(now_ns, event, lhs, rhs, signal, delta)
         if self.cooldown_left > 0:
             self.cooldown_left -= 1
             return
-        if n_obs < opts.drain_n:
+        if n_obs < opts.demand.drain_n:
             return
-        if opts.ebb_factor and self.demand * opts.ebb_factor < self.n_obs:
+        if opts.demand.ebb_factor and self.demand * opts.demand.ebb_factor < self.n_obs:
             return  # draining: the slow-down EMA describes the load that has left
         if signal > delta and self.mode != "eb":
             self._to_eb(now_ns)
-        elif signal < -opts.sticky * delta and self.mode != "mb":
+        elif signal < -opts.selector.sticky * delta and self.mode != "mb":
             self._to_mb(now_ns)
 
     def _switched(self, mode: str) -> None:
         self.mode = mode
-        self.cooldown_left = self.ctl.opts.cooldown
+        self.cooldown_left = self.ctl.opts.selector.cooldown
         self.num_switches += 1
         if self.eb.gate is not None:
             self.eb.gate.stale = True
@@ -253,7 +253,7 @@ class EBPlus(BatchingPolicy):
             eb.phase = INITIAL_FILL
             eb.prefilled = 0
             eb.refill_target = 0
-        self._log(now_ns, "to_eb", _NAN, _NAN, _NAN, self.ctl.opts.delta)
+        self._log(now_ns, "to_eb", _NAN, _NAN, _NAN, self.ctl.opts.selector.delta)
 
     def _to_mb(self, now_ns: int) -> None:
         """EB's phase state is dropped; MB takes over the same running set."""
@@ -261,7 +261,7 @@ class EBPlus(BatchingPolicy):
         self.eb.phase = INITIAL_FILL
         self.eb.prefilled = 0
         self.eb.refill_target = 0
-        self._log(now_ns, "to_mb", _NAN, _NAN, _NAN, self.ctl.opts.delta)
+        self._log(now_ns, "to_mb", _NAN, _NAN, _NAN, self.ctl.opts.selector.delta)
 
     def _on_refit(self, now_ns: int) -> None:
         s = self.ctl.stats
@@ -270,10 +270,10 @@ class EBPlus(BatchingPolicy):
             s.mu_l,
             s.var_l,
             s.window(),
-            self.ctl.opts.eps,
+            self.ctl.opts.bound.eps,
             self.ctl.max_seqs,
         )
-        self._log(now_ns, "estimate", _NAN, _NAN, _NAN, self.ctl.opts.delta)
+        self._log(now_ns, "estimate", _NAN, _NAN, _NAN, self.ctl.opts.selector.delta)
 
     def mb_cap(self) -> int | None:
         """The MB mode's running-set cap (``mb_cap``; None = N_max). With ``forecast`` the
@@ -284,7 +284,7 @@ class EBPlus(BatchingPolicy):
             return self.n_mb
         if kind == "n_hat":
             return self.ctl.n_target()
-        if kind == "forecast" and self.ctl.opts.mb_count_cap:
+        if kind == "forecast" and self.ctl.opts.bound.mb_count_cap:
             return self.ctl.n_stat
         return None
 
@@ -332,7 +332,9 @@ class EBPlus(BatchingPolicy):
         self.demand = demand
         self.n_obs = self._ema_step(demand, self.n_obs)
         if self._surge(demand):
-            self.evaluate(now_ns, "surge", demand if self.ctl.opts.surge_n == "demand" else None)
+            self.evaluate(
+                now_ns, "surge", demand if self.ctl.opts.demand.surge_n == "demand" else None
+            )
         self.sched_ns = now_ns
         if self.mode == "eb":
             return self.eb.schedule(now_ns)
@@ -347,7 +349,7 @@ class EBPlus(BatchingPolicy):
         # the first i where it would. N_obs moves monotonically towards the (constant) demand,
         # so once N_obs ≥ D/surge_factor it never fires again.
         if self.cooldown_left == 0 and self.ctl.stats.initialized:
-            d, n_obs, f = self.demand, self.n_obs, self.ctl.opts.surge_factor
+            d, n_obs, f = self.demand, self.n_obs, self.ctl.opts.demand.surge_factor
             for i in range(1, m):
                 if d <= f * n_obs:
                     break

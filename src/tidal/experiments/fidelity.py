@@ -5,11 +5,11 @@ and the same recorder and metric code (:class:`~tidal.sim.recorder.RequestRecord
 :func:`~tidal.core.metrics.summarize`); the real run replays arrivals open-loop in wall time
 (:func:`tidal.experiments.fidelity_run.real_run`), the simulation uses the calibrated profile as
 its step-time model. ``DIR/fidelity.json`` holds the per-request error statistics
-(:mod:`tidal.report.fidelity`, medians over ``repeats`` real runs), both runs' metrics, and the
-scheduler's own CPU time as a share of step time. Two diagnostics put the errors in context:
-``real_vs_real``, the same statistics between real runs (the measurement's noise floor), and
-``speed_normalized``, the errors once the profile is rescaled by a speed probe measured before
-and after each real run (the machine's drift since calibration).
+(:mod:`tidal.experiments.fidelity_metrics`, medians over ``repeats`` real runs), both runs'
+metrics, and the scheduler's own CPU time as a share of step time. Two diagnostics put the errors
+in context: ``real_vs_real``, the same statistics between real runs (the measurement's noise
+floor), and ``speed_normalized``, the errors once the profile is rescaled by a speed probe measured
+before and after each real run (the machine's drift since calibration).
 
 ``recalibrate=N`` replays N held-out requests (the same workload under seed + 1, never
 compared) before and after every real run and rescales the profile for that run by their
@@ -77,8 +77,8 @@ def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
 
 def _scaled_profile(prof: Any, ratio: float, path: Path) -> str:
     """Write ``prof`` with every coefficient times ``ratio`` to ``path``; its perf_model key."""
+    from tidal.core.io import write_json
     from tidal.hardware.profiled import ProfiledPerfModel
-    from tidal.report.io import write_json
 
     scaled = ProfiledPerfModel(
         {k: v * ratio for k, v in prof.coef.items()}, prof.knots, info=prof.info
@@ -125,7 +125,7 @@ def _recalibrated(
 ) -> list[dict[str, Any]]:
     """Per real run: the statistics against a simulation whose profile is rescaled by the mean
     of the held-out speed ratios before and after that run."""
-    from tidal.report.fidelity import fidelity_summary
+    from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.sim.run import run_simulation
 
     out.mkdir(parents=True, exist_ok=True)
@@ -150,7 +150,7 @@ def _medians(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The median over runs of every headline statistic (runs without it are skipped)."""
     import numpy as np
 
-    from tidal.report.fidelity import METRICS
+    from tidal.experiments.fidelity_metrics import METRICS
 
     keys = [f"{m}_{s}_rel_error" for m in METRICS for s in ("median", "p90")]
     keys += [f"{m}_{s}" for m in METRICS for s in ("median_signed_error", "p50_shift", "p90_shift")]
@@ -162,7 +162,7 @@ def _speed_normalized(
 ) -> dict[str, Any]:
     """The same profile rescaled by the speed probe's ratio (run time / calibration time):
     what is left of the error once the machine's speed drift is taken out."""
-    from tidal.report.fidelity import fidelity_summary
+    from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.sim.run import run_simulation
 
     normalized = []
@@ -178,7 +178,7 @@ def _noise(runs: list[dict[str, Any]], sim_columns: Any) -> dict[str, Any]:
     """The measurement's noise floor (the same comparison between two real runs) and the
     comparison with each request's mean over the real runs (the run-to-run noise averages
     out)."""
-    from tidal.report.fidelity import fidelity_summary, mean_columns
+    from tidal.experiments.fidelity_metrics import fidelity_summary, mean_columns
 
     pairs = [
         fidelity_summary(runs[i]["columns"], runs[j]["columns"])
@@ -249,7 +249,7 @@ def run_fidelity(
     ``log`` receives progress lines (rich markup)."""
     import numpy as np
 
-    from tidal.report.fidelity import fidelity_summary
+    from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.sim.run import rng_streams, run_simulation
 
     _check(repeats, warmup_requests, recalibrate, clock)
@@ -342,8 +342,8 @@ def _summarize(
 
 
 def _write(out: Path, result: dict[str, Any], sim_columns: Any, real_columns: Any) -> None:
-    from tidal.report.io import write_json, write_parquet
-    from tidal.report.results import _clean
+    from tidal.core.io import write_json, write_parquet
+    from tidal.experiments.results import _clean
 
     write_json(out / "fidelity.json", _clean(result))
     write_parquet(out / "sim_requests.parquet", sim_columns)

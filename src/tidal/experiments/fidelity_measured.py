@@ -4,8 +4,9 @@
 ``tidal serve``). Its completed requests are replayed in the simulator with their own send
 times and lengths (:mod:`tidal.workload.measured`), on the GPU and scheduler settings given (or
 a calibrated ``--profile``), and compared request by request with the same statistics as the
-real-engine fidelity (:mod:`tidal.report.fidelity`). Client-side times include the HTTP and
-streaming path, which the simulator does not model: on a fast server that is part of the error.
+real-engine fidelity (:mod:`tidal.experiments.fidelity_metrics`). Client-side times include the
+HTTP and streaming path, which the simulator does not model: on a fast server that is part of the
+error.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def run_measured_fidelity(
     gpu_memory_utilization: float | None,
     seed: int,
 ) -> dict[str, Any]:
-    from tidal.report.fidelity import fidelity_summary
-    from tidal.report.io import write_json, write_parquet
-    from tidal.report.results import _clean
+    from tidal.core.io import write_json, write_parquet
+    from tidal.experiments.fidelity_metrics import fidelity_summary
+    from tidal.experiments.results import _clean
     from tidal.sim.config import load_config
     from tidal.sim.run import load_requests, run_simulation
     from tidal.workload.measured import measured_columns

@@ -11,8 +11,8 @@ from tidal.experiments.plan_options import PlanOutcome
 def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
     """``DIR/plan.json``, ``DIR/evaluations.parquet`` and one run directory per returned
     candidate under ``DIR/runs/`` (``tidal report DIR`` draws them)."""
-    from tidal.report.io import write_json, write_parquet
-    from tidal.report.results import _clean, write_run
+    from tidal.core.io import write_json, write_parquet
+    from tidal.experiments.results import _clean, write_run
 
     out = Path(out_dir)
     spec = outcome.spec

@@ -4,7 +4,7 @@ Layout of a sweep directory::
 
     DIR/sweep.json             base config, grid, seed policy and the cells (id, values, seed)
     DIR/cells/<cell-id>/       one run directory per cell (summary.json, requests.parquet,
-                               timeline.parquet, run.json, cell.json) — see report/results.py
+                               timeline.parquet, run.json, cell.json) — see experiments/results.py
     DIR/results.parquet        one row per cell: cell_id, one column per grid key, seed, and
                                every scalar metric of the cell's summary.json
     DIR/sweep_run.json         wall-clock time, status (complete or interrupted), counts of
@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError, TidalError
+from tidal.core.io import write_json, write_parquet
 from tidal.core.signals import sigterm_as_exit
 from tidal.experiments.executors import run_cells
 from tidal.experiments.grid import Grid, apply_cell, canonical, cell_id, cell_seed, cells
-from tidal.report.io import write_json, write_parquet
-from tidal.report.results import _clean, write_run
+from tidal.experiments.results import _clean, write_run
 
 CELLS_DIR = "cells"
 RESULTS_FILE = "results.parquet"

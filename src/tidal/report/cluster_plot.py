@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tidal.cluster.memory import KINDS
-from tidal.report.io import atomic_write
+from tidal.core.io import atomic_write
 
 _STYLE: dict[str, dict[str, Any]] = {
     "prewarm": {"alpha": 0.45, "hatch": "///"},

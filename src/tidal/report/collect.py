@@ -1,6 +1,6 @@
 """Find what a results directory holds: one run, a sweep, a plan, or several runs side by side.
 
-* a run: ``DIR/summary.json`` (see :mod:`tidal.report.results`);
+* a run: ``DIR/summary.json`` (see :mod:`tidal.experiments.results`);
 * a sweep: ``DIR/sweep.json`` + ``DIR/results.parquet``, runs under ``DIR/cells/*``;
 * a plan: ``DIR/plan.json`` (+ ``DIR/evaluations.parquet``), runs under ``DIR/runs/*``;
 * otherwise every sub-directory holding a ``summary.json`` (``tidal demo`` output).

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tidal.report.io import atomic_write
+from tidal.core.io import atomic_write
 
 
 def _col(table: Any, key: str) -> np.ndarray:

@@ -10,10 +10,10 @@ from typing import Any
 
 import polars as pl
 
+from tidal.core.io import atomic_write
 from tidal.report.collect import Results, collect
 from tidal.report.describe import describe, differences
 from tidal.report.figures import FigureFile, all_figures, run_config
-from tidal.report.io import atomic_write
 
 HEADLINE = (
     ("num_completed", "completed", "{:,.0f}"),

@@ -1,4 +1,6 @@
-"""The policy interface the controller calls (see :mod:`tidal.cluster.controller`)."""
+"""The policy interface the controller calls (see :mod:`tidal.cluster.controller`). A policy
+reads the cluster through ``self.view`` and acts on it only through ``self.act``
+(:mod:`tidal.cluster.view`)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ from tidal.core.request import Request
 from tidal.hardware.perf import PerfModel
 
 if TYPE_CHECKING:
-    from tidal.cluster.controller import ClusterController
     from tidal.cluster.instance import ModelInstance
     from tidal.cluster.models import ServedModel
+    from tidal.cluster.view import ClusterActions, ClusterView
 
 
 class ClusterPolicy:
@@ -20,16 +22,17 @@ class ClusterPolicy:
     uses_load_stamps = False
     """Whether the policy reads the 5-s average load (then the controller keeps stamps)."""
 
-    def __init__(self, ctl: ClusterController) -> None:
-        self.ctl = ctl
-        self.cfg = ctl.cfg
+    def __init__(self, view: ClusterView, act: ClusterActions) -> None:
+        self.view = view
+        self.act = act
+        self.cfg = view.cfg
 
     # ------------------------------------------------------------------ events
     def setup(self, now_ns: int) -> None:
         """At the start of the run (warm-up before the first request)."""
 
     def route(self, req: Request, m: int, now_ns: int) -> None:
-        """Place an arriving (or retrying) request: ``ctl.assign`` or ``ctl.retry_later``."""
+        """Place an arriving (or retrying) request: ``act.assign`` or ``act.retry_later``."""
         raise NotImplementedError
 
     def on_finish(self, inst: ModelInstance, now_ns: int) -> None:

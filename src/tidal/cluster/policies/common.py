@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tidal.cluster.controller import ClusterController
     from tidal.cluster.instance import ModelInstance
+    from tidal.cluster.view import ClusterView
 
 
-def least_loaded(instances: list[ModelInstance]) -> ModelInstance | None:
+def least_loaded(instances: Sequence[ModelInstance]) -> ModelInstance | None:
     """The instance with the fewest in-flight requests among those below their cap (first of
     equals, in creation order) — WarmServe's ``schedule`` (warmserve.md §2.6)."""
     best = None
@@ -19,7 +20,7 @@ def least_loaded(instances: list[ModelInstance]) -> ModelInstance | None:
     return best
 
 
-def first_below_cap(instances: list[ModelInstance]) -> ModelInstance | None:
+def first_below_cap(instances: Sequence[ModelInstance]) -> ModelInstance | None:
     """The first instance below its cap — MuxServe's routing (warmserve.md §3.5)."""
     for inst in instances:
         if inst.inflight < inst.cap:
@@ -27,11 +28,11 @@ def first_below_cap(instances: list[ModelInstance]) -> ModelInstance | None:
     return None
 
 
-def aligned_group(ctl: ClusterController, tp: int, free: set[int]) -> tuple[int, ...] | None:
+def aligned_group(view: ClusterView, tp: int, free: set[int]) -> tuple[int, ...] | None:
     """The first group of ``tp`` GPUs of one node, aligned to ``tp`` (offsets 0, tp, 2tp, …),
     all in ``free`` — a static layout in which groups of equal size never straddle."""
-    per = ctl.topo.gpus_per_node
-    for node in range(ctl.topo.num_nodes):
+    per = view.topo.gpus_per_node
+    for node in range(view.topo.num_nodes):
         base = node * per
         for off in range(0, per - tp + 1, tp):
             group = tuple(range(base + off, base + off + tp))

@@ -8,33 +8,36 @@ instance below B, else retry every second (the artifact's router without creatio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tidal.cluster.coldstart import vanilla_plan
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import aligned_group, least_loaded
+from tidal.cluster.view import ClusterView, LaunchParams
 from tidal.core.errors import ConfigError
 from tidal.core.request import Request
 
 
-def size_dedicated(ctl, demand: list[float]) -> list[tuple[int, tuple[int, ...]]]:
+def size_dedicated(view: ClusterView, demand: Sequence[float]) -> list[tuple[int, tuple[int, ...]]]:
     """(model index, GPU group) of every dedicated instance."""
-    free = set(range(ctl.topo.num_gpus))
+    free = set(range(view.topo.num_gpus))
     out: list[tuple[int, tuple[int, ...]]] = []
-    count = [0] * len(ctl.models)
-    for m in sorted(ctl.models, key=lambda m: (-m.tp, m.index)):
-        group = aligned_group(ctl, m.tp, free)
+    count = [0] * len(view.models)
+    for m in sorted(view.models, key=lambda m: (-m.tp, m.index)):
+        group = aligned_group(view, m.tp, free)
         if group is None:
             raise ConfigError(
                 "cluster.models",
-                f"dedicated placement cannot give {m.name} its {m.tp} GPUs on {ctl.cfg.spec}",
+                f"dedicated placement cannot give {m.name} its {m.tp} GPUs on {view.cfg.spec}",
                 "use fewer models or a larger cluster",
             )
         free -= set(group)
         out.append((m.index, group))
         count[m.index] += 1
     while True:
-        order = sorted(ctl.models, key=lambda m: (-demand[m.index] / count[m.index], m.index))
+        order = sorted(view.models, key=lambda m: (-demand[m.index] / count[m.index], m.index))
         for m in order:
-            group = aligned_group(ctl, m.tp, free)
+            group = aligned_group(view, m.tp, free)
             if group is not None:
                 free -= set(group)
                 out.append((m.index, group))
@@ -50,16 +53,16 @@ class Dedicated(ClusterPolicy):
 
     def setup(self, now_ns: int) -> None:
         st = self.cfg.startup
-        for m, group in size_dedicated(self.ctl, self.ctl.demand):
-            model = self.ctl.models[m]
+        for m, group in size_dedicated(self.view, self.view.demand):
+            model = self.view.models[m]
             plan = vanilla_plan(
                 st.worker_s, st.engine_s, st.nccl_s if model.tp > 1 else 0.0, st.kv_init_s
             )
-            self.ctl.launch(model, group, plan, now_ns, "static")
+            self.act.launch(model, group, plan, LaunchParams("static"), now_ns)
 
     def route(self, req: Request, m: int, now_ns: int) -> None:
-        inst = least_loaded(self.ctl.serving[m])
+        inst = least_loaded(self.view.serving[m])
         if inst is None:
-            self.ctl.retry_later(req, m, now_ns, self.cfg.retry_s)
+            self.act.retry_later(req, m, now_ns, self.cfg.retry_s)
         else:
-            self.ctl.assign(req, inst, now_ns)
+            self.act.assign(req, inst, now_ns)

@@ -31,6 +31,7 @@ from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import first_below_cap
 from tidal.cluster.policies.muxserve_plan import MuxLLM, MuxPlacement, MuxServeOptimizer
 from tidal.cluster.sharing import SharedPerfModel, k_slowdown, profile_slowdown
+from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.errors import ConfigError
 from tidal.core.request import Request
 from tidal.hardware.perf import PerfModel
@@ -52,8 +53,8 @@ class MeshEngine:
 class MuxServe(ClusterPolicy):
     name = "muxserve"
 
-    def __init__(self, ctl) -> None:
-        super().__init__(ctl)
+    def __init__(self, view: ClusterView, act: ClusterActions) -> None:
+        super().__init__(view, act)
         self.mx = self.cfg.muxserve
         self.placement: MuxPlacement | None = None
         self.layout: list[tuple[tuple[int, ...], list[MeshEngine]]] = []
@@ -65,15 +66,15 @@ class MuxServe(ClusterPolicy):
         return k_slowdown(percent / 100, self.mx.k_prefill if prefill else self.mx.k_decode)
 
     def llms(self) -> list[MuxLLM]:
-        ctl = self.ctl
+        view = self.view
         out = []
-        for m in ctl.models:
-            s = ctl.stats[m.index]
+        for m in view.models:
+            s = view.stats[m.index]
             cache: dict[int, PerfModel] = {}
 
             def perf(n: int, spec=m.spec, cache=cache) -> PerfModel:
                 if n not in cache:
-                    cache[n] = ctl.engine_perf(spec, n)
+                    cache[n] = view.engine_perf(spec, n)
                 return cache[n]
 
             out.append(
@@ -93,25 +94,27 @@ class MuxServe(ClusterPolicy):
 
     def plan(self) -> list[tuple[tuple[int, ...], list[MeshEngine]]]:
         """[(mesh GPUs, its engines)] of the static layout."""
-        ctl = self.ctl
-        gpu_bytes = float(ctl.topo.gpu.mem_bytes)
-        opt = MuxServeOptimizer(self.llms(), ctl.topo.num_nodes, ctl.topo.gpus_per_node, gpu_bytes)
+        view = self.view
+        gpu_bytes = float(view.topo.gpu.mem_bytes)
+        opt = MuxServeOptimizer(
+            self.llms(), view.topo.num_nodes, view.topo.gpus_per_node, gpu_bytes
+        )
         self.placement = opt.optimize() if all(m.candidates for m in opt.llms) else None
         if self.placement is None:
             raise ConfigError(
                 "cluster.models",
-                f"MuxServe's optimiser finds no placement of these models on {ctl.cfg.spec}",
+                f"MuxServe's optimiser finds no placement of these models on {view.cfg.spec}",
                 "use fewer or smaller models, or a larger cluster",
             )
-        pool = ctl.pages_per_gpu
+        pool = view.pages_per_gpu
         layout = []
         for mesh in self.placement.meshes:
             n = len(mesh.gpus)
-            weights = [with_tp(ctl.models[e.model], n) for e in mesh.engines]
+            weights = [with_tp(view.models[e.model], n) for e in mesh.engines]
             pct = [max(e.prefill_mps, e.decode_mps) for e in mesh.engines]
-            blk = [ctl.models[e.model].kv_block_bytes for e in mesh.engines]
+            blk = [view.models[e.model].kv_block_bytes for e in mesh.engines]
             kv_budget = mesh.gpu_memory_utilization * gpu_bytes
-            kv = [int(kv_budget * b / sum(blk)) // ctl.page_bytes for b in blk]
+            kv = [int(kv_budget * b / sum(blk)) // view.page_bytes for b in blk]
             room = pool - sum(w.weight_pages for w in weights)
             if sum(kv) > room:
                 kv = [k * room // sum(kv) for k in kv]
@@ -137,7 +140,7 @@ class MuxServe(ClusterPolicy):
             return planned
         if self.mx.cap == "batch":
             return self.cfg.batch
-        s = self.ctl.stats[mm.index]
+        s = self.view.stats[mm.index]
         tokens = s.get("mean_prompt", 512.0) + s.get("mean_output", 128.0)
         return int((kv_pages // mm.block_pages) * mm.block_size // max(tokens, 1.0))
 
@@ -153,23 +156,17 @@ class MuxServe(ClusterPolicy):
                 self._launch_shared(e, mesh, plan, now_ns)
 
     def _launch_shared(self, e: MeshEngine, mesh, plan, now_ns) -> ModelInstance:
-        ctl = self.ctl
-        saved = {g: ctl.gpu_busy[g] for g in mesh if ctl.gpu_busy[g] is not None}
-        for g in saved:
-            ctl.gpu_busy[g] = None  # engines of one mesh share its GPUs
-        inst = ctl.launch(
-            e.model, mesh, plan, now_ns, "static", kv_pages=e.kv_pages, share=e.share, cap=e.cap
+        params = LaunchParams(
+            "static", kv_pages=e.kv_pages, share=e.share, cap=e.cap, shared_gpus=True
         )
-        for g, other in saved.items():
-            ctl.gpu_busy[g] = other
-        return inst
+        return self.act.launch(e.model, mesh, plan, params, now_ns)
 
     def route(self, req: Request, m: int, now_ns: int) -> None:
-        inst = first_below_cap(self.ctl.serving[m])
+        inst = first_below_cap(self.view.serving[m])
         if inst is None:
-            self.ctl.retry_later(req, m, now_ns, self.mx.retry_s)
+            self.act.retry_later(req, m, now_ns, self.mx.retry_s)
         else:
-            self.ctl.assign(req, inst, now_ns)
+            self.act.assign(req, inst, now_ns)
 
     def wrap_perf(self, inst: ModelInstance, perf: PerfModel) -> PerfModel:
         if inst.share >= 1.0:

@@ -25,6 +25,7 @@ from tidal.cluster.coldstart import vanilla_plan
 from tidal.cluster.instance import ModelInstance, State
 from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
+from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 
 
@@ -32,24 +33,24 @@ from tidal.core.request import Request
 class ServerlessLLM(ClusterPolicy):
     name = "serverlessllm"
 
-    def __init__(self, ctl) -> None:
-        super().__init__(ctl)
+    def __init__(self, view: ClusterView, act: ClusterActions) -> None:
+        super().__init__(view, act)
         self.sl = self.cfg.serverlessllm
-        m = len(ctl.models)
+        m = len(view.models)
         self.queues: list[deque[Request]] = [deque() for _ in range(m)]
         self.rr = [0] * m
         self.idle_s = [0.0] * m
         self.last_arrival = [-1] * m
         if self.sl.checkpoints == "dram":
-            for node in range(ctl.topo.num_nodes):
-                ctl.dram[node].update(range(m))
+            for node in range(view.topo.num_nodes):
+                act.cache_checkpoints(node, range(m))
         self._dispatch_pending = [False] * m
 
     def setup(self, now_ns: int) -> None:
-        self.ctl.every(self.sl.loop_s, self.tick, now_ns)
+        self.act.every(self.sl.loop_s, self.tick, now_ns)
 
     def in_dram(self, model: ServedModel, node: int) -> bool:
-        return model.index in self.ctl.dram[node]
+        return model.index in self.view.dram[node]
 
     # ------------------------------------------------------------------ routing
     def route(self, req: Request, m: int, now_ns: int) -> None:
@@ -60,14 +61,14 @@ class ServerlessLLM(ClusterPolicy):
     def _dispatch(self, m: int, now_ns: int) -> None:
         self._dispatch_pending[m] = False
         q = self.queues[m]
-        ready = [i for i in self.ctl.serving[m] if i.state == State.READY]
+        ready = [i for i in self.view.serving[m] if i.state == State.READY]
         while q and ready:
             n = len(ready)
             for k in range(n):
                 inst = ready[(self.rr[m] + k) % n]
                 if inst.inflight < self.sl.instance_cap:
                     self.rr[m] = (self.rr[m] + k + 1) % n
-                    self.ctl.assign(q.popleft(), inst, now_ns)
+                    self.act.assign(q.popleft(), inst, now_ns)
                     break
             else:
                 return
@@ -76,45 +77,43 @@ class ServerlessLLM(ClusterPolicy):
         m = inst.model.index
         if self.queues[m] and not self._dispatch_pending[m]:
             self._dispatch_pending[m] = True
-            self.ctl.at(now_ns, lambda t: self._dispatch(m, t))
+            self.act.at(now_ns, lambda t: self._dispatch(m, t))
 
     def on_ready(self, inst: ModelInstance, now_ns: int) -> None:
         self._dispatch(inst.model.index, now_ns)
 
     # ------------------------------------------------------------------ autoscaler
     def tick(self, now_ns: int) -> None:
-        ctl, sl = self.ctl, self.sl
-        for m, model in enumerate(ctl.models):
-            count = ctl.loads[m].inflight
+        view, sl = self.view, self.sl
+        for m, model in enumerate(view.models):
+            count = view.loads[m].inflight
             desired = min(sl.max_instances, max(sl.min_instances, math.ceil(count / sl.target)))
-            current = len(ctl.serving[m])
+            current = len(view.serving[m])
             if desired > current:
                 self._create(model, now_ns)
             elif desired < current:
                 if self.idle_s[m] >= sl.keep_alive_s:
-                    ready = [i for i in ctl.serving[m] if i.state == State.READY]
+                    ready = [i for i in view.serving[m] if i.state == State.READY]
                     if ready:
-                        ctl.stop(ready[-1], now_ns)
+                        self.act.stop(ready[-1], now_ns)
                     self.idle_s[m] = 0.0
                 else:
                     self.idle_s[m] += sl.loop_s
             self._dispatch(m, now_ns)
 
     def _create(self, model: ServedModel, now_ns: int) -> ModelInstance | None:
-        ctl = self.ctl
+        view = self.view
         st = self.cfg.startup
-        host_bw = min(st.host_to_gpu_gbs, ctl.topo.gpu.pcie_gbs) * 1e9
+        host_bw = min(st.host_to_gpu_gbs, view.topo.gpu.pcie_gbs) * 1e9
         best = None
-        for node in range(ctl.topo.num_nodes):
-            idle = ctl.idle_gpus(node)
+        for node in range(view.topo.num_nodes):
+            idle = view.idle_gpus(node)
             if len(idle) < model.tp:
                 continue
             if self.in_dram(model, node):
                 est = model.shard_bytes / host_bw
             else:
-                queued = sum(
-                    t.remaining for t in ctl.transfers.active.values() if f"ssd:{node}" in t.links
-                )
+                queued = view.ssd_queued_bytes(node)
                 est = (queued + model.shard_bytes * model.tp) / (st.ssd_gbs * 1e9)
             if best is None or est < best[0]:
                 best = (est, tuple(idle[: model.tp]))
@@ -123,4 +122,4 @@ class ServerlessLLM(ClusterPolicy):
         plan = vanilla_plan(
             st.worker_s, st.engine_s, st.nccl_s if model.tp > 1 else 0.0, st.kv_init_s
         )
-        return ctl.launch(model, best[1], plan, now_ns, "miss")
+        return self.act.launch(model, best[1], plan, LaunchParams("miss"), now_ns)

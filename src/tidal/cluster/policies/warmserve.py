@@ -41,6 +41,7 @@ from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import least_loaded
 from tidal.cluster.policies.warmserve_plan import PlanReplica, model_scores, plan_prewarm
+from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 from tidal.core.units import s_to_ns
 
@@ -50,8 +51,8 @@ class WarmServe(ClusterPolicy):
     name = "warmserve"
     uses_load_stamps = True
 
-    def __init__(self, ctl) -> None:
-        super().__init__(ctl)
+    def __init__(self, view: ClusterView, act: ClusterActions) -> None:
+        super().__init__(view, act)
         ws = self.cfg.warmserve
         self.ws = ws
         self.on = {
@@ -70,7 +71,7 @@ class WarmServe(ClusterPolicy):
         self.window_ns = s_to_ns(ws.window_s)
         self.window_k = 0
         per_day = max(1, round(86400 / ws.window_s))
-        pa, pp = ctl.prior_avg, ctl.prior_peak
+        pa, pp = view.prior_avg, view.prior_peak
         self.forecasters = [
             WindowForecaster(
                 None if pa is None else pa[m.index],
@@ -78,7 +79,7 @@ class WarmServe(ClusterPolicy):
                 ws.history,
                 per_day,
             )
-            for m in ctl.models
+            for m in view.models
         ]
         mcfg = self.cfg
         self.min_free = (
@@ -88,7 +89,7 @@ class WarmServe(ClusterPolicy):
         )
         per_req = -(-mcfg.max_model_len // mcfg.block_size)
         self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
-        self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in ctl.models]
+        self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in view.models]
         self._scores_key: tuple[int, ...] = ()
         self._quiet_version = -1
         self._quiet_until = 0
@@ -96,24 +97,24 @@ class WarmServe(ClusterPolicy):
 
     # ------------------------------------------------------------------ loops
     def setup(self, now_ns: int) -> None:
-        self.ctl.every(self.ws.control_period_s, self.tick, now_ns)
+        self.act.every(self.ws.control_period_s, self.tick, now_ns)
 
     def tick(self, now_ns: int) -> None:
         """One control period. A tick that changed nothing, with every input that moves with
         the clock already settled (see :meth:`_settled`), is repeated exactly by every later
         tick until the controller's version changes or the forecast window closes: those
         return at once."""
-        ctl = self.ctl
-        if ctl.version == self._quiet_version and now_ns < self._quiet_until:
+        view = self.view
+        if view.version == self._quiet_version and now_ns < self._quiet_until:
             return
-        v0 = ctl.version
+        v0 = view.version
         self._autoscale(now_ns)
         if self.on["forecast"]:
             self._forecast(now_ns)
             self._prewarm(now_ns)
-        if ctl.version == v0 and self._settled(now_ns):
+        if view.version == v0 and self._settled(now_ns):
             self._quiet_version = v0
-            self._quiet_until = ctl.first_arrival_ns + (self.window_k + 1) * self.window_ns
+            self._quiet_until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
         else:
             self._quiet_version = -1
 
@@ -122,38 +123,38 @@ class WarmServe(ClusterPolicy):
         changes: traffic has started (warm-up ticks reset the window statistics), every
         model's 5-s average is its current count (its last stamp is a whole window old), and
         every serving instance is past its scale-down protection."""
-        ctl, ws = self.ctl, self.ws
-        if now_ns < ctl.first_arrival_ns:
+        view, ws = self.view, self.ws
+        if now_ns < view.first_arrival_ns:
             return False
         start = now_ns - s_to_ns(ws.scale_window_s)
-        for load in ctl.loads:
+        for load in view.loads:
             if load.stamps and load.stamps[-1][0] > start:
                 return False
         protect = s_to_ns(ws.protect_s)
-        return all(now_ns - i.created_ns > protect for insts in ctl.serving for i in insts)
+        return all(now_ns - i.created_ns > protect for insts in view.serving for i in insts)
 
     def _forecast(self, now_ns: int) -> None:
-        start = self.ctl.first_arrival_ns
+        start = self.view.first_arrival_ns
         while now_ns >= start + (self.window_k + 1) * self.window_ns:
             for m, f in enumerate(self.forecasters):
-                avg, peak = self.ctl.loads[m].close_window(now_ns, self.window_ns)
+                avg, peak = self.act.close_window(m, now_ns, self.window_ns)
                 f.observe(avg, peak)
             self.window_k += 1
-            self.ctl.version += 1
+            self.act.changed()
         if now_ns < start:
             # before traffic: discard the empty warm-up from the window statistics
-            for load in self.ctl.loads:
-                load.close_window(now_ns, self.window_ns)
+            for m in range(len(self.view.loads)):
+                self.act.close_window(m, now_ns, self.window_ns)
 
     def _autoscale(self, now_ns: int) -> None:
-        ctl, ws, b = self.ctl, self.ws, self.cfg.batch
+        view, ws, b = self.view, self.ws, self.cfg.batch
         window = s_to_ns(ws.scale_window_s)
         protect = s_to_ns(ws.protect_s)
         can_create = True
-        for m, model in enumerate(ctl.models):
-            insts = ctl.serving[m]
+        for m, model in enumerate(view.models):
+            insts = view.serving[m]
             n = len(insts)
-            load = ctl.loads[m].avg_load(now_ns, window)
+            load = view.loads[m].avg_load(now_ns, window)
             cap = n * b
             if load < cap * ws.scale_down:
                 n_stop = n - math.ceil(load / ws.scale_down / b)
@@ -161,43 +162,41 @@ class WarmServe(ClusterPolicy):
                 if n_stop > 0 and old:
                     old.sort(key=lambda i: i.inflight)
                     for inst in old[:n_stop]:
-                        ctl.stop(inst, now_ns)
+                        self.act.stop(inst, now_ns)
             elif load > cap * ws.scale_up and can_create:
                 for _ in range(math.ceil(load / ws.scale_up / b) - n):
                     if self.acquire(model, now_ns) is None:
                         can_create = False
                         break
         if self.on["kv-reservation"]:
-            for insts in ctl.serving:
+            for insts in view.serving:
                 for inst in insts:
                     if inst.kv is not None and inst.state == State.READY:
-                        before = inst.kv.target_free
-                        inst.kv.set_target(int(inst.kv.initial_blocks * inst.inflight / b))
-                        if inst.kv.target_free != before:
-                            ctl.version += 1
+                        target = int(inst.kv.initial_blocks * inst.inflight / b)
+                        self.act.set_kv_target(inst, target)
 
     # ------------------------------------------------------------------ prewarming
     def _prewarm(self, now_ns: int) -> None:
-        ctl = self.ctl
+        view = self.view
         scores = self._scores()
         if self.on["placement"]:
             have = [0] * len(scores)
-            for r in ctl.replicas.values():
+            for r in view.replicas.values():
                 have[r.model.index] += 1
-            for inst in ctl.live.values():
+            for inst in view.live.values():
                 have[inst.model.index] += 1
             if all(len(s) <= h for s, h in zip(scores, have, strict=True)):
                 return  # every model has its N replicas: nothing to place
         if not any(scores):
             return
         existing = self._existing()
-        free = [ctl.memory.free(g) for g in range(ctl.topo.num_gpus)]
-        slots = [self.ws.max_slots - len(ctl.gpu_replicas[g]) for g in range(ctl.topo.num_gpus)]
-        nodes = [ctl.topo.gpus_of(k) for k in range(ctl.topo.num_nodes)]
+        free = [view.free_pages(g) for g in range(view.topo.num_gpus)]
+        slots = [self.ws.max_slots - len(view.gpu_replicas[g]) for g in range(view.topo.num_gpus)]
+        nodes = [view.topo.gpus_of(k) for k in range(view.topo.num_nodes)]
         actions = plan_prewarm(
             scores,
-            [m.tp for m in ctl.models],
-            [m.weight_pages for m in ctl.models],
+            [m.tp for m in view.models],
+            [m.weight_pages for m in view.models],
             existing,
             free,
             slots,
@@ -205,21 +204,21 @@ class WarmServe(ClusterPolicy):
             smart=self.on["placement"],
         )
         for m, group in actions:
-            ctl.prewarm(ctl.models[m], group, now_ns)
+            self.act.prewarm(view.models[m], group, now_ns)
 
     def _scores(self) -> list[list[float]]:
         """Every model's replica scores (§2.2). Their inputs change only when a forecast
         window closes (predictions) or an instance starts or stops (running counts), so they
         are recomputed only then."""
-        ctl = self.ctl
-        key = (self.window_k, *(len(s) for s in ctl.serving))
+        view = self.view
+        key = (self.window_k, *(len(s) for s in view.serving))
         if key != self._scores_key:
             self._scores_key = key
             self._scores_val = []
-            for m in range(len(ctl.models)):
+            for m in range(len(view.models)):
                 f = self.forecasters[m]
                 _, _, s = model_scores(
-                    f.pred_avg, f.pred_peak, len(ctl.serving[m]), self.cfg.batch, self.tcold[m]
+                    f.pred_avg, f.pred_peak, len(view.serving[m]), self.cfg.batch, self.tcold[m]
                 )
                 self._scores_val.append(s)
         return self._scores_val
@@ -227,11 +226,11 @@ class WarmServe(ClusterPolicy):
     def _existing(self) -> list[PlanReplica]:
         """Replicas as the artifact's planner sees them: warm and loading replicas and the
         weights backing live instances (which stay registered as replicas), by creation time."""
-        ctl = self.ctl
+        view = self.view
         items: list[tuple[int, PlanReplica]] = []
-        for r in ctl.replicas.values():
+        for r in view.replicas.values():
             items.append((r.started_ns, PlanReplica(r.model.index, r.model.tp, r.gpus)))
-        for inst in ctl.live.values():
+        for inst in view.live.values():
             if inst.state != State.STOPPED:
                 items.append(
                     (inst.created_ns, PlanReplica(inst.model.index, inst.model.tp, inst.gpus))
@@ -242,12 +241,12 @@ class WarmServe(ClusterPolicy):
     # ------------------------------------------------------------------ activation
     def acquire(self, model: ServedModel, now_ns: int) -> ModelInstance | None:
         """ACQUIRE (§2.5): a warm replica on idle GPUs, a loading one, or idle GPUs."""
-        ctl = self.ctl
-        busy = ctl.gpu_busy
+        view = self.view
+        busy = view.gpu_busy
         replica: Replica | None = None
         kind = "miss"
         if self.unified:
-            mine = [r for r in ctl.replicas.values() if r.model is model]
+            mine = [r for r in view.replicas.values() if r.model is model]
             for want_warm in (True, False):
                 for r in mine:
                     if r.warm == want_warm and all(busy[g] is None for g in r.gpus):
@@ -260,29 +259,23 @@ class WarmServe(ClusterPolicy):
             return None
         if self.unified:
             for g in gpus:
-                for r in list(ctl.gpu_replicas[g]):
+                for r in list(view.gpu_replicas[g]):
                     if r is not replica:
-                        ctl.evict(r, now_ns)
-        return ctl.launch(
-            model,
-            gpus,
-            self._plan(model, kind, gpus, now_ns),
-            now_ns,
-            kind,
-            replica=replica,
-            min_free_blocks=self.min_free,
-            min_total_blocks=self.min_total,
+                        self.act.evict(r, now_ns)
+        params = LaunchParams(
+            kind, replica=replica, min_free_blocks=self.min_free, min_total_blocks=self.min_total
         )
+        return self.act.launch(model, gpus, self._plan(model, kind, gpus, now_ns), params, now_ns)
 
     def _miss_gpus(self, model: ServedModel) -> tuple[int, ...] | None:
-        ctl = self.ctl
-        for node in range(ctl.topo.num_nodes):
-            idle = ctl.idle_gpus(node)
+        view = self.view
+        for node in range(view.topo.num_nodes):
+            idle = view.idle_gpus(node)
             if len(idle) < model.tp:
                 continue
             if not self.on["placement"] or not self.unified or len(idle) == model.tp:
                 return tuple(idle[: model.tp])
-            overlap = sorted((len(ctl.gpu_replicas[g]), g) for g in idle)
+            overlap = sorted((len(view.gpu_replicas[g]), g) for g in idle)
             return tuple(sorted(g for _, g in overlap[: model.tp]))
         return None
 
@@ -291,7 +284,7 @@ class WarmServe(ClusterPolicy):
     ) -> StartupPlan:
         st = self.cfg.startup
         if self.on["engine-prewarm"]:
-            proc = self.ctl.engine_handoff_s(now_ns)
+            proc = self.view.engine_handoff_s(now_ns)
         else:
             proc = st.engine_s
         if not self.on["device-prewarm"]:
@@ -301,24 +294,24 @@ class WarmServe(ClusterPolicy):
             return StartupPlan(proc, True, group, st.kv_init_s)
         blocks = -(-st.lazy_kv_tokens // self.cfg.block_size)
         if self.on["memory-switching"]:
-            kv_bytes = blocks * model.block_pages * self.ctl.page_bytes
+            kv_bytes = blocks * model.block_pages * self.view.page_bytes
         else:
-            free = min(self.ctl.memory.free(g) for g in gpus)
+            free = min(self.view.free_pages(g) for g in gpus)
             if kind == "miss":
                 free -= model.weight_pages
-            kv_bytes = max(free, 0) * self.ctl.page_bytes
+            kv_bytes = max(free, 0) * self.view.page_bytes
         return unified_plan(proc, kv_bytes / (st.map_gbs * 1e9), load=kind == "miss")
 
     # ------------------------------------------------------------------ routing
     def route(self, req: Request, m: int, now_ns: int) -> None:
-        ctl = self.ctl
-        inst = least_loaded(ctl.serving[m])
+        view = self.view
+        inst = least_loaded(view.serving[m])
         if inst is None:
-            inst = self.acquire(ctl.models[m], now_ns)
+            inst = self.acquire(view.models[m], now_ns)
         if inst is None:
-            ctl.retry_later(req, m, now_ns, self.cfg.retry_s)
+            self.act.retry_later(req, m, now_ns, self.cfg.retry_s)
         else:
-            ctl.assign(req, inst, now_ns)
+            self.act.assign(req, inst, now_ns)
 
     # ------------------------------------------------------------------ mechanisms
     def keep_weights(self, inst: ModelInstance) -> bool:
@@ -330,8 +323,8 @@ class WarmServe(ClusterPolicy):
         symlinks to one set of files)."""
         if self.ws.checkpoints == "dram":
             return True
-        cached = self.ctl.dram[node]
-        return any(m.index in cached for m in self.ctl.models if m.spec.name == model.spec.name)
+        cached = self.view.dram[node]
+        return any(m.index in cached for m in self.view.models if m.spec.name == model.spec.name)
 
     def load_extra_s(self, model: ServedModel) -> float:
         if not self.unified:

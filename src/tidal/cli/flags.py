@@ -1,0 +1,302 @@
+"""The flag → config-key tables of ``tidal simulate`` and ``tidal plan`` (one row per flag; a
+new flag is one :class:`~tidal.cli.flagspec.Flag` here). ``shows`` is the config's default,
+checked against the config models by tests/cli/test_flags.py. vLLM's names (``vllm=``) are also
+``sweep --grid`` keys (:data:`tidal.cli.vllm_names.GRID_KEYS`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tidal.cli.flagspec import Flag, FlagTable
+from tidal.engine.policy import describe_batching
+
+
+def _rate(text: str) -> float | None:
+    from tidal.cli import _parse_rate
+
+    return _parse_rate(text)
+
+
+def _cv_of_burstiness(burstiness: float) -> float:
+    from tidal.cli.vllm_names import cv_of_burstiness
+
+    return cv_of_burstiness(burstiness)
+
+
+def _list(text: str) -> list[Any]:
+    from tidal.experiments.grid import parse_value
+
+    return [parse_value(v) for v in text.split(",") if v.strip()]
+
+
+S, I, F = str | None, int | None, float | None
+
+DEPLOYMENT = (
+    Flag("model", S, "Model id, e.g. llama-3.1-8b, qwen3-8b.", "model", shows="llama-3.1-8b"),
+    Flag("gpu", S, "GPU id: h100 h200 a100-80gb l40s rtx-pro-6000 b200.", "gpu", shows="h100"),
+    Flag(
+        "tp", I, "Tensor-parallel degree.", "tp",
+        decls=("--tp",), vllm=("--tensor-parallel-size", "-tp"), shows=1,
+    ),
+    Flag(
+        "perf_model", S,
+        "auto (paper calibration > measured profile > corrected roofline) | roofline | "
+        "corrected-roofline | measured | linear | profile:PATH (tidal calibrate) | "
+        "measured:PATH (tidal-gpu-profile/1).",
+        "perf_model", shows="auto",
+    ),
+)  # fmt: skip
+
+TRACE = (
+    Flag("trace", S, "Trace to replay (Azure CSV, Mooncake JSONL, ServeGen).", "workload.trace"),
+    Flag("max_requests", I, "Keep the first N requests of the trace.", "workload.max_requests"),
+    Flag("rate_scale", F, "Multiply the trace's arrival rate.", "workload.rate_scale", shows=1.0),
+    Flag("start_s", F, "Trace window start (s from first arrival).", "workload.start_s", shows=0.0),
+    Flag("end_s", F, "Trace window end (s from first arrival).", "workload.end_s"),
+)
+
+SYNTHETIC = (
+    Flag(
+        "num_requests", I, "Synthetic: number of requests.", "workload.num_requests",
+        vllm=("--num-prompts",),
+    ),
+    Flag(
+        "rate", S, "Synthetic: arrival rate in req/s, or inf; cluster: the mix total.",
+        "workload.rate", vllm=("--request-rate",), convert=_rate,
+    ),
+    Flag(
+        "arrival_cv", F, "Synthetic: inter-arrival CV (1 = Poisson).", "workload.arrival_cv",
+        shows=1.0,
+    ),
+    Flag(
+        "burstiness", F,
+        "Synthetic: Gamma shape of the gaps (vLLM), i.e. --arrival-cv 1/sqrt(B).",
+        "workload.arrival_cv", vllm=("--burstiness",), convert=_cv_of_burstiness,
+    ),
+    Flag(
+        "prompt_len", I, "Synthetic: prompt length (location).", "workload.prompt_len",
+        vllm=("--random-input-len",), shows=512,
+    ),
+    Flag(
+        "output_len", I, "Synthetic: output length (location).", "workload.output_len",
+        vllm=("--random-output-len",), shows=256,
+    ),
+)  # fmt: skip
+
+LENGTHS = (
+    Flag(
+        "length_dist", S, "fixed|uniform|geometric|lognormal|empirical:NAME.",
+        "workload.length_dist", shows="fixed",
+    ),
+    Flag("max_prompt_len", I, "Cap prompt lengths.", "workload.max_prompt_len"),
+    Flag("max_output_len", I, "Cap output lengths.", "workload.max_output_len"),
+)  # fmt: skip
+
+CONCURRENCY = (
+    Flag(
+        "concurrency", I, "Closed loop: requests kept in flight.", "workload.concurrency",
+        vllm=("--max-concurrency",),
+    ),
+)  # fmt: skip
+
+AUGMENTED = (
+    Flag(
+        "workload", S,
+        "Augmented workload: infercept-mix | infercept:TYPE[,TYPE] | augmented:FILE.jsonl.",
+        "workload.augmented",
+    ),
+    Flag(
+        "call_time_dist", S, "Augmented: call times per type, or N|U|R|L|B (INFERCEPT).",
+        "workload.call_time_dist", shows="type",
+    ),
+    Flag(
+        "serving_policy", S,
+        "Augmented: vllm | infercept | augserve (| augserve-ordering | augserve-budget).",
+        "augment.serving_policy", shows="vllm",
+    ),
+    Flag(
+        "predictor", S, "Augmented: oracle | noisy | mean | none (AugServe's predictions).",
+        "augment.predictor", shows="noisy",
+    ),
+    Flag(
+        "swap_space_gb", F, "Augmented: host swap space per GPU for KV, GB.",
+        "augment.swap_space_gb", shows=64.0,
+    ),
+    Flag(
+        "slo_norm_latency", F,
+        "Augmented: normalized-latency SLO (s/token) of effective throughput.",
+        "slo.norm_latency_s",
+    ),
+    Flag(
+        "warmup", I, "Warm-up requests sent first and not measured.",
+        "workload.warmup_requests", vllm=("--num-warmups",), shows=0,
+    ),
+)  # fmt: skip
+
+SCHEDULER = (
+    Flag(
+        "batching", S, f"Batching policy: {describe_batching()}.", "scheduler.batching",
+        shows="mb",
+    ),
+    Flag("ordering", S, "Waiting-queue ordering (fcfs, ...).", "scheduler.ordering", shows="fcfs"),
+    Flag(
+        "token_budget", I,
+        "Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan).",
+        "scheduler.token_budget", vllm=("--max-num-batched-tokens",), shows=8192,
+    ),
+    Flag(
+        "max_seqs", I, "Max running requests (N; vLLM max_num_seqs).", "scheduler.max_seqs",
+        vllm=("--max-num-seqs",), shows=256,
+    ),
+)  # fmt: skip
+
+MEMORY = (
+    Flag(
+        "gpu_memory_utilization", F,
+        "vLLM gpu_memory_utilization: share of the driver-reported memory planned.",
+        "memory.gpu_memory_utilization", vllm=("--gpu-memory-utilization",), shows=0.9,
+    ),
+)  # fmt: skip
+
+RUN = (
+    Flag("slo_ttft", F, "TTFT SLO in seconds.", "slo.ttft_s", shows=2.0),
+    Flag("slo_tpot", F, "TPOT SLO in seconds.", "slo.tpot_s", shows=0.2),
+    Flag("seed", I, "Run seed.", "seed", shows=0),
+    Flag(
+        "no_fast_forward", bool, "Simulate every step.", "fast_forward",
+        default=False, switch=False,
+    ),
+    Flag(
+        "no_prefix_caching", bool, "Turn vLLM's prefix caching off.", "memory.prefix_caching",
+        default=False, switch=False,
+    ),
+)  # fmt: skip
+
+PREFIXES = (
+    Flag(
+        "hash_block_tokens", I, "Mooncake: tokens per hash_ids entry.",
+        "workload.hash_block_tokens", shows=512,
+    ),
+    Flag(
+        "shared_prefix_groups", I, "Synthetic: G shared system prompts.",
+        "workload.shared_prefix_groups", shows=0,
+    ),
+    Flag(
+        "shared_prefix_len", I, "Synthetic: tokens of each shared system prompt.",
+        "workload.shared_prefix_len", shows=0,
+    ),
+    Flag("n", I, "Synthetic: parallel sampling, branches per prompt.", "workload.n", shows=1),
+    Flag(
+        "branch_policy", S, "Parallel sampling: all (to completion) or parallel-probe.",
+        "workload.branch_policy", shows="all",
+    ),
+    Flag("turns", I, "Synthetic: turns per multi-turn session.", "workload.turns", shows=1),
+    Flag(
+        "handoff", S, "Sessions/agent chains: context handed on as kv or text.",
+        "workload.handoff", shows="kv",
+    ),
+    Flag(
+        "think_time", F, "Sessions: mean think time between turns (s).", "workload.think_time_s",
+        shows=0.0,
+    ),
+)  # fmt: skip
+
+CLUSTER = (
+    Flag(
+        "cluster", S, "Multi-model cluster NODESxGPUS:GPU, e.g. 2x8:h100.", "cluster.spec",
+        shows="2x8:h100",
+    ),
+    Flag(
+        "models", S, "Cluster: comma list of model ids (repeats allowed; id:tp).",
+        "cluster.models", shows="llama-2-7b,llama-2-7b,llama-2-13b,llama-2-70b",
+    ),
+    Flag(
+        "placement", S, "Cluster: dedicated | serverlessllm | muxserve | warmserve.",
+        "cluster.placement", shows="warmserve",
+    ),
+    Flag("alpha", F, "Cluster: power-law skew of model shares.", "cluster.mix.alpha", shows=0.5),
+    Flag(
+        "warmserve_disable", list[str] | None,
+        "Cluster: WarmServe features to turn off (repeatable or comma list): "
+        "forecast, placement, kv-reservation, memory-switching, unified-memory, "
+        "engine-prewarm, device-prewarm, all.",
+        "cluster.warmserve.disable",
+    ),
+    Flag(
+        "mix", S, "Cluster workload: azure (trace mapping) | servegen (14-day rates).",
+        "cluster.mix.kind", shows="azure",
+    ),
+    Flag("days", F, "Cluster servegen mix: days to simulate.", "cluster.mix.days", shows=14.0),
+)  # fmt: skip
+
+INTERFERENCE = (
+    Flag(
+        "interference", bool | None,
+        "Charge mixed steps the EB paper's prefill/decode interference (auto: only where "
+        "measured, Qwen3-8B on H200 and RTX PRO 6000; on: bandwidth-derived elsewhere).",
+        "interference", decls=("--interference/--no-interference",), shows="auto",
+    ),
+)  # fmt: skip
+
+SIMULATE = FlagTable(
+    DEPLOYMENT, TRACE, SYNTHETIC, LENGTHS, CONCURRENCY, AUGMENTED, SCHEDULER, MEMORY, RUN,
+    PREFIXES, CLUSTER, INTERFERENCE,
+)  # fmt: skip
+"""``tidal simulate``: every flag but --out, --config and --plot."""
+
+
+def axis(flag: Flag, help: str, key: str | None = None, name: str | None = None) -> Flag:
+    """``flag`` as a ``tidal plan`` search axis: a comma list of values to try."""
+    return dataclasses.replace(
+        flag,
+        name=name or flag.name,
+        decls=flag.decls or (("--" + name.replace("_", "-"),) if name else ()),
+        type=S,
+        help=help,
+        key=key or flag.key,
+        shows=None,
+        convert=_list,
+        axis=True,
+    )
+
+
+_PLAN_BASE = FlagTable(
+    TRACE, DEPLOYMENT[:1], MEMORY, SYNTHETIC, CONCURRENCY
+).flags  # fmt: skip
+PLAN = FlagTable(
+    (f.prefixed("base.") for f in _PLAN_BASE),
+    (
+        axis(DEPLOYMENT[1], "GPU types to consider, e.g. h100,h200,l40s.", name="gpus"),
+        axis(DEPLOYMENT[2], "Tensor-parallel degrees, e.g. 1,2,4."),
+        axis(SCHEDULER[0], "Batching policies (default: all)."),
+        axis(SCHEDULER[1], "Request orderings (default: all)."),
+        axis(SCHEDULER[2], "Token budgets, e.g. 512,8192."),
+        axis(SCHEDULER[3], "Max running requests, e.g. 128,256."),
+    ),
+    (
+        Flag("max_replicas", I, "Most replicas per option.", "max_replicas", shows=16),
+        Flag(
+            "router", S, "round-robin | least-loaded | prefix-aware.", "router",
+            shows="round-robin",
+        ),
+        Flag("objective", S, "gpu_hours | dollars.", "objective", shows="gpu_hours"),
+        Flag("top", I, "How many cheapest deployments to return.", "top", shows=5),
+    ),
+)  # fmt: skip
+"""``tidal plan``: the workload flags of ``simulate`` under ``base.``, the deployment and
+scheduler flags as search axes, and the planner's own keys."""
+
+
+def vllm_grid_keys() -> dict[str, str]:
+    """vLLM's names as ``sweep --grid`` keys → config keys (``burstiness``: see grid_key)."""
+    out: dict[str, str] = {}
+    keys: set[str | None] = set()
+    for flag in SIMULATE:
+        alternative = flag.key in keys  # --burstiness: another form of --arrival-cv
+        keys.add(flag.key)
+        for name in flag.vllm:
+            grid = name.lstrip("-").replace("-", "_")
+            if flag.key is not None and grid != flag.key and not alternative:
+                out[grid] = flag.key
+    return out
