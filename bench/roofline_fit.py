@@ -16,6 +16,7 @@ fitted separately, each on its own data:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from tidal.hardware.corrected import (
     HostConst,
     LinkConst,
     RooflineConstants,
+    allreduce_time,
     elementwise_bytes,
     gemm_time,
     layer_gemms,
@@ -127,23 +129,75 @@ def fit_elementwise(lins: Sequence[Lin]) -> dict[str, tuple[float, float, float]
     return out
 
 
-def _fit_link(ars: Sequence[Any], bw: float) -> LinkConst:
-    rows, ts = [], []
+def _fit_pnorm(ars: Sequence[Any], bw: float, skip: int = 0) -> tuple[LinkConst, float]:
+    """(a, b, η, p) of ``allreduce_time`` on the binned sweeps past their first ``skip`` knots
+    (log residuals); b only with two or more group sizes. Returns the constants and the sum
+    of squared residuals."""
+    pts = []
     for a in ars:
         x, y = binned_median(a.bytes, a.us)
-        xb, t = np.asarray(x), np.asarray(y) * 1e-6
-        ring = 2.0 * (a.tp - 1) / a.tp
-        rows.append(np.column_stack(
-            [np.full(len(x), 1e-6), np.full(len(x), 1e-6 * np.log2(a.tp)), ring * xb / bw]
-        ))  # fmt: skip
-        ts.append(t)
-    a_ = np.vstack(rows)
-    if len(ars) == 1:  # one group size: latency and log2 term are not separable
-        a_ = a_[:, [0, 2]]
-    c = _wlstsq(a_, np.concatenate(ts))
-    lat, log2, inv = (c[0], 0.0, c[1]) if len(ars) == 1 else (c[0], c[1], c[2])
-    return LinkConst(lat_us=max(float(lat), 0.0), lat_log2_us=float(log2),
-                     eta=1.0 / max(float(inv), 1e-3))  # fmt: skip
+        pts += [(a.tp, xb, t * 1e-6) for xb, t in list(zip(x, y, strict=True))[skip:]]
+    tp, xb, t = (np.array(v, dtype=float) for v in zip(*pts, strict=True))
+    multi = len(ars) > 1
+
+    def model(q: np.ndarray) -> np.ndarray:
+        lc = LinkConst(lat_us=q[0], lat_log2_us=q[3] if multi else 0.0, eta=q[1], p=q[2])
+        if not multi:
+            return np.asarray(allreduce_time(xb, ars[0].tp, bw, lc))
+        return np.array([allreduce_time(b, int(n), bw, lc) for n, b in zip(tp, xb, strict=True)])
+
+    x0 = [float(np.min(t)) * 1e6, 0.7, 2.0] + ([0.0] if multi else [])
+    lo = [0.0, 0.01, 1.0] + ([-50.0] if multi else [])
+    hi = [1e4, 1.5, 16.0] + ([200.0] if multi else [])
+    r = least_squares(lambda q: np.log(model(q) / t), x0, bounds=(lo, hi))
+    q = r.x
+    lc = LinkConst(lat_us=float(q[0]), lat_log2_us=float(q[3]) if multi else 0.0,
+                   eta=float(q[1]), p=float(q[2]))  # fmt: skip
+    return lc, float(np.sum(r.fun**2))
+
+
+def _linear_regime(x: np.ndarray, y: np.ndarray, ring: float, bw: float) -> tuple[float, float]:
+    """(µs, η) of ``us + R·bytes/(η·bw)`` on a regime's knots (relative least squares; a
+    median constant, η = 0, with under three knots or a fit that is not positive)."""
+    if len(x) >= 3:
+        a0, slope = (float(v) for v in _wlstsq(np.column_stack([np.ones(len(x)), x]), y))
+        if a0 > 0 and slope > 0:
+            return a0 * 1e6, ring / (slope * bw)
+    return float(np.median(y)) * 1e6, 0.0
+
+
+def _fit_link(ars: Sequence[Any], bw: float) -> LinkConst:
+    """NCCL's protocols (``corrected.allreduce_time``): for one group size, every split of the
+    sweep's knots into up to three regimes (low-latency, middle, p-norm; the lower two within
+    the first two thirds) is fitted and the split of least BIC (log residuals, three
+    parameters per regime) kept; pooled group sizes fit one p-norm."""
+    if len(ars) > 1:
+        return _fit_pnorm(ars, bw)[0]
+    x, y = (np.asarray(v) for v in binned_median(ars[0].bytes, ars[0].us))
+    y = y * 1e-6
+    n, tp = len(x), ars[0].tp
+    ring = 2.0 * (tp - 1) / tp
+    best: tuple[float, LinkConst] | None = None
+    for k2 in range(0, 2 * n // 3):
+        big, _ = _fit_pnorm(ars, bw, k2)
+        for k1 in range(0, k2 + 1) if k2 else [0]:
+            lc = big
+            if k2 > k1:  # middle regime on knots k1 … k2−1 (the low-latency one if k1 = 0)
+                us, eta = _linear_regime(x[k1:k2], y[k1:k2], ring, bw)
+                r = "mid" if k1 else "ll"
+                lc = lc.model_copy(update={f"{r}_bytes": float(x[k2 - 1]), f"{r}_us": us,
+                                           f"{r}_eta": eta})  # fmt: skip
+            if k1:
+                us, eta = _linear_regime(x[:k1], y[:k1], ring, bw)
+                lc = lc.model_copy(update={"ll_bytes": float(x[k1 - 1]), "ll_us": us,
+                                           "ll_eta": eta})  # fmt: skip
+            sse = float(np.sum(np.log(allreduce_time(x, tp, bw, lc) / y) ** 2))
+            params = 4 + 3 * ((k1 > 0) + (k2 > k1))
+            bic = n * math.log(max(sse, 1e-12) / n) + params * math.log(n)
+            if best is None or bic < best[0]:
+                best = (bic, lc)
+    assert best is not None
+    return best[1]
 
 
 def fit_links(profiles: Iterable[GPUProfile]) -> dict[str, LinkConst]:

@@ -7,6 +7,11 @@ speed ratio (old time / new time; > 1 = the new tree is faster).
 
     git worktree add --detach /tmp/old main
     python bench/speed_ab.py --old /tmp/old --new . [--repeats 5] [--rate 5.744] [--cluster]
+
+The cases use each tree's ``auto`` step model. When the trees' step models differ (the old tree
+predates a step-model change) the two simulate different step sequences and the ratio mixes the
+engine's cost with the model's; ``--perf-model roofline`` (unchanged across such trees) compares
+the engines alone: check that both trees give the same per-request columns.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ print(min(ts))
 """
 
 
-def cases(rate: float) -> dict[str, dict]:
+def cases(rate: float, perf_model: str | None = None) -> dict[str, dict]:
     wl = {"num_requests": 10_000, "rate": rate, "length_dist": "empirical:sharegpt"}
     base = {"model": "llama-3.1-8b", "gpu": "h100", "workload": wl, "seed": 1}
+    if perf_model is not None:
+        base["perf_model"] = perf_model
     return {
         "MB, fast-forward on": {**base, "fast_forward": True},
         "MB, fast-forward off": {**base, "fast_forward": False},
@@ -47,6 +54,7 @@ def cases(rate: float) -> dict[str, dict]:
             "scheduler": {"batching": "ebplus"},
             "augment": {"serving_policy": "augserve"},
             "workload": {"augmented": "infercept-mix", "num_requests": 1500, "rate": 4},
+            **({"perf_model": perf_model} if perf_model is not None else {}),
         },
     }
 
@@ -81,14 +89,23 @@ def main() -> None:
     ap.add_argument("--new", type=Path, default=Path("."))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rate", type=float, default=5.744)
+    ap.add_argument(
+        "--perf-model",
+        default=None,
+        help="step model of every case (default: each tree's auto; 'roofline' is the same in "
+        "trees whose auto step model differs, so only the engine's own cost is compared)",
+    )
+    ap.add_argument("--only", default=None, help="run only the cases whose name contains this")
     ap.add_argument("--cluster", action="store_true", help="also a WarmServe cluster case")
     ap.add_argument("--only-cluster", action="store_true", help="only the cluster case")
     args = ap.parse_args()
-    todo = {} if args.only_cluster else cases(args.rate)
+    todo = {} if args.only_cluster else cases(args.rate, args.perf_model)
     if args.cluster or args.only_cluster:
         todo["WarmServe cluster, ServeGen 2.4 h"] = CLUSTER
     print("| case | old (s) | new (s) | speed ratio |\n|---|---|---|---|")
     for name, cfg in todo.items():
+        if args.only is not None and args.only not in name:
+            continue
         old, new = [], []
         for _ in range(args.repeats):
             old.append(run(args.old.resolve(), cfg))

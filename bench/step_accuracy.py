@@ -9,15 +9,18 @@ host time (the profiles have none), so each model is asked for the same kernel s
 
 * ``roofline``: today's ``RooflinePerfModel`` (LM head and host overhead removed).
 * ``corrected (LOMO)``: constants fitted with the deployment's model left out.
-* ``corrected (A100→H100)``: constants fitted on A100 data only, predicting H100 deployments.
+* ``corrected (A100→H100)``: constants fitted on A100 data only, predicting H100 deployments
+  (the all-reduce constants A100's too); ``…, H100's all-reduce sweep``: the same GPU
+  constants with the H100 node's own all-reduce fit (no H100 kernel seen).
 * ``measured (held-out)``: the profile with every other grid point removed (tokens, all-reduce
   sizes, attention rows), evaluated at the removed points.
 
     python bench/step_accuracy.py [--m-tile 64] [--write-constants]
 
-``--m-tile T`` adds the corrected roofline with GEMM tile quantisation in M (fitted and held
-out the same way) as two more columns, in the same run; ``--write-constants`` also fits on all
-data (with ``--m-tile``'s quantisation) and writes ``data/profiles/roofline_fit.json``.
+``--m-tile T``: GEMM tile quantisation in M of every fit (default 64, the bundled form; 0:
+none). The worst shapes are printed with the profile's own scatter there (the measured step
+against the line through its two token-grid neighbours). ``--write-constants`` also fits on
+all data and writes ``data/profiles/roofline_fit.json``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import md_table, save
-from roofline_fit import fit_all
+from roofline_fit import fit_all, fit_links
 
 from tidal.hardware.corrected import CONSTANTS_PATH, CorrectedRooflinePerfModel
 from tidal.hardware.gpus import get_gpu
@@ -206,18 +209,25 @@ def errors(preds: list[float], truths: list[float]) -> tuple[float, float]:
     return statistics.median(e), max(e)
 
 
+def cross_constants(profiles: list[GPUProfile], m_tile: int) -> tuple[Any, Any]:
+    """Constants fitted on A100 data only, for H100: strictly (A100's all-reduce constants too,
+    through the family map) and with the H100 node's own all-reduce sweep (model-independent:
+    what ``nccl-tests`` on a new node gives before any model is profiled)."""
+    a100 = [p for p in profiles if p.gpu == "a100-80gb"]
+    strict = fit_all(a100, m_tile=m_tile)
+    strict.family = {"h100": "a100-80gb", **strict.family}
+    own = strict.model_copy(deep=True)
+    h100 = fit_links([p for p in profiles if p.gpu == "h100"])
+    own.link = {**strict.link, **{k.replace("h100", "a100-80gb"): v for k, v in h100.items()}}
+    return strict, own
+
+
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     profiles = bundled_profiles()
     t0 = time.perf_counter()
     models = sorted({x.model for p in profiles for x in p.linear})
-    tiles = [0] + ([args.m_tile] if args.m_tile else [])
-    lomo, cross = {}, {}
-    for tile in tiles:
-        lomo[tile] = {m: fit_all(profiles, exclude_model=m, m_tile=tile) for m in models}
-        a100 = [p for p in profiles if p.gpu == "a100-80gb"]
-        cx = cross[tile] = fit_all(a100, m_tile=tile)
-        cx.family = {"h100": "a100-80gb", **cx.family}
-        cx.link = {k.replace("a100-80gb", "h100"): v for k, v in cx.link.items()}
+    lomo = {m: fit_all(profiles, exclude_model=m, m_tile=args.m_tile) for m in models}
+    strict, own = cross_constants(profiles, args.m_tile)
     fit_s = time.perf_counter() - t0
     rows: list[dict[str, Any]] = []
     for prof in profiles:
@@ -225,20 +235,46 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             model = get_model(lin.model)
             dep = deployment(prof.gpu, lin.model, lin.tp, (prof,), heads(model))
             assert dep is not None
-            variants = {t: (lomo[t][lin.model], cross[t]) for t in tiles}
+            variants = {"corrected_lomo": lomo[lin.model]}
+            if prof.gpu == "h100":
+                variants |= {"corrected_a100_to_h100": strict, "corrected_a100_to_h100_ar": own}
             rows += evaluate_deployment(prof, dep, model, variants)
     return {"rows": rows, "fit_s": fit_s, "lomo_models": models}
 
 
+def roughness(truth: Truth, b: int, p: int, window: float = 1.25) -> float | None:
+    """The profile's own scatter near the step's token count T: over the grid points in
+    [T/w, T·w], the largest departure of the token-dependent kernels (GEMMs, elementwise,
+    all-reduce; no attention) from what every roofline-type model obeys — time never falls
+    as tokens grow, time per token never rises: max over t1 < t2 of k(t1)/k(t2) − 1 and of
+    (k(t2)/t2)/(k(t1)/t1) − 1. A kernel switch (a cliff in the profile) shows as a large
+    value; a smooth model cannot be closer than ≈ half of it on both sides."""
+    t = b + p
+    L, m = truth.m.num_layers, truth.m
+    pts = []
+    for tok, i in sorted(truth.idx.items()):
+        if t / window <= tok <= t * window:
+            k = L * truth.layer[i] + truth.emb[i]
+            if truth.ar is not None:
+                k += 2 * L * truth.ar.at(tok * m.hidden_size * m.dtype_bytes)
+            pts.append((tok, float(k)))
+    if len(pts) < 2:
+        return None
+    worst = 0.0
+    for j, (t2, k2) in enumerate(pts):
+        for t1, k1 in pts[:j]:
+            worst = max(worst, k1 / k2 - 1.0, (k2 / t2) / (k1 / t1) - 1.0)
+    return worst
+
+
 def evaluate_deployment(
-    prof: GPUProfile, dep: Deployment, model: ModelSpec, variants: dict[int, tuple[Any, Any]]
+    prof: GPUProfile, dep: Deployment, model: ModelSpec, variants: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """``variants``: M tile (0: none) → (LOMO constants, A100-only constants)."""
+    """``variants``: column name → corrected-roofline constants (held out from this one)."""
     gpu, tp = get_gpu(prof.gpu), dep.linear.tp
     truth = Truth(dep, model)
     attn = dep.attention is not None
-    lomo, _ = variants[0]
-    cr = CorrectedRooflinePerfModel(model, gpu, tp, lomo)
+    cr = CorrectedRooflinePerfModel(model, gpu, tp, variants["corrected_lomo"])
     thinned = thin(dep)
     meas = MeasuredPerfModel(thinned, model, gpu, tp, cr)
     out = []
@@ -252,16 +288,14 @@ def evaluate_deployment(
         row: dict[str, Any] = {"deployment": key, "gpu": prof.gpu, "class": cls, "n": len(pts)}
         row["roofline"] = errors([old_roofline(model, prof.gpu, tp, b, p, attn)
                                   for b, p, _ in pts], tr)  # fmt: skip
-        for tile, (lc, xc) in variants.items():
-            sfx = f"_tile{tile}" if tile else ""
-            pairs = [("corrected_lomo", lc)] + ([("corrected_a100_to_h100", xc)]
-                                                if prof.gpu == "h100" else [])  # fmt: skip
-            for col, consts in pairs:
-                perf = CorrectedRooflinePerfModel(model, gpu, tp, consts)
-                pr = [perf.kernel_seconds(**shape_args(b, p, attn)) for b, p, _ in pts]
-                row[col + sfx] = errors(pr, tr)
-                e = [abs(x / t - 1) for x, t in zip(pr, tr, strict=True)]
-                row[col + sfx + "_worst_shape"] = pts[int(np.argmax(e))][:2]
+        for col, consts in variants.items():
+            perf = CorrectedRooflinePerfModel(model, gpu, tp, consts)
+            pr = [perf.kernel_seconds(**shape_args(b, p, attn)) for b, p, _ in pts]
+            row[col] = errors(pr, tr)
+            e = [abs(x / t - 1) for x, t in zip(pr, tr, strict=True)]
+            w = int(np.argmax(e))
+            row[col + "_worst_shape"] = pts[w][:2]
+            row[col + "_worst_roughness"] = roughness(truth, *pts[w][:2])
         out.append(row)
     for cls, shapes in held_out_shapes(dep, thinned).items():
         pts = [(b, p, truth.kernel(b, p)) for b, p in shapes]
@@ -279,9 +313,15 @@ def worst_shapes(rows: list[dict[str, Any]], cols: list[str], k: int = 6) -> Non
     """The (deployment, class, shape) of the largest errors, per corrected column."""
     for col in cols:
         sel = sorted((r for r in rows if col in r), key=lambda r: -r[col][1])[:k]
-        items = [f"{r['deployment']} {r['class']} (b, p)={tuple(r[col + '_worst_shape'])} "
-                 f"{100 * r[col][1]:.0f} %" for r in sel]  # fmt: skip
-        print(f"worst of {col}: " + "; ".join(items))
+        items = []
+        for r in sel:
+            rough = r.get(col + "_worst_roughness")
+            noise = "–" if rough is None else f"{100 * rough:.0f} %"
+            items.append(f"{r['deployment']} {r['class']} (b, p)={tuple(r[col + '_worst_shape'])}"
+                         f" {100 * r[col][1]:.0f} % (scatter {noise})")  # fmt: skip
+        over = sum(r[col][1] > 0.25 for r in rows if col in r)
+        total = sum(col in r for r in rows)
+        print(f"worst of {col} ({over} of {total} cells > 25 %): " + "; ".join(items))
 
 
 def summarize(rows: list[dict[str, Any]], col: str, where: Any = None) -> tuple[str, str, str]:
@@ -295,11 +335,8 @@ def summarize(rows: list[dict[str, Any]], col: str, where: Any = None) -> tuple[
 
 def report(res: dict[str, Any]) -> None:
     rows = res["rows"]
-    cols = [("roofline", None), ("corrected_lomo", None),
-            ("corrected_a100_to_h100", None), ("measured_heldout", None)]  # fmt: skip
-    tile = res.get("m_tile", 0)
-    if tile:
-        cols += [(f"corrected_lomo_tile{tile}", None), (f"corrected_a100_to_h100_tile{tile}", None)]
+    cols = [("roofline", None), ("corrected_lomo", None), ("corrected_a100_to_h100", None),
+            ("corrected_a100_to_h100_ar", None), ("measured_heldout", None)]  # fmt: skip
     table = []
     for cls in CLASSES:
         cells = [cls]
@@ -313,10 +350,8 @@ def report(res: dict[str, Any]) -> None:
         cells.append(f"{med} / {worst}")
     table.append(cells)
     print("median of per-(deployment, class) median |error| / worst |error|")
-    heads_ = ["class", "today's roofline", "corrected (LOMO)", "corrected (A100→H100)",
-              "measured (held-out shapes)"]  # fmt: skip
-    if tile:
-        heads_ += [f"LOMO, M tiles of {tile}", f"A100→H100, M tiles of {tile}"]
+    heads_ = ["class", "today's roofline", "corrected (LOMO)", "corrected (A100→H100)"]
+    heads_ += ["corrected (A100→H100, H100's all-reduce sweep)", "measured (held-out shapes)"]
     print(md_table(heads_, table))
     worst_shapes(rows, [c for c, _ in cols if c.startswith("corrected")])
     per_dep = []
@@ -331,10 +366,11 @@ def report(res: dict[str, Any]) -> None:
             return f"{med:.0f}/{100 * max(v[1] for v in vals):.0f}"
 
         per_dep.append([dep, fmt("roofline"), fmt("corrected_lomo"),
-                        fmt("corrected_a100_to_h100"), fmt("measured_heldout")])  # fmt: skip
+                        fmt("corrected_a100_to_h100"), fmt("corrected_a100_to_h100_ar"),
+                        fmt("measured_heldout")])  # fmt: skip
     print("\nper deployment (median/worst |error| %, over classes)")
     print(md_table(["deployment", "roofline", "corrected LOMO", "corrected A100→H100",
-                    "measured held-out"], per_dep))  # fmt: skip
+                    "A100→H100 + H100 all-reduce", "measured held-out"], per_dep))  # fmt: skip
 
 
 def paper_cross_check() -> list[list[str]]:
@@ -366,8 +402,8 @@ def paper_cross_check() -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write-constants", action="store_true")
-    ap.add_argument("--m-tile", type=int, default=0,
-                    help="also fit and evaluate GEMMs with tile quantisation in M")  # fmt: skip
+    ap.add_argument("--m-tile", type=int, default=64,
+                    help="GEMM tile quantisation in M of every fit (0: none)")  # fmt: skip
     args = ap.parse_args()
     res = evaluate(args)
     res["m_tile"] = args.m_tile

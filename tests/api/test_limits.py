@@ -121,9 +121,9 @@ def test_concurrent_streams_beyond_the_limit_get_429_then_drain(monkeypatch):
     executor = live.driver.engine.executor
     real = executor.execute
 
-    def slow(plan, scheduler):  # 2000 tokens take >= 10 s: the two streams stay open
+    def slow(plan, scheduler, *rest):  # 2000 tokens take >= 10 s: the two streams stay open
         time.sleep(0.005)
-        return real(plan, scheduler)
+        return real(plan, scheduler, *rest)
 
     monkeypatch.setattr(executor, "execute", slow)
     body = {"model": "tiny-llama", "prompt": "s", "max_tokens": 2000, "stream": True}

@@ -157,3 +157,32 @@ def test_branch_policy_flag(tmp_path):
     assert len(p) == len(a) == 12
     assert (p <= a).all()
     assert p.sum() < a.sum()  # 30k-token branches: the consensus stop (T = 40 probes of 500) fires
+
+
+def test_host_cache_flag(tmp_path):
+    """--host-cache-gib sets memory.host_cache_gib; with a GPU cache too small for the
+    shared prompts, some hits then come from host memory (reported in the summary)."""
+    args = ["--num-requests", "80", "--rate", "40", "--prompt-len", "64", "--output-len", "16"]
+    args += ["--shared-prefix-groups", "16", "--shared-prefix-len", "1024", "--seed", "1"]
+    yaml_cfg = tmp_path / "c.yaml"
+    yaml_cfg.write_text("memory:\n  num_blocks: 400\n")
+    out = tmp_path / "h"
+    res = run(
+        "simulate", "--config", str(yaml_cfg), *args, "--host-cache-gib", "1", "--out", str(out)
+    )
+    assert res.exit_code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["memory"]["host_cache_gib"] == 1.0
+    assert summary["metrics"]["prefix_cache_host_hits"] > 0
+
+
+@pytest.mark.parametrize("host", ["vllm-v1", "vidur"])
+def test_perf_host_flag_reaches_the_config(tmp_path, host):
+    out = tmp_path / host
+    args = ["--num-requests", "4", "--rate", "2", "--perf-model", "corrected-roofline"]
+    assert run("simulate", *args, "--perf-host", host, "--out", str(out)).exit_code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["perf_host"] == host
+    bad = run("simulate", *args, "--perf-host", "sglang", "--out", str(tmp_path / "bad"))
+    assert bad.exit_code != 0
+    assert "perf_host" in bad.output

@@ -135,3 +135,18 @@ def test_explain_defaults_n_to_the_memory_safe_batch_and_prints_a_verdict():
     )
     assert bad.exit_code == 2
     assert "gpu" in bad.output
+
+
+def test_explain_perf_host_flag_reaches_the_step_model():
+    """``--perf-host vidur`` charges Vidur's older host time per step: every step cost rises."""
+    args = ["ebplus", "explain", "--gpu", "h100", "--model", "llama-3.1-8b", "--json"]
+    args += ["--prompt-len", "512", "--output-len", "128", "--perf-model", "corrected-roofline"]
+    costs = {}
+    for host in ("vllm-v1", "vidur"):
+        res = runner.invoke(app, [*args, "--perf-host", host])
+        assert res.exit_code == 0, res.output
+        costs[host] = json.loads(res.output)["costs"]
+    assert costs["vidur"] != costs["vllm-v1"]
+    bad = runner.invoke(app, [*args, "--perf-host", "sglang"])
+    assert bad.exit_code != 0
+    assert "perf-host" in bad.output

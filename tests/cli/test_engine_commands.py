@@ -34,14 +34,18 @@ def test_calibrate_then_fidelity(tmp_path):
             "--max-prompt",
             "32",
             "--no-serving",
-            "--clock",
-            "cpu",
         ],
     )
     assert res.exit_code == 0, res.output
     model = ProfiledPerfModel.load(prof)
     assert model.info["model"] == "tiny-llama"
-    assert model.info["clock"] == "cpu"
+    assert model.info["clock"] == "cpu"  # the default, auto, on a CPU device
+    noise = model.info["noise"]
+    assert noise["repeat_spread"] is None  # one pass: nothing to compare
+    assert noise["probe_drift"] == pytest.approx(
+        model.info["probe_after_s"] / model.info["probe_before_s"] - 1
+    )
+    assert isinstance(noise["warnings"], list)
     assert model.step_seconds(4, 400, 0, 0, 0, 0) > model.step_seconds(1, 100, 0, 0, 0, 0) > 0
     out = tmp_path / "fid"
     res = runner.invoke(
@@ -64,8 +68,8 @@ def test_calibrate_then_fidelity(tmp_path):
             "6",
             "--num-kv-blocks",
             "128",
-            "--clock",
-            "cpu",
+            "--repeats",
+            "1",
             "--warmup-requests",
             "3",
             "--recalibrate",
@@ -84,6 +88,9 @@ def test_calibrate_then_fidelity(tmp_path):
     assert data["raw_profile"]["ttft_median_rel_error"] >= 0
     assert data["recalibrate"] == 4
     assert data["warmup_requests"] == 3
+    assert data["clock"] == "cpu"
+    assert data["noise"]["cpus"] >= 1
+    assert isinstance(data["noise"]["warnings"], list)
     for m in ("ttft", "tpot", "e2e"):
         for s in ("median", "p90"):
             assert data[f"{m}_{s}_rel_error"] >= 0
@@ -129,3 +136,33 @@ def test_noise_hint_says_what_to_do_when_the_machine_drifted():
     steady = {"speed_probe": {"calibration_s": 1.0, "runs_s": [[1.02, 0.99]]}, "clock": "wall"}
     assert noise_hint(steady) is None
     assert noise_hint({"speed_probe": {"calibration_s": None, "runs_s": []}}) is None
+
+
+def test_fidelity_defaults_are_the_robust_protocol(tmp_path, monkeypatch):
+    """Without flags: CPU clock on a CPU device, 3 real runs, 40 warm-up requests and
+    held-out recalibration with 40 requests (BENCHMARKS, issue 6's final protocol)."""
+    import tidal.cli.fidelity as cli_fidelity
+
+    seen = {}
+
+    def fake(profile, out, **kw):
+        seen.update(kw)
+        raise cli_fidelity.TidalError("stop here")
+
+    monkeypatch.setattr(cli_fidelity, "run_fidelity", fake)
+    prof = tmp_path / "p.json"
+    res = CliRunner().invoke(app, ["fidelity", "--profile", str(prof), "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "stop here" in res.output
+    assert (seen["clock"], seen["repeats"]) == ("auto", 3)
+    assert (seen["warmup_requests"], seen["recalibrate"]) == (40, 40)
+
+
+def test_fidelity_warns_when_the_machine_is_noisy():
+    from tidal.cli.fidelity_report import noise_warning
+
+    assert noise_warning({"noise": {"warnings": []}}) is None
+    assert noise_warning({}) is None
+    text = noise_warning({"noise": {"warnings": ["two real runs differed"]}})
+    assert "two real runs differed" in text
+    assert "--repeats" in text

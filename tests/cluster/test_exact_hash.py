@@ -4,9 +4,10 @@ metrics and the result tables (GPU memory log, instances) of a small workload pe
 The hashes were recorded from the code before issue 19's optimisations (skipped control ticks,
 per-model fast-forward horizons, vectorised helpers, dropped stopped instances), re-recorded
 from main's code whenever main changed results (KV plan, prefix cache; issue 13's monotone
-measured curves, vLLM-v1 host term and GEMM tiles, which move the ``auto`` step times these
-cases use — with ``perf_model: roofline`` every digest is unchanged); each optimisation
-must leave every one of them unchanged. A change of *behaviour* (a policy fix, a new metric)
+measured curves, vLLM-v1 host term and GEMM tiles, then its all-reduce size regimes —
+llama-2-13b at TP 2 runs the corrected roofline —, which move the ``auto`` step times these
+cases use; with ``perf_model: roofline`` every digest is unchanged); each optimisation must
+leave every one of them unchanged. A change of *behaviour* (a policy fix, a new metric)
 changes them on purpose: re-record with ``python -m tests.cluster.test_exact_hash`` and say
 why in the commit.
 """
@@ -74,18 +75,18 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 GOLDEN: dict[str, str] = {
-    "dedicated": "35373021cfde28785a55486f5b191c0e7a1dce047b07a542ecd2915042e33540",
-    "muxserve": "a89822b757b0874a1f876a64ff537f2128d40fb8d520e3ab5fedbd0bca741943",
-    "muxserve-servegen": "58520c5494e25133a8882ca5aea984df645b4b4bb26d83c11a6f98c8ee4fa2a3",
-    "serverlessllm": "2e0ff7ff9466e721531184d122cd584184c2d4eca41e081024aeef57626024e1",
-    "serverlessllm-servegen": "e7dd075a1839f3489937f56b286755c39e327c11a7ae4d5d41b82c4cf779f90d",
-    "warmserve": "3ec4e8a894c8b1dd30e3bef2b0a5d192c846dd117095a96ab5de79f62ec9c463",
-    "warmserve-augmented": "8dc1de15f169bbf959a99020037fb42945a51bba26fd3e64bccd5ecca320b909",
-    "warmserve-ebplus": "a2fd7123312e52862411a22fa2faa62d11b814b7d48f673b500953f8f179b857",
-    "warmserve-round-robin": "37adc237e1a5264f3fa9b039ca35e417cda918d3cde4e04808c0084f3bec619b",
-    "warmserve-servegen": "af7f1a3bc05dd14d784c93e3dd30d1f2282254fe4c8bf848fa42b708f78768f6",
-    "warmserve-small-batch": "0f1b413444a12a0f29991cafc3a18c52d5859e0fd5e6f2be7a17e8fcda7c620c",
-    "warmserve-ssd-ablation-a": "b0145f786113be7a87fda296160370bdf723b9162669f3d77c6c8ae9bfa4b197",
+    "dedicated": "e6fd0cdb0cfd82e61602ea866f51e587af8e10b16ee83ae0ad086f1a84347744",
+    "muxserve": "ec326ce1d4f122e21f367a73e5f8264e70c423acb6b393e2c78c4f10984e7358",
+    "muxserve-servegen": "b5af9787e28f6806a8dc20d04e36e7d10f00fa8dfec295f7d56aa5872bd386b6",
+    "serverlessllm": "de05d012715c2c7b7adcdf971690b2776b83338fc203fdc04bb5d42ad7306b29",
+    "serverlessllm-servegen": "389f2ad7b52dc2c2134f2cb3c02cbc42069498ebd557e85710c77c4c26a66d3c",
+    "warmserve": "93e0c197e1e4c3d1dbad7825745a7d07a2c7d36a64aebba10fe89654fbb8542f",
+    "warmserve-augmented": "0dcd75a2e8a5808d0ee644ae2fadca3c96baf2ad665db0b26f93ac71b355c8cf",
+    "warmserve-ebplus": "3de91955c8c01a9d696cf014e20794c98132c67d1f5c9e58fce07390a9ef34ef",
+    "warmserve-round-robin": "02a4f98b126a36c95476eccf6cc948cff3f73d68086823c06787ce4aca9408e7",
+    "warmserve-servegen": "468b6a8eedb35e5e29e135b515723ebbf2e82b6e526ceaa97995d9dc14b84502",
+    "warmserve-small-batch": "f270abc3aca55322b965f16ec2b9843d8c145bd2c15dcad127d11f213bed8fbc",
+    "warmserve-ssd-ablation-a": "221bcbd5c99602a62ce10bce7c0c1525d8267d3678ef5631cf77fe105159f80f",
 }
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidal.hardware.corrected import (
     CorrectedRooflinePerfModel,
+    LinkConst,
     RooflineConstants,
+    allreduce_time,
     bundled_constants,
     gemm_time,
     layer_gemms,
@@ -95,3 +99,52 @@ def test_kernel_time_is_near_the_measured_sum(gpu: str, model: str, tp: int) -> 
             meas += 2 * m.num_layers * ar.at(t * m.hidden_size * 2)
         pred = p.kernel_seconds(t, 0, 0, attention=False) * 1e6
         assert pred == pytest.approx(meas, rel=0.2)
+
+
+def test_allreduce_time_by_hand() -> None:
+    """Two NCCL protocols: 8 µs flat up to 16 KiB; past it sqrt(40² + x²) µs with the ring
+    transfer x = 2·(2−1)/2 · 2²⁰ B / (0.5 · 450 GB/s) = 4.660 µs at TP 2."""
+    lc = LinkConst(lat_us=40.0, eta=0.5, p=2.0, ll_bytes=16384.0, ll_us=8.0)
+    assert allreduce_time(8192.0, 2, 450e9, lc) == pytest.approx(8e-6)
+    x = 2**20 / (0.5 * 450e9)
+    assert allreduce_time(float(2**20), 2, 450e9, lc) == pytest.approx((40e-6**2 + x**2) ** 0.5)
+    old = LinkConst(lat_us=40.0, eta=0.5)  # p = 1, no low-latency regime: latency + transfer
+    assert allreduce_time(float(2**20), 2, 450e9, old) == pytest.approx(40e-6 + x)
+    arr = allreduce_time(np.array([8192.0, 2.0**20]), 2, 450e9, lc)
+    assert arr == pytest.approx([8e-6, (40e-6**2 + x**2) ** 0.5])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lat=st.floats(0.0, 200.0), eta=st.floats(0.01, 1.5), p=st.floats(1.0, 16.0),
+    ll_bytes=st.floats(0.0, 1e7), ll_us=st.floats(0.0, 300.0), ll_eta=st.floats(0.0, 1.0),
+    tp=st.sampled_from([2, 4, 8]), b1=st.floats(1.0, 1e9), b2=st.floats(1.0, 1e9),
+)  # fmt: skip
+def test_allreduce_time_never_falls_as_the_message_grows(
+    lat: float, eta: float, p: float, ll_bytes: float, ll_us: float, ll_eta: float, tp: int,
+    b1: float, b2: float,
+) -> None:  # fmt: skip
+    lc = LinkConst(lat_us=lat, eta=eta, p=p, ll_bytes=ll_bytes, ll_us=ll_us, ll_eta=ll_eta)
+    lo, hi = sorted((b1, b2))
+    t_lo, t_hi = allreduce_time(lo, tp, 450e9, lc), allreduce_time(hi, tp, 450e9, lc)
+    assert 0.0 <= t_lo <= t_hi * (1 + 1e-12)
+
+
+def test_the_link_fit_finds_the_low_latency_protocol() -> None:
+    """A synthetic sweep from the two-protocol form (7 µs up to 24 KiB, then sqrt(40² + x²))
+    is recovered: threshold between the knots around it, latencies within 5 %."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from roofline_fit import _fit_link
+
+    from tidal.hardware.opprofile import AllReduceOps
+
+    true = LinkConst(lat_us=40.0, eta=0.6, p=2.0, ll_bytes=24576.0, ll_us=7.0)
+    sizes = [int(2 ** (k / 4)) for k in range(40, 104)]
+    us = [allreduce_time(float(b), 2, 450e9, true) * 1e6 for b in sizes]
+    fit = _fit_link([AllReduceOps(link="dgx", tp=2, bytes=sizes, us=us)], 450e9)
+    assert 16384 <= fit.ll_bytes < 32768
+    assert fit.ll_us == pytest.approx(7.0, rel=0.05)
+    assert fit.lat_us == pytest.approx(40.0, rel=0.05)

@@ -60,12 +60,15 @@ def test_report_of_one_run_is_self_contained_html(tmp_path):
     text = target.read_text()
     assert target.name == "report.html"
     assert text.count("data:image/png;base64,") == len(figs)
-    # every figure is titled with the config that made it
+    # every figure is titled (on the PNG) with the config that made it; the page states it
+    # once and heads each figure with its name, not the title again
     title = describe(cfg.model_dump(mode="json"))
     assert "qwen3-8b on 1× h100" in title
     assert "B=8192" in title
-    assert text.count(title.replace("&", "&amp;")) >= len(figs)
+    assert text.count(title.replace("&", "&amp;")) == 1
     assert all(f.title == title for f in figs)
+    for f in figs:
+        assert text.count(f"<h3>{f.name}</h3>") == 1
 
 
 def test_report_of_a_sweep_draws_rate_curves_and_links_figures_in_markdown(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import typer
 from rich.console import Console
@@ -24,11 +24,35 @@ UNWRAPPED_WIDTH = 1000
 nothing wraps, whatever $COLUMNS says."""
 
 
+class _StreamConsole:
+    """A rich ``Console`` for whatever ``sys.stdout`` (``sys.stderr``) is *now*: a terminal gets
+    its own width and colours, anything else (a pipe, a file, a test runner's buffer) lines
+    that never wrap and no colour codes. The console is rebuilt when the stream object
+    changes, so a decision taken at import (under a terminal) never leaks into a later
+    capture (``pytest -s``, ``CliRunner``), whatever ``$COLUMNS`` says."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._stream: Any = None
+        self._console: Console | None = None
+
+    def _get(self) -> Console:
+        stream = sys.stderr if self._stderr else sys.stdout
+        if self._console is None or stream is not self._stream:
+            tty = hasattr(stream, "isatty") and stream.isatty()
+            self._stream = stream
+            self._console = Console(
+                stderr=self._stderr, width=None if tty else UNWRAPPED_WIDTH, soft_wrap=not tty
+            )
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+
 def _console(stderr: bool = False) -> Console:
-    """A terminal gets its own width; anything else gets lines that never wrap."""
-    stream = sys.stderr if stderr else sys.stdout
-    tty = hasattr(stream, "isatty") and stream.isatty()
-    return Console(stderr=stderr, width=None if tty else UNWRAPPED_WIDTH, soft_wrap=not tty)
+    """The console of the current stream (see :class:`_StreamConsole`)."""
+    return cast(Console, _StreamConsole(stderr))
 
 
 console = _console()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from tidal.cli import Opt, TidalError, _fail, app, console, err_console
-from tidal.core.clock import CLOCKS
+from tidal.core.clock import CLOCK_CHOICES, resolve_clock
 
 GRID_TOKENS = 16384
 """Decode grid points hold at most this many context tokens (B·L)."""
@@ -125,8 +125,12 @@ def calibrate(
         bool, Opt(help="Also profile steady Poisson serving at a few concurrencies.")
     ] = True,
     clock: Annotated[
-        str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
-    ] = "wall",
+        str,
+        Opt(
+            help="auto (cpu on a CPU device, else wall) | wall | cpu: the engine thread's CPU "
+            "time, other tenants skipped (shared machines)."
+        ),
+    ] = "auto",
     serving_prompt_len: Annotated[
         int | None,
         Opt(help="Serving points' prompts: uniform on L/2..3L/2 (as --length-dist uniform)."),
@@ -153,7 +157,8 @@ def calibrate(
 
         from tidal.hardware.profiled import ProfiledPerfModel
         from tidal.report.io import write_json
-        from tidal.runtime.config import build_engine
+        from tidal.runtime.config import build_engine, device_type
+        from tidal.runtime.noise import LoadMeter
         from tidal.runtime.profiling import default_grid, probe, profile, serving_grid, warm_up
     except ImportError as err:
         _fail(TidalError(f"{err}; install the engine with: pip install 'tidal[engine]'"))
@@ -161,8 +166,8 @@ def calibrate(
     try:
         if repeats < 1:
             raise TidalError("repeats: must be >= 1")
-        if clock not in CLOCKS:
-            raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+        if clock not in CLOCK_CHOICES:
+            raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCK_CHOICES)})")
         if fit_on not in ("all", "serving"):
             raise TidalError(f"fit-on: unknown {fit_on!r} (valid: all, serving)")
         if fit_on == "serving" and not serving:
@@ -176,6 +181,7 @@ def calibrate(
             seed=seed,
             num_kv_blocks=-(-4 * max(GRID_TOKENS, max_prompt) // block_size),
         )
+        clock = resolve_clock(clock, device_type(device))
         grid = default_grid(max_batch, max_ctx, max_prompt, GRID_TOKENS)
         serving_kw = serving_options(
             serving_prompt_len, serving_output_len, serving_token_budget, serving_concurrency
@@ -186,6 +192,7 @@ def calibrate(
             if done % max(1, total // 10) == 0:
                 err_console.print(f"  profiled {done}/{total} grid points")
 
+        meter = LoadMeter().start()
         probe_rt = build_engine(cfg)
         warm_up(probe_rt, clock)
         probe_before = probe(probe_rt, clock)
@@ -210,7 +217,7 @@ def calibrate(
             }
             for k in sorted(set(kinds))
         }
-        info = {
+        info: dict[str, Any] = {
             "model": model,
             "device": device,
             "clock": clock,
@@ -238,6 +245,7 @@ def calibrate(
             "probe_before_s": probe_before,
             "probe_after_s": probe_after,
             "machine": machine_info(threads),
+            "noise": calibration_noise(meter.read(), samples, probe_before, probe_after),
         }
         prof = ProfiledPerfModel(coef, source=str(out), info=info)
         write_json(out, prof.to_json())
@@ -273,3 +281,35 @@ def calibrate(
         + " ms"
     )
     console.print(f"profile written to {out}; simulate with --perf-model profile:{out}")
+    warn_noise(info["noise"])
+
+
+def calibration_noise(
+    load: dict[str, Any], samples: list[Any], probe_before: float, probe_after: float
+) -> dict[str, Any]:
+    """The machine's load during profiling, the passes' spread and the probe's drift
+    (:mod:`tidal.runtime.noise`), with a sentence for each beyond its limit."""
+    from tidal.runtime.noise import noise_warnings, repeat_spread
+
+    spread = repeat_spread(samples)
+    drift = probe_after / probe_before - 1
+    return {
+        **load,
+        "repeat_spread": spread,
+        "probe_drift": drift,
+        "warnings": noise_warnings(load, spread, drift),
+    }
+
+
+def warn_noise(noise: dict[str, Any]) -> None:
+    """Say that the calibration was noisy, why, and what to do (stderr)."""
+    if not noise["warnings"]:
+        return
+    err_console.print(
+        "[yellow]warning:[/] a noisy calibration: "
+        + "; ".join(noise["warnings"])
+        + ". Step-time errors of that size come from the machine, not the model: calibrate "
+        "again when the machine is quieter (`uptime`), or with more --repeats (medians over "
+        "more passes); `tidal fidelity` rescales the profile to the machine's speed around "
+        "each run (--recalibrate, on by default)."
+    )

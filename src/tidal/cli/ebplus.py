@@ -27,6 +27,7 @@ def explain_setting(
     max_seqs: int = 1024,
     gpu_memory_utilization: float = 0.9,
     theta_form: str = "camera",
+    perf_host: str = "vllm-v1",
 ) -> dict[str, Any]:
     """Everything ``explain`` prints, as a dict (also the ``--json`` output).
 
@@ -36,6 +37,7 @@ def explain_setting(
     measured one, its β_MB^e fit too."""
     from tidal.engine import eb_theory as th
     from tidal.hardware.calibration import build_perf_model
+    from tidal.hardware.corrected import check_host
     from tidal.hardware.gpus import get_gpu
     from tidal.hardware.interference import step_costs
     from tidal.hardware.memory import plan_memory
@@ -44,7 +46,8 @@ def explain_setting(
     if prompt_len <= 0 or output_len <= 0:
         raise TidalError("prompt-len/output-len: must be positive token counts")
     m, g = get_model(model), get_gpu(gpu)
-    perf = build_perf_model(perf_model, m, g, tp, interference=True)
+    check_host(perf_host, "perf-host")
+    perf = build_perf_model(perf_model, m, g, tp, interference=True, host=perf_host)
     c = step_costs(m, g, tp, perf)
     mem = plan_memory(m, g, tp, gpu_memory_utilization=gpu_memory_utilization, max_seqs=max_seqs)
     p0 = 1.0 / output_len
@@ -118,15 +121,15 @@ def explain(
     ] = None,
     tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
     perf_model: Annotated[str, Opt(help="auto | roofline | linear.")] = "auto",
+    perf_host: Annotated[str, Opt(help="Host time per step: vllm-v1 | vidur.")] = "vllm-v1",
     max_seqs: Annotated[int, Opt(help="Cap on N (vLLM --max-num-seqs).")] = 1024,
     as_json: Annotated[bool, Opt("--json", help="Print the numbers as JSON.")] = False,
 ) -> None:
     """Which of EB and MB wins for a setting, by how much, and the decode share beyond which
     MB's marginal cost exceeds a pure decode step (closed forms, ebplus.md §2)."""
     try:
-        res = explain_setting(
-            gpu, model, prompt_len, output_len, concurrency, tp, perf_model, max_seqs
-        )
+        args = (gpu, model, prompt_len, output_len, concurrency, tp, perf_model, max_seqs)
+        res = explain_setting(*args, perf_host=perf_host)
     except TidalError as err:
         _fail(err)
         return

@@ -71,21 +71,29 @@ def fidelity(
     batching: Annotated[
         str, Opt(help="Batching policy of both runs: mb | eb | ebplus (EB costs: the profile's).")
     ] = "mb",
+    shared_prefix_groups: Annotated[
+        int, Opt(help="G shared system prompts (both runs; the real prompts share the tokens).")
+    ] = 0,
+    shared_prefix_len: Annotated[int, Opt(help="Tokens of each shared system prompt.")] = 0,
     num_kv_blocks: Annotated[
         int | None, Opt(help="KV cache blocks (both runs; default 2048, --measured: the GPU's).")
     ] = None,
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
     threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = 1,
-    repeats: Annotated[int, Opt(help="Real runs; statistics are their medians.")] = 1,
+    repeats: Annotated[int, Opt(help="Real runs; statistics are their medians.")] = 3,
     seed: Annotated[int, Opt(help="Workload seed.")] = 0,
     device: Annotated[str, Opt(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, Opt(help="float32 | bfloat16 | float16.")] = "float32",
     clock: Annotated[
-        str, Opt(help="wall, or cpu: the engine thread's CPU time (shared machines).")
-    ] = "wall",
+        str,
+        Opt(
+            help="auto (cpu on a CPU device, else wall) | wall | cpu: the engine thread's CPU "
+            "time, other tenants skipped (shared machines)."
+        ),
+    ] = "auto",
     warmup_requests: Annotated[
         int, Opt(help="Replay the workload's first N requests once, unrecorded, first.")
-    ] = 0,
+    ] = 40,
     recalibrate: Annotated[
         int,
         Opt(
@@ -93,7 +101,7 @@ def fidelity(
             "under another seed) and rescale the profile to the machine's current speed; "
             "0: the profile as calibrated."
         ),
-    ] = 0,
+    ] = 40,
 ) -> None:
     """Replay a workload on the real engine and in the simulator; write per-request errors."""
     try:
@@ -128,6 +136,8 @@ def fidelity(
                 "prompt_len": prompt_len,
                 "output_len": output_len,
                 "length_dist": length_dist,
+                "shared_prefix_groups": shared_prefix_groups,
+                "shared_prefix_len": shared_prefix_len,
             },
             token_budget=token_budget,
             max_seqs=max_seqs,

@@ -60,9 +60,20 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
             f"{norm['ttft_median_rel_error']:.1%}, TPOT {norm['tpot_median_rel_error']:.1%}, "
             f"E2E {norm['e2e_median_rel_error']:.1%} (median per-request |error|)"
         )
+    pc = result.get("prefix_cache")
+    if pc and pc["sim_hit_rate"]:
+        real = ", ".join(f"{r:.3f}" for r in pc["real_hit_rate"])
+        same = ", ".join(f"{r:.0%}" for r in pc["requests_with_equal_cached_tokens"])
+        console.print(
+            f"prefix cache hit rate (cached / prompt tokens): simulator {pc['sim_hit_rate']:.3f}, "
+            f"real {real}; requests with equal cached tokens: {same}"
+        )
     hint = noise_hint(result)
     if hint:
         console.print(f"[yellow]note:[/] {hint}")
+    noisy = noise_warning(result)
+    if noisy:
+        console.print(f"[yellow]warning:[/] {noisy}")
     if not result.get("scheduler_overhead"):  # a measured run: no engine internals
         console.print(f"results in {out}")
         return
@@ -76,6 +87,21 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
 
 ROBUST = "--clock cpu --repeats 3 --warmup-requests 40 --recalibrate 40"
 """The flags of BENCHMARKS' final fidelity protocol (issue 6) that ``fidelity`` itself takes."""
+
+
+def noise_warning(result: dict[str, Any]) -> str | None:
+    """The machine's noise during the real runs (``result["noise"]``, measured by
+    :func:`tidal.runtime.noise.fidelity_warnings`) and what to do about it; None when quiet."""
+    found = (result.get("noise") or {}).get("warnings") or []
+    if not found:
+        return None
+    return (
+        "a noisy machine: "
+        + "; ".join(found)
+        + ". Per-request errors of that size are the machine's, not the simulator's: rerun "
+        "when `uptime` shows a quieter machine, or with more --repeats (the line 'against each "
+        "request's mean' averages the run-to-run noise out)."
+    )
 
 
 def noise_hint(result: dict[str, Any], tolerance: float = 0.05) -> str | None:

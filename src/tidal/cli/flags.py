@@ -46,6 +46,10 @@ DEPLOYMENT = (
         "measured:PATH (tidal-gpu-profile/1).",
         "perf_model", shows="auto",
     ),
+    Flag(
+        "perf_host", S, "Host time per step of the measured/corrected models: vllm-v1 | vidur.",
+        "perf_host", shows="vllm-v1",
+    ),
 )  # fmt: skip
 
 TRACE = (
@@ -170,6 +174,10 @@ RUN = (
     Flag(
         "no_prefix_caching", bool, "Turn vLLM's prefix caching off.", "memory.prefix_caching",
         default=False, switch=False,
+    ),
+    Flag(
+        "host_cache_gib", F, "Prefix cache: second tier in host memory per GPU, GiB (0: off).",
+        "memory.host_cache_gib", shows=0.0,
     ),
 )  # fmt: skip
 

@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+
+
+@contextmanager
+def figure_status(out: Any) -> Iterator[Callable[[int, int, str], None] | None]:
+    """A progress line on ``out`` (a rich console, stderr) naming the figure being drawn and
+    how many are done — big plans and cluster runs take seconds per figure; None (silence)
+    when ``out`` is not a terminal, so pipes, files and logs get no progress frames."""
+    if not out.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+    columns = (SpinnerColumn(), TextColumn("drawing {task.description}"), BarColumn())
+    with Progress(*columns, MofNCompleteColumn(), console=out, transient=True) as bar:
+        task = bar.add_task("figures", total=None)
+
+        def update(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total, description=name)
+            bar.refresh()
+
+        yield update
 
 
 @app.command()
@@ -23,7 +46,8 @@ def report(
     from tidal.report.render import render_report
 
     try:
-        target, figs = render_report(results, format)
+        with figure_status(err_console) as progress:
+            target, figs = render_report(results, format, progress)
     except TidalError as err:
         _fail(err)
         return

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tidal.cluster.instance import START_KINDS, ModelInstance
-from tidal.core.buffers import Int64Buffer
+from tidal.core.spool import STREAM_ROWS, ColumnSpool
 from tidal.core.units import NS_PER_S
 
 COLUMNS = (
@@ -47,19 +47,19 @@ def _row(i: ModelInstance) -> tuple[int, ...]:
 
 class Ledger:
     def __init__(self) -> None:
-        self._rows = {k: Int64Buffer(256) for k in COLUMNS}
-        self._busy_t = Int64Buffer(256)
-        self._busy_n = Int64Buffer(256)
+        self._rows = ColumnSpool(COLUMNS, 1024)
+        """Stopped instances' rows in stop order, spooled to disk (flat memory)."""
+        self._busy = ColumnSpool(("t", "n"), 1024)
         self.log_busy(0, 0)
 
     def archive(self, inst: ModelInstance) -> None:
         """Record a stopped instance's row (its fields are final)."""
-        for k, v in zip(COLUMNS, _row(inst), strict=True):
-            self._rows[k].append(v)
+        self._rows.append(*_row(inst))
 
     def table(self, live: Iterable[ModelInstance]) -> dict[str, np.ndarray]:
         """Every instance's row, stopped and live, by instance id."""
-        cols = {k: v.view() for k, v in self._rows.items()}
+        n = len(self._rows)
+        cols = {k: self._rows.read(k, 0, n) for k in COLUMNS}
         rows = [_row(i) for i in live]
         if rows:
             extra = np.array(rows, dtype=np.int64).reshape(len(rows), len(COLUMNS))
@@ -69,19 +69,23 @@ class Ledger:
 
     # ------------------------------------------------------------------ GPU-seconds
     def log_busy(self, now_ns: int, busy: int) -> None:
-        self._busy_t.append(now_ns)
-        self._busy_n.append(busy)
+        self._busy.append(now_ns, busy)
 
     def gpu_seconds(self, t0_ns: int, t1_ns: int) -> float:
         """∫ (GPUs held by instances) dt over [t0, t1] (summed in log order)."""
-        ts = self._busy_t.view().tolist()
-        ns = self._busy_n.view().tolist()
-        nxt = [*ts[1:], max(t1_ns, ts[-1])]
         total = 0.0
-        for t, busy, t_next in zip(ts, ns, nxt, strict=True):
-            a, b = max(t, t0_ns), min(t_next, t1_ns)
-            if b > a:
-                total += busy * (b - a)
+        t, busy = 0, 0  # the log starts with (0, 0)
+        for s in range(0, len(self._busy), STREAM_ROWS):  # a chunk of the log at a time
+            ts = self._busy.read("t", s, s + STREAM_ROWS).tolist()
+            ns = self._busy.read("n", s, s + STREAM_ROWS).tolist()
+            for t_next, busy_next in zip(ts, ns, strict=True):
+                a, b = max(t, t0_ns), min(t_next, t1_ns)
+                if b > a:
+                    total += busy * (b - a)
+                t, busy = t_next, busy_next
+        a, b = max(t, t0_ns), min(max(t1_ns, t), t1_ns)
+        if b > a:
+            total += busy * (b - a)
         return total / NS_PER_S
 
 

@@ -13,6 +13,9 @@ from tidal.hardware.perf import PerfModel
 
 
 class Backend(Protocol):
+    """A backend may also set ``prefix_caching = True``: engines' KV caches then cache prompt
+    prefixes (:class:`~tidal.cluster.kv.ReservingPrefixKV`)."""
+
     def now_ns(self) -> int:
         """Current time."""
         ...

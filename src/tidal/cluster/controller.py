@@ -34,7 +34,7 @@ from tidal.cluster.config import ClusterConfig
 from tidal.cluster.eager import EagerPerfModel, eager_overhead_s
 from tidal.cluster.engine_pool import EnginePool
 from tidal.cluster.instance import START_KINDS, ModelInstance, Replica, State
-from tidal.cluster.kv import ReservingKV
+from tidal.cluster.kv import reserving_kv
 from tidal.cluster.load import ModelLoad
 from tidal.cluster.memory import ClusterMemory
 from tidal.cluster.models import ServedModel, served_models
@@ -234,8 +234,9 @@ class ClusterController:
             )
         inst.kv_pages = blocks * model.block_pages
         self.memory.alloc(now_ns, gpus, ("kv", inst.iid), inst.kv_pages, model.index, "kv")
-        inst.kv = ReservingKV(
-            blocks, model.block_size, params.min_free_blocks, params.min_total_blocks
+        caching = getattr(self.backend, "prefix_caching", False)
+        inst.kv = reserving_kv(
+            caching, blocks, model.block_size, params.min_free_blocks, params.min_total_blocks
         )
         inst.kv.on_reserve = lambda n, inst=inst: self._kv_reserved(inst, n)
         run_startup_plan(self, inst, plan, replica, now_ns)

@@ -11,6 +11,11 @@ of the maximum length, by default: see ``WarmServeConfig.kv_floor``).
 
 Invariant: ``num_free_blocks + Σ held == num_blocks`` as in the base class, with ``num_blocks``
 shrinking by exactly the reserved count.
+
+With prefix caching (:class:`ReservingPrefixKV`, the run's ``memory.prefix_caching`` when the
+workload has prompt content, as for one instance) the reserved blocks are taken from the head of
+the free queue: the least recently used cached content is evicted first, as vLLM's allocator
+hands out its free blocks.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tidal.core.kv import KVBlockManager
+from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.core.request import Request
 
 
@@ -43,8 +49,25 @@ class ReservingKV(KVBlockManager):
         super().free(req)
         extra = min(self.num_free_blocks - self.target_free, self.num_blocks - self.min_total)
         if extra > 0:
+            self._drop_free(extra)
             self.num_blocks -= extra
-            self.num_free_blocks -= extra
             self.reserved += extra
             if self.on_reserve is not None:
                 self.on_reserve(extra)
+
+    def _drop_free(self, n: int) -> None:
+        self.num_free_blocks -= n
+
+
+class ReservingPrefixKV(ReservingKV, PrefixCachingKVManager):
+    """:class:`ReservingKV` over a prefix cache (module docstring)."""
+
+    def _drop_free(self, n: int) -> None:
+        self._take(n)  # LRU first: anonymous blocks and evictable cached content
+
+
+def reserving_kv(
+    prefix_caching: bool, num_blocks: int, block_size: int, min_free: int, min_total: int
+) -> ReservingKV:
+    cls = ReservingPrefixKV if prefix_caching else ReservingKV
+    return cls(num_blocks, block_size, min_free, min_total)

@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from tidal.core.buffers import Int64Buffer
+import numpy as np
+
+from tidal.core.spool import ColumnSet, ColumnSpool
 
 KINDS = ("prewarm", "weights", "kv")
 """Owner kinds: weights of a replica that is not serving (loading or warm), weights of a
 running instance, and a running instance's KV cache."""
+
+LOG_COLUMNS = ("time_ns", "gpu", "model", "kind", "pages")
 
 
 class OutOfPagesError(RuntimeError):
@@ -58,9 +62,8 @@ class ClusterMemory:
         self.pools = [GpuPool(g, pages_per_gpu) for g in range(num_gpus)]
         self.pages_per_gpu = pages_per_gpu
         self._agg = [[dict.fromkeys(KINDS, 0) for _ in range(num_models)] for _ in range(num_gpus)]
-        self.log: dict[str, Int64Buffer] = {
-            k: Int64Buffer() for k in ("time_ns", "gpu", "model", "kind", "pages")
-        }
+        self.log = ColumnSpool(LOG_COLUMNS, 16_384)
+        """The change log, spooled to disk a chunk at a time (flat memory over long runs)."""
         self.peak_used = [0] * num_gpus
 
     # ------------------------------------------------------------------ queries
@@ -78,12 +81,7 @@ class ClusterMemory:
     def _record(self, now_ns: int, g: int, model: int, kind: str, delta: int) -> None:
         agg = self._agg[g][model]
         agg[kind] += delta
-        log = self.log
-        log["time_ns"].append(now_ns)
-        log["gpu"].append(g)
-        log["model"].append(model)
-        log["kind"].append(KINDS.index(kind))
-        log["pages"].append(agg[kind])
+        self.log.append(now_ns, g, model, KINDS.index(kind), agg[kind])
 
     def alloc(
         self, now_ns: int, gpus: tuple[int, ...], owner: Hashable, pages: int, model: int, kind: str
@@ -143,5 +141,8 @@ class ClusterMemory:
         for p in self.pools:
             p.check()
 
-    def log_columns(self) -> dict:
-        return {k: v.view().copy() for k, v in self.log.items()}
+    def log_columns(self) -> ColumnSet:
+        """The log so far, read from the spool on demand."""
+        n = len(self.log)
+        i8 = np.dtype(np.int64)
+        return ColumnSet(n, {k: (self.log.reader(k), i8) for k in LOG_COLUMNS})

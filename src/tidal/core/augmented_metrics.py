@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 PCTS = (50, 90, 99)
 
 
-def normalized_latency_s(cols: dict[str, np.ndarray]) -> np.ndarray:
+def normalized_latency_s(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """Per-request normalized latency in seconds (NaN for unfinished requests)."""
     finish = cols["finish_ns"]
     done = finish >= 0
@@ -29,7 +30,7 @@ def normalized_latency_s(cols: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def augmented_metrics(
-    cols: dict[str, np.ndarray], slo_ttft_s: float, slo_norm_latency_s: float | None = None
+    cols: Mapping[str, np.ndarray], slo_ttft_s: float, slo_norm_latency_s: float | None = None
 ) -> dict[str, Any]:
     finish = cols["finish_ns"]
     done = finish >= 0

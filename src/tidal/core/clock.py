@@ -59,6 +59,19 @@ class ThreadCPUClock:
 
 
 CLOCKS = ("wall", "cpu")
+CLOCK_CHOICES = ("auto", *CLOCKS)
+"""What ``--clock`` takes: ``auto`` is ``cpu`` on a CPU device (shared machines: the engine's
+thread time, other tenants skipped) and ``wall`` on an accelerator (its kernels' time is not
+the host thread's)."""
+
+
+def resolve_clock(kind: str, device_type: str) -> str:
+    """``auto`` → ``cpu`` when the engine runs on the CPU, else ``wall``; others unchanged."""
+    if kind == "auto":
+        return "cpu" if device_type == "cpu" else "wall"
+    if kind not in CLOCKS:
+        raise ValueError(f"unknown clock {kind!r} (valid: {', '.join(CLOCK_CHOICES)})")
+    return kind
 
 
 def make_clock(kind: str) -> WallClock | ThreadCPUClock:

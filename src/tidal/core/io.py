@@ -15,12 +15,13 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.core.spool import ColumnSet
 
 RUN_MARKERS = ("summary.json", "run.json")
 """Files whose presence makes a directory a run directory (which a new run may replace)."""
@@ -57,11 +58,48 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write(path, lambda p: p.write_text(text))
 
 
-def write_parquet(path: str | Path, columns: dict[str, Any]) -> None:
+def write_parquet(path: str | Path, columns: Mapping[str, Any]) -> None:
+    """Columns as one Parquet file (zstd, no statistics). A :class:`ColumnSet` (columns on
+    disk) is streamed (:func:`sink_parquet`); the file is the same byte for byte."""
     import polars as pl
 
-    df = pl.DataFrame(columns)
+    if isinstance(columns, ColumnSet):
+        atomic_write(path, lambda p: sink_parquet(p, columns))
+        return
+    df = pl.DataFrame(dict(columns))
     atomic_write(path, lambda p: df.write_parquet(p, statistics=False))
+
+
+def write_parts(n: int) -> list[int]:
+    """Row counts of the parts polars' ``DataFrame.write_parquet`` writes a one-chunk frame of
+    ``n`` rows in: ⌈n / 2¹⁷⌉ near-equal parts, the first ``n mod parts`` one row longer (its
+    streaming sink then merges parts below 100,000 rows into one row group). Measured on
+    polars 2.1 and checked byte for byte by ``tests/report/test_spool_io.py``."""
+    m = max(1, -(-n // 131072))
+    q, r = divmod(n, m)
+    return [q + 1] * r + [q] * (m - r)
+
+
+def sink_parquet(path: Path, cols: ColumnSet) -> None:
+    """Write ``cols`` through polars' streaming sink from temporary parts of
+    :func:`write_parts`' sizes (one part in memory at a time)."""
+    import polars as pl
+
+    if cols.num_rows == 0:
+        pl.DataFrame(dict(cols)).write_parquet(path, statistics=False)
+        return
+    parts_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.parts-", dir=path.parent))
+    try:
+        files, start = [], 0
+        for j, k in enumerate(write_parts(cols.num_rows)):
+            part = pl.DataFrame({c: cols.read(c, start, start + k) for c in cols})
+            files.append(parts_dir / f"{j:06d}.parquet")
+            part.write_parquet(files[-1], statistics=False)
+            del part
+            start += k
+        pl.scan_parquet(files).sink_parquet(path, statistics=False)
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
 
 
 def clear_stale(final: Path) -> None:

@@ -47,6 +47,9 @@ class KVBlockManager:
         """Prefix cache: tokens of the admitted requests (vLLM's ``prefix_cache_queries``)."""
         self.cache_hits = 0
         """Prefix cache: of those, tokens found cached (vLLM's ``prefix_cache_hits``)."""
+        self.pending_load_ns = 0
+        """Host-tier prefix hits admitted but not yet charged to a step (the engine adds it
+        to the admitting step's ``stall_ns`` and clears it)."""
 
     # ------------------------------------------------------------------ queries
     def blocks_for(self, num_tokens: int) -> int:

@@ -12,6 +12,7 @@ requests (unfinished ones count as misses).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ def weighted_percentiles(
     return out
 
 
-def request_latencies(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def request_latencies(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-request latency columns in seconds (NaN where undefined)."""
     arrival = cols["arrival_ns"]
     first = cols["first_token_ns"]
@@ -67,42 +68,54 @@ def request_latencies(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def summarize(
-    cols: dict[str, np.ndarray],
+    cols: Mapping[str, np.ndarray],
     slo_ttft_s: float,
     slo_tpot_s: float,
     itl: LogHistogram | None = None,
 ) -> dict[str, Any]:
-    lat = request_latencies(cols)
-    done = cols["finish_ns"] >= 0
+    """The run's metrics (module docstring). Each latency is computed over the completed
+    requests only and dropped after its percentiles (the same values as
+    :func:`request_latencies` gives, in a few arrays of one column's size at a time, so
+    columns read from disk stay cheap)."""
+    finish = cols["finish_ns"]
+    done = finish >= 0
     n = len(done)
     n_done = int(done.sum())
     m: dict[str, Any] = {"num_requests": n, "num_completed": n_done}
-    ttft = lat["ttft_s"][done]
-    e2e = lat["e2e_s"][done]
-    tpot_all = lat["tpot_s"][done]
-    tpot = tpot_all[~np.isnan(tpot_all)]
-    queue = lat["queue_s"][done]
+    arrival = cols["arrival_ns"]
+    start = int(arrival.min()) if n_done else 0
+    arrival = arrival[done]
+    finish = finish[done]
+    first = cols["first_token_ns"][done]
+    ttft = (first - arrival) / 1e9
+    met = ttft <= slo_ttft_s
     _pcts("ttft", ttft, m)
-    _pcts("tpot", tpot, m)
-    _pcts("e2e", e2e, m)
-    _pcts("queue", queue, m)
+    del ttft
+    out_tok = cols["output_tokens"][done]
+    nan = np.float64("nan")
+    tpot_all = np.where(out_tok > 1, (finish - first) / 1e9 / np.maximum(out_tok - 1, 1), nan)
+    del first
+    met &= np.nan_to_num(tpot_all, nan=0.0) <= slo_tpot_s
+    _pcts("tpot", tpot_all[~np.isnan(tpot_all)], m)
+    del tpot_all
+    _pcts("e2e", (finish - arrival) / 1e9, m)
+    sched = cols["first_scheduled_ns"][done]
+    _pcts("queue", np.where(sched >= 0, (sched - arrival) / 1e9, nan), m)
+    del sched, arrival
     itl_pcts = itl.percentiles(PCTS) if itl is not None else [None] * len(PCTS)
     for p, v in zip(PCTS, itl_pcts, strict=True):
         m[f"itl_p{p}_s"] = v / 1e9 if v is not None else None
     if n_done:
-        start = int(cols["arrival_ns"].min())
-        end = int(cols["finish_ns"][done].max())
-        makespan = max(end - start, 1) / 1e9
+        makespan = max(int(finish.max()) - start, 1) / 1e9
         in_tok = int(cols["prompt_len"][done].sum())
-        out_tok = int(cols["output_tokens"][done].sum())
-        met = (ttft <= slo_ttft_s) & (np.nan_to_num(tpot_all, nan=0.0) <= slo_tpot_s)
+        out_sum = int(out_tok.sum())
         n_met = int(met.sum())
     else:
-        makespan, in_tok, out_tok, n_met = 0.0, 0, 0, 0
+        makespan, in_tok, out_sum, n_met = 0.0, 0, 0, 0
     m["duration_s"] = makespan
     m["request_throughput"] = n_done / makespan if makespan else 0.0
-    m["token_throughput"] = (in_tok + out_tok) / makespan if makespan else 0.0
-    m["output_token_throughput"] = out_tok / makespan if makespan else 0.0
+    m["token_throughput"] = (in_tok + out_sum) / makespan if makespan else 0.0
+    m["output_token_throughput"] = out_sum / makespan if makespan else 0.0
     m["goodput"] = n_met / makespan if makespan else 0.0
     m["slo_attainment"] = n_met / n if n else 0.0
     m["num_preemptions"] = int(cols["num_preemptions"].sum())

@@ -25,79 +25,42 @@ last blocks are evicted first); evictable blocks count as free for admission. Si
 (one node per segment instead of one entry per block): a node's free blocks share one LRU
 position, refreshed when a holder frees; a request that allocates blocks of a node another
 request has already cached further keeps them unregistered (vLLM keeps the duplicate, unused).
+
+Host tier (optional, :mod:`tidal.core.host_cache`): evicted blocks move to host memory, after
+the node's GPU-cached ones (``node.host``); a match takes the GPU prefix, then a run of host
+blocks, which commit loads into fresh GPU blocks and charges ``load_ns_per_block`` each
+(``pending_load_ns``, which the engine adds to the admitting step's stall).
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import cast
 
+from tidal.core.block_content import MASK63, BlockContent, mix
+from tidal.core.host_cache import HostTier
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
 
-MASK63 = (1 << 63) - 1
-_M64 = (1 << 64) - 1
-
-
-def mix(a: int, b: int) -> int:
-    """A 63-bit hash of the pair (a, b) (splitmix64 finaliser of ``a·φ ⊕ b``)."""
-    x = ((a * 0x9E3779B97F4A7C15) ^ b) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return (x ^ (x >> 31)) & MASK63
-
-
-@dataclass(slots=True)
-class BlockContent:
-    """What a request's tokens are, for prefix matching (see the module docstring)."""
-
-    hashes: list[int]
-    """Chain hash of each segment (63-bit, non-negative)."""
-    ends: list[int]
-    """Exclusive end token of each segment, increasing."""
-    tail: int
-    """Hash of the request's own tokens past the last segment (its output)."""
-    _bs: int = 0
-    _bounds: list[int] | None = None
-
-    def bounds(self, bs: int) -> list[int]:
-        """End block of each segment's node (``ends[s] // bs``), then an open-ended tail."""
-        if self._bounds is None or self._bs != bs:
-            self._bs = bs
-            self._bounds = [e // bs for e in self.ends]
-            self._bounds.append(_OPEN)
-        return self._bounds
-
-    def key(self, s: int) -> int:
-        return self.hashes[s] if s < len(self.hashes) else self.tail
-
-    def nodes(self, bs: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
-        """(node key, first block, end block) of the nodes that own blocks in ``[lo, hi)``."""
-        bounds = self.bounds(bs)
-        s = bisect_right(bounds, lo)
-        start = bounds[s - 1] if s else 0
-        out: list[tuple[int, int, int]] = []
-        while start < hi:
-            end = bounds[s]
-            if end > start:
-                out.append((self.key(s), start, end))
-            start, s = end, s + 1
-        return out
-
-
-_OPEN = 1 << 62
+__all__ = ["MASK63", "BlockContent", "PrefixCachingKVManager", "mix"]
 
 
 class _Node:
-    __slots__ = ("cached", "held", "holders", "key")
+    __slots__ = ("cached", "held", "holders", "host", "key")
 
     def __init__(self, key: int) -> None:
         self.key = key
         self.cached = 0
         self.holders: dict[int, int] = {}
         self.held = 0
+        self.host = 0
+        """Blocks after the GPU-cached ones kept in host memory (:mod:`tidal.core.host_cache`)."""
+
+
+_Hit = tuple[_Node, int, int]
+"""A matched node: (node, its GPU blocks taken, its host blocks loaded)."""
 
 
 class PrefixCachingKVManager(KVBlockManager):
@@ -111,8 +74,18 @@ class PrefixCachingKVManager(KVBlockManager):
         block_size: int = 16,
         watermark: float = 0.01,
         num_host_blocks: int = 0,
+        host_cache_blocks: int = 0,
+        load_ns_per_block: float = 0.0,
     ) -> None:
+        """``num_host_blocks``: swap space; ``host_cache_blocks``: the second cache tier in
+        host memory (0: none), whose hits cost ``load_ns_per_block`` each (the host link)."""
         super().__init__(num_blocks, block_size, watermark, num_host_blocks)
+        self._tier = HostTier(host_cache_blocks) if host_cache_blocks > 0 else None
+        self.load_ns_per_block = load_ns_per_block
+        self.host_hit_tokens = 0
+        """Of ``cache_hits``, tokens loaded from the host tier."""
+        self.host_load_ns = 0
+        """Total transfer time charged for host-tier hits."""
         self._nodes: dict[int, _Node] = {}
         self._free: OrderedDict[int, _Node | int] = OrderedDict({-1: num_blocks})
         """LRU free queue, head first: anonymous runs (negative ids → count) and nodes with
@@ -124,12 +97,12 @@ class PrefixCachingKVManager(KVBlockManager):
         """Nodes each request references, in block order."""
         self._upto: dict[int, int] = {}
         """Blocks of each request already registered or left anonymous."""
-        self._pending: tuple[int, list[tuple[_Node, int]]] | None = None
+        self._pending: tuple[int, list[_Hit]] | None = None
         self.num_evicted_blocks = 0
         self._version = 0
         """Bumped whenever a node is created, deleted, or its ``cached``/``held`` change: a
         match depends on nothing else, so one made at the same version is reused."""
-        self._memo: tuple[tuple[int, int, int], list[tuple[_Node, int]], int, int] | None = None
+        self._memo: tuple[tuple[int, int, int], list[_Hit], int, int] | None = None
 
     # ------------------------------------------------------------------ free queue
     def _push_anon(self, count: int) -> None:
@@ -173,10 +146,12 @@ class PrefixCachingKVManager(KVBlockManager):
             node.cached -= m
             n -= m
             self.num_evicted_blocks += m
+            if self._tier is not None:
+                self._tier.add(node, m, self._nodes)
             if m == spare:
                 del free[k]
-                if node.cached == 0 and not node.holders:
-                    del self._nodes[k]
+                if node.cached == 0 and not node.holders and not node.host:
+                    self._nodes.pop(k, None)
 
     # ------------------------------------------------------------------ matching
     def match_prefix(self, req: Request) -> tuple[int, int]:
@@ -193,11 +168,12 @@ class PrefixCachingKVManager(KVBlockManager):
             return memo[2], memo[3]
         bs = self.block_size
         limit = (req.num_tokens - 1) // bs
-        hits: list[tuple[_Node, int]] = []
+        hits: list[_Hit] = []
         hit = shared = lo = 0
         get = self._nodes.get
         hashes, bounds = content.hashes, content.bounds(bs)
         last = len(hashes)
+        in_host = False  # the GPU prefix, then (host tier) a run of host blocks
         for s, hi in enumerate(bounds):
             if lo >= limit:
                 break
@@ -207,12 +183,19 @@ class PrefixCachingKVManager(KVBlockManager):
             if node is None:
                 break
             take = min(node.cached, hi - lo, limit - lo)
-            if take == 0:
+            if in_host and take:  # GPU blocks after a host run: the prefix ends
                 break
-            hits.append((node, take))
-            hit += take
+            h = 0
+            if take == node.cached and node.host:  # its host blocks follow the GPU ones
+                h = min(node.host, hi - lo - take, limit - lo - take)
+            if take + h == 0:
+                break
+            if h:
+                in_host = True
+            hits.append((node, take, h))
+            hit += take + h
             shared += min(take, node.held)
-            if take < hi - lo:
+            if take + h < hi - lo:
                 break
             lo = hi
         self._pending = (req.request_id, hits)
@@ -234,14 +217,26 @@ class PrefixCachingKVManager(KVBlockManager):
         self._version += 1
         rid, free = req.request_id, self._free
         refs = self._refs.setdefault(rid, [])
-        for node, take in pending[1]:
-            node.holders[rid] = take
+        loads = 0
+        for node, take, h in pending[1]:
+            node.holders[rid] = take + h
             refs.append(node)
             if take > node.held:
                 self.num_free_blocks -= take - node.held
                 node.held = take
                 if node.held == node.cached:
                     free.pop(node.key, None)
+            if h:  # load from the host tier into fresh GPU blocks (taken below)
+                assert self._tier is not None
+                self._tier.take_front(node, h)
+                node.cached = node.held = take + h
+                loads += h
+        if loads:
+            self._take(loads)
+            ns = math.ceil(loads * self.load_ns_per_block)
+            self.pending_load_ns += ns
+            self.host_load_ns += ns
+            self.host_hit_tokens += loads * self.block_size
         blocks = hit_tokens // self.block_size
         self._upto[rid] = blocks
         req.num_blocks = blocks
@@ -282,9 +277,17 @@ class PrefixCachingKVManager(KVBlockManager):
             else:
                 ext = node.holders.get(rid)
                 # extend only our own copy at the node's frontier; another's copy: ours stays
-                # anonymous (a duplicate)
-                if ext is not None and ext == start - lo and node.cached == ext:
+                # anonymous (a duplicate); a node left only in the host tier is adopted
+                own = ext is not None and ext == start - lo and node.cached == ext
+                adopt = not own and node.host > 0 and not node.cached and not node.holders
+                if own or (adopt and start == lo):
+                    old = node.cached
                     node.cached = node.held = node.holders[rid] = b - lo
+                    if adopt:
+                        refs.append(node)
+                    if node.host:  # the new GPU copy supersedes those host blocks
+                        assert self._tier is not None
+                        self._tier.take_front(node, node.cached - old)
                     self._version += 1
             lo = start = hi
             s += 1
@@ -405,7 +408,10 @@ class PrefixCachingKVManager(KVBlockManager):
     def check(self, resident: list[Request]) -> None:
         anon_free = sum(v for v in self._free.values() if isinstance(v, int))
         cached = held = 0
+        if self._tier is not None:
+            self._tier.check(self._nodes)
         for node in self._nodes.values():
+            assert node.cached or node.holders or node.host, "a dead node was kept"
             assert 0 <= node.held <= node.cached, "a referenced block was evicted"
             assert node.held == max(node.holders.values(), default=0)
             assert (node.key in self._free) == (node.cached > node.held)

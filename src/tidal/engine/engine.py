@@ -1,48 +1,130 @@
-"""``Engine``: one instance's step loop, schedule → execute → update (DESIGN.md §1).
+"""``Engine``: one instance's step loop, schedule → execute → commit (DESIGN.md §1).
 
-The real engine calls :meth:`step` in a loop and stamps wall time; the simulator drives the
-same scheduler from its event loop (``tidal.sim``), adding exact fast-forward.
+Both backends run this loop; only the executor differs (the simulator's cost model with exact
+fast-forward, :class:`~tidal.engine.executor.ModelledExecutor`, or the runtime's PyTorch model
+runner). One step:
 
-The engine also keeps the CPU time of its own phases (``schedule_ns``, ``execute_ns``,
-``update_ns``, summed over steps; ``time.perf_counter_ns``), so the scheduler's overhead can be
-reported as a share of step time.
+1. ``plan = scheduler.schedule(now)`` — decide; an empty plan means the engine is idle;
+2. ``duration = executor.execute(plan, scheduler, now, idle)`` — the step (or, fast-forwarded,
+   ``plan.num_steps`` identical steps) ends at ``now + duration``;
+3. ``scheduler.update(plan, end, plan.num_steps)`` — commit: counters advance, requests finish
+   or stop, and the engine state emits its events.
+
+The simulator drives the loop from its event queue (:meth:`start` when work arrives at an idle
+engine, :meth:`on_step_end` at each step-end event); the runtime calls :meth:`step`, which runs
+the three phases back to back on its clock and keeps their CPU time (``schedule_ns``,
+``execute_ns``, ``update_ns``, summed over steps; ``time.perf_counter_ns``) so that the
+scheduler's overhead can be reported as a share of step time.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from tidal.core.clock import Clock, VirtualClock
-from tidal.engine.executor import Executor, StepResult
+from tidal.core.units import INF_NS
+from tidal.engine.executor import Executor
 from tidal.engine.plan import StepPlan
 from tidal.engine.scheduler import Scheduler
 
 
 class Engine:
-    def __init__(self, scheduler: Scheduler, executor: Executor, clock: Clock) -> None:
+    def __init__(
+        self, scheduler: Scheduler, executor: Executor, clock: Clock | None = None
+    ) -> None:
         self.scheduler = scheduler
         self.executor = executor
-        self.clock = clock
-        self.last_result: StepResult | None = None
+        self.clock: Clock = clock if clock is not None else VirtualClock()
+        self.plan: StepPlan | None = None
+        """The step in flight (None while idle)."""
+        self.busy = False
+        self.start_ns = 0
+        self.end_ns = 0
+        """Start and end of the step in flight."""
+        self.idle_since = 0
+        """When the engine last ran out of work."""
+        self.busy_ns = 0
+        """Time spent in committed steps."""
+        self.on_idle: Callable[[int], None] | None = None
+        """Called when a schedule at the given time found nothing to run."""
+        self.on_sample: Callable[[int, StepPlan], None] | None = None
+        """Called with a step's start time and plan when the step starts at or after
+        :attr:`sample_at` (the callee moves ``sample_at`` on; periodic timelines)."""
+        self.sample_at = INF_NS
         self.schedule_ns = 0
         self.execute_ns = 0
         self.update_ns = 0
 
+    # ------------------------------------------------------------------ event-driven loop
+    def start(self, now_ns: int) -> int | None:
+        """Schedule and execute a step starting at ``now_ns``; returns its end time, or None
+        when there is nothing to run (the engine is then idle)."""
+        plan = self.scheduler.schedule(now_ns)
+        if not plan.num_decodes and not plan.prefills and not plan.stall_ns:  # plan.is_empty
+            self._idle(now_ns)
+            return None
+        return self._execute(plan, now_ns)
+
+    def on_step_end(self, now_ns: int) -> int | None:
+        """The step in flight ended at ``now_ns``: commit it, then start the next one (returns
+        its end time, or None when idle)."""
+        plan = self.plan
+        assert plan is not None
+        sched = self.scheduler
+        sched.update(plan, now_ns, plan.num_steps)
+        self.busy_ns += now_ns - self.start_ns
+        # the next step: :meth:`start`, inlined (this is the simulator's hot path)
+        plan = sched.schedule(now_ns)
+        if not plan.num_decodes and not plan.prefills and not plan.stall_ns:  # plan.is_empty
+            self._idle(now_ns)
+            return None
+        self.plan = plan
+        self.start_ns = now_ns
+        if now_ns >= self.sample_at and self.on_sample is not None:
+            self.on_sample(now_ns, plan)
+        end = now_ns + self.executor.execute(plan, sched, now_ns, -1)
+        self.end_ns = end
+        return end
+
+    def _execute(self, plan: StepPlan, now_ns: int) -> int:
+        idle = -1 if self.busy else now_ns - self.idle_since
+        self.busy = True
+        self.plan = plan
+        self.start_ns = now_ns
+        if now_ns >= self.sample_at and self.on_sample is not None:
+            self.on_sample(now_ns, plan)
+        end = now_ns + self.executor.execute(plan, self.scheduler, now_ns, idle)
+        self.end_ns = end
+        return end
+
+    def _idle(self, now_ns: int) -> None:
+        if self.busy:
+            self.idle_since = now_ns
+        self.busy = False
+        self.plan = None
+        if self.on_idle is not None:
+            self.on_idle(now_ns)
+
+    # ------------------------------------------------------------------ synchronous loop
     def step(self) -> StepPlan | None:
-        """Run one step; returns its plan, or None when there was nothing to run."""
+        """Run one step on the engine's clock (a virtual clock jumps to the step's end);
+        returns its plan, or None when there was nothing to run."""
         t0 = time.perf_counter_ns()
         start = self.clock.now_ns()
         plan = self.scheduler.schedule(start)
         t1 = time.perf_counter_ns()
         self.schedule_ns += t1 - t0
         if plan.is_empty:
+            self._idle(start)
             return None
-        result = self.executor.execute(plan, self.scheduler)
-        self.last_result = result
+        end = self._execute(plan, start)
         if isinstance(self.clock, VirtualClock):
-            self.clock.advance_to(start + result.duration_ns)
+            self.clock.advance_to(end)
+        end = self.clock.now_ns()
         t2 = time.perf_counter_ns()
         self.execute_ns += t2 - t1
-        self.scheduler.update(plan, self.clock.now_ns())
+        self.scheduler.update(plan, end, plan.num_steps)
+        self.busy_ns += end - start
         self.update_ns += time.perf_counter_ns() - t2
         return plan

@@ -1,31 +1,198 @@
-"""The executor protocol: run one step plan, report its duration (and, for a real model, the
-sampled tokens, which the executor appends to ``Request.token_ids`` itself)."""
+"""Executors: the one part of the step loop (:mod:`tidal.engine.engine`) that differs between
+the backends. An executor runs a step plan and returns its duration in integer ns; a real
+model (``tidal.runtime.executor``) also appends the sampled tokens to ``Request.token_ids``.
+
+:class:`ModelledExecutor` is the simulator's: a step lasts what the performance model says,
+plus the plan's stall (a stall-only plan lasts its stall), plus the model's idle penalty on
+the first step after the engine sat idle (:meth:`~tidal.hardware.perf.PerfModel.idle_penalty_ns`;
+that step is always taken alone).
+
+Exact fast-forward (DESIGN.md §2; ``fast_forward=True``): when the scheduler says a pure-decode
+plan would repeat k times (until the first departure or the first missing KV block), the
+executor times the k steps at once and sets ``plan.num_steps``; the engine then commits them
+in one update. If an external event could change the plan, the run stops at the first step
+that starts after :attr:`ModelledExecutor.next_event_ns` (a step starting exactly at an
+arrival does not see it: step ends are processed before arrivals at the same time). Stepping
+one by one (``fast_forward=False``) gives identical timestamps; property tests assert it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+
+from tidal.core.histogram import LogHistogram
+from tidal.core.units import INF_NS
 from tidal.engine.plan import StepPlan
 from tidal.engine.scheduler import Scheduler
 from tidal.hardware.perf import PerfModel
 
+_SCALAR_STEPS = 64
+_FIRST_CHUNK = 64
+_UNKNOWN = (math.nan, math.nan)
 
-@dataclass(slots=True)
-class StepResult:
-    duration_ns: int
+
+def _never() -> int:
+    return INF_NS
 
 
 class Executor(Protocol):
-    def execute(self, plan: StepPlan, scheduler: Scheduler) -> StepResult: ...
+    def execute(self, plan: StepPlan, scheduler: Scheduler, now_ns: int, idle_ns: int) -> int:
+        """Run ``plan`` starting at ``now_ns`` and return its duration (ns; all
+        ``plan.num_steps`` steps). ``idle_ns``: how long the engine sat idle before this step
+        (−1: it ran back to back)."""
+        ...
 
 
 class ModelledExecutor:
     """Executes a plan by asking a performance model how long it takes (the simulator's)."""
 
-    def __init__(self, perf: PerfModel) -> None:
+    def __init__(self, perf: PerfModel, fast_forward: bool = False) -> None:
         self.perf = perf
+        self.fast_forward = fast_forward
+        self.next_event_ns: Callable[[], int] = _never
+        """Time of the next external event that could change the schedule (arrival, tool-call
+        return, control tick); set by the simulation. Fast-forwarded runs stop before it."""
+        self.itl = LogHistogram()
+        """Inter-token latencies: each step's duration, weighted by its decode tokens."""
+        self._sensitive = False
+        self._last_step_ns = 0
+        """Duration of the last step of the current run."""
 
-    def execute(self, plan: StepPlan, scheduler: Scheduler) -> StepResult:
-        d = self.perf.shape_ns(plan.shape()) if plan.num_tokens else 0
-        return StepResult(d + plan.stall_ns)
+    @property
+    def perf(self) -> PerfModel:
+        return self._perf
+
+    @perf.setter
+    def perf(self, perf: PerfModel) -> None:
+        self._perf = perf
+        self._affine: dict[int, tuple[float, float] | None] = {}
+        """``perf.decode_affine(n)`` by batch size n (a performance model is immutable)."""
+        self._segment: Callable[[int, int], tuple[float, float, float]] | None = getattr(
+            perf, "decode_segment", None
+        )
+
+    def execute(self, plan: StepPlan, scheduler: Scheduler, now_ns: int, idle_ns: int) -> int:
+        n_dec = plan.num_decodes
+        penalty = self._perf.idle_penalty_ns(idle_ns) if idle_ns >= 0 else 0
+        if self.fast_forward and n_dec and not plan.prefills and not penalty:
+            k, sensitive = scheduler.repeatable_steps(plan)
+            if k > 1:
+                horizon = self.next_event_ns() if sensitive else INF_NS
+                self._sensitive = sensitive
+                return self._run(plan, now_ns, k, horizon) - now_ns
+        prefills = plan.prefills
+        if n_dec or prefills:
+            d = (
+                self._perf.step_ns(
+                    n_dec,
+                    plan.decode_ctx,
+                    sum(n for _, n in prefills),
+                    plan.prefill_attn,
+                    plan.prefill_ctx,
+                    len(prefills),
+                )
+                + penalty
+                + plan.stall_ns
+            )
+            if n_dec:
+                self.itl.add(d, n_dec)
+            return d
+        return plan.stall_ns
+
+    def interrupt(self, plan: StepPlan, start_ns: int, end_ns: int, now_ns: int) -> int | None:
+        """Work arrived by a path the run's horizon did not foresee (a cluster control event):
+        cut the fast-forwarded run ``plan`` (``start_ns`` → ``end_ns``) so that it ends at its
+        first step boundary after ``now_ns``, where stepping would first see the new work.
+        Returns the new end time, or None when the run already ends there (or cannot be
+        affected: a run that no arrival could change). The durations are recomputed with the
+        same expression (:meth:`PerfModel.decode_run_ns`, bit-identical to every path of
+        :meth:`_run`); the cut steps leave the ITL histogram with negative weights (exact
+        integer counts)."""
+        n_steps = plan.num_steps
+        if n_steps <= 1 or not self._sensitive:
+            return None
+        if now_ns >= end_ns - self._last_step_ns:
+            return None  # the last step has started: the run already ends at the cut
+        n = plan.num_decodes
+        d = self._perf.decode_run_ns(n, plan.decode_ctx, n_steps)
+        ends = start_ns + np.cumsum(d)
+        j = int(np.searchsorted(ends, now_ns, side="right"))
+        if j >= n_steps - 1:
+            return None
+        keep = j + 1
+        self.itl.add_many(d[keep:], -n)
+        plan.num_steps = keep
+        self._last_step_ns = int(d[j])
+        return int(ends[j])
+
+    def _run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
+        """Time a run of up to ``k`` identical pure-decode steps, each starting no later than
+        ``horizon_ns`` (the first one starts now); returns its end. When the perf model is
+        affine in the context (``decode_affine``; piecewise affine: ``decode_segment``) the
+        steps are timed inline; otherwise (or for long runs) in vectorised chunks. Every path
+        evaluates the same float expression per step, so durations are bit-identical to
+        :meth:`PerfModel.step_ns`."""
+        n = plan.num_decodes
+        ctx0 = plan.decode_ctx
+        perf = self._perf
+        itl = self.itl
+        t = now_ns
+        done = 0
+        last = 0
+        affine = self._affine.get(n, _UNKNOWN)
+        if affine is _UNKNOWN:
+            affine = self._affine[n] = perf.decode_affine(n)
+        segment = None if affine is not None else self._segment
+        end = math.inf
+        if segment is not None:
+            c, a, end = segment(n, ctx0)
+            affine = (c, a)
+        if affine is not None:
+            c, a = affine
+            ctx = ctx0
+            limit = min(k, _SCALAR_STEPS)
+            durations: list[int] = []
+            floor, append = math.floor, durations.append
+            if segment is None:  # one affine piece (the common case: a leaner loop)
+                while done < limit and (done == 0 or t <= horizon_ns):
+                    d = floor((c + a * ctx) * 1e9 + 0.5)
+                    if d < 1:
+                        d = 1
+                    append(d)
+                    t += d
+                    ctx += n
+                    done += 1
+            else:
+                while done < limit and (done == 0 or t <= horizon_ns):
+                    if ctx >= end:  # next segment of a piecewise-affine model
+                        c, a, end = segment(n, ctx)
+                    d = floor((c + a * ctx) * 1e9 + 0.5)
+                    if d < 1:
+                        d = 1
+                    append(d)
+                    t += d
+                    ctx += n
+                    done += 1
+            last = durations[-1]
+            itl.extend(durations, n)
+        chunk = _FIRST_CHUNK
+        while done < k and (done == 0 or t <= horizon_ns):
+            size = min(chunk, k - done)
+            run = perf.decode_run_ns(n, ctx0 + n * done, size)
+            ends = t + np.cumsum(run)
+            # Step j ≥ 1 of the chunk starts at ends[j - 1]; its first starts at t ≤ horizon.
+            take = size
+            if ends[-1] > horizon_ns:
+                take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
+            itl.add_many(run[:take], n)
+            last = int(run[take - 1])
+            t = int(ends[take - 1])
+            done += take
+            chunk *= 4
+        plan.num_steps = done
+        self._last_step_ns = last
+        return t

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tidal.engine.ordering import WaitingQueue
 from tidal.engine.plan import StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
 from tidal.engine.state import AdmissionTest, EngineState
@@ -34,16 +35,23 @@ class MixedBatching(BatchingPolicy):
         self.test = test
         """Makes each step's admission test (None: the KV watermark alone)."""
         self._plain = cap is None and test is None
+        refresh = state.waiting.refresh
+        self._refresh = None if type(state.waiting).refresh is WaitingQueue.refresh else refresh
+        """The queue's re-ranking hook (None: a static ordering, nothing to call)."""
 
     def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
-        st.waiting.refresh(now_ns)
+        if self._refresh is not None:
+            self._refresh(now_ns)
         plan = StepPlan()
         budget = st.schedule_running(plan, st.step_budget)
         if plan.preempted:
             return plan
         if self._plain:
-            st.admit(plan, budget, now_ns)
+            if len(st.waiting):
+                st.admit(plan, budget, now_ns)
+            else:  # what admit() does on an empty queue
+                st.admission_blocked_by_kv = False
         else:
             test = self.test() if self.test is not None else None
             st.admit(plan, budget, now_ns, self.cap() if self.cap is not None else None, test)

@@ -184,10 +184,12 @@ class EngineState:
         ``budget``; preempt the newest running requests while the step's KV blocks do not fit.
         Returns the budget left; the victims are in ``plan.preempted``."""
         pool, kv = self.pool, self.kv
-        budget -= len(pool)
+        n_dec = len(pool.members)
+        budget -= n_dec
         chunks: list[tuple[Request, int]] = []
         chunk_need: dict[int, int] = {}
-        need = pool.blocks_needed(0)
+        need = pool_need = pool.blocks_needed(0)
+        preempted = False
         if prefills and self.prefilling:
             cap, blocks_for = self._cap, kv.blocks_for
             for req in self.prefilling:
@@ -215,11 +217,15 @@ class EngineState:
                         break
             self.preempt(victim)
             plan.preempted.append(victim)
-        kv.take(pool.blocks_needed(0))
+            preempted = True
+        if preempted:  # victims may have left the pool
+            pool_need = pool.blocks_needed(0)
+            n_dec = len(pool.members)
+        kv.take(pool_need)
         for req, n in chunks:
             plan.add_chunk(req, n)
             kv.allocate(req, req.num_computed_tokens + n)
-        plan.num_decodes = len(pool)
+        plan.num_decodes = n_dec
         plan.decode_ctx = pool.decode_ctx()
         return budget
 
@@ -277,6 +283,9 @@ class EngineState:
                 self.start_running(req, now_ns)
                 kv.commit_prefix(req, hit)
                 if hit:
+                    if kv.pending_load_ns:  # host-tier hits: loaded before the step computes
+                        plan.stall_ns += kv.pending_load_ns
+                        kv.pending_load_ns = 0
                     for fn in self._prefix_hit:
                         fn(req, hit)
                 plan.add_chunk(req, n)

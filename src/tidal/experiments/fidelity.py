@@ -25,9 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidal.core.clock import CLOCKS
+from tidal.core.clock import CLOCK_CHOICES, resolve_clock
 from tidal.core.errors import TidalError
 from tidal.experiments.fidelity_run import real_run
+from tidal.workload.content import content_token_ids
 
 Log = Callable[[str], None]
 
@@ -56,8 +57,8 @@ def _check(repeats: int, warmup_requests: int, recalibrate: int, clock: str) -> 
         raise TidalError("warmup-requests: must be >= 0")
     if recalibrate < 0:
         raise TidalError("recalibrate: must be >= 0")
-    if clock not in CLOCKS:
-        raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCKS)})")
+    if clock not in CLOCK_CHOICES:
+        raise TidalError(f"clock: unknown {clock!r} (valid: {', '.join(CLOCK_CHOICES)})")
 
 
 def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
@@ -246,13 +247,18 @@ def run_fidelity(
     log: Log = _quiet,
 ) -> dict[str, Any]:
     """Run the comparison and write ``out/fidelity.json`` and both runs' request tables;
-    ``log`` receives progress lines (rich markup)."""
+    ``log`` receives progress lines (rich markup). ``clock="auto"`` is ``cpu`` on a CPU device.
+    ``noise`` in the result holds the machine's load during the real runs and a sentence for
+    every noise source beyond its limit (:func:`tidal.runtime.noise.fidelity_warnings`)."""
     import numpy as np
 
     from tidal.experiments.fidelity_metrics import fidelity_summary
+    from tidal.runtime.config import device_type
+    from tidal.runtime.noise import LoadMeter
     from tidal.sim.run import rng_streams, run_simulation
 
     _check(repeats, warmup_requests, recalibrate, clock)
+    clock = resolve_clock(clock, device_type(device))
     prof = _load_profile(profile, model, clock, log)
     watermark = 0.01
     memory = {"block_size": block_size, "watermark": watermark, "num_blocks": num_kv_blocks}
@@ -265,7 +271,8 @@ def run_fidelity(
     )  # fmt: skip
     sim = run_simulation(sim_cfg, reqs)
     prompt_rng = rng_streams(seed)["noise"]
-    prompts = [prompt_rng.integers(0, 256, int(p)).tolist() for p in reqs.prompt_len]
+    # shared-prefix content (segments) becomes shared token ids; the rest stays random
+    prompts = content_token_ids(reqs.content, reqs.prompt_len, prompt_rng, 256)
     speed = _held_out_speed(sim_cfg, seed, recalibrate, prof, clock) if recalibrate else None
     if warmup_requests:
         # The first real run of a process ran slower than the next ones (allocator, caches,
@@ -275,11 +282,14 @@ def run_fidelity(
         real_run(rt_cfg, reqs.take(np.arange(k)), prompts[:k], sim_cfg, clock, None)
         log(f"  warm-up ({k} requests): {time.perf_counter() - t_warm:.1f} s")
     runs = []
+    meter = LoadMeter().start()
     for rep in range(repeats):
         runs.append(real_run(rt_cfg, reqs, prompts, sim_cfg, clock, speed))
         log(f"  real run {rep + 1}/{repeats}: {runs[-1]['wall_s']:.1f} s")
     per_repeat = [fidelity_summary(r["columns"], sim.columns) for r in runs]
+    load = meter.read()
     result, per_repeat = _summarize(runs, per_repeat, prof, sim, sim_cfg, reqs, out, recalibrate)
+    result["noise"] = _noise_report(load, result, runs)
     result.update(
         {
             "repeats": repeats,
@@ -294,10 +304,29 @@ def run_fidelity(
             "clock": clock,
             "warmup_requests": warmup_requests,
             "recalibrate": recalibrate,
+            "prefix_cache": prefix_cache_fidelity(sim.columns, [r["columns"] for r in runs]),
         }
     )
     _write(out, result, sim.columns, runs[0]["columns"])
     return result
+
+
+def prefix_cache_fidelity(sim_columns: Any, real_columns: list[Any]) -> dict[str, Any]:
+    """Both backends' prefix-cache hit rates (first-admission cached tokens / prompt tokens,
+    from the request tables) and how many requests found exactly the same cached tokens."""
+    import numpy as np
+
+    def rate(cols: Any) -> float:
+        return float(np.sum(cols["cached_tokens"]) / max(int(np.sum(cols["prompt_len"])), 1))
+
+    sim_cached = np.asarray(sim_columns["cached_tokens"])
+    return {
+        "sim_hit_rate": rate(sim_columns),
+        "real_hit_rate": [rate(c) for c in real_columns],
+        "requests_with_equal_cached_tokens": [
+            float(np.mean(np.asarray(c["cached_tokens"]) == sim_cached)) for c in real_columns
+        ],
+    }
 
 
 def _summarize(
@@ -339,6 +368,15 @@ def _summarize(
         "runs_s": [[r["probe_before_s"], r["probe_after_s"]] for r in runs],
     }
     return result, per_repeat
+
+
+def _noise_report(
+    load: dict[str, Any], result: dict[str, Any], runs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    from tidal.runtime.noise import fidelity_warnings
+
+    pairs = [(r["speed_before"], r["speed_after"]) for r in runs if r["speed_before"]]
+    return {**load, "warnings": fidelity_warnings(load, result.get("real_vs_real"), pairs)}
 
 
 def _write(out: Path, result: dict[str, Any], sim_columns: Any, real_columns: Any) -> None:

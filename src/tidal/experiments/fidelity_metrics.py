@@ -11,6 +11,7 @@ output), are left out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ METRICS = ("ttft", "tpot", "e2e")
 
 
 def relative_errors(
-    real_cols: dict[str, np.ndarray], sim_cols: dict[str, np.ndarray]
+    real_cols: Mapping[str, np.ndarray], sim_cols: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Per-request relative errors for each metric (requests aligned by position)."""
     real, sim = request_latencies(real_cols), request_latencies(sim_cols)
@@ -34,7 +35,7 @@ def relative_errors(
 
 
 def fidelity_summary(
-    real_cols: dict[str, np.ndarray], sim_cols: dict[str, np.ndarray]
+    real_cols: Mapping[str, np.ndarray], sim_cols: Mapping[str, np.ndarray]
 ) -> dict[str, Any]:
     errs = relative_errors(real_cols, sim_cols)
     real, sim = request_latencies(real_cols), request_latencies(sim_cols)

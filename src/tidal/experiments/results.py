@@ -11,6 +11,7 @@ A run directory is written whole: a re-run replaces it (see :func:`write_run`).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def write_run(
     config: dict[str, Any],
     seed: int,
     metrics: dict[str, Any],
-    columns: dict[str, Any],
+    columns: Mapping[str, Any],
     run_info: dict[str, Any],
     extra_tables: dict[str, dict[str, Any]] | None = None,
     extra_json: dict[str, Any] | None = None,
@@ -86,7 +87,7 @@ def _write_files(
     config: dict[str, Any],
     seed: int,
     metrics: dict[str, Any],
-    columns: dict[str, Any],
+    columns: Mapping[str, Any],
     run_info: dict[str, Any],
     extra_tables: dict[str, dict[str, Any]] | None,
     extra_json: dict[str, Any] | None,

@@ -100,7 +100,7 @@ class CellOutput:
     """What a worker sends back: everything ``write_run`` needs, or the error it met."""
 
     metrics: dict[str, Any] | None = None
-    columns: dict[str, Any] | None = None
+    columns: Mapping[str, Any] | None = None
     run_info: dict[str, Any] | None = None
     tables: dict[str, Any] | None = None
     json_extras: dict[str, Any] | None = None

@@ -11,8 +11,9 @@ Per layer and GPU shard (M = step tokens, F = peak FLOP/s, BW = memory bytes/s):
 * each elementwise op (two RMSNorms, RoPE, SiLU·mul, residual add)
   ``t0_op + r_op·b_op + k_op·M·b_op/BW`` with ``b_op`` its bytes read and written per token
   (``r``: at small M one thread block walks a whole row); the embedding gather likewise;
-* two all-reduces of ``M·hidden·dtype`` bytes (TP > 1):
-  ``a + b·log2(tp) + 2(tp−1)/tp·bytes/(η_link·link_bw)`` per link kind;
+* two all-reduces of ``M·hidden·dtype`` bytes (TP > 1), as NCCL runs them: per (GPU, link
+  kind, TP) up to three size regimes (low-latency, middle, then the p-norm of a latency and
+  ``2(tp−1)/tp·bytes/(η_link·link_bw)``; :func:`allreduce_time`);
 * decode attention ``t0_d + t1_d·n + kv_bytes·Σctx/(η_A·BW)`` for n decode requests (the
   per-layer floor the roofline lacked); prefill attention ``m·t0_p + 2·q_heads·d·A/(η_P·F)
   + kv_bytes·C/(η_B·BW)`` for m chunks with A = Σ c(2s + c), C = Σ(s + c);
@@ -21,7 +22,7 @@ plus per step the LM head (a GEMM with M = sequences, N = vocab/TP) and a host t
 ``h0 + h1·sequences`` (scheduling, input preparation, sampling, output processing) of the
 engine named by ``host`` (:data:`HOST_MODES`: vLLM v1 by default, or Vidur's older vLLM).
 Constants are per GPU (η_F, η_B; GPUs without data borrow a family member's), per link kind
-and global; ``bench/fit_roofline.py`` fits them on the Vidur profiles (``data/profiles``) and
+and global; ``bench/roofline_fit.py`` fits them on the Vidur profiles (``data/profiles``) and
 reports held-out errors only. Exactness: only the ``κ·Σctx`` term touches ``decode_ctx``, added
 last, so the model is affine in the context (:meth:`decode_affine`).
 """
@@ -70,6 +71,18 @@ class LinkConst(_C):
     lat_us: float = 10.0
     lat_log2_us: float = 0.0
     eta: float = 0.7
+    p: float = 1.0
+    """p-norm of latency and transfer time (1: their sum; large: their max)."""
+    ll_bytes: float = 0.0
+    """Messages up to this size take ``ll_us`` plus the transfer at ``ll_eta`` of the link
+    (0: no transfer term): NCCL's low-latency protocol (``ll_bytes`` 0: no such regime)."""
+    ll_us: float = 0.0
+    ll_eta: float = 0.0
+    mid_bytes: float = 0.0
+    """A middle regime (NCCL's LL128 protocol or another algorithm) up to this size, likewise
+    ``mid_us`` plus the transfer at ``mid_eta`` (0: none)."""
+    mid_us: float = 0.0
+    mid_eta: float = 0.0
 
 
 class AttentionConst(_C):
@@ -210,6 +223,28 @@ def gemm_time(
     return t0_us * 1e-6 + (tc**p + tm**p) ** (1.0 / p)
 
 
+def allreduce_time(nbytes: Any, tp: int, bw: float, lc: LinkConst) -> Any:
+    """Seconds of one ring all-reduce of ``nbytes`` over ``tp`` GPUs on links of ``bw`` bytes/s,
+    as NCCL runs it: one protocol (LL, LL128, Simple) per message size, each with its latency
+    and bandwidth. Largest messages: the p-norm of the launch and synchronisation latency
+    ``a + b·log2(tp)`` and the transfer ``R·bytes/(η·bw)``, R = 2(tp−1)/tp (p = 1: their sum);
+    up to ``mid_bytes`` and ``ll_bytes``, ``us + R·bytes/(η_regime·bw)``, each capped by the
+    regime above it, so the time never falls as the message grows."""
+    ring = 2.0 * (tp - 1) / tp
+    lat = (lc.lat_us + lc.lat_log2_us * math.log2(tp)) * 1e-6
+    t = (lat**lc.p + (ring * nbytes / (lc.eta * bw)) ** lc.p) ** (1.0 / lc.p)
+    for upto, us, eta in ((lc.mid_bytes, lc.mid_us, lc.mid_eta), (lc.ll_bytes, lc.ll_us,
+                                                                   lc.ll_eta)):  # fmt: skip
+        if upto <= 0:
+            continue
+        reg = us * 1e-6 + (ring * nbytes / (eta * bw) if eta > 0 else 0.0)
+        if isinstance(nbytes, np.ndarray):
+            t = np.where(nbytes <= upto, np.minimum(reg, t), t)
+        elif nbytes <= upto:
+            t = min(reg, t)
+    return t
+
+
 class CorrectedRooflinePerfModel(PerfModel):
     name = "corrected-roofline"
 
@@ -277,14 +312,12 @@ class CorrectedRooflinePerfModel(PerfModel):
         return t
 
     def allreduce_s(self, nbytes: float) -> float:
-        """One all-reduce of ``nbytes`` across the TP group."""
+        """One all-reduce of ``nbytes`` across the TP group (:func:`allreduce_time`)."""
         if self.tp == 1:
             return 0.0
         lc = self.c.link_const(self.gpu.name, self.link, self.tp)
         bw = (self.gpu.pcie_gbs if self.link == "pcie" else self.gpu.peer_bw / 1e9) * 1e9
-        ring = 2.0 * (self.tp - 1) / self.tp
-        lat = lc.lat_us + lc.lat_log2_us * math.log2(self.tp)
-        return lat * 1e-6 + ring * nbytes / (lc.eta * bw)
+        return allreduce_time(nbytes, self.tp, bw, lc)
 
     def tokens_s(self, tokens: int) -> float:
         """Everything that depends only on the step's token count: layers' GEMMs and

@@ -84,7 +84,10 @@ def collect(path: str | Path) -> Results:
         raise ConfigError("results", f"{root} is not a directory", "give a run, sweep or plan dir")
     if (root / "plan.json").exists():
         plan = json.loads((root / "plan.json").read_text())
-        return Results("plan", root, _runs_under(root / "runs"), plan=plan)
+        runs = _runs_under(root / "runs")
+        for run in runs:  # the SLO the plan was asked for, not the thresholds derived from it
+            run.extra.setdefault("slo_targets", plan.get("slo") or {})
+        return Results("plan", root, runs, plan=plan)
     if (root / "sweep.json").exists():
         sweep = json.loads((root / "sweep.json").read_text())
         order = {c["cell_id"]: i for i, c in enumerate(sweep.get("cells", []))}

@@ -91,7 +91,17 @@ def describe(cfg: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
         parts.append(_workload(f, skip))
     if has("slo.ttft_s", "slo.tpot_s") and "slo.ttft_s" in f:
         parts.append(f"SLO TTFT {_fmt(f['slo.ttft_s'])} s, TPOT {_fmt(f['slo.tpot_s'])} s")
+    targets = cfg.get("slo_targets")
+    if isinstance(targets, Mapping) and targets:  # a plan's: {"ttft_p99_s": 1.0, ...}
+        parts.append("SLO " + ", ".join(_target(k, v) for k, v in targets.items()))
     return " · ".join(parts)
+
+
+def _target(key: str, value: Any) -> str:
+    """``ttft_p99_s``, 1 → ``p99 TTFT ≤ 1 s``."""
+    metric, _, rest = key.partition("_")
+    stat = rest.removesuffix("_s")
+    return f"{stat} {metric.upper()} ≤ {_fmt(value)} s".strip()
 
 
 def differences(configs: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:

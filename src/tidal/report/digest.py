@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from tidal.core.spool import ColumnSet
 
 
 def _canon(x: Any) -> Any:
@@ -27,8 +30,13 @@ def _canon(x: Any) -> Any:
     return x
 
 
-def _arrays(h: Any, cols: dict[str, np.ndarray]) -> None:
+def _arrays(h: Any, cols: Mapping[str, np.ndarray]) -> None:
     for k in sorted(cols):
+        if isinstance(cols, ColumnSet):  # streamed: the same bytes, a chunk at a time
+            h.update(f"{k}:{cols.dtype(k).str}:{(cols.num_rows,)}".encode())
+            for part in cols.chunks(k):
+                h.update(np.ascontiguousarray(part).tobytes())
+            continue
         a = np.ascontiguousarray(cols[k])
         h.update(f"{k}:{a.dtype.str}:{a.shape}".encode())
         h.update(a.tobytes())

@@ -9,11 +9,13 @@ pyplot, no global state). Every figure is titled with the configuration the runs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tidal.core.metrics import request_latencies
 from tidal.report.collect import Results, RunDir
@@ -27,8 +29,10 @@ from tidal.report.figure_base import (
     _save,
     _shown,
     _title,
+    legend_outside,
     pick,
     run_config,
+    slo_lines,
 )
 from tidal.report.plan_figures import plan_costs, plan_search
 from tidal.report.timeline_figures import (
@@ -58,9 +62,12 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------- per request
-def latency_cdfs(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
+def latency_cdfs(
+    runs: Sequence[RunDir], out: Path, slo: dict[str, Any] | None = None
+) -> FigureFile | None:
     """Empirical CDFs of TTFT and TPOT (completed requests), one curve per run; dotted lines
-    at the SLO thresholds."""
+    at the SLO in force: ``slo`` (a plan's targets) or else the runs' per-request thresholds
+    when they share them."""
     have = [r for r in runs if r.table("requests")]
     if not have:
         return None
@@ -77,20 +84,37 @@ def latency_cdfs(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
             x = lat[key][~np.isnan(lat[key])]
             if len(x):
                 a.plot(np.quantile(x, q), q, label=label, lw=1.3)
-    slo = run_config(shown[0]).get("slo", {})
+    if slo is None:
+        slos = [run_config(r).get("slo", {}) for r in shown]
+        slo = {k: v for k, v in slos[0].items() if all(s.get(k) == v for s in slos)}
+    lines = slo_lines(slo)
     for a, name, key in zip(ax[0], ("TTFT", "TPOT"), ("ttft_s", "tpot_s"), strict=True):
         a.set_xscale("log")
+        _plain_log_ticks(a)
         a.set_xlabel(f"{name} (s)")
         a.set_ylabel("fraction of requests")
         a.grid(alpha=0.3, which="both")
-        if key in slo and all(run_config(r).get("slo", {}).get(key) == slo[key] for r in shown):
-            a.axvline(slo[key], color="k", ls=":", lw=1, label=f"SLO {slo[key]:g} s")
-        a.axhline(0.99, color="grey", ls="--", lw=0.6)
-    ax[0][1].legend(fontsize=7, loc="lower right")
-    caption = "TTFT and TPOT distributions per run; dashed: the p99 line." + _shown(
-        len(have), len(shown)
+        if key in lines:
+            value, text = lines[key]
+            a.axvline(value, color="k", ls=":", lw=1, label=f"{name} {text}")
+        a.axhline(0.99, color="grey", ls="--", lw=0.6, label="p99")
+    legend_outside(ax[0][1], ax[0][0])
+    caption = (
+        "TTFT and TPOT distributions per run; dotted: the SLO, dashed: the p99 line."
+        + _shown(len(have), len(shown))
     )
-    return _save(fig, out / "latency_cdf.png", title, caption)
+    return _save(fig, out / "latency_cdf.png", title, caption, "TTFT and TPOT distributions")
+
+
+def _plain_log_ticks(a: Any) -> None:
+    """Plain numbers on a log x axis: at 1, 2 and 5 per decade over a short range, at the
+    powers of ten over more than two and a half decades (never crowded)."""
+    lo, hi = a.get_xlim()
+    decades = np.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    a.xaxis.set_major_locator(LogLocator(subs=(1.0,) if decades > 2.5 else (1.0, 2.0, 5.0)))
+    a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    a.xaxis.set_minor_formatter(NullFormatter())
+    a.tick_params(axis="x", labelsize=8)
 
 
 # ---------------------------------------------------------------------------- sweeps
@@ -115,7 +139,14 @@ def rate_curves(res: Results, out: Path) -> FigureFile | None:
     title = _title(res.runs)[0] if res.runs else describe(res.sweep.get("base", {}), skip=keys)
     xkey = _rate_key(keys, df)
     fig, ax = _new(1, 2, w=9.0)
-    metrics = (("goodput", "goodput (req/s within SLO)"), ("slo_attainment", "SLO attainment"))
+    base = run_config(res.runs[0]) if res.runs else res.sweep.get("base", {})
+    lines = slo_lines(base.get("slo", {}))
+    within = ", ".join(f"{k.split('_')[0].upper()} ≤ {v:g} s" for k, (v, _) in lines.items())
+    within = f" (SLO per request: {within})" if within else ""
+    metrics = (
+        ("goodput", "goodput (req/s within the SLO)"),
+        ("slo_attainment", "SLO attainment (share of requests)"),
+    )
     if xkey is None:
         labels = [
             ", ".join(f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in keys)
@@ -125,7 +156,7 @@ def rate_curves(res: Results, out: Path) -> FigureFile | None:
             a.bar(range(df.height), df[m].to_list())
             a.set_xticks(range(df.height), labels, rotation=60, ha="right", fontsize=6)
             a.set_ylabel(name)
-        caption = "Goodput and SLO attainment per cell."
+        caption = f"Goodput and SLO attainment{within} per cell."
     else:
         others = [k for k in keys if k != xkey]
         groups = df.partition_by(others, maintain_order=True) if others else [df]
@@ -136,16 +167,28 @@ def rate_curves(res: Results, out: Path) -> FigureFile | None:
             for a, (m, _) in zip(ax[0], metrics, strict=True):
                 a.plot(g[xkey].to_list(), g[m].to_list(), marker="o", ms=3, label=label)
         for a, (_, name) in zip(ax[0], metrics, strict=True):
-            a.set_xlabel(xkey)
+            a.set_xlabel(axis_label(xkey))
             a.set_ylabel(name)
             a.grid(alpha=0.3)
         ax[0][1].set_ylim(-0.02, 1.02)
-        ax[0][1].legend(fontsize=7)
+        legend_outside(ax[0][1])
         caption = (
-            f"Goodput and SLO attainment versus {xkey}, one line per setting of "
+            f"Goodput and SLO attainment{within} versus {xkey}, one line per setting of "
             f"{', '.join(others) or 'the sweep'}." + _shown(len(groups), len(shown))
         )
-    return _save(fig, out / "goodput_vs_rate.png", title, caption)
+    return _save(fig, out / "goodput_vs_rate.png", title, caption, "Goodput and SLO attainment")
+
+
+UNITS = {"rate": "req/s", "rate_scale": "× the trace's rate", "concurrency": "clients"}
+UNITS.update({"token_budget": "tokens", "max_seqs": "requests", "ttft_s": "s", "tpot_s": "s"})
+
+
+def axis_label(key: str) -> str:
+    """A grid key as an axis label with its unit: ``workload.rate`` → ``rate (req/s)``."""
+    leaf = key.rsplit(".", 1)[-1]
+    unit = UNITS.get(leaf)
+    name = "request rate" if leaf == "rate" else leaf.replace("_", " ")
+    return f"{name} ({unit})" if unit else name
 
 
 # ---------------------------------------------------------------------------- throughput
@@ -171,28 +214,44 @@ def roofline(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
         a.text(i + 0.2, g, f"{g / rb:.0%}", ha="center", va="bottom", fontsize=7)
     a.set_xticks(x, labels, rotation=30 if len(shown) > 3 else 0, ha="right", fontsize=7)
     a.set_ylabel("tokens/s (prompt + output)")
-    a.legend(fontsize=7)
+    a.set_xlabel("run")
+    legend_outside(a)
     a.grid(alpha=0.3, axis="y")
     caption = (
         "Achieved token throughput beside the roofline bound (peak FLOPs and bandwidth, "
         "no schedule can beat it); the percentage is achieved / bound. At low load the achieved "
         "throughput is the offered load, not a limit." + _shown(len(have), len(shown))
     )
-    return _save(fig, out / "roofline.png", title, caption)
+    return _save(fig, out / "roofline.png", title, caption, "Throughput and the roofline bound")
 
 
-def all_figures(res: Results, out: Path) -> list[FigureFile]:
-    """Every figure the results allow, in report order."""
-    figs: list[FigureFile | None] = []
+FigureProgress = Callable[[int, int, str], None]
+"""Told ``(done, total, name)`` before each figure is drawn (``tidal report``'s status line)."""
+
+
+def all_figures(
+    res: Results, out: Path, progress: FigureProgress | None = None
+) -> list[FigureFile]:
+    """Every figure the results allow, in report order; ``progress`` hears of each before it
+    is drawn (a big plan or cluster run takes seconds per figure)."""
+    todo: list[tuple[str, Callable[[], FigureFile | None]]] = []
     if res.kind == "plan":
-        figs += [plan_costs(res, out), plan_search(res, out)]
+        todo += [("plan costs", lambda: plan_costs(res, out))]
+        todo += [("planner search", lambda: plan_search(res, out))]
     if res.kind == "sweep":
-        figs.append(rate_curves(res, out))
-    figs.append(latency_cdfs(res.runs, out))
-    figs.append(queue_timeline(res.runs, out))
+        todo.append(("goodput vs rate", lambda: rate_curves(res, out)))
+    plan_slo = res.plan.get("slo") if res.plan is not None else None
+    todo.append(("latency CDFs", lambda: latency_cdfs(res.runs, out, plan_slo)))
+    todo.append(("queue timeline", lambda: queue_timeline(res.runs, out)))
     if res.runs:
         # the plan's best deployment comes first; in a sweep, the last (highest-valued) cell
-        figs.append(gpu_timeline(res.runs[0] if res.kind == "plan" else res.runs[-1], out))
-    figs.append(ebplus_modes(res.runs, out))
-    figs.append(roofline(res.runs, out))
+        run = res.runs[0] if res.kind == "plan" else res.runs[-1]
+        todo.append(("per-GPU timeline", lambda: gpu_timeline(run, out)))
+    todo.append(("EB+ modes", lambda: ebplus_modes(res.runs, out)))
+    todo.append(("roofline", lambda: roofline(res.runs, out)))
+    figs = []
+    for i, (name, draw) in enumerate(todo):
+        if progress is not None:
+            progress(i, len(todo), name)
+        figs.append(draw())
     return [f for f in figs if f is not None]

@@ -13,7 +13,8 @@ import polars as pl
 from tidal.core.io import atomic_write
 from tidal.report.collect import Results, collect
 from tidal.report.describe import describe, differences
-from tidal.report.figures import FigureFile, all_figures, run_config
+from tidal.report.figure_base import _title
+from tidal.report.figures import FigureFile, FigureProgress, all_figures, run_config
 
 HEADLINE = (
     ("num_completed", "completed", "{:,.0f}"),
@@ -92,6 +93,8 @@ def sweep_table(res: Results) -> Table | None:
 
 def _summary_lines(res: Results) -> list[str]:
     lines = [f"Results: `{res.path}` ({res.kind}, {len(res.runs)} run(s))."]
+    if res.kind not in ("plan", "sweep") and res.runs:
+        lines.append(f"Configuration: {_title(res.runs)[0]}.")
     if res.kind == "plan" and res.plan is not None:
         p = res.plan
         best = p.get("best")
@@ -165,7 +168,7 @@ def to_html(res: Results, figs: list[FigureFile]) -> str:
     for f in figs:
         data = base64.b64encode(f.path.read_bytes()).decode()
         out.append(
-            f"<figure><h3>{html.escape(f.title)}</h3>"
+            f"<figure><h3>{html.escape(f.name or f.title)}</h3>"
             f"<img alt='{html.escape(f.path.name)}' src='data:image/png;base64,{data}'>"
             f"<figcaption>{html.escape(f.caption)}</figcaption></figure>"
         )
@@ -194,18 +197,28 @@ def to_markdown(res: Results, figs: list[FigureFile]) -> str:
     out += ["## Figures", ""]
     for f in figs:
         rel = f.path.relative_to(res.path)
-        out += [f"### {f.title}", "", f"![{f.path.stem}]({rel.as_posix()})", "", f.caption, ""]
+        out += [
+            f"### {f.name or f.title}",
+            "",
+            f"![{f.path.stem}]({rel.as_posix()})",
+            "",
+            f.caption,
+            "",
+        ]
     return "\n".join(out)
 
 
-def render_report(path: str | Path, fmt: str = "html") -> tuple[Path, list[FigureFile]]:
-    """Draw every applicable figure into ``DIR/figures/`` and write ``DIR/report.{html,md}``."""
+def render_report(
+    path: str | Path, fmt: str = "html", progress: FigureProgress | None = None
+) -> tuple[Path, list[FigureFile]]:
+    """Draw every applicable figure into ``DIR/figures/`` and write ``DIR/report.{html,md}``;
+    ``progress`` hears of each figure before it is drawn."""
     from tidal.core.errors import ConfigError
 
     if fmt not in ("html", "md"):
         raise ConfigError("format", f"unknown value {fmt!r}", "html or md")
     res = collect(path)
-    figs = all_figures(res, res.path / "figures")
+    figs = all_figures(res, res.path / "figures", progress)
     text = to_html(res, figs) if fmt == "html" else to_markdown(res, figs)
     target = res.path / f"report.{fmt}"
 

@@ -19,6 +19,7 @@ from tidal.report.figure_base import (
     _save,
     _shown,
     _title,
+    legend_outside,
     pick,
     run_config,
 )
@@ -71,12 +72,12 @@ def queue_timeline(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
         a.set_title(label, fontsize=8)
         a.grid(alpha=0.3)
     ax[-1][0].set_xlabel("time (s)")
-    ax[0][0].legend(fontsize=7, loc="upper left")
+    legend_outside(ax[0][0])
     caption = (
         "Queue length over time: requests waiting for admission and running, sampled at step "
         "starts about once per simulated second." + _shown(len(have), len(shown))
     )
-    return _save(fig, out / "queue.png", title, caption)
+    return _save(fig, out / "queue.png", title, caption, "Queue length over time")
 
 
 def _memory_log(run: RunDir) -> pl.DataFrame | None:
@@ -130,14 +131,14 @@ def cluster_memory_timeline(run: RunDir, log: pl.DataFrame, out: Path) -> Figure
             base = base + y
         a.set_ylabel(f"GPU {g}", rotation=0, ha="right", va="center", fontsize=7)
         a.tick_params(labelsize=6)
-    ax[0][0].legend(fontsize=6, ncol=min(len(models), 6), loc="lower left", bbox_to_anchor=(0, 1.0))
+    legend_outside(ax[0][0], title=f"memory ({unit})", title_fontsize=7)
     ax[-1][0].set_xlabel("time (s)")
     title = describe(run_config(run))
     caption = (
         f"Per-GPU timeline: memory ({unit}) each model holds on each GPU — weights, prewarmed "
         f"copies and KV cache summed — from the cluster's memory log ({run.name})."
     )
-    return _save(fig, out / "gpu_timeline.png", title, caption)
+    return _save(fig, out / "gpu_timeline.png", title, caption, "GPU memory by model")
 
 
 def _gpu_table(run: RunDir) -> tuple[pl.DataFrame, str] | None:
@@ -170,6 +171,7 @@ def gpu_timeline(run: RunDir, out: Path) -> FigureFile | None:
     edges = np.linspace(0.0, max(float(t.max()), 1e-9), nbins + 1)
     b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, nbins - 1)
     panels: list[tuple[str, np.ndarray]] = []
+    units = {"KV occupancy": "share of KV blocks", "running requests": "requests"}
     cap = None
     if "kv_capacity_blocks" in df.columns:
         cap = df["kv_capacity_blocks"].to_numpy().astype(np.float64)
@@ -204,11 +206,11 @@ def gpu_timeline(run: RunDir, out: Path) -> FigureFile | None:
         )
         a.set_yticks(range(len(rows)), [f"{row_key} {x}" for x in rows], fontsize=7)
         a.set_title(name, fontsize=8)
-        fig.colorbar(im, ax=a, pad=0.01)
+        fig.colorbar(im, ax=a, pad=0.01).set_label(units[name], fontsize=7)
     ax[-1][0].set_xlabel("time (s)")
     title = describe(run_config(run))
     caption = f"Per-{row_key} timeline: " + ", ".join(p[0] for p in panels) + f" ({run.name})."
-    return _save(fig, out / "gpu_timeline.png", title, caption)
+    return _save(fig, out / "gpu_timeline.png", title, caption, f"Per-{row_key} timeline")
 
 
 def ebplus_modes(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
@@ -237,6 +239,7 @@ def ebplus_modes(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
             levels = sorted(set(modes))
             a.step(t, [levels.index(m) for m in modes], where="post", lw=1.2, color="C0")
             a.set_yticks(range(len(levels)), levels)
+            a.set_ylabel("batching mode")
         numeric = [
             c
             for c in df.columns
@@ -248,9 +251,10 @@ def ebplus_modes(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
             b = a.twinx()
             for i, c in enumerate(side):
                 b.plot(t, df[c].to_numpy(), lw=0.8, color=f"C{i + 1}", label=c)
-            b.legend(fontsize=6, loc="upper right")
+            b.set_ylabel(" / ".join(side), fontsize=7)
+            legend_outside(b, x=1.12)
         a.set_title(label, fontsize=8)
         a.grid(alpha=0.3)
     ax[-1][0].set_xlabel("time (s)")
     caption = "EB+ batching mode over time (from ebplus.parquet)." + _shown(len(have), len(shown))
-    return _save(fig, out / "ebplus_modes.png", title, caption)
+    return _save(fig, out / "ebplus_modes.png", title, caption, "EB+ batching mode over time")

@@ -184,6 +184,11 @@ def profile_step_costs(cfg: RuntimeConfig) -> StepCosts | None:
     )
 
 
+def device_type(name: str) -> str:
+    """``cpu`` or ``cuda``: where a ``device`` setting (``auto`` included) puts the engine."""
+    return str(_device(name).type)
+
+
 def _device(name: str):  # -> torch.device
     import torch
 

@@ -380,10 +380,9 @@ class EngineDriver:
         """Events of the step just run: sampled tokens, then finishes. A stop (a stop token, or
         ``stop_check`` — the API's stop strings) takes precedence over the length limit, as
         vLLM's output processor has it."""
-        result = self.engine.last_result
         sched = self.scheduler
         now = self.clock.now_ns()
-        for req, tok in getattr(result, "sampled", ()):
+        for req, tok in getattr(self.engine.executor, "sampled", ()):
             h = self.handles.get(req.request_id)
             if h is None:
                 continue

@@ -1,25 +1,18 @@
 """``RuntimeExecutor``: the executor protocol (:mod:`tidal.engine.executor`) on a real model.
 
-Its step result carries the measured wall time of the forward pass and the sampled tokens, which
-the runner has already appended to each request's ``token_ids``.
+A step's duration is the measured wall time of the forward pass; :attr:`RuntimeExecutor.sampled`
+holds the step's sampled tokens, which the runner has already appended to each request's
+``token_ids``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from tidal.core.request import Request
-from tidal.engine.executor import StepResult
 from tidal.engine.plan import StepPlan
 from tidal.engine.scheduler import Scheduler
 from tidal.runtime.runner import ModelRunner
-
-
-@dataclass(slots=True)
-class RuntimeStepResult(StepResult):
-    sampled: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, token) for every request that sampled a token this step."""
 
 
 class RuntimeExecutor:
@@ -27,14 +20,17 @@ class RuntimeExecutor:
         self.runner = runner
         self.synchronize = synchronize
         """Wait for the device at the end of a step (CUDA) so that wall times are real."""
+        self.sampled: list[tuple[Request, int]] = []
+        """(request, token) for every request that sampled a token in the last step."""
 
-    def execute(self, plan: StepPlan, scheduler: Scheduler) -> RuntimeStepResult:
+    def execute(self, plan: StepPlan, scheduler: Scheduler, now_ns: int, idle_ns: int) -> int:
         if plan.num_steps != 1:
             raise ValueError("the runtime executes one step at a time")
         t0 = time.perf_counter_ns()
-        sampled = self.runner.run(plan, scheduler)
+        self.sampled = []
+        self.sampled = self.runner.run(plan, scheduler)
         if self.synchronize:
             import torch
 
             torch.cuda.synchronize()
-        return RuntimeStepResult(time.perf_counter_ns() - t0, sampled)
+        return time.perf_counter_ns() - t0

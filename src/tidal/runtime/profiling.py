@@ -67,6 +67,8 @@ class StepSample:
     point: str
     idle_s: float = 0.0
     """Idle time of the engine before the step (its memory cools down meanwhile)."""
+    repeat: int = 0
+    """The profiling pass it was measured in (the spread between passes is the noise)."""
 
 
 def default_grid(
@@ -193,7 +195,7 @@ def profile(
     samples: list[StepSample] = []
     total = len(grid) * repeats
     done = 0
-    for _ in range(repeats):
+    for rep in range(repeats):
         for i in rng.permutation(len(grid)):
             pt = grid[i]
             chunk = max(pt.chunk or budget, pt.batch + 1)
@@ -203,7 +205,7 @@ def profile(
             EngineDriver(rt).replay(reqs, steps=steps, clock=clock)
             label = f"{pt.kind}:b{pt.batch}:c{pt.context}:p{pt.prompt}:k{pt.chunk}:g{pt.gap_s:g}"
             samples += [
-                StepSample(r.shape, r.period_ns / NS_PER_S, label, r.idle_ns / NS_PER_S)
+                StepSample(r.shape, r.period_ns / NS_PER_S, label, r.idle_ns / NS_PER_S, rep)
                 for r in steps
             ]
             done += 1

@@ -24,19 +24,25 @@ from tidal.cluster.models import ServedModel, served_models, service_ms
 from tidal.cluster.topology import parse_cluster
 from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
-from tidal.core.metrics import request_latencies, summarize
+from tidal.core.metrics import summarize
 from tidal.core.request import Request
 from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
-from tidal.engine.stats import PolicyStats
 from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
+from tidal.sim.cluster_metrics import (
+    RetiredStats,
+    Selected,
+    cache_counts,
+    latency_p95,
+    policy_metrics,
+)
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
-from tidal.sim.recorder import RequestRecorder
+from tidal.sim.recorder import SpooledRecorder
 from tidal.sim.simulator import CONTROL, Simulation
 from tidal.workload.base import RequestSet
 from tidal.workload.concurrency import window_concurrency
@@ -121,28 +127,6 @@ def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]
     return out
 
 
-class RetiredStats:
-    """What :func:`policy_metrics` reads from schedulers, summed over stopped ones (so they
-    can be dropped): integer counters and the policy stats (:class:`PolicyStats`)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._ints: dict[str, int] = {}
-        self._stats = PolicyStats()
-
-    def add(self, sched: Scheduler) -> None:
-        for k, v in sched.extra_metrics().items():
-            if isinstance(v, int) and not isinstance(v, bool):
-                self._ints[k] = self._ints.get(k, 0) + v
-        self._stats = self._stats + sched.stats()
-
-    def extra_metrics(self) -> dict[str, int]:
-        return self._ints
-
-    def stats(self) -> PolicyStats:
-        return self._stats
-
-
 class SimBackend:
     """Implements :class:`tidal.cluster.backend.Backend` on a :class:`Simulation`."""
 
@@ -160,6 +144,9 @@ class SimBackend:
 
         self.policy_seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         self.num_started = 0
+        self.prefix_caching = False
+        """Engines cache prompt prefixes: ``memory.prefix_caching`` and a workload with
+        content (as one instance, :func:`tidal.sim.run.make_kv`)."""
         self.retired: list[tuple[str, RetiredStats]] = []
         """Per model, the summed counters of its stopped schedulers (engines reused)."""
         self._retired_of: dict[str, RetiredStats] = {}
@@ -236,26 +223,6 @@ class SimBackend:
         self.sim.deliver(engine, req, now_ns)
 
 
-def policy_metrics(scheds: list[Scheduler | RetiredStats]) -> dict[str, Any]:
-    """The engines' own policy metrics, summed: every integer counter of ``extra_metrics``
-    (``mode_switches``, ``num_intercepts``, ...), and the ratios of the summed policy stats
-    (``eb_time_share``: the share of all engines' busy time spent in EB; absent for MB)."""
-    out: dict[str, Any] = {}
-    for s in scheds:
-        for k, v in s.extra_metrics().items():
-            if isinstance(v, int) and not isinstance(v, bool):
-                out[k] = out.get(k, 0) + v
-    total = PolicyStats.total(s.stats() for s in scheds)
-    if total.eb_time_share is not None:
-        out["eb_time_share"] = total.eb_time_share
-    return out
-
-
-def _p95(values: np.ndarray) -> float | None:
-    v = values[~np.isnan(values)]
-    return float(np.percentile(v, 95)) if len(v) else None
-
-
 def run_cluster(
     cfg: SimulationConfig,
     requests: RequestSet | None = None,
@@ -270,11 +237,12 @@ def run_cluster(
     reqs = requests if requests is not None else mix.requests
     t_load = time.perf_counter()
     model_of = reqs.extra["model"]
-    recorder = RequestRecorder(reqs)
+    recorder = SpooledRecorder(reqs)
     n = len(reqs)
     cb = (lambda done: progress(done, n)) if progress is not None else None
     sim = Simulation([], reqs, recorder, progress=cb)
     backend = SimBackend(cfg, sim)
+    backend.prefix_caching = cfg.memory.prefix_caching and reqs.content is not None
     first = int(reqs.arrival_ns[0]) if n else 0
     stats = workload_stats(c, reqs)
     ctl = ClusterController(
@@ -327,9 +295,7 @@ def run_cluster(
     metrics = summarize(
         cols, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(list(range(len(sim.instances))))
     )
-    lat = request_latencies(cols)
-    metrics["ttft_p95_s"] = _p95(lat["ttft_s"])
-    metrics["tpot_p95_s"] = _p95(lat["tpot_s"])
+    metrics.update(latency_p95(cols))
     t_end = max(end_ns, first)
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
@@ -343,24 +309,27 @@ def run_cluster(
     ]
     for k, v in policy_metrics([s for _, s in scheds]).items():
         metrics.setdefault(k, v)
+    if reqs.content is not None:  # as one instance: reported where prompts have content
+        metrics.update(cache_counts([s for _, s in scheds]).metrics(backend.prefix_caching))
     per_model: dict[str, dict[str, Any]] = {}
     for m in ctl.models:
         sel = model_of == m.index
-        sub = {k: v[sel] for k, v in cols.items()}
+        sub = Selected(cols, sel)
         engines = [e for e, name in enumerate(backend.names) if name == m.name]
         pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
-        lat_m = request_latencies(sub)
-        pm["ttft_p95_s"] = _p95(lat_m["ttft_s"])
-        pm["tpot_p95_s"] = _p95(lat_m["tpot_s"])
+        pm.update(latency_p95(sub))
         pm.update(ctl.cluster_metrics(m.index, first, t_end))
         if augmented:
             pm.update(augmented_metrics(sub, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
         for k, v in policy_metrics([s for name, s in scheds if name == m.name]).items():
             pm.setdefault(k, v)
+        if reqs.content is not None:
+            counts = cache_counts([s for name, s in scheds if name == m.name])
+            pm.update(counts.metrics(backend.prefix_caching))
         pm["tp"] = m.tp
         pm["share"] = float(mix.shares[m.index])
         per_model[m.name] = pm
-    cols["model"] = model_of.astype(np.int64)
+    cols["model"] = np.asarray(model_of, dtype=np.int64)
     run_info = {
         "wall_s": t_sim - t0,
         "load_s": t_load - t0,

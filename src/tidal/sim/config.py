@@ -40,6 +40,11 @@ class MemoryConfig(_Strict):
     """Automatic prefix caching, on by default as in vLLM (``--no-prefix-caching``): requests
     whose workload gives prompt content (Mooncake ``hash_ids``, shared prefixes) reuse cached
     full blocks (:mod:`tidal.core.prefix_cache`); workloads without content are unaffected."""
+    host_cache_gib: float = Field(default=0.0, ge=0)
+    """Second prefix-cache tier in host memory per GPU, GiB (vLLM's CPU KV offload; 0: off,
+    ``--host-cache-gib``): blocks evicted from the GPU cache move there; a hit there is loaded
+    over the host link (``augment.host_link_efficiency`` × PCIe) before it counts as computed
+    (:mod:`tidal.core.host_cache`)."""
 
 
 class SchedulerSettings(_Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,9 @@ def rng_streams(seed: int) -> dict[str, np.random.Generator]:
 class SimResult:
     config: SimulationConfig
     metrics: dict[str, Any]
-    columns: dict[str, np.ndarray]
+    columns: MutableMapping[str, np.ndarray]
+    """Per-request columns (a cluster run's are read from disk on demand: a
+    :class:`~tidal.core.spool.ColumnSet`)."""
     run_info: dict[str, Any]
     """Wall-clock and event counts: not deterministic, kept out of ``summary.json``."""
     extras: dict[str, Any] = field(default_factory=dict)
@@ -72,8 +74,24 @@ def make_kv(cfg: SimulationConfig, num_blocks: int, content: bool) -> KVBlockMan
     (otherwise the plain manager, whose results and speed caching cannot change)."""
     mem = cfg.memory
     if mem.prefix_caching and content:
-        return PrefixCachingKVManager(num_blocks, mem.block_size, mem.watermark)
+        host, ns = host_cache_blocks(cfg)
+        return PrefixCachingKVManager(
+            num_blocks, mem.block_size, mem.watermark, 0, host, ns if host else 0.0
+        )
     return KVBlockManager(num_blocks, mem.block_size, mem.watermark)
+
+
+def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
+    """(blocks of the host prefix-cache tier, ns to load one over the host link): blocks of
+    one GPU's KV shard, ``bytes/block = kv bytes per token per GPU × block_size``."""
+    mem = cfg.memory
+    if mem.host_cache_gib <= 0:
+        return 0, 0.0
+    from tidal.sim.augment import host_link_bytes_per_s
+
+    per_block = get_model(cfg.model).kv_bytes_per_token_per_gpu(cfg.tp) * mem.block_size
+    load_ns = per_block / host_link_bytes_per_s(cfg) * 1e9
+    return int(mem.host_cache_gib * 2**30 // per_block), load_ns
 
 
 def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
@@ -84,6 +102,23 @@ def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
         "prefix_cache_hits": kv.cache_hits,
         "prefix_cache_hit_rate": kv.cache_hits / kv.cache_queries if kv.cache_queries else 0.0,
         "prefix_cache_evicted_blocks": getattr(kv, "num_evicted_blocks", 0),
+        **host_tier_metrics(kv),
+    }
+
+
+def host_tier_metrics(kv: KVBlockManager) -> dict[str, Any]:
+    """The host tier's capacity, hits (tokens, part of ``prefix_cache_hits``), load time and
+    dropped blocks; empty without a host tier."""
+    tier = getattr(kv, "_tier", None)
+    if tier is None:
+        return {}
+    hits = getattr(kv, "host_hit_tokens", 0)
+    return {
+        "prefix_cache_host_blocks": tier.capacity,
+        "prefix_cache_host_hits": hits,
+        "prefix_cache_host_hit_rate": hits / kv.cache_queries if kv.cache_queries else 0.0,
+        "prefix_cache_host_load_s": getattr(kv, "host_load_ns", 0) / 1e9,
+        "prefix_cache_host_evicted_blocks": tier.num_evicted_blocks,
     }
 
 

@@ -39,6 +39,7 @@ CONTROL = 3
 
 
 _CHUNK = 65_536
+_LEN_CHUNK = 4096
 
 
 class ArrivalStream:
@@ -164,6 +165,9 @@ class Simulation:
         self._output = requests.output_len
         self._payloads = requests.payloads
         self._content = requests.content
+        self._len_base = -_LEN_CHUNK
+        self._prompt_chunk: list[int] = []
+        self._output_chunk: list[int] = []
         self.make_request = make_request or self._default_request
         self.on_request_finish: Callable[[Request], None] | None = None
         """Called after a request finishes (the cluster's in-flight accounting)."""
@@ -179,7 +183,13 @@ class Simulation:
 
     def _default_request(self, rid: int, t_ns: int) -> Request:
         payload = self._payloads[rid] if self._payloads is not None else None
-        req = Request(rid, t_ns, int(self._prompt[rid]), int(self._output[rid]), payload=payload)
+        i = rid - self._len_base
+        if not 0 <= i < _LEN_CHUNK:  # the lengths as Python ints, a chunk at a time
+            self._len_base = rid
+            self._prompt_chunk = self._prompt[rid : rid + _LEN_CHUNK].tolist()
+            self._output_chunk = self._output[rid : rid + _LEN_CHUNK].tolist()
+            i = 0
+        req = Request(rid, t_ns, self._prompt_chunk[i], self._output_chunk[i], payload=payload)
         if self._content is not None:
             req.content = self._content.block_content(rid, rid)
         return req
@@ -292,8 +302,9 @@ class Simulation:
         pop = heapq.heappop
         cur_seq = self._cur_seq
         stale = self._stale
+        peek = arrivals.peek
         while True:
-            t_arr = arrivals.peek()
+            t_arr = peek()
             t_step = steps[0][0] if steps else INF_NS
             if timers:
                 t_tim, prio = timers[0][0], timers[0][1]

@@ -169,3 +169,32 @@ def unique_content(prompt_len: np.ndarray) -> PrefixContent:
     n = len(prompt_len)
     ids = (1 << 43) + np.arange(n, dtype=np.int64)
     return PrefixContent.from_segments(ids, np.asarray(prompt_len), np.ones(n, dtype=np.int64))
+
+
+def content_token_ids(
+    content: PrefixContent | None, prompt_len: np.ndarray, rng: np.random.Generator, vocab: int
+) -> list[list[int]]:
+    """Token ids for a real engine that realise ``content``: segment ``(id, len)`` is the same
+    ``len`` tokens wherever it occurs (drawn from a generator seeded by both), the rest of
+    each prompt is drawn from ``rng``; so two prompts share a token prefix exactly where
+    their segments do (what the simulator's chain hashes assume). Without content, every
+    prompt is drawn from ``rng``."""
+    plens = [int(p) for p in prompt_len]
+    if content is None:
+        return [rng.integers(0, vocab, p).tolist() for p in plens]
+    ids, lens, count = content.segments()
+    memo: dict[tuple[int, int], list[int]] = {}
+    out: list[list[int]] = []
+    j = 0
+    for i, p in enumerate(plens):
+        toks: list[int] = []
+        for _ in range(int(count[i])):
+            key = (int(ids[j]), int(lens[j]))
+            j += 1
+            if key not in memo:
+                seg = np.random.default_rng([key[0] & ((1 << 63) - 1), key[1], 0x70C5])
+                memo[key] = seg.integers(0, vocab, key[1]).tolist()
+            toks += memo[key]
+        toks = toks[:p]
+        out.append(toks + rng.integers(0, vocab, p - len(toks)).tolist())
+    return out
