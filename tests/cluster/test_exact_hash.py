@@ -82,7 +82,7 @@ GOLDEN: dict[str, str] = {
     "serverlessllm-servegen": "389f2ad7b52dc2c2134f2cb3c02cbc42069498ebd557e85710c77c4c26a66d3c",
     "warmserve": "93e0c197e1e4c3d1dbad7825745a7d07a2c7d36a64aebba10fe89654fbb8542f",
     "warmserve-augmented": "0dcd75a2e8a5808d0ee644ae2fadca3c96baf2ad665db0b26f93ac71b355c8cf",
-    "warmserve-ebplus": "3de91955c8c01a9d696cf014e20794c98132c67d1f5c9e58fce07390a9ef34ef",
+    "warmserve-ebplus": "4dbf8d068c4aef181f114a9faa51594cfd8a1aecada35c73fc0058e6ca75ca63",
     "warmserve-round-robin": "02a4f98b126a36c95476eccf6cc948cff3f73d68086823c06787ce4aca9408e7",
     "warmserve-servegen": "468b6a8eedb35e5e29e135b515723ebbf2e82b6e526ceaa97995d9dc14b84502",
     "warmserve-small-batch": "f270abc3aca55322b965f16ec2b9843d8c145bd2c15dcad127d11f213bed8fbc",

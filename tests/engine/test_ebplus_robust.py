@@ -100,15 +100,15 @@ def test_step_crossover_picks_eb_where_the_fitted_constants_kept_mb():
 ARXIV = {"length_dist": "empirical:arxiv", "max_prompt_len": 8192, "max_output_len": 1024}
 
 
-def test_mb_mode_admits_as_far_as_mb_without_preempting_on_bounded_outputs():
+def test_mb_mode_opt_in_admits_as_far_as_mb_without_preempting_on_bounded_outputs():
     # Grid cell H100 / Qwen3-30B-A3B / arXiv lengths / c = 128 (0.4 s a policy): vLLM's
     # MB never preempts, EB⁺'s MB mode held 15 % below it — capped by the steady-state count
     # bound (its prompt-variance term, on prompts each admission already tests) and a forecast
     # margin at EB's ε = 0.01.
     args = ("h100", "qwen3-30b-a3b", ARXIV, 128, 1200)
     mb = _cell(*args, "mb")
-    old = _cell(*args, "ebplus", mb_count_cap=True, mb_eps=0.01)
-    new = _cell(*args, "ebplus")
+    old = _cell(*args, "ebplus", mb_count_cap=True, mb_eps=0.01)  # the default
+    new = _cell(*args, "ebplus", mb_count_cap=False, mb_eps=0.1)  # the opt-in
     assert mb["num_preemptions"] == 0
     assert old["token_throughput"] < 0.95 * mb["token_throughput"]
     assert new["token_throughput"] >= 0.99 * mb["token_throughput"]
@@ -117,7 +117,8 @@ def test_mb_mode_admits_as_far_as_mb_without_preempting_on_bounded_outputs():
 
 def test_a_preemption_in_mb_mode_restores_ebs_margin():
     s = make_eb(
-        num_blocks=2000, token_budget=1024, max_seqs=256, batching="ebplus", costs=H200_COSTS
+        num_blocks=2000, token_budget=1024, max_seqs=256, batching="ebplus", costs=H200_COSTS,
+        mb_eps=0.1,
     )
     p = s.policy
     assert p.mb_eps == 0.1
