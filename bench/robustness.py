@@ -156,6 +156,15 @@ def report(results: dict[str, list[dict[str, Any]]], extra: dict[str, Any]) -> s
             f"| {fam} | {GUARANTEE[fam]} | {n_ok} of {len(rows)} | "
             f"{worst['check']['ratio']:.3f} ({fmt_label(worst['label'])}) |"
         )
+        if fam == "ebplus":  # the frontier reading (robustness_grid.check_ebplus)
+            n_f = sum(r["check"]["ok_frontier"] for r in rows)
+            n_t = sum(r["check"]["tradeoff"] for r in rows)
+            wf = min(rows, key=lambda r: r["check"]["ratio_frontier"])
+            lines.append(
+                f"| ebplus | same, vs the baselines preempting ≤ EB⁺ + 0.2 % (frontier; "
+                f"{n_t} trade-off cells) | {n_f} of {len(rows)} | "
+                f"{wf['check']['ratio_frontier']:.3f} ({fmt_label(wf['label'])}) |"
+            )
     if extra.get("capacity"):
         cap = extra["capacity"]
         lines.append(

@@ -36,7 +36,8 @@ def primed(s, mu_l=512.0, mu_o=256.0, theta=0.7, n_obs=2048.0):
 
 def signal_of(s) -> float:
     """Δ(N) by hand: MB at min(N_obs, N_max, N_MB), EB's k̂ = θ·min(N_obs, N̂*, N_max) (the default
-    ``crossover_n: effective``), or N_obs for both (``demand``, the reference)."""
+    ``crossover_n: effective``), or N_obs for both (``demand``, the reference); α_MB = max(α_p,
+    α_d) (``mb_alpha: step``) or α_p. (H200_COSTS has no step function: the closed form.)"""
     c = H200_COSTS
     n_mb = n_eb = s.policy.n_obs
     if s.policy.opts.selector.crossover_n == "effective":
@@ -53,6 +54,7 @@ def signal_of(s) -> float:
         c.alpha_d,
         c.beta_d,
         c.beta_mb_e,
+        alpha_mb=max(c.alpha_p, c.alpha_d) if s.policy.opts.cost.mb_alpha == "step" else None,
         k=s.policy.ctl.theta * n_eb,
     )
     return x.delta
@@ -230,7 +232,7 @@ def test_fast_forward_matches_stepping_on_a_switching_run():
 
 
 def test_mb_cap_is_mbs_own_memory_bound_from_the_window():
-    s = make_plus()
+    s = make_plus(mb_cap="mb_safe")
     assert s.policy.n_mb is None
     assert s.policy.mb_cap() is None
     for o in (300, 410, 520, 260, 900, 333) * 20:
@@ -282,7 +284,9 @@ def test_capped_mb_mode_admits_within_the_bound_and_preempts_less():
     rs = request_set([0.0] * 600, [40] * 600, [60 + (i * 53) % 120 for i in range(600)])
     runs = {}
     for cap in ("none", "mb_safe", "forecast"):
-        s = _held_in_mb(cap, num_blocks=700)
+        # the forecast with the steady-state count cap, at EB's ε (``mb_count_cap``)
+        extra = {"mb_count_cap": True, "mb_eps": 0.01} if cap == "forecast" else {}
+        s = _held_in_mb(cap, num_blocks=700, **extra)
         admitted = []
         orig = s.state.admit
 

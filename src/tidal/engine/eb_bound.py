@@ -24,7 +24,7 @@ import numpy as np
 
 from tidal.core.request import Request
 from tidal.engine import eb_theory as theory
-from tidal.engine.kv_forecast import KVForecast
+from tidal.engine.kv_forecast import KVForecast, margin_ell
 from tidal.engine.state import AdmissionTest, EngineState
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ class ForecastGate:
             self.stale = False
         return fc
 
-    def test(self) -> AdmissionTest | None:
-        """Admission test that commits accepted requests to the projection (None: no test).
+    def test(self, eps: float | None = None) -> AdmissionTest | None:
+        """Admission test that commits accepted requests to the projection (None: no test),
+        at overflow probability ``eps`` (default: the forecast's ε).
         Before the first estimate: the ``cold_reserve`` headroom test.
 
         While the projection is stale a candidate that fits even if every running request and
@@ -87,6 +88,7 @@ class ForecastGate:
         if not fc.ready:
             return self._cold_test()
         horizon, hb = float(fc.s[-1]), fc.half_block
+        ell = fc.ell if eps is None else margin_ell(eps)
         worst: list[float] = []  # [Σ(x_i + T + b/2) + reserved, Σ(x_i + T)²/4], at first call
         running = self.state.running
 
@@ -99,11 +101,11 @@ class ForecastGate:
                 worst_m, worst_v = worst
                 xr = req.num_tokens + horizon
                 m, v = worst_m + xr + hb, worst_v + xr * xr / 4.0
-                if m + math.sqrt(v * fc.ell) <= fc.capacity:
+                if m + math.sqrt(v * ell) <= fc.capacity:
                     worst[:] = (m, v)
                     return True
                 self.current()
-            if fc.admit(req.num_tokens, req.num_output_tokens):
+            if fc.admit(req.num_tokens, req.num_output_tokens, ell):
                 return True
             if not running:  # never refuse an empty instance (liveness)
                 self.stale = True

@@ -1,7 +1,8 @@
 """Knobs of the exclusive-batching policies ``eb`` and ``ebplus`` (YAML: ``scheduler.eb``), in
-five groups: ``threshold`` (θ and k, Algorithm 1, §3.1), ``bound`` (what keeps N within the KV
-cache, §2.5), ``phase`` (the phase machine, §3.2), ``demand`` (EB⁺'s demand EMA N_obs and its
-filters, §3.3) and ``selector`` (EB⁺'s crossover test and its MB mode, §3.3).
+six groups: ``threshold`` (θ and k, Algorithm 1, §3.1), ``bound`` (what keeps N within the KV
+cache, §2.5, and EB⁺'s MB mode's margin), ``phase`` (the phase machine, §3.2), ``demand``
+(EB⁺'s demand EMA N_obs and its filters, §3.3), ``selector`` (EB⁺'s crossover test and its
+MB mode, §3.3) and ``cost`` (how the crossover prices the two policies).
 
 Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4) except ``delta``
 (1e-6 s/token), ``n_bound``/``mb_cap`` (``forecast``), ``surge_n`` (``demand``),
@@ -83,6 +84,19 @@ class BoundOptions(_Group):
     (prompts counted whole while they are being prefilled) plus the candidate's must fit in
     ``(1 − cold_reserve)·C``. 0.5 = every admitted context may double before any output length
     has been observed; 0 = vLLM's admission (prompts up to the cache)."""
+    mb_eps: float | None = Field(default=None, gt=0, lt=1)
+    """Overflow probability ε of the MB mode's forecast admission test (``mb_cap:
+    forecast``; None: ``eps``, EB's). A value looser than ``eps`` holds until the first
+    preemption in MB mode, ``eps`` after it: 0.1 with ``mb_count_cap: false`` admits as far as
+    vLLM's MB where outputs are bounded (issue 18's grid: the MoE on H100 with arXiv lengths
+    0.85× → ≥ 0.99× of MB), at the cost of preemptions under shifting output lengths
+    (docs/design/eb-defaults.md)."""
+    mb_count_cap: bool = True
+    """With ``mb_cap: forecast``, also cap MB's running count by the steady-state bound of
+    :func:`eb_theory.stationary_safe_n`. On by default: while the forecast's window still
+    holds short outputs after a shift to long ones (Table 5's H200 distribution shift), the
+    count cap is what keeps MB mode from over-admitting (0 % preempted with it, 13.5 %
+    without)."""
 
 
 class PhaseOptions(_Group):
@@ -161,18 +175,34 @@ class SelectorOptions(_Group):
     (self-calibrated); ``paper`` = the paper's measured quadratic where one exists."""
 
 
+class CostOptions(_Group):
+    """How EB⁺'s crossover prices the two policies (§2.6; issue 18)."""
+
+    crossover_cost: Literal["steps", "linear"] = "steps"
+    """What the crossover evaluates: ``linear`` = the closed form on the fitted constants
+    (§2.6, with ``mb_alpha``, ``crossover_lhs``, ``mb_cost``); ``steps`` = both policies'
+    steady-state cycles on the deployment's step-time function at the operating point
+    (:mod:`tidal.engine.eb_cost`; the closed form where the step function is unknown)."""
+    mb_alpha: Literal["step", "prefill"] = "step"
+    """α_MB, the fixed cost of one MB step in the crossover's RHS: ``prefill`` = α_p (the
+    paper); ``step`` = max(α_p, α_d) — a mixed step reads the weights as a decode step does,
+    and where the prefill fit's intercept vanishes (compute-bound prefills: A100, L40S, A40)
+    α_p credits MB's steps with no fixed cost at all while EB's decode steps pay α_d."""
+
+
 GROUPS: dict[str, type[_Group]] = {
     "threshold": ThresholdOptions,
     "bound": BoundOptions,
     "phase": PhaseOptions,
     "demand": DemandOptions,
     "selector": SelectorOptions,
+    "cost": CostOptions,
 }
 GROUP_OF: dict[str, str] = {f: g for g, m in GROUPS.items() for f in m.model_fields}
 """Group of each knob: where a flat ``scheduler.eb.KNOB`` key goes."""
 
 REFERENCE: dict[str, dict[str, Any]] = {
-    "bound": {"n_bound": "clt", "cold_reserve": 0.0, "forecast_recent": 0},
+    "bound": {"n_bound": "clt", "cold_reserve": 0.0, "forecast_recent": 0, "mb_eps": None},
     "phase": {"n_recovery": "n_max"},
     "demand": {"surge_n": "ema", "ebb_factor": 0.0},
     "selector": {
@@ -182,6 +212,7 @@ REFERENCE: dict[str, dict[str, Any]] = {
         "crossover_lhs": "workload",
         "mb_cost": "paper",
     },
+    "cost": {"mb_alpha": "prefill", "crossover_cost": "linear"},
 }
 """The paper's and its authors' scheduler's forms of every knob where ours differ
 (``preset: reference``)."""
@@ -218,6 +249,7 @@ class EBOptions(StrictModel):
     phase: PhaseOptions = PhaseOptions()
     demand: DemandOptions = DemandOptions()
     selector: SelectorOptions = SelectorOptions()
+    cost: CostOptions = CostOptions()
 
     @model_validator(mode="before")
     @classmethod

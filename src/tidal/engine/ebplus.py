@@ -23,11 +23,20 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
   describes the load that left);
 * LHS: with ``crossover_lhs: steps`` (default) the interference MB pays at N running requests,
   :func:`eb_theory.mb_interference` — the paper's ΔI(r) at N ≥ 1 + μ_O, less below, where
-  most MB steps carry no prefill.
+  most MB steps carry no prefill; RHS with ``α_MB = max(α_p, α_d)`` (``mb_alpha: step``: a
+  mixed step reads the weights as a decode step does);
+* with ``crossover_cost: steps`` (default, where the deployment's step-time function is known)
+  the signal is ``c_MB − c_EB`` from both policies' steady-state cycles evaluated on that
+  function at ``N = min(N_obs, N̂*, N_max)`` (:mod:`tidal.engine.eb_cost`) — the closed form's
+  linear constants misplace the crossover where the step time is not linear at the operating
+  point (issue 18's robustness grid: 51 of 420 cells where EB won and EB⁺ kept MB).
 
 The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
 default: each admission must keep the running set's age-conditioned projected occupancy within
-the cache, :mod:`tidal.engine.kv_forecast`, under a count cap of the steady-state bound below),
+the cache, :mod:`tidal.engine.kv_forecast`, at overflow probability ``mb_eps`` (default 0.1)
+until the first preemption in MB mode and EB's ε after it; ``mb_count_cap`` adds a count cap
+of the steady-state bound, whose prompt-variance term guards against prompts the per-admission
+test already sees),
 or at most ``N_MB`` running requests (``mb_cap: mb_safe``): the §2.5 CLT bound ``N·D +
 σ·sqrt(N·ln(1/ε)) ≤ C`` evaluated with MB's own slot occupancy instead of EB's cycle — in steady
 state ``D = μ_L + E[O²]/(2E[O])`` (renewal reward; the paper's ``D(θ → 0) = μ_L + 1/p0`` for
@@ -59,6 +68,7 @@ import numpy as np
 from tidal.core.request import Request
 from tidal.engine import eb_theory as theory
 from tidal.engine.eb import DECODE, INITIAL_FILL, ExclusiveBatching
+from tidal.engine.eb_cost import step_crossover
 from tidal.engine.eb_options import EBOptions
 from tidal.engine.kv_forecast import KVForecast
 from tidal.engine.mb import MixedBatching
@@ -115,6 +125,9 @@ class EBPlus(BatchingPolicy):
         """Time of the steps run in MB mode (EB mode's: ``eb.eb_ns``)."""
         self._signals: deque[float] = deque(maxlen=opts.selector.signal_window)
         self.demand = 0
+        self.mb_eps = opts.bound.eps if opts.bound.mb_eps is None else opts.bound.mb_eps
+        """ε of the MB mode's forecast test: ``mb_eps`` until the first preemption in MB mode,
+        then ``eps``."""
         self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
         self._log(0, "start", _NAN, _NAN, _NAN, opts.selector.delta)
 
@@ -139,6 +152,9 @@ class EBPlus(BatchingPolicy):
     # ------------------------------------------------------------------ state events
     def on_preempted(self, req: Request, lost_tokens: int) -> None:
         self.eb.on_preempted(req, lost_tokens)
+        if self.mode == "mb":
+            # the cache overflowed under MB's looser margin: from now on, EB's ε
+            self.mb_eps = self.ctl.opts.bound.eps
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.eb.on_finished(req, now_ns)
@@ -183,16 +199,23 @@ class EBPlus(BatchingPolicy):
             c.alpha_d,
             c.beta_d,
             lambda r: c.beta_mb_e(r, paper_fit=paper),
+            alpha_mb=max(c.alpha_p, c.alpha_d) if opts.cost.mb_alpha == "step" else None,
             k=theta0 * n_eb,
             mixed_steps=opts.selector.crossover_lhs == "steps",
         )
-        signal = x.delta
+        lhs, rhs, signal = x.lhs, x.rhs, x.delta
+        if opts.cost.crossover_cost == "steps" and c.step_ns is not None:
+            n_eb = min(n_obs, float(ctl.n_target()))
+            y = step_crossover(
+                c.step_ns, n_eb, n_eb, theta0 * n_eb, stats.mu_l, stats.mu_o, self.state.step_budget
+            )
+            lhs, rhs, signal = y.c_mb, y.c_eb, y.delta
         if n_obs >= opts.demand.drain_n:
             self._signals.append(signal)
         delta = opts.selector.delta
         if opts.selector.delta_adaptive and len(self._signals) >= 4:
             delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
-        self._log(now_ns, event, x.lhs, x.rhs, signal, delta)
+        self._log(now_ns, event, lhs, rhs, signal, delta)
         if self.cooldown_left > 0:
             self.cooldown_left -= 1
             return
@@ -261,13 +284,15 @@ class EBPlus(BatchingPolicy):
             return self.n_mb
         if kind == "n_hat":
             return self.ctl.n_target()
-        if kind == "forecast":
+        if kind == "forecast" and self.ctl.opts.bound.mb_count_cap:
             return self.ctl.n_stat
         return None
 
     def _mb_test(self) -> AdmissionTest | None:
         gate = self.eb.gate
-        return gate.test() if gate is not None and self.mb_cap_kind == "forecast" else None
+        if gate is None or self.mb_cap_kind != "forecast":
+            return None
+        return gate.test(self.mb_eps)
 
     def _log(
         self, now_ns: int, event: str, lhs: float, rhs: float, signal: float, delta: float

@@ -46,6 +46,11 @@ ROOM_CHUNK = 32
 """First chunk of :meth:`KVForecast.room` (then doubling)."""
 
 
+def margin_ell(eps: float) -> float:
+    """z² = 2·ln(1/ε) of the margin z·σ (ε clipped to [1e-6, 0.5])."""
+    return 2.0 * math.log(1.0 / min(max(eps, 1e-6), 0.5))
+
+
 def _survival(o: np.ndarray, t_max: int) -> np.ndarray:
     """``S(t) = #{O > t} / n`` for t = 0 … t_max + 1."""
     counts = np.bincount(o, minlength=t_max + 2).astype(np.float64)
@@ -56,7 +61,7 @@ class KVForecast:
     def __init__(self, capacity_tokens: int, block_size: int, eps: float) -> None:
         self.capacity = float(capacity_tokens)
         self.half_block = block_size / 2.0
-        self.ell = 2.0 * math.log(1.0 / min(max(eps, 1e-6), 0.5))
+        self.ell = margin_ell(eps)
         """z² of the margin z·σ: the Gaussian tail bound ``exp(−z²/2) = ε``."""
         self.surv: np.ndarray | None = None
         """``S(t) = P(O > t)`` for t = 0 … T + 1 (None until the first estimate)."""
@@ -122,14 +127,15 @@ class KVForecast:
         vx2, vx, vn = np.stack([sx2, sx, n]) @ w
         self.var = vx2 + 2.0 * s_ * vx + s_ * s_ * vn
 
-    def admit(self, tokens: int, age: int = 0) -> bool:
+    def admit(self, tokens: int, age: int = 0, ell: float | None = None) -> bool:
         """Admit a request holding ``tokens`` tokens once prefilled, ``age`` outputs generated,
-        if the margin holds at every grid step; on success it joins the projection."""
+        if the margin holds at every grid step (``ell``: z² of this test, default the
+        forecast's own); on success it joins the projection."""
         q = self._q(np.array([age], dtype=np.int64))[0]
         xs = tokens + self.s
         mean = self.mean + (xs + self.half_block) * q
         var = self.var + xs * xs * q * (1.0 - q)
-        if np.any(mean + np.sqrt(var * self.ell) > self.capacity):
+        if np.any(mean + np.sqrt(var * (self.ell if ell is None else ell)) > self.capacity):
             return False
         self.mean, self.var = mean, var
         self.version += 1

@@ -34,7 +34,8 @@ Where the coefficients come from:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidal.hardware.calibration import CALIBRATIONS
@@ -208,6 +209,10 @@ class StepCosts:
     interference: Quadratic = Quadratic(0.0, 0.0, 0.0)
     mb_cost_fit: Quadratic | None = None
     source: str = ""
+    step_ns: Callable[..., int] | None = field(default=None, compare=False, repr=False)
+    """The deployment's step-time function (``PerfModel.step_ns``) the constants were fitted
+    to, when known: EB⁺'s crossover may evaluate it at the operating point
+    (:mod:`tidal.engine.eb_cost`)."""
 
     def beta_eb_w(self, r: float) -> float:
         return beta_eb_w(r, self.beta_p, self.beta_d)
@@ -251,4 +256,5 @@ def step_costs(model: ModelSpec, gpu: GPUSpec, tp: int, perf: PerfModel) -> Step
         q = step_interference(model, gpu, tp)[0]
     else:  # a measured profile: its machine is not ``gpu``, and it measured no interference
         q = Quadratic(0.0, 0.0, 0.0)
-    return StepCosts(a_p, b_p, a_d, b_d, q, MB_COST_FITS.get((model.name, gpu.name, tp)), src)
+    fit = MB_COST_FITS.get((model.name, gpu.name, tp))
+    return StepCosts(a_p, b_p, a_d, b_d, q, fit, src, perf.step_ns)
