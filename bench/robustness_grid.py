@@ -17,8 +17,9 @@ group is one comparison of a paper's policy with its baselines.
   services × a rate ladder, placements dedicated / ServerlessLLM / MuxServe / WarmServe.
   The ladder is 0.5, 1, 2, 4 req/s (every placement), then geometric by √2 up to 128 req/s
   (:data:`LADDER`), climbed per setting until both WarmServe and MuxServe have fallen below
-  90 % SLO attainment; a placement that has fallen below is not run at higher rungs, except
-  ServerlessLLM, which runs beside WarmServe for the TTFT guarantee (:func:`ladder_policies`).
+  90 % SLO attainment; MuxServe is not run above a rung where it fell below, ServerlessLLM
+  runs beside WarmServe for the TTFT guarantee, dedicated only at the first four rates
+  (:func:`ladder_policies`).
   Guarantees: WarmServe's P99 TTFT ≤ ServerlessLLM's for every model of every cell, and its
   highest rate with SLO attainment ≥ 90 % ≥ MuxServe's, per (cluster, model set, service).
 """
@@ -224,7 +225,8 @@ def ladder_policies(attainment: dict[str, dict[float, float]]) -> list[str] | No
     ``attainment[placement][rate]`` = SLO attainment at the rungs run so far. A placement stays
     while it met the SLO at every rung it ran (:func:`highest_rate` can still grow); the ladder
     ends once neither WarmServe nor MuxServe stays (their highest rates are then known).
-    ServerlessLLM always runs beside WarmServe: the TTFT guarantee pairs them in every cell."""
+    ServerlessLLM always runs beside WarmServe: the TTFT guarantee pairs them in every cell.
+    Dedicated GPUs (in no guarantee) run at the first rungs only, to bound the ladder's cost."""
 
     def stays(p: str) -> bool:
         lad = attainment.get(p, {})
@@ -232,8 +234,7 @@ def ladder_policies(attainment: dict[str, dict[float, float]]) -> list[str] | No
 
     if not (stays("warmserve") or stays("muxserve")):
         return None
-    keep = {"warmserve", "serverlessllm"} | {p for p in WARM_PLACEMENTS if stays(p)}
-    return [p for p in WARM_PLACEMENTS if p in keep]
+    return ["warmserve", "serverlessllm", *(["muxserve"] if stays("muxserve") else [])]
 
 
 # ----------------------------------------------------------------------------- guarantees

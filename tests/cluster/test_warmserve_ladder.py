@@ -19,13 +19,13 @@ def test_ladder_rungs_are_geometric_above_the_first_rates() -> None:
         assert abs(b / a - 2**0.5) < 1e-3
 
 
-def test_a_placement_below_the_slo_drops_out_but_serverlessllm_stays() -> None:
+def test_muxserve_below_the_slo_drops_out_but_serverlessllm_stays() -> None:
     ok, bad = {4.0: 0.95, 5.66: 0.91}, {4.0: 0.95, 5.66: 0.89}
-    att = {"warmserve": ok, "serverlessllm": bad, "muxserve": bad, "dedicated": bad}
+    att = {"warmserve": ok, "serverlessllm": bad, "muxserve": bad, "dedicated": ok}
     assert rg.ladder_policies(att) == ["warmserve", "serverlessllm"]
     att = {"warmserve": bad, "serverlessllm": bad, "muxserve": ok, "dedicated": ok}
     # WarmServe below the SLO still runs: the TTFT guarantee pairs it with ServerlessLLM
-    assert rg.ladder_policies(att) == ["warmserve", "serverlessllm", "muxserve", "dedicated"]
+    assert rg.ladder_policies(att) == ["warmserve", "serverlessllm", "muxserve"]
 
 
 def test_the_ladder_ends_once_warmserve_and_muxserve_are_both_below() -> None:
