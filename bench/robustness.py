@@ -119,26 +119,100 @@ def evaluate(fam: str, g: rg.Group, out: Path) -> dict[str, Any]:
     return check
 
 
-def capacity_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """WarmServe's highest rate within the SLO against MuxServe's, per cluster setting."""
-    ladders: dict[tuple[str, str, str], dict[str, dict[float, float]]] = {}
+def ladders(
+    rows: list[dict[str, Any]],
+) -> dict[tuple[str, str, str], dict[str, dict[float, float]]]:
+    """``{setting: {placement: {rate: SLO attainment}}}`` from the WarmServe family's rows."""
+    out: dict[tuple[str, str, str], dict[str, dict[float, float]]] = {}
     for r in rows:
         lab = r["label"]
         key = (lab["spec"], lab["models"], lab["trace"])
         for p, att in r["check"]["attainment"].items():
-            ladders.setdefault(key, {}).setdefault(p, {})[lab["rate"]] = att
+            out.setdefault(key, {}).setdefault(p, {})[lab["rate"]] = att
+    return out
+
+
+def capacity_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """WarmServe's highest rate within the SLO against MuxServe's, per cluster setting.
+    ``at_least[p]``: p met the SLO at every rung it ran (the ladder ended first), so its
+    highest rate is a lower bound."""
     out = []
-    for key, lad in ladders.items():
-        ws, mx = rg.highest_rate(lad["warmserve"]), rg.highest_rate(lad["muxserve"])
+    for key, lad in ladders(rows).items():
+        top = {p: rg.highest_rate(a) for p, a in lad.items()}
+        at_least = {p: all(v >= rg.SLO_ATTAINMENT for v in a.values()) for p, a in lad.items()}
+        ws, mx = top["warmserve"], top["muxserve"]
         out.append(
             {
                 "label": dict(zip(("spec", "models", "trace"), key, strict=True)),
                 "warmserve": ws,
                 "muxserve": mx,
                 "ok": ws >= mx,
+                "highest": top,
+                "at_least": at_least,
+                "ladder": lad,
             }
         )
     return out
+
+
+def run_warmserve(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    """The WarmServe family: the first rungs of every setting, then each setting's ladder one
+    rung at a time while :func:`robustness_grid.ladder_policies` keeps it going."""
+    out = root / "warmserve"
+    settings = rg.warmserve_settings()[:: 3 if args.quick else 1]
+    rows: list[dict[str, Any]] = []
+    t0, n_cells = time.perf_counter(), 0
+    rungs: list[tuple[float, ...]] = [rg.CLUSTER_RATES, *((r,) for r in rg.LADDER)]
+    for k, rates in enumerate(rungs):
+        lad = ladders(rows)
+        groups = []
+        for s in settings:
+            pols = None if k == 0 else rg.ladder_policies(lad.get(s, {}))
+            if k == 0 or pols is not None:
+                groups += [rg.warmserve_group(s, r, pols) for r in rates]
+        if not groups:
+            break
+        cells = [c for g in groups for c in group_cells(g)]
+        n_cells += len(cells)
+        failed = run_all(cells, out, args.workers, f"warmserve rung {rates}")
+        for g in groups:
+            if any(f"{g.group_id}-{p}" in failed for p in g.policies):
+                errs = {p: failed.get(f"{g.group_id}-{p}") for p in g.policies}
+                print(f"  skipped {g.group_id}: {errs}", file=sys.stderr)
+                continue
+            rows.append(
+                {"label": g.label, "extra": g.extra, "check": evaluate("warmserve", g, out)}
+            )
+    wall = time.perf_counter() - t0
+    print(f"warmserve: {n_cells} cells, {wall:.0f} s", file=sys.stderr, flush=True)
+    WARM_RUN.update(cells=n_cells, wall_s=wall)
+    return rows
+
+
+WARM_RUN: dict[str, float] = {}
+"""The WarmServe family's cell count and wall seconds of this invocation (for the JSON)."""
+
+
+def capacity_table(cap: list[dict[str, Any]]) -> list[str]:
+    """Highest rate within the SLO per setting and placement (≥: the ladder ended first)."""
+    pls = rg.WARM_PLACEMENTS
+    lines = [
+        "",
+        "WarmServe highest rate within the SLO (req/s; ≥: still met at its last rung):",
+        "",
+    ]
+    lines += [
+        "| setting | " + " | ".join(pls) + " | WarmServe ≥ MuxServe |",
+        "|---" * (len(pls) + 2) + "|",
+    ]
+    for c in cap:
+        cells = [f"{'≥ ' if c['at_least'][p] else ''}{c['highest'][p]:g}" for p in pls]
+        lines.append(
+            f"| {fmt_label(c['label'])} | "
+            + " | ".join(cells)
+            + f" | {'yes' if c['ok'] else 'NO'} |"
+        )
+    return lines
 
 
 def fmt_label(lab: dict[str, Any]) -> str:
@@ -167,10 +241,13 @@ def report(results: dict[str, list[dict[str, Any]]], extra: dict[str, Any]) -> s
             )
     if extra.get("capacity"):
         cap = extra["capacity"]
+        worst = min(cap, key=lambda c: c["warmserve"] / c["muxserve"] if c["muxserve"] else 9e9)
+        wr = worst["warmserve"] / worst["muxserve"] if worst["muxserve"] else float("inf")
         lines.append(
             f"| warmserve | highest rate within SLO ≥ MuxServe's | "
-            f"{sum(c['ok'] for c in cap)} of {len(cap)} | |"
+            f"{sum(c['ok'] for c in cap)} of {len(cap)} | {wr:.3f} ({fmt_label(worst['label'])}) |"
         )
+        lines += capacity_table(cap)
     lines += ["", "Failing cells:", ""]
     for fam, rows in results.items():
         for r in rows:
@@ -217,6 +294,8 @@ def figure(fam: str, rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def run_family(fam: str, args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    if fam == "warmserve":
+        return run_warmserve(args, root)
     out = root / fam
     groups = family_groups(fam, args, root)
     if args.quick:
@@ -265,7 +344,12 @@ def main(argv: Iterable[str] | None = None) -> None:
     (args.out / "robustness.md").write_text(text)
     (args.out / "robustness.json").write_text(
         json.dumps(
-            {"results": results, **extra, "wall_s": time.perf_counter() - t0},
+            {
+                "results": results,
+                **extra,
+                "warmserve_run": WARM_RUN,
+                "wall_s": time.perf_counter() - t0,
+            },
             indent=1,
             default=float,
         )

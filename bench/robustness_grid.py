@@ -14,7 +14,12 @@ group is one comparison of a paper's policy with its baselines.
   capacity to 1.5× it, policies vLLM-style / INFERCEPT / AugServe. Guarantee: AugServe's
   effective throughput ≥ INFERCEPT's − 1 % and its P99 TTFT ≤ 1.1 × INFERCEPT's.
 * ``warmserve``: clusters of 2 × 8 GPUs (H100, A100, H200) × two model sets × the two Azure
-  services × four rates, placements dedicated / ServerlessLLM / MuxServe / WarmServe.
+  services × a rate ladder, placements dedicated / ServerlessLLM / MuxServe / WarmServe.
+  The ladder is 0.5, 1, 2, 4 req/s (every placement), then geometric by √2 up to 128 req/s
+  (:data:`LADDER`), climbed per setting until both WarmServe and MuxServe have fallen below
+  90 % SLO attainment; MuxServe is not run above a rung where it fell below, ServerlessLLM
+  runs beside WarmServe for the TTFT guarantee, dedicated only at the first four rates
+  (:func:`ladder_policies`).
   Guarantees: WarmServe's P99 TTFT ≤ ServerlessLLM's for every model of every cell, and its
   highest rate with SLO attainment ≥ 90 % ≥ MuxServe's, per (cluster, model set, service).
 """
@@ -55,6 +60,9 @@ MODEL_SETS = {
     "llama3": ["llama-3.1-8b", "llama-3.1-8b", "qwen3-8b", "llama-3.1-70b"],
 }
 CLUSTER_RATES = (0.5, 1.0, 2.0, 4.0)
+LADDER = tuple(round(4.0 * 2 ** (k / 2), 2) for k in range(1, 11))
+"""Rungs above :data:`CLUSTER_RATES`: 5.66, 8, 11.31, …, 90.51, 128 req/s (factor √2)."""
+WARM_PLACEMENTS = ["warmserve", "serverlessllm", "muxserve", "dedicated"]
 AZURE = {
     "conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv.gz",
     "code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz",
@@ -187,28 +195,46 @@ def capacity_probe(model: str, gpu: str, tp: int, num_requests: int = 600) -> di
     return base
 
 
+def warmserve_settings() -> list[tuple[str, str, str]]:
+    """(cluster spec, model set, Azure service) of every WarmServe ladder."""
+    return [(c, m, t) for c in CLUSTER_SPECS for m in MODEL_SETS for t in AZURE]
+
+
+def warmserve_group(
+    setting: tuple[str, str, str], rate: float, placements: list[str] | None = None
+) -> Group:
+    spec, set_name, service = setting
+    base = {
+        "workload": {"trace": AZURE[service]},
+        "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
+        "cluster": {"spec": spec, "models": MODEL_SETS[set_name], "mix": {"rate": rate}},
+    }
+    label = {"spec": spec, "models": set_name, "trace": service, "rate": rate}
+    pols = list(WARM_PLACEMENTS if placements is None else placements)
+    return Group("warmserve", label, base, "cluster.placement", pols)
+
+
 def warmserve_groups() -> list[Group]:
-    groups = []
-    for spec in CLUSTER_SPECS:
-        for set_name, models in MODEL_SETS.items():
-            for service, trace in AZURE.items():
-                for rate in CLUSTER_RATES:
-                    base = {
-                        "workload": {"trace": trace},
-                        "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
-                        "cluster": {"spec": spec, "models": models, "mix": {"rate": rate}},
-                    }
-                    label = {"spec": spec, "models": set_name, "trace": service, "rate": rate}
-                    groups.append(
-                        Group(
-                            "warmserve",
-                            label,
-                            base,
-                            "cluster.placement",
-                            ["warmserve", "serverlessllm", "muxserve", "dedicated"],
-                        )
-                    )
-    return groups
+    """The ladders' first rungs (:data:`CLUSTER_RATES`), every placement."""
+    return [warmserve_group(s, r) for s in warmserve_settings() for r in CLUSTER_RATES]
+
+
+def ladder_policies(attainment: dict[str, dict[float, float]]) -> list[str] | None:
+    """The placements to run at a setting's next rung, or None when its ladder ends.
+
+    ``attainment[placement][rate]`` = SLO attainment at the rungs run so far. A placement stays
+    while it met the SLO at every rung it ran (:func:`highest_rate` can still grow); the ladder
+    ends once neither WarmServe nor MuxServe stays (their highest rates are then known).
+    ServerlessLLM always runs beside WarmServe: the TTFT guarantee pairs them in every cell.
+    Dedicated GPUs (in no guarantee) run at the first rungs only, to bound the ladder's cost."""
+
+    def stays(p: str) -> bool:
+        lad = attainment.get(p, {})
+        return bool(lad) and all(a >= SLO_ATTAINMENT for a in lad.values())
+
+    if not (stays("warmserve") or stays("muxserve")):
+        return None
+    return ["warmserve", "serverlessllm", *(["muxserve"] if stays("muxserve") else [])]
 
 
 # ----------------------------------------------------------------------------- guarantees

@@ -58,29 +58,32 @@ def compare_perf_models(args: argparse.Namespace) -> None:
         sat = run_simulation(config(4000, float("inf"), True, kind, **dep))
         rate = round(0.8 * sat.metrics["request_throughput"], 3)
         cfg = config(args.requests, rate, True, kind, **dep)
-        runs[kind] = (rate, cfg, load_requests(cfg), [])
+        runs[kind] = (rate, cfg, load_requests(cfg), [], [])
     res = {}
     for _ in range(args.repeats):
-        for kind, (_rate, cfg, reqs, times) in runs.items():
-            t0 = time.perf_counter()
+        for kind, (_rate, cfg, reqs, times, cpu) in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
             res[kind] = run_simulation(cfg, reqs)
             times.append(time.perf_counter() - t0)
-    rows, base = [], None
-    for kind, (rate, _cfg, _reqs, times) in runs.items():
-        med = statistics.median(times)
-        base = base or med
+            cpu.append(time.process_time() - c0)
+    rows, base, base_cpu = [], None, None
+    for kind, (rate, _cfg, _reqs, times, cpu) in runs.items():
+        med, med_cpu = statistics.median(times), statistics.median(cpu)
+        base, base_cpu = base or med, base_cpu or med_cpu
         m = res[kind].metrics
         data["models"][kind] = {
             "rate_req_s": rate, "median_wall_s": med, "wall_s": times,
+            "median_cpu_s": med_cpu, "cpu_s": cpu, "speed_vs_first_cpu": base_cpu / med_cpu,
             "req_per_wall_s": args.requests / med, "speed_vs_first": base / med,
             "events": res[kind].run_info["num_events"], "steps": m["num_steps"],
             "source": m["perf_model_source"],
         }  # fmt: skip
         rows.append([kind, m["perf_model_source"], f"{rate}", f"{m['num_steps']:,}",
-                     f"{med:.3f}", f"{args.requests / med:,.0f}",
-                     f"{base / med:.2f}x"])  # fmt: skip
+                     f"{med:.3f}", f"{med_cpu:.3f}", f"{args.requests / med:,.0f}",
+                     f"{base / med:.2f}x", f"{base_cpu / med_cpu:.2f}x"])  # fmt: skip
     print(md_table(["perf model", "source", "offered req/s", "steps", "median wall s",
-                    "simulated req / wall s", "speed vs first"], rows))  # fmt: skip
+                    "median CPU s", "simulated req / wall s", "speed vs first (wall)",
+                    "speed vs first (CPU)"], rows))  # fmt: skip
     save(f"sim_speed_perf_models_{args.model}_{args.gpu}_tp{args.tp}", data)
 
 

@@ -259,6 +259,9 @@ class CorrectedRooflinePerfModel(PerfModel):
         L = model.num_layers
         self._kv_layer = kvb
         self.ctx_slope = L * kvb / (a.decode_eta_bw * gpu.mem_bw)
+        # attn_prefill_s's per-deployment factors, grouped as its formula groups them
+        self._pre_c = (2.0 * (model.num_heads // tp) * model.d_head, a.prefill_eta_flops
+                       * gpu.flops, self._eta_b * gpu.mem_bw, a.prefill_t0_us)  # fmt: skip
         self._floor = weight_read_floor_s(model, gpu, tp)
         self._link_bw, self._link_c = self._link(gpu)
         self._tok_cache: dict[int, float] = {}
@@ -363,11 +366,11 @@ class CorrectedRooflinePerfModel(PerfModel):
     def attn_prefill_s(self, prefill_attn: int, prefill_ctx: int, num_prefills: int) -> float:
         if num_prefills == 0:
             return 0.0
-        a, m = self.c.attention, self.model
-        q = m.num_heads // self.tp
-        comp = 2.0 * q * m.d_head * prefill_attn / (a.prefill_eta_flops * self.gpu.flops)
-        read = self._kv_layer * prefill_ctx / (self._eta_b * self.gpu.mem_bw)
-        return m.num_layers * (num_prefills * a.prefill_t0_us * 1e-6 + comp + read)
+        # L·(m·t0 + 2·q·d·P_attn / (η_F·F) + kv_layer·C / (η_B·BW)), q = heads / TP
+        flop, comp_den, read_den, t0 = self._pre_c
+        comp = flop * prefill_attn / comp_den
+        read = self._kv_layer * prefill_ctx / read_den
+        return self.model.num_layers * (num_prefills * t0 * 1e-6 + comp + read)
 
     # ---------------------------------------------------------------- the step
     def step_seconds(

@@ -147,6 +147,10 @@ def _table(grid: Grid2D, extend_rows: bool = True) -> _Table2D:
     return hit[1]
 
 
+_BLOCK = 512
+"""Token counts whose linear-part times :meth:`MeasuredPerfModel.tokens_s` evaluates at once."""
+
+
 class MeasuredPerfModel(PerfModel):
     name = "measured"
 
@@ -187,6 +191,8 @@ class MeasuredPerfModel(PerfModel):
         self._pre_cache: dict[tuple[int, int, int, int], float] = {}
         self._tok_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}
+        self._tok_blocks: dict[int, list[float]] = {}
+        self._fb_dec, self._fb_slope = self.fb._dec_cache, self.fb.ctx_slope
 
     @property
     def parts(self) -> dict[str, str]:
@@ -214,7 +220,12 @@ class MeasuredPerfModel(PerfModel):
     def tokens_s(self, tokens: int) -> float:
         t = self._tok_cache.get(tokens)
         if t is None:
-            t = self._tok.at(tokens)
+            b, i = divmod(tokens, _BLOCK)
+            blk = self._tok_blocks.get(b)
+            if blk is None:  # Curve.many equals Curve.at element by element (interp.py)
+                xs = np.arange(b * _BLOCK, (b + 1) * _BLOCK, dtype=np.float64)
+                blk = self._tok_blocks[b] = self._tok.many(xs).tolist()
+            t = blk[i]
             if self.tp > 1:
                 m = self.model
                 nbytes = tokens * m.hidden_size * m.dtype_bytes
@@ -278,21 +289,25 @@ class MeasuredPerfModel(PerfModel):
             self.seqs_s(seqs) if sq is None else sq
         )
         if num_prefills:
-            key = (prefill_tokens, prefill_ctx, num_prefills, prefill_attn)
-            pre = self._pre_cache.get(key)
-            if pre is None:
-                pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
-                if pre < 0:
-                    pre = self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
-                if len(self._pre_cache) < 65536:
-                    self._pre_cache[key] = pre
-            const += pre
+            if self._pre is None:  # the fallback's closed form: cheaper than a cache lookup
+                const += self.fb.attn_prefill_s(prefill_attn, prefill_ctx, num_prefills)
+            else:
+                key = (prefill_tokens, prefill_ctx, num_prefills, prefill_attn)
+                pre = self._pre_cache.get(key)
+                if pre is None:
+                    pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
+                    if len(self._pre_cache) < 65536:
+                        self._pre_cache[key] = pre
+                const += pre
         if const < self._floor:
             const = self._floor
         if num_decodes == 0:
             return const
         if self._dec is None:
-            return const + self.fb._dec_fixed(num_decodes) + self.fb.ctx_slope * decode_ctx
+            fixed = self._fb_dec.get(num_decodes)
+            if fixed is None:
+                fixed = self.fb._dec_fixed(num_decodes)
+            return const + fixed + self._fb_slope * decode_ctx
         curve = self._dec_curves.get(num_decodes) or self._dec_curve(num_decodes)
         return curve.plus(const, decode_ctx)
 
