@@ -131,7 +131,8 @@ def test_persistent_step_failures_end_the_engine_and_health_tells_the_truth(monk
         for _ in range(MAX_CONSECUTIVE_STEP_FAILURES):
             assert client.post("/v1/completions", json=_body()).status_code == 500
         deadline = time.monotonic() + 10
-        while driver.alive and time.monotonic() < deadline:
+        # ``alive`` turns false when the failure is recorded, before on_fatal runs: wait for both
+        while (driver.alive or not fatal) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not driver.alive
         assert len(fatal) == 1
