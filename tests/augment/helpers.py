@@ -59,12 +59,22 @@ def make(
     deployment: tuple[str, str, int] = ("gpt-j-6b", "a100-80gb", 1),
     eb: EBOptions | None = None,
     prefix_caching: bool = False,
+    host_tier: int = 0,
     **kw,
 ) -> Scheduler:
     """``batching`` other than mb needs EB's step costs: those of ``perf`` (default
-    unit_perf) for the ``deployment`` (model, GPU, TP)."""
-    kv_cls = PrefixCachingKVManager if prefix_caching else KVBlockManager
-    kv = kv_cls(num_blocks, block_size, watermark, host_blocks)
+    unit_perf) for the ``deployment`` (model, GPU, TP). ``host_tier``: blocks of the prefix
+    cache's host tier, loaded at the swap link's speed (``block_size × swap_ns_per_token``
+    per block)."""
+    kv: KVBlockManager
+    if prefix_caching:
+        load_ns = block_size * swap_ns_per_token
+        kv = PrefixCachingKVManager(
+            num_blocks, block_size, watermark, host_blocks, host_tier, load_ns
+        )
+    else:
+        assert not host_tier, "a host tier needs the prefix cache"
+        kv = KVBlockManager(num_blocks, block_size, watermark, host_blocks)
     m, g, tp = deployment
     costs = step_costs(get_model(m), get_gpu(g), tp, perf or unit_perf())
     s = build_augmented_scheduler(

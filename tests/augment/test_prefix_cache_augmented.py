@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.augment.helpers import augmented_workloads, make, spec, workload
@@ -59,12 +59,14 @@ POLICIES = [("vllm", None), ("infercept", None), ("augserve", None), ("vllm", "s
     host=st.sampled_from([0, 40, 10_000]),
     block_size=st.sampled_from([4, 16]),
     max_seqs=st.integers(1, 12),
+    tier=st.sampled_from([0, 6]),
 )
 def test_cached_augmented_contexts_keep_invariants_and_exact_fast_forward(
-    rs, policy, spare, host, block_size, max_seqs
+    rs, policy, spare, host, block_size, max_seqs, tier
 ):
-    """Checked schedulers (every step asserts the KV and swap invariants) over the prefix
-    caching manager: fast-forward and stepping agree, every block and host block returns."""
+    """Checked schedulers (every step asserts the KV, swap and host-tier invariants) over the
+    prefix caching manager, with or without a host tier beside the swap space: fast-forward
+    and stepping agree, every block and host block returns."""
     rs = dataclasses.replace(rs, content=unique_content(rs.prompt_len))
     longest = int((rs.prompt_len + rs.output_len + rs.extra["return_tokens"]).max())
     blocks = -(-longest // block_size) + 2 + spare
@@ -82,6 +84,7 @@ def test_cached_augmented_contexts_keep_invariants_and_exact_fast_forward(
             predictor="oracle",
             swap_ns_per_token=20_000.0,
             prefix_caching=True,
+            host_tier=tier,
         )
         rec, _ = run_sched(rs, s, fast_forward=ff)
         runs.append((rec, s))
@@ -93,6 +96,8 @@ def test_cached_augmented_contexts_keep_invariants_and_exact_fast_forward(
     assert s1.augmentation.recompute_hit_tokens == s2.augmentation.recompute_hit_tokens
     assert s2.kv.num_free_blocks == s2.kv.num_blocks
     assert s2.kv.num_free_host_blocks == s2.kv.num_host_blocks
+    if tier:
+        event("host-tier hits" if s2.kv.host_hit_tokens else "no host-tier hit")
 
 
 # ---------------------------------------------------------------- hand-derived re-hits

@@ -104,6 +104,15 @@ class PrefixCachingKVManager(KVBlockManager):
         match depends on nothing else, so one made at the same version is reused."""
         self._memo: tuple[tuple[int, int, int], list[_Hit], int, int] | None = None
 
+    def add_host_tier(self, num_blocks: int, load_ns_per_block: float) -> None:
+        """Give the cache a host tier of ``num_blocks`` (a cluster engine gets it when it
+        starts, as its swap space); only before anything was evicted."""
+        if self._tier is not None or self.num_evicted_blocks:
+            raise RuntimeError("a host tier is added once, before any eviction")
+        if num_blocks > 0:
+            self._tier = HostTier(num_blocks)
+            self.load_ns_per_block = load_ns_per_block
+
     # ------------------------------------------------------------------ free queue
     def _push_anon(self, count: int) -> None:
         if count <= 0:

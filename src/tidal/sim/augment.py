@@ -134,6 +134,23 @@ def measured_iteration_profile(
     return IterationProfile(p.alpha_ms / 1e3, p.gamma_ms / 1e3, cfg.augment.saturation_tokens)
 
 
+def host_tier_size(
+    cfg: SimulationConfig, model: ModelSpec, gpu: GPUSpec, tp: int, block_size: int
+) -> tuple[int, float]:
+    """(blocks of the prefix cache's host tier, ns to load one over the host link) of one GPU's
+    KV shard: ``memory.host_cache_gib · 2³⁰ // bytes per block`` with ``bytes per block = KV
+    bytes per token per GPU × block_size``; a load takes ``bytes per block / host link`` (the
+    swaps' :func:`host_link_bytes_per_s`). (0, 0.0) without a tier. The tier is host memory of
+    its own, beside the swap space (``augment.swap_space_gb``), as vLLM's CPU offload buffer
+    is beside its swap space: a host holds both."""
+    gib = cfg.memory.host_cache_gib
+    if gib <= 0:
+        return 0, 0.0
+    per_block = model.kv_bytes_per_token_per_gpu(tp) * block_size
+    load_ns = per_block / host_link_bytes_per_s(cfg, model, gpu, tp) * 1e9
+    return int(gib * 2**30 // per_block), load_ns
+
+
 def host_blocks(cfg: SimulationConfig, model: ModelSpec, tp: int, block_size: int) -> int:
     """Host swap space (``augment.swap_space_gb`` per GPU) in KV blocks of one GPU's shard."""
     per_tok = model.kv_bytes_per_token_per_gpu(tp)
@@ -208,12 +225,16 @@ def build_augmented(
     policy_seed: int,
 ) -> Scheduler:
     """The augmented scheduler of a single-instance run (:func:`augmented_engine`) on a KV
-    cache with ``augment.swap_space_gb`` of host swap space."""
+    cache with ``augment.swap_space_gb`` of host swap space and, with the prefix cache,
+    ``memory.host_cache_gib`` of host tier (:func:`host_tier_size`)."""
     model = get_model(cfg.model)
     hb = host_blocks(cfg, model, cfg.tp, mem.block_size)
     kv: KVBlockManager
     if cfg.augment.prefix_caching and cfg.memory.prefix_caching:
-        kv = PrefixCachingKVManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb)
+        tier, ns = host_tier_size(cfg, model, get_gpu(cfg.gpu), cfg.tp, mem.block_size)
+        kv = PrefixCachingKVManager(
+            mem.num_blocks, mem.block_size, cfg.memory.watermark, hb, tier, ns
+        )
     else:
         kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb)
     return augmented_engine(cfg, sched_cfg, kv, perf, policy_seed)

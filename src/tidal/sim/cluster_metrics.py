@@ -21,27 +21,47 @@ class CacheCounts:
 
     def __init__(self) -> None:
         self.queries = self.hits = self.evicted = 0
+        self.host: list[int] | None = None
+        """With a host tier, summed over engines: capacity (blocks), hit tokens, load ns,
+        dropped blocks."""
 
     def add(self, kv: KVBlockManager | CacheCounts) -> CacheCounts:
         if isinstance(kv, CacheCounts):
             self.queries += kv.queries
             self.hits += kv.hits
             self.evicted += kv.evicted
+            host = kv.host
         else:
             self.queries += kv.cache_queries
             self.hits += kv.cache_hits
             self.evicted += getattr(kv, "num_evicted_blocks", 0)
+            tier = getattr(kv, "_tier", None)
+            host = None
+            if tier is not None:
+                hits, load_ns = getattr(kv, "host_hit_tokens", 0), getattr(kv, "host_load_ns", 0)
+                host = [tier.capacity, hits, load_ns, tier.num_evicted_blocks]
+        if host is not None:
+            self.host = [a + b for a, b in zip(self.host or [0] * 4, host, strict=True)]
         return self
 
     def metrics(self, caching: bool) -> dict[str, Any]:
-        """The keys of :func:`tidal.sim.run.prefix_cache_metrics` (one instance's)."""
-        return {
+        """The keys of :func:`tidal.sim.run.prefix_cache_metrics` (one instance's); the host
+        tier's only where an engine had one."""
+        out = {
             "prefix_caching": caching,
             "prefix_cache_queries": self.queries,
             "prefix_cache_hits": self.hits,
             "prefix_cache_hit_rate": self.hits / self.queries if self.queries else 0.0,
             "prefix_cache_evicted_blocks": self.evicted,
         }
+        if self.host is not None:
+            blocks, hits, load_ns, dropped = self.host
+            out["prefix_cache_host_blocks"] = blocks
+            out["prefix_cache_host_hits"] = hits
+            out["prefix_cache_host_hit_rate"] = hits / self.queries if self.queries else 0.0
+            out["prefix_cache_host_load_s"] = load_ns / 1e9
+            out["prefix_cache_host_evicted_blocks"] = dropped
+        return out
 
 
 def cache_counts(scheds: list[Scheduler | RetiredStats]) -> CacheCounts:

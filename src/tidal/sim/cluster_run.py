@@ -25,6 +25,7 @@ from tidal.cluster.topology import parse_cluster
 from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
+from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.core.request import Request
 from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
 from tidal.engine.build import build_scheduler
@@ -163,7 +164,8 @@ class SimBackend:
         """An engine's scheduler: ``scheduler.batching`` and ``scheduler.ordering`` of the run,
         the cluster's token budget and N_max = max(256, B) (the router caps an engine at B);
         EB and EB⁺ get the step costs of the engine's own step-time model (shared GPUs:
-        the slowed one)."""
+        the slowed one). Its KV cache gets its host memory now: the prefix cache's host tier
+        (``memory.host_cache_gib`` per GPU) and, serving augmented requests, swap space."""
         c, s = self.cfg.cluster, self.cfg.scheduler
         assert c is not None
         costs = None
@@ -177,6 +179,12 @@ class SimBackend:
         sched_cfg = SchedulerConfig(
             c.token_budget, max(256, c.batch), costs=costs, eb=s.eb, options=opts
         )
+        if self.prefix_caching and self.cfg.memory.host_cache_gib > 0:
+            from tidal.sim.augment import host_tier_size
+
+            assert isinstance(kv, PrefixCachingKVManager)
+            tier = host_tier_size(self.cfg, model.spec, self.gpu, model.tp, kv.block_size)
+            kv.add_host_tier(*tier)
         if c.mix.augmented is not None:
             from tidal.sim.augment import augmented_engine, host_blocks
 
@@ -228,7 +236,7 @@ def run_cluster(
     requests: RequestSet | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Any:
-    from tidal.sim.run import SimResult
+    from tidal.sim.run import SimResult, check_host_tier
 
     c = cfg.cluster
     assert c is not None
@@ -243,6 +251,7 @@ def run_cluster(
     sim = Simulation([], reqs, recorder, progress=cb)
     backend = SimBackend(cfg, sim)
     backend.prefix_caching = cfg.memory.prefix_caching and reqs.content is not None
+    check_host_tier(cfg, reqs.content is not None)
     first = int(reqs.arrival_ns[0]) if n else 0
     stats = workload_stats(c, reqs)
     ctl = ClusterController(

@@ -44,7 +44,8 @@ class MemoryConfig(_Strict):
     """Second prefix-cache tier in host memory per GPU, GiB (vLLM's CPU KV offload; 0: off,
     ``--host-cache-gib``): blocks evicted from the GPU cache move there; a hit there is loaded
     over the host link (``augment.host_link_efficiency`` × PCIe) before it counts as computed
-    (:mod:`tidal.core.host_cache`)."""
+    (:mod:`tidal.core.host_cache`). Host memory of its own, beside the augmented runs' swap
+    space ``augment.swap_space_gb``; in a cluster, per GPU of every engine."""
 
 
 class SchedulerSettings(_Strict):
@@ -148,6 +149,25 @@ class SimulationConfig(_Strict):
         BATCHING.get(self.scheduler.batching)
         validate_options(self.scheduler.batching, self.scheduler.options)
         ORDERINGS.get(self.scheduler.ordering)
+        return self
+
+    @model_validator(mode="after")
+    def _host_tier(self) -> SimulationConfig:
+        """The host tier is the prefix cache's second tier: it needs the cache (and, for
+        augmented requests, the caching of their contexts)."""
+        if self.memory.host_cache_gib <= 0:
+            return self
+        if not self.memory.prefix_caching:
+            raise ValueError(
+                "memory.host_cache_gib: the host tier is the prefix cache's second tier, and "
+                "memory.prefix_caching is off (--no-prefix-caching): turn it on, or set "
+                "--host-cache-gib 0"
+            )
+        if self.workload.augmented is not None and not self.augment.prefix_caching:
+            raise ValueError(
+                "memory.host_cache_gib: augmented requests' contexts are cached only with "
+                "augment.prefix_caching: true (off by default): set it, or --host-cache-gib 0"
+            )
         return self
 
     @model_validator(mode="before")

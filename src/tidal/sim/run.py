@@ -82,16 +82,26 @@ def make_kv(cfg: SimulationConfig, num_blocks: int, content: bool) -> KVBlockMan
 
 
 def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
-    """(blocks of the host prefix-cache tier, ns to load one over the host link): blocks of
-    one GPU's KV shard, ``bytes/block = kv bytes per token per GPU × block_size``."""
-    mem = cfg.memory
-    if mem.host_cache_gib <= 0:
-        return 0, 0.0
-    from tidal.sim.augment import host_link_bytes_per_s
+    """(blocks of the host prefix-cache tier, ns to load one over the host link) of the run's
+    deployment (:func:`tidal.sim.augment.host_tier_size`)."""
+    from tidal.sim.augment import host_tier_size
 
-    per_block = get_model(cfg.model).kv_bytes_per_token_per_gpu(cfg.tp) * mem.block_size
-    load_ns = per_block / host_link_bytes_per_s(cfg) * 1e9
-    return int(mem.host_cache_gib * 2**30 // per_block), load_ns
+    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    return host_tier_size(cfg, model, gpu, cfg.tp, cfg.memory.block_size)
+
+
+def check_host_tier(cfg: SimulationConfig, content: bool) -> None:
+    """A host tier needs prompt content to cache (the config's own checks refuse it without
+    the prefix cache: :class:`~tidal.sim.config.SimulationConfig`)."""
+    if cfg.memory.host_cache_gib > 0 and not content:
+        raise ConfigError(
+            "memory.host_cache_gib",
+            "the workload gives no prompt content, so the prefix cache and its host tier "
+            "have nothing to cache",
+            "use a workload with content (Mooncake hash_ids, --shared-prefix-groups, "
+            "sessions, parallel sampling; augmented: augment.prefix_caching) or set "
+            "--host-cache-gib 0",
+        )
 
 
 def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
@@ -165,6 +175,7 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
 def build_instance(
     cfg: SimulationConfig, max_request_tokens: int, content: bool = False
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
+    check_host_tier(cfg, content)
     model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
     plan = memory_plan(cfg, max_request_tokens)
     interference = cfg.interference

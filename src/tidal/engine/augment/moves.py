@@ -70,7 +70,7 @@ def transfer(aug: Augmentation, plan: StepPlan) -> None:
     if not computes:
         moved = max(budget - out_left, budget - in_left)
         if moved:
-            plan.stall_ns = math.ceil(moved * bs * t_tok)
+            plan.stall_ns += math.ceil(moved * bs * t_tok)
 
 
 def reclaim(aug: Augmentation, num_blocks: int, keep: Request | None = None) -> bool:
