@@ -37,12 +37,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import OrderedDict
-from typing import cast
 
 from tidal.core.block_content import MASK63, BlockContent, mix
 from tidal.core.host_cache import HostTier
 from tidal.core.kv import KVBlockManager
-from tidal.core.request import Request
+from tidal.core.request import Request, RequestState
 
 __all__ = ["MASK63", "BlockContent", "PrefixCachingKVManager", "mix"]
 
@@ -76,9 +75,12 @@ class PrefixCachingKVManager(KVBlockManager):
         num_host_blocks: int = 0,
         host_cache_blocks: int = 0,
         load_ns_per_block: float = 0.0,
+        lazy: bool = True,
     ) -> None:
         """``num_host_blocks``: swap space; ``host_cache_blocks``: the second cache tier in
-        host memory (0: none), whose hits cost ``load_ns_per_block`` each (the host link)."""
+        host memory (0: none), whose hits cost ``load_ns_per_block`` each (the host link);
+        ``lazy``: defer the registration of requests' own blocks (module docstring; the
+        results are the same either way, without a host tier it is on)."""
         super().__init__(num_blocks, block_size, watermark, num_host_blocks)
         self._tier = HostTier(host_cache_blocks) if host_cache_blocks > 0 else None
         self.load_ns_per_block = load_ns_per_block
@@ -88,8 +90,9 @@ class PrefixCachingKVManager(KVBlockManager):
         """Total transfer time charged for host-tier hits."""
         self._nodes: dict[int, _Node] = {}
         self._free: OrderedDict[int, _Node | int] = OrderedDict({-1: num_blocks})
-        """LRU free queue, head first: anonymous runs (negative ids → count) and nodes with
-        evictable blocks (key → node)."""
+        """LRU free queue, head first: anonymous runs (negative id → count), runs of a
+        finished request's own cached blocks (negative id → −count) and nodes with evictable
+        blocks (key → node)."""
         self._anon_seq = -1
         self._anon_free = num_blocks
         """Free blocks without content (the anonymous runs of the free queue)."""
@@ -103,6 +106,9 @@ class PrefixCachingKVManager(KVBlockManager):
         """Bumped whenever a node is created, deleted, or its ``cached``/``held`` change: a
         match depends on nothing else, so one made at the same version is reused."""
         self._memo: tuple[tuple[int, int, int], list[_Hit], int, int] | None = None
+        self._lazy = lazy and self._tier is None
+        self._seen: set[int] = set()
+        """Requests whose own blocks are registered eagerly (they left the GPU unfinished)."""
 
     # ------------------------------------------------------------------ free queue
     def _push_anon(self, count: int) -> None:
@@ -112,24 +118,47 @@ class PrefixCachingKVManager(KVBlockManager):
         free = self._free
         if free:
             last = next(reversed(free))
-            if last < 0:
-                free[last] = cast(int, free[last]) + count
+            c = free[last]
+            if isinstance(c, int) and c > 0:
+                free[last] = c + count
                 return
         self._anon_seq -= 1
         free[self._anon_seq] = count
 
+    def _push_own(self, count: int) -> None:
+        """Append ``count`` cached blocks of a finished request's own suffix to the queue
+        (content no request can match again: evicted, and counted, like a node's)."""
+        free = self._free
+        if free:
+            last = next(reversed(free))
+            c = free[last]
+            if isinstance(c, int) and c < 0:
+                free[last] = c - count
+                return
+        self._anon_seq -= 1
+        free[self._anon_seq] = -count
+
     def _take(self, n: int) -> None:
         """Take ``n`` free blocks from the LRU head, evicting cached content as needed."""
-        if n > self.num_free_blocks:
+        left = self.num_free_blocks - n
+        if left < 0:
             raise RuntimeError(f"KV overcommit: need {n}, free {self.num_free_blocks}")
-        self.num_free_blocks -= n
+        self.num_free_blocks = left
         free = self._free
         while n > 0:
             k = next(iter(free))
             v = free[k]
-            if k < 0:  # an anonymous run (node keys are non-negative hashes)
-                assert isinstance(v, int)
+            if isinstance(v, int):  # a run of blocks without a node
                 c = v
+                if c < 0:  # a finished request's own blocks
+                    if -c > n:
+                        free[k] = c + n
+                        self.num_evicted_blocks += n
+                        return
+                    del free[k]
+                    self.num_evicted_blocks -= c
+                    n += c
+                    continue
                 if c > n:
                     free[k] = c - n
                     self._anon_free -= n
@@ -138,27 +167,32 @@ class PrefixCachingKVManager(KVBlockManager):
                 self._anon_free -= c
                 n -= c
                 continue
-            assert isinstance(v, _Node)
             node = v
             self._version += 1
             spare = node.cached - node.held
-            m = spare if spare < n else n
-            node.cached -= m
-            n -= m
-            self.num_evicted_blocks += m
+            if spare > n:  # a partial eviction: the node stays at the head
+                node.cached -= n
+                self.num_evicted_blocks += n
+                if self._tier is not None:
+                    self._tier.add(node, n, self._nodes)
+                return
+            node.cached -= spare
+            n -= spare
+            self.num_evicted_blocks += spare
             if self._tier is not None:
-                self._tier.add(node, m, self._nodes)
-            if m == spare:
-                del free[k]
-                if node.cached == 0 and not node.holders and not node.host:
-                    self._nodes.pop(k, None)
+                self._tier.add(node, spare, self._nodes)
+            del free[k]
+            if node.cached == 0 and not node.holders and not node.host:
+                self._nodes.pop(k, None)
 
     # ------------------------------------------------------------------ matching
     def match_prefix(self, req: Request) -> tuple[int, int]:
         """(cached prefix tokens, how many of those blocks other requests hold) for a request
         about to be admitted with nothing computed; no state changes until commit_prefix."""
         content = req.content
-        if content is None or req.num_blocks or req.num_computed_tokens:
+        if content is None or req.num_blocks or req.num_computed_tokens or (
+            content.shared == 0 and self._lazy and req.request_id not in self._seen
+        ):  # (the last: only its own content, of which nothing was registered yet)
             self._pending = None
             return 0, 0
         memo_key = (req.request_id, req.num_tokens, self._version)
@@ -252,6 +286,34 @@ class PrefixCachingKVManager(KVBlockManager):
         if content is None or full <= start:
             return
         self._upto[rid] = full
+        if self._lazy and rid not in self._seen:  # its own blocks wait for _settle
+            p = content.private if content._bs == self.block_size else content.private_block(
+                self.block_size
+            )
+            if p < full:
+                if p <= start:
+                    return
+                full = p
+        self._walk(req, content, start, full)
+
+    def _settle(self, req: Request) -> None:
+        """Register the own blocks that lazy registration skipped, before ``req`` leaves the
+        GPU unfinished (it may re-hit them), and register eagerly from then on. The state is
+        the one eager registration would have left: no other request can see those blocks,
+        so none of them had been registered by another, nor evicted (they were held)."""
+        rid = req.request_id
+        if not self._lazy or rid in self._seen:
+            return
+        self._seen.add(rid)
+        content = req.content
+        if content is not None:
+            start, full = content.private_block(self.block_size), self._upto.get(rid, 0)
+            if full > start:
+                self._walk(req, content, start, full)
+
+    def _walk(self, req: Request, content: BlockContent, start: int, full: int) -> None:
+        """Register ``req``'s blocks ``[start, full)`` node by node (:meth:`_register`)."""
+        rid = req.request_id
         refs = self._refs.get(rid)
         if refs is None:
             refs = self._refs[rid] = []
@@ -294,27 +356,54 @@ class PrefixCachingKVManager(KVBlockManager):
 
     # ------------------------------------------------------------------ mutation
     def allocate(self, req: Request, num_tokens: int) -> None:
-        need = -(-num_tokens // self.block_size) - req.num_blocks
+        bs = self.block_size
+        need = -(-num_tokens // bs) - req.num_blocks
         if need > 0:
             self._take(need)
             req.num_blocks += need
-        if req.content is not None:
-            full = num_tokens // self.block_size
-            if full > self._upto.get(req.request_id, 0):
-                self._register(req, full)
+        content = req.content
+        if content is not None:
+            full, rid = num_tokens // bs, req.request_id
+            upto = self._upto.get(rid, 0)
+            if full > upto:
+                if (
+                    self._lazy
+                    and content._bs == bs
+                    and upto >= content.private
+                    and rid not in self._seen
+                ):  # only own blocks: registered at _settle, if ever
+                    self._upto[rid] = full
+                else:
+                    self._register(req, full)
 
-    def take(self, num_blocks: int) -> None:
-        self._take(num_blocks)
+    take = _take
 
     def free(self, req: Request) -> None:
         """Release ``req``'s blocks: its anonymous ones first, then its nodes from the last,
         so the LRU evicts its tail first (vLLM frees a block table in reverse order)."""
         rid = req.request_id
-        if req.content is not None:
-            self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
+        own = 0  # a finished request's own registered blocks (lazy: never registered)
+        content = req.content
+        if content is not None:
+            full = min(req.num_computed_tokens // self.block_size, req.num_blocks)
+            if not self._lazy or rid in self._seen:
+                self._register(req, full)
+                if req.state >= RequestState.FINISHED:
+                    self._seen.discard(rid)
+            elif req.state >= RequestState.FINISHED:
+                upto = self._upto.get(rid, 0)
+                p = content.private_block(self.block_size)
+                if full > upto:
+                    if upto < p:
+                        self._register(req, full)
+                    upto = full
+                own = upto - p if upto > p else 0
+            else:
+                self._settle(req)
+                self._register(req, full)
         refs = self._refs.pop(rid, None)
         self._upto.pop(rid, None)
-        registered = 0
+        registered = own
         freed = 0
         tail: list[_Node] = []
         if refs:
@@ -330,11 +419,13 @@ class PrefixCachingKVManager(KVBlockManager):
                         tail.append(node)
         anon = req.num_blocks - registered
         self._push_anon(anon)
+        if own:
+            self._push_own(own)
         free = self._free
         for node in tail:
             free[node.key] = node
             free.move_to_end(node.key)
-        self.num_free_blocks += anon + freed
+        self.num_free_blocks += anon + own + freed
         req.num_blocks = 0
         assert self.num_free_blocks <= self.num_blocks
 
@@ -357,6 +448,7 @@ class PrefixCachingKVManager(KVBlockManager):
             return 0
         rid = req.request_id
         if req.content is not None:
+            self._settle(req)
             self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
         refs = self._refs.get(rid, [])
         self._version += 1
@@ -406,8 +498,9 @@ class PrefixCachingKVManager(KVBlockManager):
         return self.num_free_blocks - self._anon_free
 
     def check(self, resident: list[Request]) -> None:
-        anon_free = sum(v for v in self._free.values() if isinstance(v, int))
-        cached = held = 0
+        runs = [v for v in self._free.values() if isinstance(v, int)]
+        anon_free = sum(v for v in runs if v > 0)
+        cached, held = -sum(v for v in runs if v < 0), 0  # own runs: cached, not held
         if self._tier is not None:
             self._tier.check(self._nodes)
         for node in self._nodes.values():
