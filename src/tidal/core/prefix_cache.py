@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections import OrderedDict
+from collections import deque
 
 from tidal.core.block_content import MASK63, BlockContent, mix
 from tidal.core.host_cache import HostTier
@@ -47,15 +47,24 @@ __all__ = ["MASK63", "BlockContent", "PrefixCachingKVManager", "mix"]
 
 
 class _Node:
-    __slots__ = ("cached", "held", "holders", "host", "key")
+    __slots__ = ("cached", "entry", "held", "hi", "holders", "host", "key", "lo")
 
-    def __init__(self, key: int) -> None:
+    def __init__(self, key: int, lo: int, hi: int) -> None:
         self.key = key
+        self.lo = lo
+        self.hi = hi
+        """The node's blocks are ``[lo, hi)`` of every request that has it (hi: 2^62 for a
+        request's output tail)."""
         self.cached = 0
         self.holders: dict[int, int] = {}
         self.held = 0
         self.host = 0
         """Blocks after the GPU-cached ones kept in host memory (:mod:`tidal.core.host_cache`)."""
+        self.entry: _Entry | None = None
+        """Its entry in the free queue while it has evictable blocks."""
+
+
+_Entry = list  # [node or None, anonymous blocks, own blocks]: one entry of the free queue
 
 
 _Hit = tuple[_Node, int, int]
@@ -89,11 +98,13 @@ class PrefixCachingKVManager(KVBlockManager):
         self.host_load_ns = 0
         """Total transfer time charged for host-tier hits."""
         self._nodes: dict[int, _Node] = {}
-        self._free: OrderedDict[int, _Node | int] = OrderedDict({-1: num_blocks})
-        """LRU free queue, head first: anonymous runs (negative id → count), runs of a
-        finished request's own cached blocks (negative id → −count) and nodes with evictable
-        blocks (key → node)."""
-        self._anon_seq = -1
+        self._free: deque[_Entry] = deque([[None, num_blocks, 0]])
+        """LRU free queue, head first. An entry ``[node, 0, 0]``: a node with evictable
+        blocks (``node.entry`` is it); ``[None, a, o]``: a run of ``a`` blocks without
+        content, then ``o`` cached blocks of a finished request's own suffix (content no
+        request can match again, evicted and counted like a node's). A node leaving the
+        queue (referenced again, or moved to the tail) blanks its entry to ``[None, 0, 0]``,
+        an empty run, dropped when it reaches the head."""
         self._anon_free = num_blocks
         """Free blocks without content (the anonymous runs of the free queue)."""
         self._refs: dict[int, list[_Node]] = {}
@@ -117,26 +128,36 @@ class PrefixCachingKVManager(KVBlockManager):
         self._anon_free += count
         free = self._free
         if free:
-            last = next(reversed(free))
-            c = free[last]
-            if isinstance(c, int) and c > 0:
-                free[last] = c + count
+            last = free[-1]
+            if last[0] is None and not last[2]:
+                last[1] += count
                 return
-        self._anon_seq -= 1
-        free[self._anon_seq] = count
+        free.append([None, count, 0])
 
     def _push_own(self, count: int) -> None:
-        """Append ``count`` cached blocks of a finished request's own suffix to the queue
-        (content no request can match again: evicted, and counted, like a node's)."""
+        """Append ``count`` cached blocks of a finished request's own suffix to the queue."""
         free = self._free
         if free:
-            last = next(reversed(free))
-            c = free[last]
-            if isinstance(c, int) and c < 0:
-                free[last] = c - count
+            last = free[-1]
+            if last[0] is None:
+                last[2] += count
                 return
-        self._anon_seq -= 1
-        free[self._anon_seq] = -count
+        free.append([None, 0, count])
+
+    def _push_node(self, node: _Node) -> None:
+        """Move ``node`` (it has evictable blocks) to the tail of the queue."""
+        e = node.entry
+        if e is not None:
+            e[0] = None
+        node.entry = e = [node, 0, 0]
+        self._free.append(e)
+
+    def _unqueue(self, node: _Node) -> None:
+        """``node`` has no evictable block any more: blank its entry."""
+        e = node.entry
+        if e is not None:
+            e[0] = None
+            node.entry = None
 
     def _take(self, n: int) -> None:
         """Take ``n`` free blocks from the LRU head, evicting cached content as needed."""
@@ -146,28 +167,27 @@ class PrefixCachingKVManager(KVBlockManager):
         self.num_free_blocks = left
         free = self._free
         while n > 0:
-            k = next(iter(free))
-            v = free[k]
-            if isinstance(v, int):  # a run of blocks without a node
-                c = v
-                if c < 0:  # a finished request's own blocks
-                    if -c > n:
-                        free[k] = c + n
-                        self.num_evicted_blocks += n
+            e = free[0]
+            node = e[0]
+            if node is None:  # a run: its anonymous blocks, then its own cached ones
+                a = e[1]
+                if a:
+                    if a > n:
+                        e[1] = a - n
+                        self._anon_free -= n
                         return
-                    del free[k]
-                    self.num_evicted_blocks -= c
-                    n += c
-                    continue
-                if c > n:
-                    free[k] = c - n
-                    self._anon_free -= n
+                    e[1] = 0
+                    self._anon_free -= a
+                    n -= a
+                o = e[2]
+                if o > n:
+                    e[2] = o - n
+                    self.num_evicted_blocks += n
                     return
-                del free[k]
-                self._anon_free -= c
-                n -= c
+                self.num_evicted_blocks += o
+                n -= o
+                free.popleft()
                 continue
-            node = v
             self._version += 1
             spare = node.cached - node.held
             if spare > n:  # a partial eviction: the node stays at the head
@@ -181,9 +201,10 @@ class PrefixCachingKVManager(KVBlockManager):
             self.num_evicted_blocks += spare
             if self._tier is not None:
                 self._tier.add(node, spare, self._nodes)
-            del free[k]
+            free.popleft()
+            node.entry = None
             if node.cached == 0 and not node.holders and not node.host:
-                self._nodes.pop(k, None)
+                self._nodes.pop(node.key, None)
 
     # ------------------------------------------------------------------ matching
     def match_prefix(self, req: Request) -> tuple[int, int]:
@@ -249,7 +270,7 @@ class PrefixCachingKVManager(KVBlockManager):
         assert pending is not None, "commit_prefix without match_prefix"
         assert pending[0] == req.request_id, "commit_prefix for another request"
         self._version += 1
-        rid, free = req.request_id, self._free
+        rid = req.request_id
         refs = self._refs.setdefault(rid, [])
         loads = 0
         for node, take, h in pending[1]:
@@ -259,7 +280,7 @@ class PrefixCachingKVManager(KVBlockManager):
                 self.num_free_blocks -= take - node.held
                 node.held = take
                 if node.held == node.cached:
-                    free.pop(node.key, None)
+                    self._unqueue(node)
             if h:  # load from the host tier into fresh GPU blocks (taken below)
                 assert self._tier is not None
                 self._tier.take_front(node, h)
@@ -332,7 +353,7 @@ class PrefixCachingKVManager(KVBlockManager):
             node = nodes.get(key)
             if node is None:
                 if start == lo:  # else this request's first blocks of the node are anonymous
-                    node = nodes[key] = _Node(key)
+                    node = nodes[key] = _Node(key, lo, hi)
                     node.cached = node.held = node.holders[rid] = b - lo
                     refs.append(node)
                     self._version += 1
@@ -373,8 +394,18 @@ class PrefixCachingKVManager(KVBlockManager):
                     and rid not in self._seen
                 ):  # only own blocks: registered at _settle, if ever
                     self._upto[rid] = full
-                else:
-                    self._register(req, full)
+                    return
+                refs = self._refs.get(rid)
+                if refs:  # our last node, at its frontier: extend it (what _walk would do)
+                    node = refs[-1]
+                    ext = node.holders[rid]
+                    lo = node.lo
+                    if lo + ext == upto and node.cached == ext and full <= node.hi and not node.host:
+                        node.cached = node.held = node.holders[rid] = full - lo
+                        self._version += 1
+                        self._upto[rid] = full
+                        return
+                self._register(req, full)
 
     take = _take
 
@@ -385,19 +416,21 @@ class PrefixCachingKVManager(KVBlockManager):
         own = 0  # a finished request's own registered blocks (lazy: never registered)
         content = req.content
         if content is not None:
-            full = min(req.num_computed_tokens // self.block_size, req.num_blocks)
+            bs = self.block_size
+            full = min(req.num_computed_tokens // bs, req.num_blocks)
             if not self._lazy or rid in self._seen:
                 self._register(req, full)
                 if req.state >= RequestState.FINISHED:
                     self._seen.discard(rid)
             elif req.state >= RequestState.FINISHED:
                 upto = self._upto.get(rid, 0)
-                p = content.private_block(self.block_size)
+                p = content.private if content._bs == bs else content.private_block(bs)
                 if full > upto:
                     if upto < p:
                         self._register(req, full)
                     upto = full
-                own = upto - p if upto > p else 0
+                if upto > p:
+                    own = upto - p
             else:
                 self._settle(req)
                 self._register(req, full)
@@ -418,13 +451,12 @@ class PrefixCachingKVManager(KVBlockManager):
                         freed += ext - node.held
                         tail.append(node)
         anon = req.num_blocks - registered
-        self._push_anon(anon)
+        if anon > 0:
+            self._push_anon(anon)
         if own:
             self._push_own(own)
-        free = self._free
         for node in tail:
-            free[node.key] = node
-            free.move_to_end(node.key)
+            self._push_node(node)
         self.num_free_blocks += anon + own + freed
         req.num_blocks = 0
         assert self.num_free_blocks <= self.num_blocks
@@ -470,8 +502,7 @@ class PrefixCachingKVManager(KVBlockManager):
                 node.held = max(node.holders.values()) if node.holders else 0
                 if node.held < ext:
                     freed += ext - node.held
-                    self._free[node.key] = node
-                    self._free.move_to_end(node.key)
+                    self._push_node(node)
         req.num_blocks -= m
         self._upto[rid] = min(self._upto.get(rid, 0), req.num_blocks)
         self.num_free_blocks += freed
@@ -498,16 +529,20 @@ class PrefixCachingKVManager(KVBlockManager):
         return self.num_free_blocks - self._anon_free
 
     def check(self, resident: list[Request]) -> None:
-        runs = [v for v in self._free.values() if isinstance(v, int)]
-        anon_free = sum(v for v in runs if v > 0)
-        cached, held = -sum(v for v in runs if v < 0), 0  # own runs: cached, not held
+        runs = [e for e in self._free if e[0] is None]
+        anon_free = sum(e[1] for e in runs)
+        cached, held = sum(e[2] for e in runs), 0  # own runs: cached, not held
+        queued = [e[0] for e in self._free if e[0] is not None]
+        assert len(queued) == len({id(x) for x in queued}), "a node is queued twice"
+        assert all(x.entry is not None and x.entry[0] is x for x in queued)
         if self._tier is not None:
             self._tier.check(self._nodes)
         for node in self._nodes.values():
             assert node.cached or node.holders or node.host, "a dead node was kept"
             assert 0 <= node.held <= node.cached, "a referenced block was evicted"
             assert node.held == max(node.holders.values(), default=0)
-            assert (node.key in self._free) == (node.cached > node.held)
+            assert (node.entry is not None) == (node.cached > node.held)
+            assert node.entry is None or node.entry[0] is node
             cached += node.cached
             held += node.held
         assert anon_free + cached - held == self.num_free_blocks, "free count drifted"
