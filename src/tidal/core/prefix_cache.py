@@ -13,9 +13,18 @@ Cache state, one *node* per segment chain hash: ``cached`` leading blocks of the
 in GPU memory; ``holders`` maps each request that references the node to the leading blocks it
 uses; ``held = max(holders)`` of them are referenced, ``cached - held`` are free but evictable.
 Invariants (``check``): ``held <= cached``; physical blocks ``Σ anonymous free runs +
-Σ cached + Σ anonymous blocks of requests == num_blocks``; ``num_free_blocks`` = anonymous free
-+ Σ (cached − held). Eviction takes blocks from the LRU head: anonymous runs, or the tail
-blocks of an evictable node (never below ``held``: a referenced block is never evicted).
+Σ own runs + Σ cached + Σ anonymous blocks of requests == num_blocks``; ``num_free_blocks`` =
+anonymous free + own runs + Σ (cached − held). Eviction takes blocks from the LRU head of the
+free queue (:mod:`tidal.core.prefix_queue`): runs, or the tail blocks of an evictable node
+(never below ``held``: a referenced block is never evicted).
+
+Own blocks (``BlockContent.shared``: segments no other request has, and the output tail) can
+only ever be matched by their request itself, after it left the GPU unfinished (preempted,
+discarded, swapped). So they are registered lazily, which changes no result: not when they are
+allocated, but when the request first leaves unfinished (``_settle`` then leaves the state
+eager registration would have: nobody else could see, share or evict them), and a finished
+request's own registered blocks become one counted *own run* in the free queue instead of
+nodes. Without a host tier (whose capacity would see the difference) this is on.
 
 vLLM semantics kept: a full block is registered when it is allocated (``allocate``), so
 requests admitted later share it; a request first takes its longest cached prefix of full
@@ -36,42 +45,19 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections import deque
 
 from tidal.core.block_content import MASK63, BlockContent, mix
-from tidal.core.host_cache import HostTier
-from tidal.core.kv import KVBlockManager
+from tidal.core.prefix_queue import CacheNode, PrefixQueue
 from tidal.core.request import Request, RequestState
 
 __all__ = ["MASK63", "BlockContent", "PrefixCachingKVManager", "mix"]
 
 
-class _Node:
-    __slots__ = ("cached", "entry", "held", "hi", "holders", "host", "key", "lo")
-
-    def __init__(self, key: int, lo: int, hi: int) -> None:
-        self.key = key
-        self.lo = lo
-        self.hi = hi
-        """The node's blocks are ``[lo, hi)`` of every request that has it (hi: 2^62 for a
-        request's output tail)."""
-        self.cached = 0
-        self.holders: dict[int, int] = {}
-        self.held = 0
-        self.host = 0
-        """Blocks after the GPU-cached ones kept in host memory (:mod:`tidal.core.host_cache`)."""
-        self.entry: _Entry | None = None
-        """Its entry in the free queue while it has evictable blocks."""
-
-
-_Entry = list  # [node or None, anonymous blocks, own blocks]: one entry of the free queue
-
-
-_Hit = tuple[_Node, int, int]
+_Hit = tuple[CacheNode, int, int]
 """A matched node: (node, its GPU blocks taken, its host blocks loaded)."""
 
 
-class PrefixCachingKVManager(KVBlockManager):
+class PrefixCachingKVManager(PrefixQueue):
     """:class:`KVBlockManager` with prefix caching (counting only, no block ids)."""
 
     prefix_caching = True
@@ -90,121 +76,21 @@ class PrefixCachingKVManager(KVBlockManager):
         host memory (0: none), whose hits cost ``load_ns_per_block`` each (the host link);
         ``lazy``: defer the registration of requests' own blocks (module docstring; the
         results are the same either way, without a host tier it is on)."""
-        super().__init__(num_blocks, block_size, watermark, num_host_blocks)
-        self._tier = HostTier(host_cache_blocks) if host_cache_blocks > 0 else None
+        super().__init__(num_blocks, block_size, watermark, num_host_blocks, host_cache_blocks)
         self.load_ns_per_block = load_ns_per_block
         self.host_hit_tokens = 0
         """Of ``cache_hits``, tokens loaded from the host tier."""
         self.host_load_ns = 0
         """Total transfer time charged for host-tier hits."""
-        self._nodes: dict[int, _Node] = {}
-        self._free: deque[_Entry] = deque([[None, num_blocks, 0]])
-        """LRU free queue, head first. An entry ``[node, 0, 0]``: a node with evictable
-        blocks (``node.entry`` is it); ``[None, a, o]``: a run of ``a`` blocks without
-        content, then ``o`` cached blocks of a finished request's own suffix (content no
-        request can match again, evicted and counted like a node's). A node leaving the
-        queue (referenced again, or moved to the tail) blanks its entry to ``[None, 0, 0]``,
-        an empty run, dropped when it reaches the head."""
-        self._anon_free = num_blocks
-        """Free blocks without content (the anonymous runs of the free queue)."""
-        self._refs: dict[int, list[_Node]] = {}
+        self._refs: dict[int, list[CacheNode]] = {}
         """Nodes each request references, in block order."""
         self._upto: dict[int, int] = {}
         """Blocks of each request already registered or left anonymous."""
         self._pending: tuple[int, list[_Hit]] | None = None
-        self.num_evicted_blocks = 0
-        self._version = 0
-        """Bumped whenever a node is created, deleted, or its ``cached``/``held`` change: a
-        match depends on nothing else, so one made at the same version is reused."""
         self._memo: tuple[tuple[int, int, int], list[_Hit], int, int] | None = None
         self._lazy = lazy and self._tier is None
         self._seen: set[int] = set()
         """Requests whose own blocks are registered eagerly (they left the GPU unfinished)."""
-
-    # ------------------------------------------------------------------ free queue
-    def _push_anon(self, count: int) -> None:
-        if count <= 0:
-            return
-        self._anon_free += count
-        free = self._free
-        if free:
-            last = free[-1]
-            if last[0] is None and not last[2]:
-                last[1] += count
-                return
-        free.append([None, count, 0])
-
-    def _push_own(self, count: int) -> None:
-        """Append ``count`` cached blocks of a finished request's own suffix to the queue."""
-        free = self._free
-        if free:
-            last = free[-1]
-            if last[0] is None:
-                last[2] += count
-                return
-        free.append([None, 0, count])
-
-    def _push_node(self, node: _Node) -> None:
-        """Move ``node`` (it has evictable blocks) to the tail of the queue."""
-        e = node.entry
-        if e is not None:
-            e[0] = None
-        node.entry = e = [node, 0, 0]
-        self._free.append(e)
-
-    def _unqueue(self, node: _Node) -> None:
-        """``node`` has no evictable block any more: blank its entry."""
-        e = node.entry
-        if e is not None:
-            e[0] = None
-            node.entry = None
-
-    def _take(self, n: int) -> None:
-        """Take ``n`` free blocks from the LRU head, evicting cached content as needed."""
-        left = self.num_free_blocks - n
-        if left < 0:
-            raise RuntimeError(f"KV overcommit: need {n}, free {self.num_free_blocks}")
-        self.num_free_blocks = left
-        free = self._free
-        while n > 0:
-            e = free[0]
-            node = e[0]
-            if node is None:  # a run: its anonymous blocks, then its own cached ones
-                a = e[1]
-                if a:
-                    if a > n:
-                        e[1] = a - n
-                        self._anon_free -= n
-                        return
-                    e[1] = 0
-                    self._anon_free -= a
-                    n -= a
-                o = e[2]
-                if o > n:
-                    e[2] = o - n
-                    self.num_evicted_blocks += n
-                    return
-                self.num_evicted_blocks += o
-                n -= o
-                free.popleft()
-                continue
-            self._version += 1
-            spare = node.cached - node.held
-            if spare > n:  # a partial eviction: the node stays at the head
-                node.cached -= n
-                self.num_evicted_blocks += n
-                if self._tier is not None:
-                    self._tier.add(node, n, self._nodes)
-                return
-            node.cached -= spare
-            n -= spare
-            self.num_evicted_blocks += spare
-            if self._tier is not None:
-                self._tier.add(node, spare, self._nodes)
-            free.popleft()
-            node.entry = None
-            if node.cached == 0 and not node.holders and not node.host:
-                self._nodes.pop(node.key, None)
 
     # ------------------------------------------------------------------ matching
     def match_prefix(self, req: Request) -> tuple[int, int]:
@@ -216,17 +102,21 @@ class PrefixCachingKVManager(KVBlockManager):
         ):  # (the last: only its own content, of which nothing was registered yet)
             self._pending = None
             return 0, 0
-        memo_key = (req.request_id, req.num_tokens, self._version)
+        num_tokens = req.num_tokens
+        memo_key = (req.request_id, num_tokens, self._version)
         memo = self._memo
         if memo is not None and memo[0] == memo_key:  # nothing changed since the last match
             self._pending = (req.request_id, memo[1])
             return memo[2], memo[3]
         bs = self.block_size
-        limit = (req.num_tokens - 1) // bs
+        limit = (num_tokens - 1) // bs
         hits: list[_Hit] = []
         hit = shared = lo = 0
         get = self._nodes.get
-        hashes, bounds = content.hashes, content.bounds(bs)
+        hashes = content.hashes
+        bounds = content._bounds if content._bs == bs else None
+        if bounds is None:
+            bounds = content.bounds(bs)
         last = len(hashes)
         in_host = False  # the GPU prefix, then (host tier) a run of host blocks
         for s, hi in enumerate(bounds):
@@ -353,7 +243,7 @@ class PrefixCachingKVManager(KVBlockManager):
             node = nodes.get(key)
             if node is None:
                 if start == lo:  # else this request's first blocks of the node are anonymous
-                    node = nodes[key] = _Node(key, lo, hi)
+                    node = nodes[key] = CacheNode(key, lo, hi)
                     node.cached = node.held = node.holders[rid] = b - lo
                     refs.append(node)
                     self._version += 1
@@ -398,16 +288,13 @@ class PrefixCachingKVManager(KVBlockManager):
                 refs = self._refs.get(rid)
                 if refs:  # our last node, at its frontier: extend it (what _walk would do)
                     node = refs[-1]
-                    ext = node.holders[rid]
-                    lo = node.lo
-                    if lo + ext == upto and node.cached == ext and full <= node.hi and not node.host:
+                    ext, lo = node.holders[rid], node.lo
+                    if lo + ext == upto == lo + node.cached and full <= node.hi and not node.host:
                         node.cached = node.held = node.holders[rid] = full - lo
                         self._version += 1
                         self._upto[rid] = full
                         return
                 self._register(req, full)
-
-    take = _take
 
     def free(self, req: Request) -> None:
         """Release ``req``'s blocks: its anonymous ones first, then its nodes from the last,
@@ -438,7 +325,7 @@ class PrefixCachingKVManager(KVBlockManager):
         self._upto.pop(rid, None)
         registered = own
         freed = 0
-        tail: list[_Node] = []
+        tail: list[CacheNode] = []
         if refs:
             self._version += 1
             for node in reversed(refs):
@@ -524,29 +411,19 @@ class PrefixCachingKVManager(KVBlockManager):
         return m
 
     # ------------------------------------------------------------------ queries
-    def num_cached_free_blocks(self) -> int:
-        """Free blocks that still hold reusable content (evictable)."""
-        return self.num_free_blocks - self._anon_free
-
     def check(self, resident: list[Request]) -> None:
-        runs = [e for e in self._free if e[0] is None]
-        anon_free = sum(e[1] for e in runs)
-        cached, held = sum(e[2] for e in runs), 0  # own runs: cached, not held
-        queued = [e[0] for e in self._free if e[0] is not None]
-        assert len(queued) == len({id(x) for x in queued}), "a node is queued twice"
-        assert all(x.entry is not None and x.entry[0] is x for x in queued)
+        anon_free, own = self.check_queue()
+        cached, held = own, 0  # own runs: cached, not held
         if self._tier is not None:
             self._tier.check(self._nodes)
         for node in self._nodes.values():
             assert node.cached or node.holders or node.host, "a dead node was kept"
             assert 0 <= node.held <= node.cached, "a referenced block was evicted"
             assert node.held == max(node.holders.values(), default=0)
-            assert (node.entry is not None) == (node.cached > node.held)
             assert node.entry is None or node.entry[0] is node
             cached += node.cached
             held += node.held
         assert anon_free + cached - held == self.num_free_blocks, "free count drifted"
-        assert anon_free == self._anon_free
         anon_used = 0
         for r in resident:
             reg = sum(n.holders[r.request_id] for n in self._refs.get(r.request_id, []))
