@@ -69,4 +69,3 @@ class BlockContent:
                 out.append((self.key(s), start, end))
             start, s = end, s + 1
         return out
-

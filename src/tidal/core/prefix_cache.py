@@ -97,8 +97,11 @@ class PrefixCachingKVManager(PrefixQueue):
         """(cached prefix tokens, how many of those blocks other requests hold) for a request
         about to be admitted with nothing computed; no state changes until commit_prefix."""
         content = req.content
-        if content is None or req.num_blocks or req.num_computed_tokens or (
-            content.shared == 0 and self._lazy and req.request_id not in self._seen
+        if (
+            content is None
+            or req.num_blocks
+            or req.num_computed_tokens
+            or (content.shared == 0 and self._lazy and req.request_id not in self._seen)
         ):  # (the last: only its own content, of which nothing was registered yet)
             self._pending = None
             return 0, 0
@@ -198,8 +201,10 @@ class PrefixCachingKVManager(PrefixQueue):
             return
         self._upto[rid] = full
         if self._lazy and rid not in self._seen:  # its own blocks wait for _settle
-            p = content.private if content._bs == self.block_size else content.private_block(
-                self.block_size
+            p = (
+                content.private
+                if content._bs == self.block_size
+                else content.private_block(self.block_size)
             )
             if p < full:
                 if p <= start:
