@@ -87,7 +87,6 @@ class PrefixCachingKVManager(PrefixQueue):
         self._upto: dict[int, int] = {}
         """Blocks of each request already registered or left anonymous."""
         self._pending: tuple[int, list[_Hit]] | None = None
-        self._memo: tuple[tuple[int, int, int], list[_Hit], int, int] | None = None
         self._lazy = lazy and self._tier is None
         self._seen: set[int] = set()
         """Requests whose own blocks are registered eagerly (they left the GPU unfinished)."""
@@ -105,14 +104,8 @@ class PrefixCachingKVManager(PrefixQueue):
         ):  # (the last: only its own content, of which nothing was registered yet)
             self._pending = None
             return 0, 0
-        num_tokens = req.num_tokens
-        memo_key = (req.request_id, num_tokens, self._version)
-        memo = self._memo
-        if memo is not None and memo[0] == memo_key:  # nothing changed since the last match
-            self._pending = (req.request_id, memo[1])
-            return memo[2], memo[3]
         bs = self.block_size
-        limit = (num_tokens - 1) // bs
+        limit = (req.num_tokens - 1) // bs
         hits: list[_Hit] = []
         hit = shared = lo = 0
         get = self._nodes.get
@@ -147,7 +140,6 @@ class PrefixCachingKVManager(PrefixQueue):
                 break
             lo = hi
         self._pending = (req.request_id, hits)
-        self._memo = (memo_key, hits, hit * bs, shared)
         return hit * bs, shared
 
     def commit_prefix(self, req: Request, hit_tokens: int) -> None:
@@ -162,7 +154,6 @@ class PrefixCachingKVManager(PrefixQueue):
             return
         assert pending is not None, "commit_prefix without match_prefix"
         assert pending[0] == req.request_id, "commit_prefix for another request"
-        self._version += 1
         rid = req.request_id
         refs = self._refs.setdefault(rid, [])
         loads = 0
@@ -251,7 +242,6 @@ class PrefixCachingKVManager(PrefixQueue):
                     node = nodes[key] = CacheNode(key, lo, hi)
                     node.cached = node.held = node.holders[rid] = b - lo
                     refs.append(node)
-                    self._version += 1
             else:
                 ext = node.holders.get(rid)
                 # extend only our own copy at the node's frontier; another's copy: ours stays
@@ -266,7 +256,6 @@ class PrefixCachingKVManager(PrefixQueue):
                     if node.host:  # the new GPU copy supersedes those host blocks
                         assert self._tier is not None
                         self._tier.take_front(node, node.cached - old)
-                    self._version += 1
             lo = start = hi
             s += 1
 
@@ -296,7 +285,6 @@ class PrefixCachingKVManager(PrefixQueue):
                     ext, lo = node.holders[rid], node.lo
                     if lo + ext == upto == lo + node.cached and full <= node.hi and not node.host:
                         node.cached = node.held = node.holders[rid] = full - lo
-                        self._version += 1
                         self._upto[rid] = full
                         return
                 self._register(req, full)
@@ -332,7 +320,6 @@ class PrefixCachingKVManager(PrefixQueue):
         freed = 0
         tail: list[CacheNode] = []
         if refs:
-            self._version += 1
             for node in reversed(refs):
                 holders = node.holders
                 ext = holders.pop(rid)
@@ -375,7 +362,6 @@ class PrefixCachingKVManager(PrefixQueue):
             self._settle(req)
             self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
         refs = self._refs.get(rid, [])
-        self._version += 1
         registered = sum(node.holders[rid] for node in refs)
         anon = min(m, req.num_blocks - registered)
         self._push_anon(anon)

@@ -63,9 +63,6 @@ class PrefixQueue(KVBlockManager):
         self._anon_free = num_blocks
         """Free blocks without content (the anonymous part of the runs)."""
         self.num_evicted_blocks = 0
-        self._version = 0
-        """Bumped whenever a node is created, deleted, or its ``cached``/``held`` change: a
-        match depends on nothing else, so one made at the same version is reused."""
 
     def _push_anon(self, count: int) -> None:
         if count <= 0:
@@ -135,7 +132,6 @@ class PrefixQueue(KVBlockManager):
                 n -= o
                 free.popleft()
                 continue
-            self._version += 1
             spare = node.cached - node.held
             if spare > n:  # a partial eviction: the node stays at the head
                 node.cached -= n
