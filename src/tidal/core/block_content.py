@@ -51,6 +51,8 @@ class BlockContent:
 
     def private_block(self, bs: int) -> int:
         """First KV block no other request can share (``_OPEN`` when not known)."""
+        if self.shared == 0:
+            return 0
         self.bounds(bs)
         return self.private
 

@@ -53,6 +53,11 @@ from tidal.core.request import Request, RequestState
 __all__ = ["MASK63", "BlockContent", "PrefixCachingKVManager", "mix"]
 
 
+def _private(content: BlockContent, bs: int) -> int:
+    """``content.private_block(bs)``, without the call once known."""
+    return content.private if content._bs == bs else content.private_block(bs)
+
+
 _Hit = tuple[CacheNode, int, int]
 """A matched node: (node, its GPU blocks taken, its host blocks loaded)."""
 
@@ -192,11 +197,7 @@ class PrefixCachingKVManager(PrefixQueue):
             return
         self._upto[rid] = full
         if self._lazy and rid not in self._seen:  # its own blocks wait for _settle
-            p = (
-                content.private
-                if content._bs == self.block_size
-                else content.private_block(self.block_size)
-            )
+            p = _private(content, self.block_size)
             if p < full:
                 if p <= start:
                     return
@@ -214,7 +215,7 @@ class PrefixCachingKVManager(PrefixQueue):
         self._seen.add(rid)
         content = req.content
         if content is not None:
-            start, full = content.private_block(self.block_size), self._upto.get(rid, 0)
+            start, full = _private(content, self.block_size), self._upto.get(rid, 0)
             if full > start:
                 self._walk(req, content, start, full)
 
@@ -273,8 +274,7 @@ class PrefixCachingKVManager(PrefixQueue):
             if full > upto:
                 if (
                     self._lazy
-                    and content._bs == bs
-                    and upto >= content.private
+                    and (content.shared == 0 or (content._bs == bs and upto >= content.private))
                     and rid not in self._seen
                 ):  # only own blocks: registered at _settle, if ever
                     self._upto[rid] = full
@@ -304,7 +304,7 @@ class PrefixCachingKVManager(PrefixQueue):
                     self._seen.discard(rid)
             elif req.state >= RequestState.FINISHED:
                 upto = self._upto.get(rid, 0)
-                p = content.private if content._bs == bs else content.private_block(bs)
+                p = 0 if content.shared == 0 else _private(content, bs)
                 if full > upto:
                     if upto < p:
                         self._register(req, full)
