@@ -109,6 +109,7 @@ class PrefixCachingKVManager(PrefixQueue):
         ):  # (the last: only its own content, of which nothing was registered yet)
             self._pending = None
             return 0, 0
+        self.settle()
         bs = self.block_size
         limit = (req.num_tokens - 1) // bs
         hits: list[_Hit] = []
@@ -157,6 +158,7 @@ class PrefixCachingKVManager(PrefixQueue):
         pending, self._pending = self._pending, None
         if not hit_tokens:
             return
+        self.settle()
         assert pending is not None, "commit_prefix without match_prefix"
         assert pending[0] == req.request_id, "commit_prefix for another request"
         rid = req.request_id
@@ -265,8 +267,10 @@ class PrefixCachingKVManager(PrefixQueue):
         bs = self.block_size
         need = -(-num_tokens // bs) - req.num_blocks
         if need > 0:
-            self._take(need)
+            self._take(need)  # (settles the deferred bulk takes first)
             req.num_blocks += need
+        elif self._debt:
+            self.settle()
         content = req.content
         if content is not None:
             full, rid = num_tokens // bs, req.request_id
@@ -292,6 +296,7 @@ class PrefixCachingKVManager(PrefixQueue):
     def free(self, req: Request) -> None:
         """Release ``req``'s blocks: its anonymous ones first, then its nodes from the last,
         so the LRU evicts its tail first (vLLM frees a block table in reverse order)."""
+        self.settle()
         rid = req.request_id
         own = 0  # a finished request's own registered blocks (lazy: never registered)
         content = req.content
@@ -354,6 +359,7 @@ class PrefixCachingKVManager(PrefixQueue):
         """Move up to ``n`` of ``req``'s last GPU blocks to host memory: its anonymous blocks
         first, then its registered ones from the last node; their GPU copies stay cached
         (evictable) if no one else references them, so a later admission may re-hit them."""
+        self.settle()
         m = max(0, min(n, req.num_blocks, self.num_free_host_blocks))
         if not m:
             return 0

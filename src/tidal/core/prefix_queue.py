@@ -62,7 +62,10 @@ class PrefixQueue(KVBlockManager):
         tail) blanks its entry to ``[None, 0, 0]``, an empty run, dropped at the head."""
         self._anon_free = num_blocks
         """Free blocks without content (the anonymous part of the runs)."""
-        self.num_evicted_blocks = 0
+        self._evicted = 0
+        self._debt = 0
+        """Blocks :meth:`take` charged but not yet taken from the queue: taken before any
+        operation looks at it (:meth:`settle`), so in the same order as if taken at once."""
 
     def _push_anon(self, count: int) -> None:
         if count <= 0:
@@ -104,11 +107,12 @@ class PrefixQueue(KVBlockManager):
     def _take(self, num_blocks: int) -> None:
         """Take ``num_blocks`` free blocks from the LRU head, evicting cached content as
         needed (also :meth:`take`, the decode pool's bulk charge)."""
-        n = num_blocks
-        left = self.num_free_blocks - n
+        left = self.num_free_blocks - num_blocks
         if left < 0:
-            raise RuntimeError(f"KV overcommit: need {n}, free {self.num_free_blocks}")
+            raise RuntimeError(f"KV overcommit: need {num_blocks}, free {self.num_free_blocks}")
         self.num_free_blocks = left
+        n = num_blocks + self._debt
+        self._debt = 0
         free = self._free
         while n > 0:
             e = free[0]
@@ -126,22 +130,22 @@ class PrefixQueue(KVBlockManager):
                 o = e[2]
                 if o > n:
                     e[2] = o - n
-                    self.num_evicted_blocks += n
+                    self._evicted += n
                     return
-                self.num_evicted_blocks += o
+                self._evicted += o
                 n -= o
                 free.popleft()
                 continue
             spare = node.cached - node.held
             if spare > n:  # a partial eviction: the node stays at the head
                 node.cached -= n
-                self.num_evicted_blocks += n
+                self._evicted += n
                 if self._tier is not None:
                     self._tier.add(node, n, self._nodes)
                 return
             node.cached -= spare
             n -= spare
-            self.num_evicted_blocks += spare
+            self._evicted += spare
             if self._tier is not None:
                 self._tier.add(node, spare, self._nodes)
             free.popleft()
@@ -149,15 +153,41 @@ class PrefixQueue(KVBlockManager):
             if node.cached == 0 and not node.holders and not node.host:
                 self._nodes.pop(node.key, None)
 
-    take = _take
+    def take(self, num_blocks: int) -> None:
+        """The decode pool's bulk charge: counted now, taken from the queue lazily (the
+        queue is looked at once a step at most, by the step's next allocation or match)."""
+        if self._tier is not None:  # (its evictions feed the host tier at once)
+            self._take(num_blocks)
+            return
+        left = self.num_free_blocks - num_blocks
+        if left < 0:
+            raise RuntimeError(f"KV overcommit: need {num_blocks}, free {self.num_free_blocks}")
+        self.num_free_blocks = left
+        self._debt += num_blocks
+
+    def settle(self) -> None:
+        """Take the blocks :meth:`take` deferred (before the queue or the nodes are read)."""
+        d = self._debt
+        if d:
+            self._debt = 0
+            self.num_free_blocks += d
+            self._take(d)
+
+    @property
+    def num_evicted_blocks(self) -> int:
+        """Cached blocks evicted so far (their content lost on the GPU)."""
+        self.settle()
+        return self._evicted
 
     def num_cached_free_blocks(self) -> int:
         """Free blocks that still hold reusable content (evictable)."""
+        self.settle()
         return self.num_free_blocks - self._anon_free
 
     def check_queue(self) -> tuple[int, int]:
         """Assert the queue's invariants; returns (anonymous free blocks, own cached free
         blocks) for the caller's block balance."""
+        self.settle()
         runs = [e for e in self._free if e[0] is None]
         anon_free = sum(e[1] for e in runs)
         queued = [e[0] for e in self._free if e[0] is not None]
