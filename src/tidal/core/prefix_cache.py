@@ -199,7 +199,8 @@ class PrefixCachingKVManager(PrefixQueue):
             return
         self._upto[rid] = full
         if self._lazy and rid not in self._seen:  # its own blocks wait for _settle
-            p = _private(content, self.block_size)
+            bs = self.block_size
+            p = content.private if content._bs == bs else content.private_block(bs)
             if p < full:
                 if p <= start:
                     return
@@ -228,10 +229,17 @@ class PrefixCachingKVManager(PrefixQueue):
         if refs is None:
             refs = self._refs[rid] = []
         nodes = self._nodes
-        hashes, bounds = content.hashes, content.bounds(self.block_size)
+        bs = self.block_size
+        hashes = content.hashes
+        bounds = content._bounds if content._bs == bs else None
+        if bounds is None:
+            bounds = content.bounds(bs)
         last = len(hashes)
-        s = bisect_right(bounds, start)
-        lo = bounds[s - 1] if s else 0
+        if start:
+            s = bisect_right(bounds, start)
+            lo = bounds[s - 1] if s else 0
+        else:  # (segments shorter than a block are skipped below)
+            s = lo = 0
         while start < full:
             hi = bounds[s]
             if hi == start:  # a segment shorter than a block owns no block
