@@ -7,6 +7,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 MASK63 = (1 << 63) - 1
+_OPEN = 1 << 62
 _M64 = (1 << 64) - 1
 
 
@@ -28,8 +29,15 @@ class BlockContent:
     """Exclusive end token of each segment, increasing."""
     tail: int
     """Hash of the request's own tokens past the last segment (its output)."""
+    shared: int = -1
+    """Leading segments that another request's content may contain (-1: unknown, all of
+    them). The later segments and the tail are this request's own: no other request can
+    ever match their blocks."""
     _bs: int = 0
     _bounds: list[int] | None = None
+    private: int = _OPEN
+    """First KV block of the request's own suffix (valid once :meth:`bounds` ran for the
+    block size; ``_OPEN``: none known)."""
 
     def bounds(self, bs: int) -> list[int]:
         """End block of each segment's node (``ends[s] // bs``), then an open-ended tail."""
@@ -37,7 +45,16 @@ class BlockContent:
             self._bs = bs
             self._bounds = [e // bs for e in self.ends]
             self._bounds.append(_OPEN)
+            s = self.shared
+            self.private = _OPEN if s < 0 else self._bounds[s - 1] if s else 0
         return self._bounds
+
+    def private_block(self, bs: int) -> int:
+        """First KV block no other request can share (``_OPEN`` when not known)."""
+        if self.shared == 0:
+            return 0
+        self.bounds(bs)
+        return self.private
 
     def key(self, s: int) -> int:
         return self.hashes[s] if s < len(self.hashes) else self.tail
@@ -54,6 +71,3 @@ class BlockContent:
                 out.append((self.key(s), start, end))
             start, s = end, s + 1
         return out
-
-
-_OPEN = 1 << 62

@@ -13,9 +13,18 @@ Cache state, one *node* per segment chain hash: ``cached`` leading blocks of the
 in GPU memory; ``holders`` maps each request that references the node to the leading blocks it
 uses; ``held = max(holders)`` of them are referenced, ``cached - held`` are free but evictable.
 Invariants (``check``): ``held <= cached``; physical blocks ``Σ anonymous free runs +
-Σ cached + Σ anonymous blocks of requests == num_blocks``; ``num_free_blocks`` = anonymous free
-+ Σ (cached − held). Eviction takes blocks from the LRU head: anonymous runs, or the tail
-blocks of an evictable node (never below ``held``: a referenced block is never evicted).
+Σ own runs + Σ cached + Σ anonymous blocks of requests == num_blocks``; ``num_free_blocks`` =
+anonymous free + own runs + Σ (cached − held). Eviction takes blocks from the LRU head of the
+free queue (:mod:`tidal.core.prefix_queue`): runs, or the tail blocks of an evictable node
+(never below ``held``: a referenced block is never evicted).
+
+Own blocks (``BlockContent.shared``: segments no other request has, and the output tail) can
+only ever be matched by their request itself, after it left the GPU unfinished (preempted,
+discarded, swapped). So they are registered lazily, which changes no result: not when they are
+allocated, but when the request first leaves unfinished (``_settle`` then leaves the state
+eager registration would have: nobody else could see, share or evict them), and a finished
+request's own registered blocks become one counted *own run* in the free queue instead of
+nodes. Without a host tier (whose capacity would see the difference) this is on.
 
 vLLM semantics kept: a full block is registered when it is allocated (``allocate``), so
 requests admitted later share it; a request first takes its longest cached prefix of full
@@ -36,34 +45,25 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections import OrderedDict
-from typing import cast
 
 from tidal.core.block_content import MASK63, BlockContent, mix
 from tidal.core.host_cache import HostTier
-from tidal.core.kv import KVBlockManager
-from tidal.core.request import Request
+from tidal.core.prefix_queue import CacheNode, PrefixQueue
+from tidal.core.request import Request, RequestState
 
 __all__ = ["MASK63", "BlockContent", "PrefixCachingKVManager", "mix"]
 
 
-class _Node:
-    __slots__ = ("cached", "held", "holders", "host", "key")
-
-    def __init__(self, key: int) -> None:
-        self.key = key
-        self.cached = 0
-        self.holders: dict[int, int] = {}
-        self.held = 0
-        self.host = 0
-        """Blocks after the GPU-cached ones kept in host memory (:mod:`tidal.core.host_cache`)."""
+def _private(content: BlockContent, bs: int) -> int:
+    """``content.private_block(bs)``, without the call once known."""
+    return content.private if content._bs == bs else content.private_block(bs)
 
 
-_Hit = tuple[_Node, int, int]
+_Hit = tuple[CacheNode, int, int]
 """A matched node: (node, its GPU blocks taken, its host blocks loaded)."""
 
 
-class PrefixCachingKVManager(KVBlockManager):
+class PrefixCachingKVManager(PrefixQueue):
     """:class:`KVBlockManager` with prefix caching (counting only, no block ids)."""
 
     prefix_caching = True
@@ -76,111 +76,61 @@ class PrefixCachingKVManager(KVBlockManager):
         num_host_blocks: int = 0,
         host_cache_blocks: int = 0,
         load_ns_per_block: float = 0.0,
+        lazy: bool = True,
     ) -> None:
         """``num_host_blocks``: swap space; ``host_cache_blocks``: the second cache tier in
-        host memory (0: none), whose hits cost ``load_ns_per_block`` each (the host link)."""
-        super().__init__(num_blocks, block_size, watermark, num_host_blocks)
-        self._tier = HostTier(host_cache_blocks) if host_cache_blocks > 0 else None
+        host memory (0: none), whose hits cost ``load_ns_per_block`` each (the host link);
+        ``lazy``: defer the registration of requests' own blocks (module docstring; the
+        results are the same either way, without a host tier it is on)."""
+        super().__init__(num_blocks, block_size, watermark, num_host_blocks, host_cache_blocks)
         self.load_ns_per_block = load_ns_per_block
         self.host_hit_tokens = 0
         """Of ``cache_hits``, tokens loaded from the host tier."""
         self.host_load_ns = 0
         """Total transfer time charged for host-tier hits."""
-        self._nodes: dict[int, _Node] = {}
-        self._free: OrderedDict[int, _Node | int] = OrderedDict({-1: num_blocks})
-        """LRU free queue, head first: anonymous runs (negative ids → count) and nodes with
-        evictable blocks (key → node)."""
-        self._anon_seq = -1
-        self._anon_free = num_blocks
-        """Free blocks without content (the anonymous runs of the free queue)."""
-        self._refs: dict[int, list[_Node]] = {}
+        self._refs: dict[int, list[CacheNode]] = {}
         """Nodes each request references, in block order."""
         self._upto: dict[int, int] = {}
         """Blocks of each request already registered or left anonymous."""
         self._pending: tuple[int, list[_Hit]] | None = None
-        self.num_evicted_blocks = 0
-        self._version = 0
-        """Bumped whenever a node is created, deleted, or its ``cached``/``held`` change: a
-        match depends on nothing else, so one made at the same version is reused."""
-        self._memo: tuple[tuple[int, int, int], list[_Hit], int, int] | None = None
+        self._lazy = lazy and self._tier is None
+        self._seen: set[int] = set()
+        """Requests whose own blocks are registered eagerly (they left the GPU unfinished)."""
 
     def add_host_tier(self, num_blocks: int, load_ns_per_block: float) -> None:
         """Give the cache a host tier of ``num_blocks`` (a cluster engine gets it when it
-        starts, as its swap space); only before anything was evicted."""
-        if self._tier is not None or self.num_evicted_blocks:
-            raise RuntimeError("a host tier is added once, before any eviction")
+        starts, as its swap space); only before anything was cached or evicted. A tier turns
+        the lazy registration off (the tier's capacity would see its timing)."""
+        if self._tier is not None or self.num_evicted_blocks or self._refs:
+            raise RuntimeError("a host tier is added once, before anything is cached")
         if num_blocks > 0:
             self._tier = HostTier(num_blocks)
             self.load_ns_per_block = load_ns_per_block
-
-    # ------------------------------------------------------------------ free queue
-    def _push_anon(self, count: int) -> None:
-        if count <= 0:
-            return
-        self._anon_free += count
-        free = self._free
-        if free:
-            last = next(reversed(free))
-            if last < 0:
-                free[last] = cast(int, free[last]) + count
-                return
-        self._anon_seq -= 1
-        free[self._anon_seq] = count
-
-    def _take(self, n: int) -> None:
-        """Take ``n`` free blocks from the LRU head, evicting cached content as needed."""
-        if n > self.num_free_blocks:
-            raise RuntimeError(f"KV overcommit: need {n}, free {self.num_free_blocks}")
-        self.num_free_blocks -= n
-        free = self._free
-        while n > 0:
-            k = next(iter(free))
-            v = free[k]
-            if k < 0:  # an anonymous run (node keys are non-negative hashes)
-                assert isinstance(v, int)
-                c = v
-                if c > n:
-                    free[k] = c - n
-                    self._anon_free -= n
-                    return
-                del free[k]
-                self._anon_free -= c
-                n -= c
-                continue
-            assert isinstance(v, _Node)
-            node = v
-            self._version += 1
-            spare = node.cached - node.held
-            m = spare if spare < n else n
-            node.cached -= m
-            n -= m
-            self.num_evicted_blocks += m
-            if self._tier is not None:
-                self._tier.add(node, m, self._nodes)
-            if m == spare:
-                del free[k]
-                if node.cached == 0 and not node.holders and not node.host:
-                    self._nodes.pop(k, None)
+            self._lazy = False
 
     # ------------------------------------------------------------------ matching
     def match_prefix(self, req: Request) -> tuple[int, int]:
         """(cached prefix tokens, how many of those blocks other requests hold) for a request
         about to be admitted with nothing computed; no state changes until commit_prefix."""
         content = req.content
-        if content is None or req.num_blocks or req.num_computed_tokens:
+        if (
+            content is None
+            or req.num_blocks
+            or req.num_computed_tokens
+            or (content.shared == 0 and self._lazy and req.request_id not in self._seen)
+        ):  # (the last: only its own content, of which nothing was registered yet)
             self._pending = None
             return 0, 0
-        memo_key = (req.request_id, req.num_tokens, self._version)
-        memo = self._memo
-        if memo is not None and memo[0] == memo_key:  # nothing changed since the last match
-            self._pending = (req.request_id, memo[1])
-            return memo[2], memo[3]
+        self.settle()
         bs = self.block_size
         limit = (req.num_tokens - 1) // bs
         hits: list[_Hit] = []
         hit = shared = lo = 0
         get = self._nodes.get
-        hashes, bounds = content.hashes, content.bounds(bs)
+        hashes = content.hashes
+        bounds = content._bounds if content._bs == bs else None
+        if bounds is None:
+            bounds = content.bounds(bs)
         last = len(hashes)
         in_host = False  # the GPU prefix, then (host tier) a run of host blocks
         for s, hi in enumerate(bounds):
@@ -208,7 +158,6 @@ class PrefixCachingKVManager(KVBlockManager):
                 break
             lo = hi
         self._pending = (req.request_id, hits)
-        self._memo = (memo_key, hits, hit * bs, shared)
         return hit * bs, shared
 
     def commit_prefix(self, req: Request, hit_tokens: int) -> None:
@@ -221,10 +170,10 @@ class PrefixCachingKVManager(KVBlockManager):
         pending, self._pending = self._pending, None
         if not hit_tokens:
             return
+        self.settle()
         assert pending is not None, "commit_prefix without match_prefix"
         assert pending[0] == req.request_id, "commit_prefix for another request"
-        self._version += 1
-        rid, free = req.request_id, self._free
+        rid = req.request_id
         refs = self._refs.setdefault(rid, [])
         loads = 0
         for node, take, h in pending[1]:
@@ -234,7 +183,7 @@ class PrefixCachingKVManager(KVBlockManager):
                 self.num_free_blocks -= take - node.held
                 node.held = take
                 if node.held == node.cached:
-                    free.pop(node.key, None)
+                    self._unqueue(node)
             if h:  # load from the host tier into fresh GPU blocks (taken below)
                 assert self._tier is not None
                 self._tier.take_front(node, h)
@@ -261,14 +210,48 @@ class PrefixCachingKVManager(KVBlockManager):
         if content is None or full <= start:
             return
         self._upto[rid] = full
+        if self._lazy and rid not in self._seen:  # its own blocks wait for _settle
+            bs = self.block_size
+            p = content.private if content._bs == bs else content.private_block(bs)
+            if p < full:
+                if p <= start:
+                    return
+                full = p
+        self._walk(req, content, start, full)
+
+    def _settle(self, req: Request) -> None:
+        """Register the own blocks that lazy registration skipped, before ``req`` leaves the
+        GPU unfinished (it may re-hit them), and register eagerly from then on. The state is
+        the one eager registration would have left: no other request can see those blocks,
+        so none of them had been registered by another, nor evicted (they were held)."""
+        rid = req.request_id
+        if not self._lazy or rid in self._seen:
+            return
+        self._seen.add(rid)
+        content = req.content
+        if content is not None:
+            start, full = _private(content, self.block_size), self._upto.get(rid, 0)
+            if full > start:
+                self._walk(req, content, start, full)
+
+    def _walk(self, req: Request, content: BlockContent, start: int, full: int) -> None:
+        """Register ``req``'s blocks ``[start, full)`` node by node (:meth:`_register`)."""
+        rid = req.request_id
         refs = self._refs.get(rid)
         if refs is None:
             refs = self._refs[rid] = []
         nodes = self._nodes
-        hashes, bounds = content.hashes, content.bounds(self.block_size)
+        bs = self.block_size
+        hashes = content.hashes
+        bounds = content._bounds if content._bs == bs else None
+        if bounds is None:
+            bounds = content.bounds(bs)
         last = len(hashes)
-        s = bisect_right(bounds, start)
-        lo = bounds[s - 1] if s else 0
+        if start:
+            s = bisect_right(bounds, start)
+            lo = bounds[s - 1] if s else 0
+        else:  # (segments shorter than a block are skipped below)
+            s = lo = 0
         while start < full:
             hi = bounds[s]
             if hi == start:  # a segment shorter than a block owns no block
@@ -279,10 +262,9 @@ class PrefixCachingKVManager(KVBlockManager):
             node = nodes.get(key)
             if node is None:
                 if start == lo:  # else this request's first blocks of the node are anonymous
-                    node = nodes[key] = _Node(key)
+                    node = nodes[key] = CacheNode(key, lo, hi)
                     node.cached = node.held = node.holders[rid] = b - lo
                     refs.append(node)
-                    self._version += 1
             else:
                 ext = node.holders.get(rid)
                 # extend only our own copy at the node's frontier; another's copy: ours stays
@@ -297,37 +279,72 @@ class PrefixCachingKVManager(KVBlockManager):
                     if node.host:  # the new GPU copy supersedes those host blocks
                         assert self._tier is not None
                         self._tier.take_front(node, node.cached - old)
-                    self._version += 1
             lo = start = hi
             s += 1
 
     # ------------------------------------------------------------------ mutation
     def allocate(self, req: Request, num_tokens: int) -> None:
-        need = -(-num_tokens // self.block_size) - req.num_blocks
+        bs = self.block_size
+        need = -(-num_tokens // bs) - req.num_blocks
         if need > 0:
-            self._take(need)
+            self._take(need)  # (settles the deferred bulk takes first)
             req.num_blocks += need
-        if req.content is not None:
-            full = num_tokens // self.block_size
-            if full > self._upto.get(req.request_id, 0):
+        elif self._debt:
+            self.settle()
+        content = req.content
+        if content is not None:
+            full, rid = num_tokens // bs, req.request_id
+            upto = self._upto.get(rid, 0)
+            if full > upto:
+                if (
+                    self._lazy
+                    and (content.shared == 0 or (content._bs == bs and upto >= content.private))
+                    and rid not in self._seen
+                ):  # only own blocks: registered at _settle, if ever
+                    self._upto[rid] = full
+                    return
+                refs = self._refs.get(rid)
+                if refs:  # our last node, at its frontier: extend it (what _walk would do)
+                    node = refs[-1]
+                    ext, lo = node.holders[rid], node.lo
+                    if lo + ext == upto == lo + node.cached and full <= node.hi and not node.host:
+                        node.cached = node.held = node.holders[rid] = full - lo
+                        self._upto[rid] = full
+                        return
                 self._register(req, full)
-
-    def take(self, num_blocks: int) -> None:
-        self._take(num_blocks)
 
     def free(self, req: Request) -> None:
         """Release ``req``'s blocks: its anonymous ones first, then its nodes from the last,
         so the LRU evicts its tail first (vLLM frees a block table in reverse order)."""
+        self.settle()
         rid = req.request_id
-        if req.content is not None:
-            self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
+        own = 0  # a finished request's own registered blocks (lazy: never registered)
+        content = req.content
+        if content is not None:
+            bs = self.block_size
+            full = min(req.num_computed_tokens // bs, req.num_blocks)
+            if not self._lazy or rid in self._seen:
+                self._register(req, full)
+                if req.state >= RequestState.FINISHED:
+                    self._seen.discard(rid)
+            elif req.state >= RequestState.FINISHED:
+                upto = self._upto.get(rid, 0)
+                p = 0 if content.shared == 0 else _private(content, bs)
+                if full > upto:
+                    if upto < p:
+                        self._register(req, full)
+                    upto = full
+                if upto > p:
+                    own = upto - p
+            else:
+                self._settle(req)
+                self._register(req, full)
         refs = self._refs.pop(rid, None)
         self._upto.pop(rid, None)
-        registered = 0
+        registered = own
         freed = 0
-        tail: list[_Node] = []
+        tail: list[CacheNode] = []
         if refs:
-            self._version += 1
             for node in reversed(refs):
                 holders = node.holders
                 ext = holders.pop(rid)
@@ -338,12 +355,13 @@ class PrefixCachingKVManager(KVBlockManager):
                         freed += ext - node.held
                         tail.append(node)
         anon = req.num_blocks - registered
-        self._push_anon(anon)
-        free = self._free
+        if anon > 0:
+            self._push_anon(anon)
+        if own:
+            self._push_own(own)
         for node in tail:
-            free[node.key] = node
-            free.move_to_end(node.key)
-        self.num_free_blocks += anon + freed
+            self._push_node(node)
+        self.num_free_blocks += anon + own + freed
         req.num_blocks = 0
         assert self.num_free_blocks <= self.num_blocks
 
@@ -361,14 +379,15 @@ class PrefixCachingKVManager(KVBlockManager):
         """Move up to ``n`` of ``req``'s last GPU blocks to host memory: its anonymous blocks
         first, then its registered ones from the last node; their GPU copies stay cached
         (evictable) if no one else references them, so a later admission may re-hit them."""
+        self.settle()
         m = max(0, min(n, req.num_blocks, self.num_free_host_blocks))
         if not m:
             return 0
         rid = req.request_id
         if req.content is not None:
+            self._settle(req)
             self._register(req, min(req.num_computed_tokens // self.block_size, req.num_blocks))
         refs = self._refs.get(rid, [])
-        self._version += 1
         registered = sum(node.holders[rid] for node in refs)
         anon = min(m, req.num_blocks - registered)
         self._push_anon(anon)
@@ -387,8 +406,7 @@ class PrefixCachingKVManager(KVBlockManager):
                 node.held = max(node.holders.values()) if node.holders else 0
                 if node.held < ext:
                     freed += ext - node.held
-                    self._free[node.key] = node
-                    self._free.move_to_end(node.key)
+                    self._push_node(node)
         req.num_blocks -= m
         self._upto[rid] = min(self._upto.get(rid, 0), req.num_blocks)
         self.num_free_blocks += freed
@@ -410,24 +428,19 @@ class PrefixCachingKVManager(KVBlockManager):
         return m
 
     # ------------------------------------------------------------------ queries
-    def num_cached_free_blocks(self) -> int:
-        """Free blocks that still hold reusable content (evictable)."""
-        return self.num_free_blocks - self._anon_free
-
     def check(self, resident: list[Request]) -> None:
-        anon_free = sum(v for v in self._free.values() if isinstance(v, int))
-        cached = held = 0
+        anon_free, own = self.check_queue()
+        cached, held = own, 0  # own runs: cached, not held
         if self._tier is not None:
             self._tier.check(self._nodes)
         for node in self._nodes.values():
             assert node.cached or node.holders or node.host, "a dead node was kept"
             assert 0 <= node.held <= node.cached, "a referenced block was evicted"
             assert node.held == max(node.holders.values(), default=0)
-            assert (node.key in self._free) == (node.cached > node.held)
+            assert node.entry is None or node.entry[0] is node
             cached += node.cached
             held += node.held
         assert anon_free + cached - held == self.num_free_blocks, "free count drifted"
-        assert anon_free == self._anon_free
         anon_used = 0
         for r in resident:
             reg = sum(n.holders[r.request_id] for n in self._refs.get(r.request_id, []))

@@ -338,9 +338,9 @@ class EngineState:
     def finish(self, req: Request, now_ns: int) -> None:
         for fn in self._finishing:
             fn(req)
+        req.state = RequestState.FINISHED  # before the free: the cache may drop its own blocks
         self.kv.free(req)
         del self.running[req.request_id]
-        req.state = RequestState.FINISHED
         req.finish_ns = now_ns
         if self.on_finish is not None:
             self.on_finish(req)

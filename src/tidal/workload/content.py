@@ -57,6 +57,9 @@ class PrefixContent:
     """int64, per request: first run."""
     run_count: np.ndarray
     """int64, per request: number of runs."""
+    run_shared: np.ndarray
+    """int64, per request: its leading runs whose chain hash another request also has (the
+    rest are its own, :attr:`tidal.core.block_content.BlockContent.shared`)."""
 
     @classmethod
     def from_segments(cls, ids: np.ndarray, lens: np.ndarray, count: np.ndarray) -> PrefixContent:
@@ -82,8 +85,19 @@ class PrefixContent:
         row = np.repeat(np.arange(len(count)), count)
         run_count = np.bincount(row[keep], minlength=len(count)).astype(np.int64)
         run_offset = np.cumsum(run_count) - run_count
+        run_hashes = hashes[keep]
         return cls(
-            ids, lens, ends, hashes, offset, count, hashes[keep], ends[keep], run_offset, run_count
+            ids,
+            lens,
+            ends,
+            hashes,
+            offset,
+            count,
+            run_hashes,
+            ends[keep],
+            run_offset,
+            run_count,
+            shared_runs(run_hashes, run_offset, run_count),
         )
 
     def __len__(self) -> int:
@@ -102,6 +116,7 @@ class PrefixContent:
             self.run_ends,
             self.run_offset[idx],
             self.run_count[idx],
+            self.run_shared[idx],
         )
 
     def segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -137,7 +152,8 @@ class PrefixContent:
         o = int(self.run_offset[i])
         hashes = self.run_hashes[o : o + c].tolist()
         ends = self.run_ends[o : o + c].tolist()
-        return BlockContent(hashes, ends, mix(mix(hashes[-1], _TAIL), salt))
+        tail = mix(mix(hashes[-1], _TAIL), salt)
+        return BlockContent(hashes, ends, tail, int(self.run_shared[i]))
 
 
 def runs(hashes: np.ndarray, offset: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -161,6 +177,23 @@ def runs(hashes: np.ndarray, offset: np.ndarray, count: np.ndarray) -> np.ndarra
     single = heads[fanout == 1]
     keep[np.isin(hashes, single) & (succ != end)] = False
     return keep
+
+
+def shared_runs(hashes: np.ndarray, offset: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per request, how many of its leading runs have a chain hash that occurs in another
+    request too (equal chain hashes mean equal prefixes, so a request's shared runs are a
+    prefix of its runs and the rest can only ever be matched by the request itself)."""
+    n = len(count)
+    if len(hashes) == 0:
+        return np.zeros(n, dtype=np.int64)
+    _, inv, occurs = np.unique(hashes, return_inverse=True, return_counts=True)
+    own = occurs[inv] == 1
+    pos = np.arange(len(hashes), dtype=np.int64) - np.repeat(offset, count)
+    first_own = np.where(own, pos, np.iinfo(np.int64).max)
+    out = count.astype(np.int64).copy()
+    rows = np.flatnonzero(count > 0)
+    out[rows] = np.minimum(out[rows], np.minimum.reduceat(first_own, offset[rows]))
+    return out
 
 
 def unique_content(prompt_len: np.ndarray) -> PrefixContent:
