@@ -16,6 +16,7 @@ fitted separately, each on its own data:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,10 @@ def _wlstsq(a: np.ndarray, t: np.ndarray) -> np.ndarray:
     return coef
 
 
-def fit_gemm(lins: Sequence[Lin], m_tile: int = 0) -> tuple[GemmConst, dict[str, GPUConst]]:
+def fit_gemm(
+    lins: Sequence[Lin], m_tile: int = 0, p_by: str = ""
+) -> tuple[GemmConst, dict[str, GPUConst]]:
+    """``p_by`` (``k``, ``nk``; empty: off) also fits the corner exponent's growth ``p_k``."""
     gpus = sorted({x.gpu for x in lins})
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("g", "m", "k", "n", "dt", "t", "w")}
     for x in lins:
@@ -90,18 +94,23 @@ def fit_gemm(lins: Sequence[Lin], m_tile: int = 0) -> tuple[GemmConst, dict[str,
     sw = np.sqrt(d["w"] / d["w"].mean())
     ng = len(gpus)
 
+    ex = 1 if p_by else 0
+
     def resid(p: np.ndarray) -> np.ndarray:
-        ef, eb = p[3 : 3 + ng][gi], p[3 + ng :][gi]
+        ef, eb = p[3 : 3 + ng][gi], p[3 + ng : 3 + 2 * ng][gi]
         mh = p[0] * ridge
-        pred = gemm_time(d["m"], d["k"], d["n"], d["dt"], f, bw, ef, eb, mh, p[1], p[2], m_tile)
+        pk = float(p[-1]) if ex else 0.0
+        pred = gemm_time(d["m"], d["k"], d["n"], d["dt"], f, bw, ef, eb, mh, p[1], p[2], m_tile,
+                         pk, p_by or "k")  # fmt: skip
         return sw * np.log(pred / d["t"])
 
-    x0 = np.array([0.3, 3.0, 3.0, *([0.75] * ng), *([0.8] * ng)])
-    lo = [0.001, 0.0, 1.0, *([0.05] * ng), *([0.05] * ng)]
-    hi = [20.0, 50.0, 12.0, *([1.0] * ng), *([1.0] * ng)]
+    x0 = np.array([0.3, 3.0, 3.0, *([0.75] * ng), *([0.8] * ng), *([0.0] * ex)])
+    lo = [0.001, 0.0, 1.0, *([0.05] * ng), *([0.05] * ng), *([-4.0] * ex)]
+    hi = [20.0, 50.0, 12.0, *([1.0] * ng), *([1.0] * ng), *([4.0] * ex)]
     r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
     p = r.x
-    gemm = GemmConst(m_half_ridge=float(p[0]), t0_us=float(p[1]), p=float(p[2]), m_tile=m_tile)
+    gemm = GemmConst(m_half_ridge=float(p[0]), t0_us=float(p[1]), p=float(p[2]), m_tile=m_tile,
+                     p_k=float(p[-1]) if ex else 0.0, p_by=p_by or "k")  # fmt: skip
     per = {g: GPUConst(eta_flops=float(p[3 + i]), eta_bw=float(p[3 + ng + i])) for i, g in
            enumerate(gpus)}  # fmt: skip
     return gemm, per
@@ -166,38 +175,61 @@ def _linear_regime(x: np.ndarray, y: np.ndarray, ring: float, bw: float) -> tupl
     return float(np.median(y)) * 1e6, 0.0
 
 
-def _fit_link(ars: Sequence[Any], bw: float) -> LinkConst:
-    """NCCL's protocols (``corrected.allreduce_time``): for one group size, every split of the
-    sweep's knots into up to three regimes (low-latency, middle, p-norm; the lower two within
-    the first two thirds) is fitted and the split of least BIC (log residuals, three
-    parameters per regime) kept; pooled group sizes fit one p-norm."""
+def _partitions(k: int, parts: int) -> Iterable[tuple[int, ...]]:
+    """Cut points 0 < c1 < … < k splitting knots [0, k) into 1 … ``parts`` contiguous runs
+    (none when k = 0); each tuple ends with k."""
+    if k == 0:
+        yield ()
+        return
+    for n in range(1, parts + 1):
+        for cuts in itertools.combinations(range(1, k), n - 1):
+            yield (*cuts, k)
+
+
+def _fit_link(ars: Sequence[Any], bw: float, max_low: int = 3) -> LinkConst:
+    """NCCL's size regimes (``corrected.allreduce_time``): for one group size, every split of
+    the sweep's knots into up to ``max_low`` lower regimes (low-latency, middle, then
+    ``steps``: channel and algorithm switches; all within the first two thirds) below the
+    p-norm is fitted and the split of least BIC (log residuals, three parameters per regime)
+    kept; pooled group sizes fit one p-norm."""
     if len(ars) > 1:
         return _fit_pnorm(ars, bw)[0]
     x, y = (np.asarray(v) for v in binned_median(ars[0].bytes, ars[0].us))
     y = y * 1e-6
     n, tp = len(x), ars[0].tp
     ring = 2.0 * (tp - 1) / tp
+    lin: dict[tuple[int, int], tuple[float, float]] = {}
     best: tuple[float, LinkConst] | None = None
-    for k2 in range(0, 2 * n // 3):
-        big, _ = _fit_pnorm(ars, bw, k2)
-        for k1 in range(0, k2 + 1) if k2 else [0]:
-            lc = big
-            if k2 > k1:  # middle regime on knots k1 … k2−1 (the low-latency one if k1 = 0)
-                us, eta = _linear_regime(x[k1:k2], y[k1:k2], ring, bw)
-                r = "mid" if k1 else "ll"
-                lc = lc.model_copy(update={f"{r}_bytes": float(x[k2 - 1]), f"{r}_us": us,
-                                           f"{r}_eta": eta})  # fmt: skip
-            if k1:
-                us, eta = _linear_regime(x[:k1], y[:k1], ring, bw)
-                lc = lc.model_copy(update={"ll_bytes": float(x[k1 - 1]), "ll_us": us,
-                                           "ll_eta": eta})  # fmt: skip
+    for top in range(0, 2 * n // 3):
+        big, _ = _fit_pnorm(ars, bw, top)
+        for cuts in _partitions(top, max_low):
+            low = []
+            for i, j in zip((0, *cuts[:-1]) if cuts else (), cuts, strict=True):
+                if (i, j) not in lin:
+                    lin[i, j] = _linear_regime(x[i:j], y[i:j], ring, bw)
+                low.append((float(x[j - 1]), *lin[i, j]))
+            names = ("ll", "mid")
+            upd: dict[str, Any] = {}
+            for r, (upto, us, eta) in zip(names, low, strict=False):
+                upd |= {f"{r}_bytes": upto, f"{r}_us": us, f"{r}_eta": eta}
+            lc = big.model_copy(update={**upd, "steps": low[2:]})
             sse = float(np.sum(np.log(allreduce_time(x, tp, bw, lc) / y) ** 2))
-            params = 4 + 3 * ((k1 > 0) + (k2 > k1))
-            bic = n * math.log(max(sse, 1e-12) / n) + params * math.log(n)
+            bic = n * math.log(max(sse, 1e-12) / n) + (4 + 3 * len(low)) * math.log(n)
             if best is None or bic < best[0]:
                 best = (bic, lc)
     assert best is not None
     return best[1]
+
+
+_LINK_FITS: dict[tuple[Any, ...], LinkConst] = {}
+
+
+def _fit_link_memo(ars: Sequence[Any], bw: float) -> LinkConst:
+    """``_fit_link``, memoised on the sweeps' values (hold-out splits refit the same sweeps)."""
+    key = (bw, *((a.tp, tuple(a.bytes), tuple(a.us)) for a in ars))
+    if key not in _LINK_FITS:
+        _LINK_FITS[key] = _fit_link(ars, bw)
+    return _LINK_FITS[key]
 
 
 def fit_links(profiles: Iterable[GPUProfile]) -> dict[str, LinkConst]:
@@ -208,9 +240,9 @@ def fit_links(profiles: Iterable[GPUProfile]) -> dict[str, LinkConst]:
         for link in sorted({a.link for a in p.all_reduce}):
             bw = gpu.pcie_gbs * 1e9 if link == "pcie" else gpu.peer_bw
             ars = [a for a in p.all_reduce if a.link == link]
-            out[f"{p.gpu}/{link}"] = _fit_link(ars, bw)
+            out[f"{p.gpu}/{link}"] = _fit_link_memo(ars, bw)
             for a in ars:
-                out[f"{p.gpu}/{link}/tp{a.tp}"] = _fit_link([a], bw)
+                out[f"{p.gpu}/{link}/tp{a.tp}"] = _fit_link_memo([a], bw)
     return out
 
 
@@ -265,11 +297,12 @@ def fit_all(
     exclude_model: str | None = None,
     gemm_profiles: Sequence[GPUProfile] | None = None,
     m_tile: int = 0,
+    p_by: str = "",
 ) -> RooflineConstants:
     """All constants. GEMM and elementwise fits see ``gemm_profiles`` (default: all) without
     ``exclude_model``; links, attention and host see ``profiles``."""
     lins = linears(gemm_profiles if gemm_profiles is not None else profiles, exclude_model)
-    gemm, per = fit_gemm(lins, m_tile)
+    gemm, per = fit_gemm(lins, m_tile, p_by)
     consts = RooflineConstants(
         fitted_on=sorted({f"{x.gpu}/{x.ops.model}/tp{x.ops.tp}" for x in lins}),
         gemm=gemm,

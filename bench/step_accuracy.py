@@ -10,17 +10,19 @@ host time (the profiles have none), so each model is asked for the same kernel s
 * ``roofline``: today's ``RooflinePerfModel`` (LM head and host overhead removed).
 * ``corrected (LOMO)``: constants fitted with the deployment's model left out.
 * ``corrected (A100→H100)``: constants fitted on A100 data only, predicting H100 deployments
-  (the all-reduce constants A100's too); ``…, H100's all-reduce sweep``: the same GPU
+  (the all-reduce constants A100's too, latencies × the NVLink ratio as for any borrowed
+  link); ``…, H100's all-reduce sweep``: the same GPU
   constants with the H100 node's own all-reduce fit (no H100 kernel seen).
 * ``measured (held-out)``: the profile with every other grid point removed (tokens, all-reduce
   sizes, attention rows), evaluated at the removed points.
 
-    python bench/step_accuracy.py [--m-tile 64] [--write-constants]
+    python bench/step_accuracy.py [--m-tile 128] [--p-by nk] [--write-constants]
 
-``--m-tile T``: GEMM tile quantisation in M of every fit (default 64, the bundled form; 0:
-none). The worst shapes are printed with the profile's own scatter there (the measured step
-against the line through its two token-grid neighbours). ``--write-constants`` also fits on
-all data and writes ``data/profiles/roofline_fit.json``.
+``--m-tile T``: GEMM tile quantisation in M of every fit (default 128, the bundled form; 0:
+none); ``--p-by nk``: the corner exponent grows with the weight matrix N·K (default; ``k``:
+with K, empty: one p). The worst shapes are printed with the profile's own scatter there (the
+measured step against the line through its two token-grid neighbours). ``--write-constants``
+also fits on all data and writes ``data/profiles/roofline_fit.json``.
 """
 
 from __future__ import annotations
@@ -209,16 +211,16 @@ def errors(preds: list[float], truths: list[float]) -> tuple[float, float]:
     return statistics.median(e), max(e)
 
 
-def cross_constants(profiles: list[GPUProfile], m_tile: int) -> tuple[Any, Any]:
+def cross_constants(profiles: list[GPUProfile], m_tile: int, p_by: str = "") -> tuple[Any, Any]:
     """Constants fitted on A100 data only, for H100: strictly (A100's all-reduce constants too,
     through the family map) and with the H100 node's own all-reduce sweep (model-independent:
     what ``nccl-tests`` on a new node gives before any model is profiled)."""
     a100 = [p for p in profiles if p.gpu == "a100-80gb"]
-    strict = fit_all(a100, m_tile=m_tile)
+    strict = fit_all(a100, m_tile=m_tile, p_by=p_by)
     strict.family = {"h100": "a100-80gb", **strict.family}
     own = strict.model_copy(deep=True)
     h100 = fit_links([p for p in profiles if p.gpu == "h100"])
-    own.link = {**strict.link, **{k.replace("h100", "a100-80gb"): v for k, v in h100.items()}}
+    own.link = {**strict.link, **h100}
     return strict, own
 
 
@@ -226,8 +228,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     profiles = bundled_profiles()
     t0 = time.perf_counter()
     models = sorted({x.model for p in profiles for x in p.linear})
-    lomo = {m: fit_all(profiles, exclude_model=m, m_tile=args.m_tile) for m in models}
-    strict, own = cross_constants(profiles, args.m_tile)
+    lomo = {m: fit_all(profiles, exclude_model=m, m_tile=args.m_tile, p_by=args.p_by)
+            for m in models}
+    strict, own = cross_constants(profiles, args.m_tile, args.p_by)
     fit_s = time.perf_counter() - t0
     rows: list[dict[str, Any]] = []
     for prof in profiles:
@@ -402,18 +405,20 @@ def paper_cross_check() -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write-constants", action="store_true")
-    ap.add_argument("--m-tile", type=int, default=64,
+    ap.add_argument("--m-tile", type=int, default=128,
                     help="GEMM tile quantisation in M of every fit (0: none)")  # fmt: skip
+    ap.add_argument("--p-by", default="nk", choices=["", "k", "nk"],
+                    help="fit the GEMM corner exponent's growth with K or N·K (empty: off)")
     args = ap.parse_args()
     res = evaluate(args)
-    res["m_tile"] = args.m_tile
+    res["m_tile"], res["p_by"] = args.m_tile, args.p_by
     report(res)
     print("\ncross-check: whole steps ÷ the papers' measured step models (not fitted here)")
     cross = paper_cross_check()
     print(md_table(["deployment", "model", "ratio by shape"], cross))
     res["paper_cross_check"] = cross
     if args.write_constants:
-        consts = fit_all(bundled_profiles(), m_tile=args.m_tile)
+        consts = fit_all(bundled_profiles(), m_tile=args.m_tile, p_by=args.p_by)
         CONSTANTS_PATH.write_text(consts.model_dump_json(indent=1) + "\n")
         print(f"wrote {CONSTANTS_PATH}")
     save("step_accuracy", res)

@@ -75,18 +75,18 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 GOLDEN: dict[str, str] = {
-    "dedicated": "e6fd0cdb0cfd82e61602ea866f51e587af8e10b16ee83ae0ad086f1a84347744",
-    "muxserve": "ec326ce1d4f122e21f367a73e5f8264e70c423acb6b393e2c78c4f10984e7358",
-    "muxserve-servegen": "b5af9787e28f6806a8dc20d04e36e7d10f00fa8dfec295f7d56aa5872bd386b6",
-    "serverlessllm": "de05d012715c2c7b7adcdf971690b2776b83338fc203fdc04bb5d42ad7306b29",
-    "serverlessllm-servegen": "389f2ad7b52dc2c2134f2cb3c02cbc42069498ebd557e85710c77c4c26a66d3c",
-    "warmserve": "93e0c197e1e4c3d1dbad7825745a7d07a2c7d36a64aebba10fe89654fbb8542f",
-    "warmserve-augmented": "0dcd75a2e8a5808d0ee644ae2fadca3c96baf2ad665db0b26f93ac71b355c8cf",
-    "warmserve-ebplus": "4dbf8d068c4aef181f114a9faa51594cfd8a1aecada35c73fc0058e6ca75ca63",
-    "warmserve-round-robin": "02a4f98b126a36c95476eccf6cc948cff3f73d68086823c06787ce4aca9408e7",
-    "warmserve-servegen": "468b6a8eedb35e5e29e135b515723ebbf2e82b6e526ceaa97995d9dc14b84502",
-    "warmserve-small-batch": "f270abc3aca55322b965f16ec2b9843d8c145bd2c15dcad127d11f213bed8fbc",
-    "warmserve-ssd-ablation-a": "221bcbd5c99602a62ce10bce7c0c1525d8267d3678ef5631cf77fe105159f80f",
+    "dedicated": "15fa58110da11af31e264dd52582fd9f0818f16c5be5b61727ce87059b317d7d",
+    "muxserve": "c1454ed145d06a5d752743520b03dd693a323b9b6fa7d535a1f1f0835f6d057c",
+    "muxserve-servegen": "6426bcf7d8d32a7232811b892b5c22e562f8305043701f3f042c214934880036",
+    "serverlessllm": "de828daa8b50fc748f65c63c790117c76d50dde8fe461ba615ce52271a71fc1c",
+    "serverlessllm-servegen": "deca79f11c8eed1bc7d06503266434ee97c55c635e6ba05b0f16dec03f630cf9",
+    "warmserve": "10f235b9ce9711d4e5e254348747f06bdae87c087e143b3e600a130c4d9624ea",
+    "warmserve-augmented": "18258b94a564464dd27f91547a3586044eccb9217d9075378ef3c9d6c483f5d2",
+    "warmserve-ebplus": "384482ab78e6d97ff15adaab7e0b5f2f5f862e87cbf638638e64b3222b6fe21d",
+    "warmserve-round-robin": "90b28c7891c507d25c6d7b7f1f2cc29f483798c6fa2b9c83b0bbfb590857cba7",
+    "warmserve-servegen": "2123ecc2f51617f6fd967282cd954371de321b30ad6f8b50dc6c9b03f43aa8c7",
+    "warmserve-small-batch": "c0ba1c03eb0f315ed3a67d11bfb51df9685477ab749f66522dc404cea9710d82",
+    "warmserve-ssd-ablation-a": "4dde0ec7353ac8052694f2c6a571046d7a3a6443375f0b330a64dccc0f9d8ca8",
 }
 
 

@@ -7,13 +7,16 @@ Per layer and GPU shard (M = step tokens, F = peak FLOP/s, BW = memory bytes/s):
   to whole tiles of ``m_tile`` rows (a kernel computes whole tiles) — compute at the
   efficiency ``η_F·M/(M' + M_½)`` that grows with M (small-M GEMMs leave the tensor cores
   idle) — and ``t_m = dtype·(MK + KN + MN)/(η_B·BW)`` (weights and activations read once); the
-  p-norm rounds the roofline's corner, where neither bound is reached;
+  p-norm rounds the roofline's corner, where neither bound is reached, less for larger weight
+  matrices (``p + p_k·log2(N·K/2²⁶)``: many tiles and long K loops overlap loads with math);
 * each elementwise op (two RMSNorms, RoPE, SiLU·mul, residual add)
   ``t0_op + r_op·b_op + k_op·M·b_op/BW`` with ``b_op`` its bytes read and written per token
   (``r``: at small M one thread block walks a whole row); the embedding gather likewise;
 * two all-reduces of ``M·hidden·dtype`` bytes (TP > 1), as NCCL runs them: per (GPU, link
-  kind, TP) up to three size regimes (low-latency, middle, then the p-norm of a latency and
-  ``2(tp−1)/tp·bytes/(η_link·link_bw)``; :func:`allreduce_time`);
+  kind, TP) up to three lower size regimes (low-latency, middle, a staircase step) below the
+  p-norm of a latency and ``2(tp−1)/tp·bytes/(η_link·link_bw)`` (:func:`allreduce_time`); a
+  GPU without its own sweep borrows its family's with every latency scaled by the ratio of
+  the link bandwidths (the latency-bound regimes move NCCL's minimum slices over each hop);
 * decode attention ``t0_d + t1_d·n + kv_bytes·Σctx/(η_A·BW)`` for n decode requests (the
   per-layer floor the roofline lacked); prefill attention ``m·t0_p + 2·q_heads·d·A/(η_P·F)
   + kv_bytes·C/(η_B·BW)`` for m chunks with A = Σ c(2s + c), C = Σ(s + c);
@@ -39,7 +42,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tidal.hardware.gpus import GPUSpec
+from tidal.hardware.allreduce import LinkConst, allreduce_time
+from tidal.hardware.gpus import GPUS, GPUSpec
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 
@@ -57,6 +61,10 @@ class GemmConst(_C):
     turns compute-bound), so that the corner's shape carries over between GPUs."""
     t0_us: float = 3.0
     p: float = 3.0
+    p_k: float = 0.0
+    """Growth of the corner exponent with the GEMM's size: ``p + p_k·log2(S/2²⁶)`` (at least
+    1), S = ``N·K`` if ``p_by`` is ``nk`` else ``K·2¹⁴`` (0: one p for every GEMM)."""
+    p_by: str = "k"
     m_tile: int = 0
     """Tile quantisation in M (0: off): the compute term uses ⌈M/m_tile⌉·m_tile rows, as a
     GEMM kernel computes whole tiles (``bench/step_accuracy.py`` compares both)."""
@@ -65,24 +73,6 @@ class GemmConst(_C):
 class GPUConst(_C):
     eta_flops: float = 0.75
     eta_bw: float = 0.8
-
-
-class LinkConst(_C):
-    lat_us: float = 10.0
-    lat_log2_us: float = 0.0
-    eta: float = 0.7
-    p: float = 1.0
-    """p-norm of latency and transfer time (1: their sum; large: their max)."""
-    ll_bytes: float = 0.0
-    """Messages up to this size take ``ll_us`` plus the transfer at ``ll_eta`` of the link
-    (0: no transfer term): NCCL's low-latency protocol (``ll_bytes`` 0: no such regime)."""
-    ll_us: float = 0.0
-    ll_eta: float = 0.0
-    mid_bytes: float = 0.0
-    """A middle regime (NCCL's LL128 protocol or another algorithm) up to this size, likewise
-    ``mid_us`` plus the transfer at ``mid_eta`` (0: none)."""
-    mid_us: float = 0.0
-    mid_eta: float = 0.0
 
 
 class AttentionConst(_C):
@@ -138,9 +128,19 @@ class RooflineConstants(_C):
     def gpu_const(self, gpu: str) -> GPUConst:
         return self.gpu.get(self._family(gpu), GPUConst())
 
+    def link_source(self, gpu: str, link: str, tp: int = 0) -> str | None:
+        """The GPU whose fitted link constants ``gpu`` uses: its own where it has a sweep of
+        ``link`` (even without kernel profiles), else its family's; None when neither has."""
+        base = gpu.partition("@")[0]
+        for g in (base, self._family(gpu)):
+            if f"{g}/{link}/tp{tp}" in self.link or f"{g}/{link}" in self.link:
+                return g
+        return None
+
     def link_const(self, gpu: str, link: str, tp: int = 0) -> LinkConst:
-        """``<gpu>/<link>/tp<N>`` (fitted per group size), else ``<gpu>/<link>``."""
-        key = f"{self._family(gpu)}/{link}"
+        """``<gpu>/<link>/tp<N>`` (fitted per group size), else ``<gpu>/<link>``, of
+        :meth:`link_source`; the defaults where nothing is fitted."""
+        key = f"{self.link_source(gpu, link, tp)}/{link}"
         return self.link.get(f"{key}/tp{tp}", self.link.get(key, LinkConst()))
 
     def _family(self, gpu: str) -> str:
@@ -209,9 +209,18 @@ def weight_read_floor_s(model: ModelSpec, gpu: GPUSpec, tp: int) -> float:
 
 def gemm_time(
     m: Any, k: Any, n: Any, dtype: float, flops: Any, bw: Any,
-    eta_f: Any, eta_b: Any, m_half: float, t0_us: float, p: float, m_tile: int = 0,
+    eta_f: Any, eta_b: Any, m_half: float, t0_us: float, p: Any, m_tile: int = 0,
+    p_k: float = 0.0, p_by: str = "k",
 ) -> Any:  # fmt: skip
-    """Seconds of an (m×k)·(k×n) GEMM (module docstring); works on numpy arrays too."""
+    """Seconds of an (m×k)·(k×n) GEMM (module docstring; ``p_k``: the corner exponent
+    ``max(p + p_k·log2(S/2²⁶), 1)``, S = N·K for ``p_by`` ``nk``, else 2¹⁴·K); works on numpy
+    arrays too."""
+    if p_k:
+        size = n * k if p_by == "nk" else k * 16384.0
+        if isinstance(size, np.ndarray):
+            p = np.maximum(p + p_k * np.log2(size / 2.0**26), 1.0)
+        else:
+            p = max(p + p_k * math.log2(size / 2.0**26), 1.0)
     if m_tile <= 0:
         mq = m
     elif isinstance(m, np.ndarray):
@@ -221,28 +230,6 @@ def gemm_time(
     tc = 2.0 * n * k * (mq + m_half) / (eta_f * flops)
     tm = dtype * (m * k + k * n + m * n) / (eta_b * bw)
     return t0_us * 1e-6 + (tc**p + tm**p) ** (1.0 / p)
-
-
-def allreduce_time(nbytes: Any, tp: int, bw: float, lc: LinkConst) -> Any:
-    """Seconds of one ring all-reduce of ``nbytes`` over ``tp`` GPUs on links of ``bw`` bytes/s,
-    as NCCL runs it: one protocol (LL, LL128, Simple) per message size, each with its latency
-    and bandwidth. Largest messages: the p-norm of the launch and synchronisation latency
-    ``a + b·log2(tp)`` and the transfer ``R·bytes/(η·bw)``, R = 2(tp−1)/tp (p = 1: their sum);
-    up to ``mid_bytes`` and ``ll_bytes``, ``us + R·bytes/(η_regime·bw)``, each capped by the
-    regime above it, so the time never falls as the message grows."""
-    ring = 2.0 * (tp - 1) / tp
-    lat = (lc.lat_us + lc.lat_log2_us * math.log2(tp)) * 1e-6
-    t = (lat**lc.p + (ring * nbytes / (lc.eta * bw)) ** lc.p) ** (1.0 / lc.p)
-    for upto, us, eta in ((lc.mid_bytes, lc.mid_us, lc.mid_eta), (lc.ll_bytes, lc.ll_us,
-                                                                   lc.ll_eta)):  # fmt: skip
-        if upto <= 0:
-            continue
-        reg = us * 1e-6 + (ring * nbytes / (eta * bw) if eta > 0 else 0.0)
-        if isinstance(nbytes, np.ndarray):
-            t = np.where(nbytes <= upto, np.minimum(reg, t), t)
-        elif nbytes <= upto:
-            t = min(reg, t)
-    return t
 
 
 class CorrectedRooflinePerfModel(PerfModel):
@@ -273,6 +260,7 @@ class CorrectedRooflinePerfModel(PerfModel):
         self._kv_layer = kvb
         self.ctx_slope = L * kvb / (a.decode_eta_bw * gpu.mem_bw)
         self._floor = weight_read_floor_s(model, gpu, tp)
+        self._link_bw, self._link_c = self._link(gpu)
         self._tok_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}
         self._dec_cache: dict[int, float] = {}
@@ -288,6 +276,7 @@ class CorrectedRooflinePerfModel(PerfModel):
         return gemm_time(
             m, k, n, self.model.dtype_bytes, self.gpu.flops, self.gpu.mem_bw,
             self._eta_f, self._eta_b, g.m_half_ridge * self._ridge, g.t0_us, g.p, g.m_tile,
+            g.p_k, g.p_by,
         )  # fmt: skip
 
     def layer_linear_s(self, tokens: int) -> float:
@@ -311,13 +300,24 @@ class CorrectedRooflinePerfModel(PerfModel):
             t += t0 * 1e-6 + r * 1e-9 * b + k * tokens * b / bw
         return t
 
+    def _link(self, gpu: GPUSpec) -> tuple[float, LinkConst]:
+        """(link bytes/s, constants). Borrowed constants (another GPU's sweep, through the
+        family map) have their latencies scaled by that GPU's link bandwidth over this one's."""
+
+        def bw_of(g: GPUSpec) -> float:
+            return g.pcie_gbs * 1e9 if self.link == "pcie" else g.peer_bw
+
+        lc = self.c.link_const(gpu.name, self.link, self.tp)
+        src = self.c.link_source(gpu.name, self.link, self.tp)
+        if src is not None and src != gpu.name.partition("@")[0] and src in GPUS:
+            lc = lc.scaled(bw_of(GPUS[src]) / bw_of(gpu))
+        return bw_of(gpu), lc
+
     def allreduce_s(self, nbytes: float) -> float:
         """One all-reduce of ``nbytes`` across the TP group (:func:`allreduce_time`)."""
         if self.tp == 1:
             return 0.0
-        lc = self.c.link_const(self.gpu.name, self.link, self.tp)
-        bw = (self.gpu.pcie_gbs if self.link == "pcie" else self.gpu.peer_bw / 1e9) * 1e9
-        return allreduce_time(nbytes, self.tp, bw, lc)
+        return allreduce_time(nbytes, self.tp, self._link_bw, self._link_c)
 
     def tokens_s(self, tokens: int) -> float:
         """Everything that depends only on the step's token count: layers' GEMMs and
