@@ -184,8 +184,7 @@ class EBPlus(BatchingPolicy):
         assert gate is not None  # _watching() checked it, and the survival
         surv = gate.fc.surv
         assert surv is not None
-        _, ages = self.state.pool.tokens_and_ages()
-        return (len(surv) - 2) - int(ages.max())
+        return (len(surv) - 2) - self.state.pool.max_age()
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.eb.on_finished(req, now_ns)
