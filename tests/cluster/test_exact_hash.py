@@ -82,7 +82,7 @@ GOLDEN: dict[str, str] = {
     "serverlessllm-servegen": "deca79f11c8eed1bc7d06503266434ee97c55c635e6ba05b0f16dec03f630cf9",
     "warmserve": "10f235b9ce9711d4e5e254348747f06bdae87c087e143b3e600a130c4d9624ea",
     "warmserve-augmented": "18258b94a564464dd27f91547a3586044eccb9217d9075378ef3c9d6c483f5d2",
-    "warmserve-ebplus": "384482ab78e6d97ff15adaab7e0b5f2f5f862e87cbf638638e64b3222b6fe21d",
+    "warmserve-ebplus": "0f05fa630e2132cc138f59eebf3359d94652249210066cb0b400927611994c53",
     "warmserve-round-robin": "90b28c7891c507d25c6d7b7f1f2cc29f483798c6fa2b9c83b0bbfb590857cba7",
     "warmserve-servegen": "2123ecc2f51617f6fd967282cd954371de321b30ad6f8b50dc6c9b03f43aa8c7",
     "warmserve-small-batch": "c0ba1c03eb0f315ed3a67d11bfb51df9685477ab749f66522dc404cea9710d82",

@@ -27,3 +27,27 @@ def test_blocks_needed_range_is_the_sum_over_offsets(block_size, members, advanc
             want = sum(pool.blocks_needed(i) for i in range(start, stop))
             assert pool.blocks_needed_range(start, stop) == want
         pool.advance(min(a, pool.steps_to_departure()))
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["join", "remove", "advance"]), st.integers(1, 400)),
+        max_size=40,
+    )
+)
+def test_max_age_is_the_oldest_members_age_through_joins_removals_and_steps(ops):
+    pool = DecodePool(16)
+    rid = 0
+    for op, x in ops:
+        if op == "join":
+            req = Request(rid, 0, x, 1000)
+            req.num_computed_tokens = x + rid % 5  # resumed requests join older
+            req.num_output_tokens = 1 + rid % 5
+            pool.join(req, 1000)
+            rid += 1
+        elif op == "remove" and len(pool):
+            pool.remove(list(pool.members.values())[x % len(pool)])
+        elif op == "advance" and len(pool):
+            pool.advance(min(x, pool.steps_to_departure()))
+        _, ages = pool.tokens_and_ages()
+        assert pool.max_age() == (int(ages.max()) if len(ages) else -1)

@@ -21,6 +21,8 @@ def other_value(group: str, key: str) -> object:
         return next(a for a in args if a != default)
     if isinstance(default, bool):
         return not default
+    if isinstance(default, str) and bool in args:  # bool | Literal[...], a literal default
+        return True
     if default is None:
         return 2 if int in args else 0.5
     for factor in (0.5, 1.25):

@@ -41,6 +41,8 @@ class DecodePool:
         self._slot_input = np.zeros(64, dtype=np.int64)
         """Prompt + extra tokens of the member in each slot."""
         self._slot_used = np.zeros(64, dtype=bool)
+        self._age_key = (-1, -1)
+        self._age_off = 0
 
     def __len__(self) -> int:
         return len(self.members)
@@ -105,6 +107,19 @@ class DecodePool:
         used = self._slot_used
         tokens = self._slot_base[used] + (self.steps + 1)
         return tokens, tokens - self._slot_input[used]
+
+    def max_age(self) -> int:
+        """The oldest member's age as :meth:`tokens_and_ages` gives it (−1 when empty):
+        ``max(base − input) + steps + 1``, the maximum re-taken only after a membership change
+        (any join changes the join count, any removal the size)."""
+        if not self.members:
+            return -1
+        key = (self._joins, len(self.members))
+        if self._age_key != key:
+            used = self._slot_used
+            self._age_off = int((self._slot_base[used] - self._slot_input[used]).max())
+            self._age_key = key
+        return self._age_off + self.steps + 1
 
     def decode_ctx(self) -> int:
         """Σ attended context of the next step: Σ(computed + 1)."""

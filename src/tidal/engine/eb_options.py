@@ -84,19 +84,23 @@ class BoundOptions(_Group):
     (prompts counted whole while they are being prefilled) plus the candidate's must fit in
     ``(1 − cold_reserve)·C``. 0.5 = every admitted context may double before any output length
     has been observed; 0 = vLLM's admission (prompts up to the cache)."""
-    mb_eps: float | None = Field(default=None, gt=0, lt=1)
+    mb_eps: float | None = Field(default=0.02, gt=0, lt=1)
     """Overflow probability ε of the MB mode's forecast admission test (``mb_cap:
-    forecast``; None: ``eps``, EB's). A value looser than ``eps`` holds until the first
-    preemption in MB mode, ``eps`` after it: 0.1 with ``mb_count_cap: false`` admits as far as
-    vLLM's MB where outputs are bounded (issue 18's grid: the MoE on H100 with arXiv lengths
-    0.85× → ≥ 0.99× of MB), at the cost of preemptions under shifting output lengths
-    (docs/design/eb-defaults.md)."""
-    mb_count_cap: bool = True
+    forecast``; None: ``eps``, EB's) until the forecast's first miss (a preemption in MB mode;
+    with ``mb_count_cap: feedback`` also a running request older than every output of the
+    forecast's sample), ``eps`` after it. Issue 18's grid (docs/design/eb-defaults.md): with
+    the count cap released, 0.1 admits as far as vLLM's MB where outputs are bounded (the MoE
+    on H100 with arXiv lengths 0.99× of MB, 0.97× at 0.02) but preempts 0.3–0.5 % of
+    requests on decode-heavy mixes where EB preempts none; 0.02 preempts none there."""
+    mb_count_cap: bool | Literal["feedback"] = "feedback"
     """With ``mb_cap: forecast``, also cap MB's running count by the steady-state bound of
-    :func:`eb_theory.stationary_safe_n`. On by default: while the forecast's window still
-    holds short outputs after a shift to long ones (Table 5's H200 distribution shift), the
-    count cap is what keeps MB mode from over-admitting (0 % preempted with it, 13.5 %
-    without)."""
+    :func:`eb_theory.stationary_safe_n`: ``true`` always, ``false`` never, ``feedback`` from
+    the forecast's first miss on — a preemption in MB mode, or a running request older than
+    every output of the forecast's sample (its survival is then an extrapolation: the outputs
+    got longer than anything it has seen, as in Table 5's H200 distribution shift, where the
+    forecast alone preempts 13.5 % of requests and the count cap 0 %). Until a miss the
+    forecast alone bounds MB mode (issue 18's grid: within 1 % of vLLM's MB where it never
+    preempts)."""
 
 
 class PhaseOptions(_Group):

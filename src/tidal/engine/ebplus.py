@@ -34,9 +34,10 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
 The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
 default: each admission must keep the running set's age-conditioned projected occupancy within
 the cache, :mod:`tidal.engine.kv_forecast`, at overflow probability ``mb_eps`` (default 0.1)
-until the first preemption in MB mode and EB's ε after it; ``mb_count_cap`` adds a count cap
-of the steady-state bound, whose prompt-variance term guards against prompts the per-admission
-test already sees),
+until the forecast's first miss and EB's ε after it; ``mb_count_cap`` adds a count cap of the
+steady-state bound — by default (``feedback``) from that miss on: a preemption in MB mode, or
+a running request older than every output of the forecast's sample, S(g) = 0, where the
+projection extrapolates (outputs got longer than any it has seen)),
 or at most ``N_MB`` running requests (``mb_cap: mb_safe``): the §2.5 CLT bound ``N·D +
 σ·sqrt(N·ln(1/ε)) ≤ C`` evaluated with MB's own slot occupancy instead of EB's cycle — in steady
 state ``D = μ_L + E[O²]/(2E[O])`` (renewal reward; the paper's ``D(θ → 0) = μ_L + 1/p0`` for
@@ -126,8 +127,11 @@ class EBPlus(BatchingPolicy):
         self._signals: deque[float] = deque(maxlen=opts.selector.signal_window)
         self.demand = 0
         self.mb_eps = opts.bound.eps if opts.bound.mb_eps is None else opts.bound.mb_eps
-        """ε of the MB mode's forecast test: ``mb_eps`` until the first preemption in MB mode,
-        then ``eps``."""
+        """ε of the MB mode's forecast test: ``mb_eps`` until the forecast's first miss, then
+        ``eps``."""
+        self.missed_ns = -1
+        """When the forecast first missed (-1: not yet): a preemption in MB mode, or, with
+        ``mb_count_cap: feedback``, a running request older than every sampled output."""
         self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
         self._log(0, "start", _NAN, _NAN, _NAN, opts.selector.delta)
 
@@ -153,8 +157,34 @@ class EBPlus(BatchingPolicy):
     def on_preempted(self, req: Request, lost_tokens: int) -> None:
         self.eb.on_preempted(req, lost_tokens)
         if self.mode == "mb":
-            # the cache overflowed under MB's looser margin: from now on, EB's ε
-            self.mb_eps = self.ctl.opts.bound.eps
+            self._missed(self.sched_ns)  # the cache overflowed under MB mode's margin
+
+    def _missed(self, now_ns: int) -> None:
+        """The forecast missed: from now on EB's ε (and the count cap, ``feedback``)."""
+        self.mb_eps = self.ctl.opts.bound.eps
+        if self.missed_ns < 0:
+            self.missed_ns = now_ns
+
+    def _watching(self) -> bool:
+        """Feedback mode, no miss yet, the forecast estimated and someone decoding."""
+        gate = self.eb.gate
+        return (
+            self.missed_ns < 0
+            and self.ctl.opts.bound.mb_count_cap == "feedback"
+            and gate is not None
+            and gate.fc.surv is not None
+            and len(self.state.pool) > 0
+        )
+
+    def _steps_to_extrapolation(self) -> int:
+        """Steps until the oldest decoding request's age g reaches the sample's longest output
+        t_max, where ``S(g) = 0`` and the forecast extrapolates (≤ 0: it does now). Ages grow
+        by one a step."""
+        gate = self.eb.gate
+        assert gate is not None  # _watching() checked it, and the survival
+        surv = gate.fc.surv
+        assert surv is not None
+        return (len(surv) - 2) - self.state.pool.max_age()
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.eb.on_finished(req, now_ns)
@@ -284,7 +314,10 @@ class EBPlus(BatchingPolicy):
             return self.n_mb
         if kind == "n_hat":
             return self.ctl.n_target()
-        if kind == "forecast" and self.ctl.opts.bound.mb_count_cap:
+        count_cap = self.ctl.opts.bound.mb_count_cap
+        if kind == "forecast" and (
+            count_cap is True or (count_cap == "feedback" and self.missed_ns >= 0)
+        ):
             return self.ctl.n_stat
         return None
 
@@ -331,6 +364,8 @@ class EBPlus(BatchingPolicy):
         demand = len(st.running) + len(st.waiting)
         self.demand = demand
         self.n_obs = self._ema_step(demand, self.n_obs)
+        if self._watching() and self._steps_to_extrapolation() <= 0:
+            self._missed(now_ns)
         if self._surge(demand):
             self.evaluate(
                 now_ns, "surge", demand if self.ctl.opts.demand.surge_n == "demand" else None
@@ -347,7 +382,10 @@ class EBPlus(BatchingPolicy):
             return 1, True
         # The step i of the run would update N_obs and could fire the surge test: stop before
         # the first i where it would. N_obs moves monotonically towards the (constant) demand,
-        # so once N_obs ≥ D/surge_factor it never fires again.
+        # so once N_obs ≥ D/surge_factor it never fires again. Likewise the step at which the
+        # oldest request's age reaches the forecast's longest sampled output (a miss).
+        if self._watching():
+            m = max(1, min(m, self._steps_to_extrapolation()))
         if self.cooldown_left == 0 and self.ctl.stats.initialized:
             d, n_obs, f = self.demand, self.n_obs, self.ctl.opts.demand.surge_factor
             for i in range(1, m):
@@ -379,6 +417,7 @@ class EBPlus(BatchingPolicy):
             **self.stats().metrics(),
             "ebplus_final_mode": self.mode,
             "ebplus_mb_cap": -1 if (cap := self.mb_cap()) is None else cap,
+            "ebplus_forecast_missed_s": self.missed_ns / 1e9 if self.missed_ns >= 0 else -1.0,
             **self.eb.gauges(),
         }
 
