@@ -303,7 +303,8 @@ def run_cluster(
     t_sim = time.perf_counter()
 
     cols = recorder.columns()
-    model_col = np.asarray(cols["model"], dtype=np.int64)
+    if cols.dtype("model") != np.int64:
+        cols["model"] = np.asarray(cols["model"], dtype=np.int64)
 
     def merged(engines: list[int]) -> LogHistogram:
         h = LogHistogram()
@@ -332,7 +333,7 @@ def run_cluster(
         metrics.update(cache_counts([s for _, s in scheds]).metrics(backend.prefix_caching))
     per_model: dict[str, dict[str, Any]] = {}
     for m in ctl.models:
-        sel = model_col == m.index
+        sel = cols["model"] == m.index
         sub = Selected(cols, sel)
         engines = [e for e, name in enumerate(backend.names) if name == m.name]
         pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
@@ -348,7 +349,6 @@ def run_cluster(
         pm["tp"] = m.tp
         pm["share"] = float(shares[m.index])
         per_model[m.name] = pm
-    cols["model"] = model_col
     run_info = {
         "wall_s": t_sim - t0,
         "load_s": t_load - t0,
