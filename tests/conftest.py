@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 
 import numpy as np
@@ -81,3 +82,34 @@ def traces_available() -> bool:
 needs_traces = pytest.mark.skipif(
     not traces_available(), reason="shared/traces not found (set TIDAL_TRACES_DIR)"
 )
+
+
+def _live_children() -> list[str]:
+    """This process's live child processes, as ``pid cmdline`` (Linux /proc; else empty)."""
+    me, out = str(os.getpid()), []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[1] == me and fields[0] != "Z":
+                pid = stat.split("/")[2]
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                out.append(f"{pid} {cmd[:120]}")
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Name what could keep the run alive after its last test (a child process holding the
+    output, or a non-daemon thread the interpreter joins at exit), so a CI run that does not
+    end says why."""
+    import threading
+
+    threads = [
+        t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon
+    ]
+    children = _live_children()
+    if threads or children:
+        print(f"\nstill alive after the tests: threads {threads}, child processes {children}")

@@ -77,7 +77,7 @@ class ErrorCorrected:
         n = min(len(self.weights), len(self.errors))
         recent = np.array(self.errors[-n:][::-1])
         w = self.weights[:n]
-        self.prediction = self.prior(self.k) + float(np.dot(w, recent) / w.sum())
+        self.prediction = self.prior(self.k) + float((w * recent).sum() / w.sum())
         return self.prediction
 
 
@@ -172,6 +172,6 @@ def detect_period(series: np.ndarray, min_lag: int = 2, max_lag: int | None = No
     x = np.asarray(series, float) - np.mean(series)
     n = len(x)
     max_lag = max_lag or n // 2
-    denom = float(np.dot(x, x)) or 1.0
-    ac = [float(np.dot(x[:-lag], x[lag:])) / denom for lag in range(min_lag, max_lag + 1)]
+    denom = float((x * x).sum()) or 1.0
+    ac = [float((x[:-lag] * x[lag:]).sum()) / denom for lag in range(min_lag, max_lag + 1)]
     return min_lag + int(np.argmax(ac))

@@ -97,7 +97,8 @@ class ForecastGate:
                 if not worst:
                     x, _, reserved = self.running_state()
                     xt = x + horizon
-                    worst.extend((float(xt.sum()) + len(x) * hb + reserved, float(xt @ xt) / 4.0))
+                    xt2 = float((xt * xt).sum())  # not ``xt @ xt``: BLAS order varies by CPU
+                    worst.extend((float(xt.sum()) + len(x) * hb + reserved, xt2 / 4.0))
                 worst_m, worst_v = worst
                 xr = req.num_tokens + horizon
                 m, v = worst_m + xr + hb, worst_v + xr * xr / 4.0

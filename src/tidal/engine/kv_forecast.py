@@ -123,8 +123,14 @@ class KVForecast:
         q = self._q(ages_u)
         w = q * (1.0 - q)
         s_ = self.s.astype(np.float64)
-        self.mean = (sx + n * self.half_block) @ q + s_ * (n @ q) + reserved_tokens
-        vx2, vx, vn = np.stack([sx2, sx, n]) @ w
+        # column sums, not ``@``: a BLAS product's summation order depends on the CPU's kernel
+        # (results must not), while numpy adds the rows of an axis-0 sum in order
+        self.mean = (
+            ((sx + n * self.half_block)[:, None] * q).sum(axis=0)
+            + s_ * (n[:, None] * q).sum(axis=0)
+            + reserved_tokens
+        )
+        vx2, vx, vn = ((a[:, None] * w).sum(axis=0) for a in (sx2, sx, n))
         self.var = vx2 + 2.0 * s_ * vx + s_ * s_ * vn
 
     def admit(self, tokens: int, age: int = 0, ell: float | None = None) -> bool:

@@ -39,6 +39,8 @@ How they enter the simulator (:data:`CALIBRATIONS`, :func:`measured_host_link`):
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tidal.core.errors import ConfigError
@@ -303,6 +305,22 @@ def _no_measured(model: ModelSpec, gpu: GPUSpec, tp: int, where: str) -> ConfigE
     )
 
 
+def line_fit(x: Iterable[float], y: Iterable[float]) -> tuple[float, float]:
+    """Least-squares line ``y ≈ slope·x + intercept`` in closed form with exactly rounded sums
+    (``math.fsum``): slope = Σ(x−x̄)(y−ȳ) / Σ(x−x̄)². Unlike ``np.polyfit`` (LAPACK) the result
+    is the same on every CPU, which the simulator's determinism needs."""
+    xs, ys = [float(v) for v in x], [float(v) for v in y]
+    n = len(xs)
+    if n < 2 or len(ys) != n:
+        raise ValueError(f"a line needs >= 2 paired points, got {n} and {len(ys)}")
+    xm, ym = math.fsum(xs) / n, math.fsum(ys) / n
+    sxx = math.fsum((a - xm) ** 2 for a in xs)
+    if sxx == 0:
+        raise ValueError("a line needs two distinct x values")
+    slope = math.fsum((a - xm) * (b - ym) for a, b in zip(xs, ys, strict=True)) / sxx
+    return slope, ym - slope * xm
+
+
 def derive_linear(roof: PerfModel, ctx_ref: int = 512) -> LinearCalibration:
     """Fit α/β to the roofline (or any step-time model, e.g. a measured profile) the way the
     paper fits its GPU measurements: prefill sizes 256…4096, decode batches 16…1024 at
@@ -313,8 +331,8 @@ def derive_linear(roof: PerfModel, ctx_ref: int = 512) -> LinearCalibration:
     tp_ = np.array([roof.step_ns(0, 0, int(x), int(x * x), int(x), 1) for x in p]) / 1e9
     d = np.array([16, 32, 64, 128, 256, 384, 512, 768, 1024])
     td = np.array([roof.step_ns(int(n), int(n * ctx_ref)) for n in d]) / 1e9
-    beta_p, alpha_p = np.polyfit(p, tp_, 1)
-    beta_d, alpha_d = np.polyfit(d, td, 1)
+    beta_p, alpha_p = line_fit(p, tp_)
+    beta_d, alpha_d = line_fit(d, td)
     return LinearCalibration(
         float(max(alpha_p, 1e-6)),
         float(beta_p),
