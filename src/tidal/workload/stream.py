@@ -122,6 +122,8 @@ class LazyColumn:
         return self._store.n
 
     def __getitem__(self, idx: Any) -> Any:
+        if type(idx) is int and idx >= 0:
+            return self._store.get(self._j, idx)
         if isinstance(idx, slice):
             start, stop, step = idx.indices(self._store.n)
             if step != 1:
