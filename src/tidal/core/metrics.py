@@ -23,15 +23,17 @@ PCTS = (50, 90, 99)
 
 
 def _pcts(name: str, x: np.ndarray, out: dict[str, Any], pcts: tuple[int, ...] = PCTS) -> None:
+    """Percentiles and mean of ``x`` into ``out``; ``x`` is reordered (a temporary)."""
     if len(x) == 0:
         for p in pcts:
             out[f"{name}_p{p}_s"] = None
         out[f"{name}_mean_s"] = None
         return
-    vals = np.percentile(x, pcts)
+    mean = float(np.mean(x))  # before the partition below reorders x
+    vals = np.percentile(x, pcts, overwrite_input=True)  # x is the caller's scratch
     for p, v in zip(pcts, vals, strict=True):
         out[f"{name}_p{p}_s"] = float(v)
-    out[f"{name}_mean_s"] = float(np.mean(x))
+    out[f"{name}_mean_s"] = mean
 
 
 def weighted_percentiles(
