@@ -23,15 +23,17 @@ PCTS = (50, 90, 99)
 
 
 def _pcts(name: str, x: np.ndarray, out: dict[str, Any], pcts: tuple[int, ...] = PCTS) -> None:
+    """Percentiles and mean of ``x`` into ``out``; ``x`` is reordered (a temporary)."""
     if len(x) == 0:
         for p in pcts:
             out[f"{name}_p{p}_s"] = None
         out[f"{name}_mean_s"] = None
         return
-    vals = np.percentile(x, pcts)
+    mean = float(np.mean(x))  # before the partition below reorders x
+    vals = np.percentile(x, pcts, overwrite_input=True)  # x is the caller's scratch
     for p, v in zip(pcts, vals, strict=True):
         out[f"{name}_p{p}_s"] = float(v)
-    out[f"{name}_mean_s"] = float(np.mean(x))
+    out[f"{name}_mean_s"] = mean
 
 
 def weighted_percentiles(
@@ -77,38 +79,47 @@ def summarize(
     requests only and dropped after its percentiles (the same values as
     :func:`request_latencies` gives, in a few arrays of one column's size at a time, so
     columns read from disk stay cheap)."""
-    finish = cols["finish_ns"]
-    done = finish >= 0
+    done = cols["finish_ns"] >= 0
     n = len(done)
     n_done = int(done.sum())
     m: dict[str, Any] = {"num_requests": n, "num_completed": n_done}
-    arrival = cols["arrival_ns"]
-    start = int(arrival.min()) if n_done else 0
-    arrival = arrival[done]
-    finish = finish[done]
+    start = int(cols["arrival_ns"].min()) if n_done else 0
+    # Columns are re-read where needed (from disk, cheaply) so that few arrays of the completed
+    # requests' size are alive at once; every value is computed as the definitions say.
     first = cols["first_token_ns"][done]
-    ttft = (first - arrival) / 1e9
+    ttft = (first - cols["arrival_ns"][done]) / 1e9
     met = ttft <= slo_ttft_s
     _pcts("ttft", ttft, m)
     del ttft
     out_tok = cols["output_tokens"][done]
-    nan = np.float64("nan")
-    tpot_all = np.where(out_tok > 1, (finish - first) / 1e9 / np.maximum(out_tok - 1, 1), nan)
+    out_sum = int(out_tok.sum()) if n_done else 0
+    tpot = cols["finish_ns"][done] - first
     del first
-    met &= np.nan_to_num(tpot_all, nan=0.0) <= slo_tpot_s
-    _pcts("tpot", tpot_all[~np.isnan(tpot_all)], m)
-    del tpot_all
-    _pcts("e2e", (finish - arrival) / 1e9, m)
+    tpot = tpot / 1e9
+    tpot /= np.maximum(out_tok - 1, 1)
+    tpot[out_tok <= 1] = np.nan
+    del out_tok
+    met &= np.nan_to_num(tpot, nan=0.0) <= slo_tpot_s
+    _pcts("tpot", tpot[~np.isnan(tpot)], m)
+    del tpot
+    finish = cols["finish_ns"][done]
+    last = int(finish.max()) if n_done else 0
+    e2e = finish - cols["arrival_ns"][done]
+    del finish
+    _pcts("e2e", e2e / 1e9, m)
+    del e2e
     sched = cols["first_scheduled_ns"][done]
-    _pcts("queue", np.where(sched >= 0, (sched - arrival) / 1e9, nan), m)
-    del sched, arrival
+    queue = (sched - cols["arrival_ns"][done]) / 1e9
+    queue[sched < 0] = np.nan
+    del sched
+    _pcts("queue", queue, m)
+    del queue
     itl_pcts = itl.percentiles(PCTS) if itl is not None else [None] * len(PCTS)
     for p, v in zip(PCTS, itl_pcts, strict=True):
         m[f"itl_p{p}_s"] = v / 1e9 if v is not None else None
     if n_done:
-        makespan = max(int(finish.max()) - start, 1) / 1e9
+        makespan = max(last - start, 1) / 1e9
         in_tok = int(cols["prompt_len"][done].sum())
-        out_sum = int(out_tok.sum())
         n_met = int(met.sum())
     else:
         makespan, in_tok, out_sum, n_met = 0.0, 0, 0, 0

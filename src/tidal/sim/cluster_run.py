@@ -41,6 +41,7 @@ from tidal.sim.cluster_metrics import (
     latency_p95,
     policy_metrics,
 )
+from tidal.sim.cluster_stream import streamed_workload, streams
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import SpooledRecorder
@@ -49,6 +50,7 @@ from tidal.workload.base import RequestSet
 from tidal.workload.concurrency import window_concurrency
 from tidal.workload.multimodel import MixWorkload, azure_mix, read_aggregate_rates, servegen_mix
 from tidal.workload.paths import resolve_trace
+from tidal.workload.stream import LazyColumn
 from tidal.workload.traces import load_azure
 
 
@@ -96,6 +98,18 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
 def cluster_workload(cfg: SimulationConfig) -> MixWorkload:
     """The multi-model workload of a cluster run (arrivals shifted by the warm-up)."""
     return _mix_cached(cfg.model_dump_json())
+
+
+def next_arrivals(rs: RequestSet, num_models: int) -> tuple[np.ndarray, list[int]]:
+    """Each request's same-model successor's arrival (INF_NS: none) and each model's first."""
+    model = rs.extra["model"]
+    nxt = np.full(len(rs), INF_NS, np.int64)
+    first = []
+    for m in range(num_models):
+        idx = np.flatnonzero(model == m)
+        nxt[idx[:-1]] = rs.arrival_ns[idx[1:]]
+        first.append(int(rs.arrival_ns[idx[0]]) if len(idx) else INF_NS)
+    return nxt, first
 
 
 def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]:
@@ -241,8 +255,18 @@ def run_cluster(
     c = cfg.cluster
     assert c is not None
     t0 = time.perf_counter()
-    mix = cluster_workload(cfg)
-    reqs = requests if requests is not None else mix.requests
+    next_of: np.ndarray | LazyColumn
+    if requests is None and streams(cfg):
+        reqs, next_of, next_own, stats, meta = streamed_workload(cfg)
+        shares, description = meta["shares"], meta["description"]
+        prior_avg = prior_peak = None
+    else:
+        mix = cluster_workload(cfg)
+        reqs = requests if requests is not None else mix.requests
+        shares, description = mix.shares, mix.description
+        prior_avg, prior_peak = mix.prior_avg, mix.prior_peak
+        stats = workload_stats(c, reqs)
+        next_of, next_own = next_arrivals(reqs, len(c.models))
     t_load = time.perf_counter()
     model_of = reqs.extra["model"]
     recorder = SpooledRecorder(reqs)
@@ -253,26 +277,20 @@ def run_cluster(
     backend.prefix_caching = cfg.memory.prefix_caching and reqs.content is not None
     check_host_tier(cfg, reqs.content is not None)
     first = int(reqs.arrival_ns[0]) if n else 0
-    stats = workload_stats(c, reqs)
     ctl = ClusterController(
         c,
         backend,
         model_of,
-        mix.prior_avg,
-        mix.prior_peak,
+        prior_avg,
+        prior_peak,
         [s["concurrency"] for s in stats],
         stats,
         first_arrival_ns=first,
     )
 
-    arrived = [0] * len(ctl.models)
-    own_times = [np.append(reqs.arrival_ns[model_of == m], INF_NS) for m in range(len(arrived))]
-    next_own = [int(t[0]) for t in own_times]
-
     def route(req: Request) -> int:
-        m = int(model_of[req.request_id])
-        arrived[m] += 1
-        next_own[m] = int(own_times[m][arrived[m]])
+        rid = req.request_id
+        next_own[int(model_of[rid])] = int(next_of[rid])
         ctl.on_arrival(req, sim.now_ns)
         return -1
 
@@ -294,6 +312,8 @@ def run_cluster(
     t_sim = time.perf_counter()
 
     cols = recorder.columns()
+    if cols.dtype("model") != np.int64:
+        cols["model"] = np.asarray(cols["model"], dtype=np.int64)
 
     def merged(engines: list[int]) -> LogHistogram:
         h = LogHistogram()
@@ -322,7 +342,7 @@ def run_cluster(
         metrics.update(cache_counts([s for _, s in scheds]).metrics(backend.prefix_caching))
     per_model: dict[str, dict[str, Any]] = {}
     for m in ctl.models:
-        sel = model_of == m.index
+        sel = cols["model"] == m.index
         sub = Selected(cols, sel)
         engines = [e for e, name in enumerate(backend.names) if name == m.name]
         pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
@@ -336,9 +356,8 @@ def run_cluster(
             counts = cache_counts([s for name, s in scheds if name == m.name])
             pm.update(counts.metrics(backend.prefix_caching))
         pm["tp"] = m.tp
-        pm["share"] = float(mix.shares[m.index])
+        pm["share"] = float(shares[m.index])
         per_model[m.name] = pm
-    cols["model"] = np.asarray(model_of, dtype=np.int64)
     run_info = {
         "wall_s": t_sim - t0,
         "load_s": t_load - t0,
@@ -355,7 +374,7 @@ def run_cluster(
         "summary": {
             "per_model": per_model,
             "models": [m.name for m in ctl.models],
-            "workload": mix.description,
+            "workload": description,
         },
         "controller": ctl,
         "json": None,

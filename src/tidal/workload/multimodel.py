@@ -217,19 +217,14 @@ def _level_ratio(
     return a / b
 
 
-def servegen_mix(
-    cfg: MixConfig,
-    num_models: int,
-    rng: np.random.Generator,
-    pool_rates: dict[str, np.ndarray] | None = None,
-    quantiles: Path | None = None,
-) -> MixWorkload:
-    """Model i follows pool ``pools[i % len]``'s 10-minute rate series (module docstring)."""
-    rates = pool_rates if pool_rates is not None else read_aggregate_rates()
-    qfile = quantiles or traces_dir() / QUANTILES_FILE
+def servegen_model_rates(
+    cfg: MixConfig, num_models: int, rates: dict[str, np.ndarray]
+) -> list[tuple[str, np.ndarray]]:
+    """Per model: its pool and its Poisson rate per 10-minute window, the pool's series (first
+    ``days`` of it) normalised to mean ``rate · share_i`` over its positive windows."""
     shares = power_law_shares(num_models, cfg.alpha)
     n_win = round(cfg.days * 86400 / SERVEGEN_WINDOW_S)
-    parts = []
+    out = []
     for i in range(num_models):
         pool = cfg.pools[i % len(cfg.pools)]
         if pool not in rates:
@@ -241,8 +236,25 @@ def servegen_mix(
         series = rates[pool][:n_win]
         positive = series[series > 0]
         lam = series / positive.mean() * cfg.rate * shares[i] if len(positive) else series * 0
+        out.append((pool, lam))
+    return out
+
+
+def servegen_mix(
+    cfg: MixConfig,
+    num_models: int,
+    rng: np.random.Generator,
+    pool_rates: dict[str, np.ndarray] | None = None,
+    quantiles: Path | None = None,
+) -> MixWorkload:
+    """Model i follows pool ``pools[i % len]``'s 10-minute rate series (module docstring)."""
+    rates = pool_rates if pool_rates is not None else read_aggregate_rates()
+    qfile = quantiles or traces_dir() / QUANTILES_FILE
+    shares = power_law_shares(num_models, cfg.alpha)
+    parts = []
+    for pool, lam in servegen_model_rates(cfg, num_models, rates):
         counts = rng.poisson(lam * SERVEGEN_WINDOW_S)
-        start = np.repeat(np.arange(len(series)) * SERVEGEN_WINDOW_S, counts)
+        start = np.repeat(np.arange(len(lam)) * SERVEGEN_WINDOW_S, counts)
         t = start + rng.random(len(start)) * SERVEGEN_WINDOW_S
         table = length_quantiles(pool, qfile)
         n = len(t)
