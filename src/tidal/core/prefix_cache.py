@@ -98,9 +98,8 @@ class PrefixCachingKVManager(PrefixQueue):
         """Requests whose own blocks are registered eagerly (they left the GPU unfinished)."""
 
     def add_host_tier(self, num_blocks: int, load_ns_per_block: float) -> None:
-        """Give the cache a host tier of ``num_blocks`` (a cluster engine gets it when it
-        starts, as its swap space); only before anything was cached or evicted. A tier turns
-        the lazy registration off (the tier's capacity would see its timing)."""
+        """A host tier of ``num_blocks`` (a cluster engine's, given at its start, before
+        anything is cached); it turns lazy registration off, as in ``__init__``."""
         if self._tier is not None or self.num_evicted_blocks or self._refs:
             raise RuntimeError("a host tier is added once, before anything is cached")
         if num_blocks > 0:
