@@ -82,6 +82,22 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
         if proc.is_alive():  # pragma: no cover - a worker ignoring SIGTERM
             proc.kill()
             proc.join()
+    _release_manager(pool)
+
+
+def _release_manager(pool: ProcessPoolExecutor) -> None:
+    """With its workers terminated, the pool's manager thread can stay blocked on a result
+    pipe nobody writes to, and CPython's exit hook joins every such thread: the process would
+    never exit (seen: a test run that passed, then hung). Give it 5 s, then drop it from the
+    hook's list; the thread dies with the process."""
+    import concurrent.futures.process as cfp
+
+    thread = getattr(pool, "_executor_manager_thread", None)
+    if thread is None:
+        return
+    thread.join(timeout=5)
+    if thread.is_alive():
+        cfp._threads_wakeups.pop(thread, None)  # type: ignore[attr-defined]
 
 
 def run_ray(
