@@ -41,8 +41,16 @@ def make_cell(cid: str, base: dict[str, Any], values: dict[str, Any]) -> Cell:
     return Cell(cid, values, cfg.seed, cfg.model_dump(mode="json"))
 
 
+EBPLUS_OPTS: dict[str, Any] = {}
+"""``scheduler.eb`` of the EB⁺ cells only (``--ebplus-opts``; EB's cells keep the defaults)."""
+
+
 def group_cells(g: rg.Group) -> list[Cell]:
-    return [make_cell(f"{g.group_id}-{p}", g.base, {g.policy_key: p}) for p in g.policies]
+    def values(p: str) -> dict[str, Any]:
+        extra = {"scheduler.eb": EBPLUS_OPTS} if p == "ebplus" and EBPLUS_OPTS else {}
+        return {g.policy_key: p, **extra}
+
+    return [make_cell(f"{g.group_id}-{p}", g.base, values(p)) for p in g.policies]
 
 
 def run_all(cells: list[Cell], out: Path, workers: int, what: str) -> dict[str, str]:
@@ -331,7 +339,14 @@ def main(argv: Iterable[str] | None = None) -> None:
         help="seconds of Poisson arrivals of the tool-calling mixture per cell",
     )
     ap.add_argument("--quick", action="store_true", help="about a dozen groups per family")
+    ap.add_argument(
+        "--ebplus-opts",
+        type=json.loads,
+        default={},
+        help='scheduler.eb of the EB⁺ cells, JSON (e.g. \'{"prefer": "throughput"}\')',
+    )
     args = ap.parse_args(list(argv) if argv is not None else None)
+    EBPLUS_OPTS.update(args.ebplus_opts)
     t0 = time.perf_counter()
     results = {fam: run_family(fam, args, args.out) for fam in args.families}
     extra: dict[str, Any] = {}

@@ -272,6 +272,34 @@ def check_ebplus(m: dict[str, dict[str, Any]], n: int) -> dict[str, Any]:
     }
 
 
+def faster_baseline(check: dict[str, Any]) -> str:
+    """The baseline with the higher token throughput in an EB⁺ cell's ``check``
+    (EB⁺/b − 1 is smaller for the faster b)."""
+    return "eb" if check["vs_eb"] < check["vs_mb"] else "mb"
+
+
+def ebplus_verdict(default: dict[str, Any], throughput: dict[str, Any] | None) -> str:
+    """How an EB⁺ cell's guarantee holds, from the checks of the default run
+    (``prefer: no-preemption``) and of the ``prefer: throughput`` run (None: not run):
+    ``strict`` (the issue's rule, defaults), ``frontier`` (the defaults are on the baselines'
+    throughput/preemption frontier: preemptions ≤ min + slack, within 1 % of every baseline
+    preempting no more), ``throughput`` (``prefer: throughput`` is within 1 % of
+    max(EB, MB) and preempts ≤ the faster baseline + slack: the fallback to MB holds it),
+    else ``open``."""
+    if default["ok"]:
+        return "strict"
+    if default["ok_frontier"]:
+        return "frontier"
+    if throughput is not None:
+        pre = throughput["preempt"]
+        if (
+            throughput["ratio"] >= 1 - TOLERANCE
+            and pre["ebplus"] <= pre[faster_baseline(throughput)] + PREEMPT_SLACK
+        ):
+            return "throughput"
+    return "open"
+
+
 def check_augserve(m: dict[str, dict[str, Any]]) -> dict[str, Any]:
     eff = {p: m[p]["effective_throughput"] for p in m}
     p99 = {p: m[p]["ttft_p99_s"] for p in m}

@@ -109,3 +109,17 @@ def test_replace_changes_only_the_knobs_given():
     new = base.replace(delta=0.5, n_bound="forecast")
     assert (new.selector.delta, new.bound.n_bound, new.selector.sticky) == (0.5, "forecast", 2.0)
     assert new.selector.mb_cap == base.selector.mb_cap == "none"
+
+
+def test_prefer_throughput_is_mb_mode_at_n_max():
+    assert EBOptions().bound.prefer == "no-preemption"
+    assert EBOptions().selector.mb_cap == "forecast"
+    assert EBOptions(prefer="throughput").selector.mb_cap == "none"
+    assert EBOptions(prefer="throughput", mb_cap="none").selector.mb_cap == "none"
+    assert EBOptions(preset="reference", prefer="throughput").selector.mb_cap == "none"
+    with pytest.raises(ValueError, match="prefer: throughput runs MB mode at mb_cap: none"):
+        EBOptions(prefer="throughput", mb_cap="forecast")
+    # a copy keeps the resolved cap; replacing the preference back needs no cap given
+    opts = EBOptions(prefer="throughput")
+    assert opts.replace(delta=1e-5).selector.mb_cap == "none"
+    assert opts.replace(prefer="no-preemption").selector.mb_cap == "none"

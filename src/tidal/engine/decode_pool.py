@@ -43,6 +43,8 @@ class DecodePool:
         self._slot_used = np.zeros(64, dtype=bool)
         self._age_key = (-1, -1)
         self._age_off = 0
+        self._rank_key = (-1, -1, -1)
+        self._rank_off = 0
 
     def __len__(self) -> int:
         return len(self.members)
@@ -52,6 +54,7 @@ class DecodePool:
         """Add ``req`` (caught up: computed == num_tokens − 1); it departs after the step that
         samples output token number ``target_output``."""
         base = req.num_computed_tokens - self.steps
+        fresh = self._age_key == (self._joins, len(self.members))
         req.pool_base = base
         req.in_pool = True
         self.members[req.request_id] = req
@@ -74,6 +77,9 @@ class DecodePool:
         self._slot_input[slot] = req.prompt_len + req.num_extra_tokens
         self._slot_used[slot] = True
         heapq.heappush(self._leave, (target_computed - base, req.request_id, self._joins))
+        if fresh:  # the maximum age offset, kept without a re-scan
+            self._age_off = max(self._age_off, base - int(self._slot_input[slot]))
+            self._age_key = (self._joins, len(self.members))
 
     def computed(self, req: Request) -> int:
         return req.pool_base + self.steps
@@ -87,7 +93,12 @@ class DecodePool:
 
     def remove(self, req: Request) -> None:
         self.materialize(req)
+        fresh = self._age_key == (self._joins, len(self.members))
+        i = self._slot[req.request_id]
+        off = int(self._slot_base[i] - self._slot_input[i])
         del self.members[req.request_id]
+        if fresh and off < self._age_off:  # not the oldest: the maximum stands
+            self._age_key = (self._joins, len(self.members))
         del self._join_id[req.request_id]
         slot = self._slot.pop(req.request_id)
         self._slot_used[slot] = False
@@ -110,8 +121,9 @@ class DecodePool:
 
     def max_age(self) -> int:
         """The oldest member's age as :meth:`tokens_and_ages` gives it (−1 when empty):
-        ``max(base − input) + steps + 1``, the maximum re-taken only after a membership change
-        (any join changes the join count, any removal the size)."""
+        ``max(base − input) + steps + 1``; a join raises the kept maximum, a removal of a
+        member younger than it keeps it, and only the oldest's removal (or an empty pool)
+        makes the next call re-scan the slots."""
         if not self.members:
             return -1
         key = (self._joins, len(self.members))
@@ -120,6 +132,22 @@ class DecodePool:
             self._age_off = int((self._slot_base[used] - self._slot_input[used]).max())
             self._age_key = key
         return self._age_off + self.steps + 1
+
+    def age_rank(self, q: int) -> int:
+        """The ``q``-th oldest member's age (``q`` = 1: :meth:`max_age`; −1 when fewer than
+        ``q`` members), re-ranked only after a membership change, as :meth:`max_age`."""
+        n = len(self.members)
+        if q <= 1:
+            return self.max_age()
+        if n < q:
+            return -1
+        key = (self._joins, n, q)
+        if self._rank_key != key:
+            used = self._slot_used
+            off = self._slot_base[used] - self._slot_input[used]
+            self._rank_off = int(np.partition(off, n - q)[n - q])
+            self._rank_key = key
+        return self._rank_off + self.steps + 1
 
     def decode_ctx(self) -> int:
         """Σ attended context of the next step: Σ(computed + 1)."""

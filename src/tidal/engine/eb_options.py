@@ -84,14 +84,28 @@ class BoundOptions(_Group):
     (prompts counted whole while they are being prefilled) plus the candidate's must fit in
     ``(1 − cold_reserve)·C``. 0.5 = every admitted context may double before any output length
     has been observed; 0 = vLLM's admission (prompts up to the cache)."""
-    mb_eps: float | None = Field(default=0.02, gt=0, lt=1)
+    prefer: Literal["no-preemption", "throughput"] = "no-preemption"
+    """Which baseline EB⁺ falls back to where MB's extra throughput is bought by admitting past
+    the cache (recompute preemption; docs/design/eb-defaults.md, "Where EB⁺'s guarantee
+    holds"): ``no-preemption`` = MB mode admits within the KV forecast
+    (``selector.mb_cap``), so EB⁺ preempts no more than EB; ``throughput`` = MB mode is
+    vLLM's MB (sets ``selector.mb_cap: none``: N_max, recompute preemption), so EB⁺ reaches
+    MB's throughput with MB's preemptions. Where the forecast never refuses an admission
+    vLLM would make, the two coincide."""
+
+    mb_eps: float | None = Field(default=0.01, gt=0, lt=1)
     """Overflow probability ε of the MB mode's forecast admission test (``mb_cap:
     forecast``; None: ``eps``, EB's) until the forecast's first miss (a preemption in MB mode;
     with ``mb_count_cap: feedback`` also a running request older than every output of the
     forecast's sample), ``eps`` after it. Issue 18's grid (docs/design/eb-defaults.md): with
     the count cap released, 0.1 admits as far as vLLM's MB where outputs are bounded (the MoE
-    on H100 with arXiv lengths 0.99× of MB, 0.97× at 0.02) but preempts 0.3–0.5 % of
-    requests on decode-heavy mixes where EB preempts none; 0.02 preempts none there."""
+    on H100 with arXiv lengths 0.99× of MB, 0.97× at 0.02, 0.96× at 0.01) but preempts
+    0.3–0.7 % of requests on decode-heavy mixes where EB preempts none; 0.01 (EB's ε) keeps
+    EB's preemptions in all but 4 of the grid's 630 cells."""
+    miss_share: float = Field(default=0.2, ge=0.0, lt=1.0)
+    """With ``mb_count_cap: feedback``, the forecast has missed once ⌈miss_share·n⌉ (at least
+    one) of the n running requests are older than every output of its sample (0: the oldest
+    alone)."""
     mb_count_cap: bool | Literal["feedback"] = "feedback"
     """With ``mb_cap: forecast``, also cap MB's running count by the steady-state bound of
     :func:`eb_theory.stationary_safe_n`: ``true`` always, ``false`` never, ``feedback`` from
@@ -240,6 +254,19 @@ def nest(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _prefer(data: dict[str, Any]) -> dict[str, Any]:
+    """``bound.prefer: throughput`` sets ``selector.mb_cap: none`` (refusing another cap)."""
+    bound, selector = data.get("bound", {}), data.get("selector", {})
+    if not (isinstance(bound, dict) and bound.get("prefer") == "throughput"):
+        return data
+    if not isinstance(selector, dict):
+        return data  # the group's own validation reports it
+    cap = selector.get("mb_cap", "none")
+    if cap != "none":
+        raise ValueError(f"prefer: throughput runs MB mode at mb_cap: none, not {cap!r}")
+    return {**data, "selector": {**selector, "mb_cap": "none"}}
+
+
 class EBOptions(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -266,7 +293,7 @@ class EBOptions(StrictModel):
                 given = data.get(group, {})
                 if isinstance(given, dict):
                     data[group] = {**forms, **given}
-        return data
+        return _prefer(data)
 
     def replace(self, **knobs: Any) -> EBOptions:
         """A copy with the knobs given by their flat names changed (validated)."""

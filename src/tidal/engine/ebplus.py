@@ -33,11 +33,12 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
 
 The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
 default: each admission must keep the running set's age-conditioned projected occupancy within
-the cache, :mod:`tidal.engine.kv_forecast`, at overflow probability ``mb_eps`` (default 0.1)
-until the forecast's first miss and EB's ε after it; ``mb_count_cap`` adds a count cap of the
+the cache, :mod:`tidal.engine.kv_forecast`, at overflow probability ``mb_eps`` until the
+forecast's first miss and EB's ε after it; ``mb_count_cap`` adds a count cap of the
 steady-state bound — by default (``feedback``) from that miss on: a preemption in MB mode, or
-a running request older than every output of the forecast's sample, S(g) = 0, where the
-projection extrapolates (outputs got longer than any it has seen)),
+⌈``miss_share``·n⌉ of the n running requests older than every output of the forecast's
+sample, S(g) = 0, where the projection extrapolates (outputs got longer than any it has
+seen); ``prefer: throughput`` runs MB mode at ``mb_cap: none``),
 or at most ``N_MB`` running requests (``mb_cap: mb_safe``): the §2.5 CLT bound ``N·D +
 σ·sqrt(N·ln(1/ε)) ≤ C`` evaluated with MB's own slot occupancy instead of EB's cycle — in steady
 state ``D = μ_L + E[O²]/(2E[O])`` (renewal reward; the paper's ``D(θ → 0) = μ_L + 1/p0`` for
@@ -60,6 +61,7 @@ whose surge check could fire.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from typing import Any
@@ -177,14 +179,18 @@ class EBPlus(BatchingPolicy):
         )
 
     def _steps_to_extrapolation(self) -> int:
-        """Steps until the oldest decoding request's age g reaches the sample's longest output
-        t_max, where ``S(g) = 0`` and the forecast extrapolates (≤ 0: it does now). Ages grow
-        by one a step."""
+        """Steps until the ⌈miss_share·n⌉-th oldest of the n decoding requests (at least the
+        oldest) reaches the sample's longest output t_max, where ``S(g) = 0`` and the forecast
+        extrapolates (≤ 0: it does now). Ages grow by one a step."""
         gate = self.eb.gate
         assert gate is not None  # _watching() checked it, and the survival
         surv = gate.fc.surv
         assert surv is not None
-        return (len(surv) - 2) - self.state.pool.max_age()
+        t_max = len(surv) - 2
+        pool = self.state.pool
+        steps = t_max - pool.max_age()  # the q-th oldest is no older than the oldest
+        q = math.ceil(self.ctl.opts.bound.miss_share * len(pool))
+        return steps if steps > 0 or q <= 1 else t_max - pool.age_rank(q)
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.eb.on_finished(req, now_ns)
