@@ -61,9 +61,10 @@ def test_value_queue_serves_kv_resident_requests_before_the_starving():
     assert q.peek().request_id == 1
 
 
-def _starvation_run(starvation_ns: int):
+def _starvation_run(starvation_ns: int, fcfs: float = 0.0, floor_ns: int = 0):
     """One expensive request among a stream of cheap ones that never lets the queue empty,
-    one request at a time (max_seqs = 1), value order with the oracle."""
+    one request at a time (max_seqs = 1), value order with the oracle; the fixed τ rule
+    unless ``fcfs`` (κ of the FCFS-relative rule) is given."""
     n_short = 150
     arrivals = [0.0, 0.0005] + [0.001 + 0.005 * i for i in range(n_short)]
     prompts = [10, 10] + [10] * n_short
@@ -73,6 +74,8 @@ def _starvation_run(starvation_ns: int):
         max_seqs=1,
         predictor="oracle",
         starvation_ns=starvation_ns,
+        starvation_fcfs=fcfs,
+        starvation_floor_ns=floor_ns,
         checked=False,
     )
     rec, _ = run(workload(arrivals, prompts, specs), s)
@@ -88,6 +91,16 @@ def test_anti_starvation_bounds_the_wait_of_the_lowest_value_request():
     starved, _ = _starvation_run(0)  # 0 = off
     assert starved[1] > 1.0  # served only after the stream has drained
     assert starved[1] > 10 * wait[1]
+    assert (rec.finish_ns >= 0).all()
+
+
+def test_fcfs_relative_rule_bounds_the_wait_by_the_fcfs_wait_plus_the_floor():
+    """The expensive request (arrival 0.5 ms) is due when the first cheap one overtakes it,
+    after request 0's ~21 ms service (W_F ≈ 21 ms); with κ = 1 and F = 100 ms it is promoted
+    at ≈ 121 ms and served after the running request: wait ≤ F + 2 services."""
+    wait, rec = _starvation_run(0, fcfs=1.0, floor_ns=100_000_000)
+    assert wait[1] <= 0.1 + 0.05
+    assert wait[1] >= 0.1  # not before the floor
     assert (rec.finish_ns >= 0).all()
 
 

@@ -53,12 +53,16 @@ class AugmentConfig(StrictModel):
     budget_min: int = Field(default=384, ge=1)
     budget_max: int = Field(default=8192, ge=1)
     budget_reserve: int = Field(default=1000, ge=0)
-    budget_cooldown_s: float = Field(default=10.0, ge=0)
+    budget_cooldown_s: float = Field(default=600.0, ge=0)
     """The dynamic budget's memory-pressure fallback: for this long after a preemption or a
     reclaim of idle contexts, the budget is ``budget_min`` (INFERCEPT's static 384; 0: off).
-    Measured on the robustness grid (issue 18, BENCHMARKS.md): 10 s holds AugServe's
-    guarantee where the KV cache holds only a few contexts; 30 and 60 s do slightly worse
-    past the capacity, and a cache that never runs out never enters it."""
+    A cache that ran out once is KV-bound for the rest of a run's regime, and INFERCEPT's
+    budget is what holds there (issue 18, docs/design/augserve-defaults.md); a cache that
+    never runs out never enters it."""
+    budget_step_factor: float = Field(default=2.0, ge=0)
+    """The dynamic budget's chunk is capped where a step would take longer than this ×
+    ``slo.ttft_s`` by the iteration profile (0: off; only slow deployments reach it:
+    docs/design/augserve-defaults.md)."""
     budget_growth: float = Field(default=3.0, ge=0)
     """γ: the dynamic budget keeps γ × the running set's predicted growth to its next stop
     free (:mod:`tidal.engine.augment.budget`; 0: the spec's one-step need)."""
@@ -76,8 +80,17 @@ class AugmentConfig(StrictModel):
     value_form: Literal["memory", "time"] = "memory"
     stage2: bool = True
     """AugServe Stage II: recompute the value whenever a request re-enters the queue."""
+    starvation_fcfs: float = Field(default=1.0, ge=0)
+    """κ of the FCFS-relative anti-starvation rule (:mod:`tidal.engine.augment.ordering`): a
+    queued request is promoted to the FCFS tier at ``ready + κ·W_F + F``, ``W_F`` its wait
+    under FCFS by original arrival (INFERCEPT's order, tracked on the real admissions) and
+    ``F = starvation_floor_factor × slo.ttft_s``; no request is promoted that FCFS would not
+    yet have served. 0: the fixed rule ``starvation_factor`` instead."""
+    starvation_floor_factor: float = Field(default=5.0, ge=0)
+    """F of the FCFS-relative rule in units of ``slo.ttft_s`` (the spec's 5× τ)."""
     starvation_factor: float = Field(default=60.0, ge=0)
-    """Anti-starvation threshold τ = factor × slo.ttft_s (0: off). The spec's default is 5×
+    """Fixed anti-starvation threshold τ = factor × slo.ttft_s, used when ``starvation_fcfs``
+    is 0 (0: off). The spec's default is 5×
     (augserve.md §3.3 [DEF]); measured (BENCHMARKS.md, issue 4, GPT-J-6B at 5 req/s, past
     AugServe's knee), 5× turns AugServe most of the way back into FCFS under sustained
     overload — every queued request soon starves (0.43 req/s effective vs 2.46 without the
@@ -195,6 +208,7 @@ def augmented_engine(
         budget_reserve=a.budget_reserve,
         budget_cooldown_ns=round(a.budget_cooldown_s * 1e9),
         budget_growth=a.budget_growth,
+        budget_step_ns=round(a.budget_step_factor * cfg.slo.ttft_s * 1e9),
         predictor=a.predictor,
         predictor_p=a.predictor_p,
         predictor_sigma=a.predictor_sigma,
@@ -202,6 +216,8 @@ def augmented_engine(
         value_form=a.value_form,
         stage2=a.stage2,
         starvation_ns=round(a.starvation_factor * cfg.slo.ttft_s * 1e9),
+        starvation_fcfs=a.starvation_fcfs,
+        starvation_floor_ns=round(a.starvation_floor_factor * cfg.slo.ttft_s * 1e9),
         batching=cfg.scheduler.batching,
     )
     return build_augmented_scheduler(sched_cfg, kv, env, spec)

@@ -31,7 +31,10 @@
   ends in preemptions and discards, and the recompute (10× INFERCEPT's) costs more than the
   larger chunks save. After a pressure event the cache is KV-bound by observation, and
   INFERCEPT's one-chunk-per-iteration admission is what holds there; the dynamic budget
-  returns once ``cooldown`` passes without another.
+  returns once ``cooldown`` passes without another. The default cooldown (600 s) treats
+  one pressure event as the regime's signature: a cache that ran out once runs out again
+  at the next admission wave, and each wave's recompute costs more than the larger chunks
+  between waves saved (docs/design/augserve-defaults.md).
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class DynamicBudget(TokenBudget):
         b_max: int = 8192,
         reserve: int = 1000,
         rho: float = 1.0,
-        cooldown_ns: int = 10_000_000_000,
+        cooldown_ns: int = 600_000_000_000,
         growth_factor: float = 3.0,
     ) -> None:
         if b_min > b_max:
