@@ -9,8 +9,9 @@ llama-2-13b at TP 2 runs the corrected roofline —, which move the ``auto`` ste
 cases use; with ``perf_model: roofline`` every digest is unchanged); each optimisation must
 leave every one of them unchanged. A change of *behaviour* (a policy fix, a new metric)
 changes them on purpose (issue 18: WarmServe's router queue, round-robin and peak-held
-scale-down moved the six WarmServe digests other than ``warmserve-augmented``): re-record with ``python -m tests.cluster.test_exact_hash`` and say
-why in the commit.
+scale-down moved the six WarmServe digests other than ``warmserve-augmented``;
+``warmserve-artifact-router`` turns both off and keeps the old ``warmserve`` digest):
+re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ CASES: dict[str, dict[str, Any]] = {
     "muxserve": _azure("muxserve"),
     "warmserve": _azure("warmserve"),
     "warmserve-small-batch": _azure("warmserve", batch=4),
+    "warmserve-artifact-router": _azure(
+        "warmserve", warmserve={"router_queue": False, "peak_keep_s": 0}
+    ),
     "warmserve-round-robin": _azure("warmserve", warmserve={"disable": ["placement"]}),
     "warmserve-servegen": _servegen("warmserve"),
     "serverlessllm-servegen": _servegen("serverlessllm", days=0.02),
@@ -82,6 +86,7 @@ GOLDEN: dict[str, str] = {
     "serverlessllm": "de828daa8b50fc748f65c63c790117c76d50dde8fe461ba615ce52271a71fc1c",
     "serverlessllm-servegen": "deca79f11c8eed1bc7d06503266434ee97c55c635e6ba05b0f16dec03f630cf9",
     "warmserve": "fc189db0c18f45e3fc16fc0acbb94c221fd5837654cb17c6d944570f3ccf3593",
+    "warmserve-artifact-router": "10f235b9ce9711d4e5e254348747f06bdae87c087e143b3e600a130c4d9624ea",
     "warmserve-augmented": "18258b94a564464dd27f91547a3586044eccb9217d9075378ef3c9d6c483f5d2",
     "warmserve-ebplus": "a2d558b616c883212bd9a1651e096ec5b09b575c747f063a42e0df453c701da2",
     "warmserve-round-robin": "24469b7ae2a2e5ff3d2e07b95ff032bb429735dc536ad6d59d6438d31a580af1",

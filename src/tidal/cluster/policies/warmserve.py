@@ -118,8 +118,8 @@ class WarmServe(ClusterPolicy):
     def tick(self, now_ns: int) -> None:
         """One control period. A tick that changed nothing, with every input that moves with
         the clock already settled (see :meth:`_settled`), is repeated exactly by every later
-        tick until the controller's version changes or the forecast window closes: those
-        return at once."""
+        tick until the controller's version changes, the forecast window closes or a held peak
+        expires (:meth:`_peak`): those return at once."""
         view = self.view
         if view.version == self._quiet_version and now_ns < self._quiet_until:
             return
@@ -130,7 +130,11 @@ class WarmServe(ClusterPolicy):
             self._prewarm(now_ns)
         if view.version == v0 and self._settled(now_ns):
             self._quiet_version = v0
-            self._quiet_until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
+            until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
+            for m, pk in enumerate(self.peaks):  # the peak rule's input moves at expiries
+                if self._peak(m, now_ns):
+                    until = min(until, pk[0][0] + self.keep_ns)
+            self._quiet_until = until
         else:
             self._quiet_version = -1
 
@@ -146,8 +150,6 @@ class WarmServe(ClusterPolicy):
         for load in view.loads:
             if load.stamps and load.stamps[-1][0] > start:
                 return False
-        if any(self._peak(m, now_ns) for m in range(len(self.peaks))):
-            return False
         protect = s_to_ns(ws.protect_s)
         return all(now_ns - i.created_ns > protect for insts in view.serving for i in insts)
 
@@ -176,7 +178,8 @@ class WarmServe(ClusterPolicy):
             cap = n * b
             if load < cap * ws.scale_down:
                 keep = math.ceil(load / ws.scale_down / b)
-                n_stop = n - max(keep, math.ceil(self._peak(m, now_ns) / (ws.peak_headroom * b)))
+                keep = max(keep, math.ceil(self._peak(m, now_ns) / (ws.peak_headroom * b)))
+                n_stop = n - keep
                 old = [i for i in insts if now_ns - i.created_ns > protect]
                 if n_stop > 0 and old:
                     old.sort(key=lambda i: i.inflight)
