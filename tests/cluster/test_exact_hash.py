@@ -8,8 +8,10 @@ measured curves, vLLM-v1 host term and GEMM tiles, then its all-reduce size regi
 llama-2-13b at TP 2 runs the corrected roofline —, which move the ``auto`` step times these
 cases use; with ``perf_model: roofline`` every digest is unchanged); each optimisation must
 leave every one of them unchanged. A change of *behaviour* (a policy fix, a new metric)
-changes them on purpose: re-record with ``python -m tests.cluster.test_exact_hash`` and say
-why in the commit.
+changes them on purpose (issue 18: WarmServe's router queue, round-robin and peak-held
+scale-down moved the six WarmServe digests other than ``warmserve-augmented``;
+``warmserve-artifact-router`` turns both off and keeps the old ``warmserve`` digest):
+re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ CASES: dict[str, dict[str, Any]] = {
     "muxserve": _azure("muxserve"),
     "warmserve": _azure("warmserve"),
     "warmserve-small-batch": _azure("warmserve", batch=4),
+    "warmserve-artifact-router": _azure(
+        "warmserve", warmserve={"router_queue": False, "peak_keep_s": 0}
+    ),
     "warmserve-round-robin": _azure("warmserve", warmserve={"disable": ["placement"]}),
     "warmserve-servegen": _servegen("warmserve"),
     "serverlessllm-servegen": _servegen("serverlessllm", days=0.02),
@@ -80,13 +85,14 @@ GOLDEN: dict[str, str] = {
     "muxserve-servegen": "6426bcf7d8d32a7232811b892b5c22e562f8305043701f3f042c214934880036",
     "serverlessllm": "de828daa8b50fc748f65c63c790117c76d50dde8fe461ba615ce52271a71fc1c",
     "serverlessllm-servegen": "deca79f11c8eed1bc7d06503266434ee97c55c635e6ba05b0f16dec03f630cf9",
-    "warmserve": "10f235b9ce9711d4e5e254348747f06bdae87c087e143b3e600a130c4d9624ea",
+    "warmserve": "fc189db0c18f45e3fc16fc0acbb94c221fd5837654cb17c6d944570f3ccf3593",
+    "warmserve-artifact-router": "10f235b9ce9711d4e5e254348747f06bdae87c087e143b3e600a130c4d9624ea",
     "warmserve-augmented": "18258b94a564464dd27f91547a3586044eccb9217d9075378ef3c9d6c483f5d2",
-    "warmserve-ebplus": "0f05fa630e2132cc138f59eebf3359d94652249210066cb0b400927611994c53",
-    "warmserve-round-robin": "90b28c7891c507d25c6d7b7f1f2cc29f483798c6fa2b9c83b0bbfb590857cba7",
-    "warmserve-servegen": "2123ecc2f51617f6fd967282cd954371de321b30ad6f8b50dc6c9b03f43aa8c7",
-    "warmserve-small-batch": "c0ba1c03eb0f315ed3a67d11bfb51df9685477ab749f66522dc404cea9710d82",
-    "warmserve-ssd-ablation-a": "4dde0ec7353ac8052694f2c6a571046d7a3a6443375f0b330a64dccc0f9d8ca8",
+    "warmserve-ebplus": "a2d558b616c883212bd9a1651e096ec5b09b575c747f063a42e0df453c701da2",
+    "warmserve-round-robin": "24469b7ae2a2e5ff3d2e07b95ff032bb429735dc536ad6d59d6438d31a580af1",
+    "warmserve-servegen": "e3a9d12ae95a48c4a9131b95e0f96e66a6492e962c141658997367e17075b704",
+    "warmserve-small-batch": "c609572faa155429e00cd4e269f101ec127a4adcb5a012138b6f6e110fb2a0a8",
+    "warmserve-ssd-ablation-a": "b103bba826c738d51be0e7986559e9eab0a94b93446b54db5f5e6ffbd7d03e05",
 }
 
 

@@ -52,7 +52,9 @@ def test_skipped_ticks_change_no_result(monkeypatch, case):
 
 
 def test_stopped_instances_are_dropped():
-    res = run_simulation(load_config(CASES["warmserve-small-batch"]))
+    cfg = {**CASES["warmserve-small-batch"]}
+    cfg["cluster"] = {**cfg["cluster"], "warmserve": {"router_queue": False, "peak_keep_s": 0}}
+    res = run_simulation(load_config(cfg))  # the artifact's rules: > 10 short-lived instances
     ctl = res.extras["controller"]
     table = res.extras["tables"]["instances"]
     assert len(table["instance"]) == res.metrics["instance_starts"] == ctl.num_instances > 10

@@ -76,6 +76,16 @@ class WarmServeConfig(_Strict):
     scale_up: float = 0.8
     scale_window_s: float = 5.0
     protect_s: float = 5.0
+    router_queue: bool = True
+    """A request finding every serving instance of its model at B waits in the model's FIFO for
+    the first slot that frees (or an instance that becomes ready), and one new instance is
+    acquired if none is starting; off: the artifact's rule (bind to a new instance, else retry
+    every ``retry_s``)."""
+    peak_keep_s: float = Field(default=60.0, ge=0)
+    """Scale-down keeps ⌈peak / B⌉ instances, where peak is the model's largest in-flight count
+    at an arrival over the last ``peak_keep_s`` (0: the artifact's rule, average load only)."""
+    peak_headroom: float = Field(default=0.6, gt=0, le=1)
+    """The peak rule keeps ⌈peak / (peak_headroom · B)⌉ instances."""
     control_period_s: float = Field(default=0.5, gt=0)
     window_s: float = Field(default=300.0, gt=0)
     """Forecast window W."""

@@ -26,13 +26,22 @@ or a pinned preload); ``cluster.warmserve.checkpoints: ssd`` starts from a cold 
 
 Autoscaler and router (§2.6), shared by all variants: every 0.5 s, on the 5-s average in-flight
 load, scale down below 0.5·capacity (instances older than 5 s, fewest in flight first) and up
-above 0.8·capacity; a request goes to the least-loaded instance below B, else creates one
-(ACQUIRE: hit, partial, miss) and waits for it, else retries every second.
+above 0.8·capacity. Two rules hold the guarantee P99 TTFT ≤ ServerlessLLM's at high rates
+(issue 18, ``docs/design/warmserve-high-rate.md``): scale-down keeps ⌈peak / (h·B)⌉ instances,
+peak = the largest in-flight count at an arrival over the last ``peak_keep_s`` (60 s, h =
+``peak_headroom`` 0.6; ``peak_keep_s: 0`` is the artifact's rule); and with ``router_queue`` a
+request goes round-robin to a ready instance below B, else, when the model has serving
+instances, waits in the model's FIFO for the first slot that frees or instance that becomes
+ready (one instance is acquired when none is starting). Without ``router_queue`` (the
+artifact) it goes to the least-loaded instance below B, starting ones included, else creates
+one (ACQUIRE: hit, partial, miss) and waits for it, else retries every second; a model with no
+serving instance takes that path in both.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from tidal.cluster.coldstart import StartupPlan, unified_plan
 from tidal.cluster.forecast import WindowForecaster
@@ -94,6 +103,13 @@ class WarmServe(ClusterPolicy):
         self._quiet_version = -1
         self._quiet_until = 0
         self._scores_val: list[list[float]] = []
+        nm = len(view.models)
+        self.queues: list[deque[Request]] = [deque() for _ in range(nm)]
+        self.peaks: list[deque[tuple[int, int]]] = [deque() for _ in range(nm)]
+        """Per model, (arrival time, in-flight count) with counts decreasing: a sliding max."""
+        self.keep_ns = s_to_ns(ws.peak_keep_s)
+        self._pending = [False] * nm
+        self.rr = [0] * nm
 
     # ------------------------------------------------------------------ loops
     def setup(self, now_ns: int) -> None:
@@ -102,8 +118,8 @@ class WarmServe(ClusterPolicy):
     def tick(self, now_ns: int) -> None:
         """One control period. A tick that changed nothing, with every input that moves with
         the clock already settled (see :meth:`_settled`), is repeated exactly by every later
-        tick until the controller's version changes or the forecast window closes: those
-        return at once."""
+        tick until the controller's version changes, the forecast window closes or a held peak
+        expires (:meth:`_peak`): those return at once."""
         view = self.view
         if view.version == self._quiet_version and now_ns < self._quiet_until:
             return
@@ -114,7 +130,11 @@ class WarmServe(ClusterPolicy):
             self._prewarm(now_ns)
         if view.version == v0 and self._settled(now_ns):
             self._quiet_version = v0
-            self._quiet_until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
+            until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
+            for m, pk in enumerate(self.peaks):  # the peak rule's input moves at expiries
+                if self._peak(m, now_ns):
+                    until = min(until, pk[0][0] + self.keep_ns)
+            self._quiet_until = until
         else:
             self._quiet_version = -1
 
@@ -157,7 +177,9 @@ class WarmServe(ClusterPolicy):
             load = view.loads[m].avg_load(now_ns, window)
             cap = n * b
             if load < cap * ws.scale_down:
-                n_stop = n - math.ceil(load / ws.scale_down / b)
+                keep = math.ceil(load / ws.scale_down / b)
+                keep = max(keep, math.ceil(self._peak(m, now_ns) / (ws.peak_headroom * b)))
+                n_stop = n - keep
                 old = [i for i in insts if now_ns - i.created_ns > protect]
                 if n_stop > 0 and old:
                     old.sort(key=lambda i: i.inflight)
@@ -304,14 +326,84 @@ class WarmServe(ClusterPolicy):
 
     # ------------------------------------------------------------------ routing
     def route(self, req: Request, m: int, now_ns: int) -> None:
+        """With ``router_queue``: a ready instance below B (:meth:`_pick`), else, when the
+        model has serving instances, the model's FIFO (drained in order as slots free or
+        instances become ready; one instance is acquired unless one is starting). Otherwise
+        (the artifact): the least-loaded instance below B, starting ones included (a request
+        bound to one waits for its whole start), else a new one, else a retry later."""
         view = self.view
-        inst = least_loaded(view.serving[m])
+        q = self.queues[m]
+        if self.keep_ns:
+            self._note_peak(m, now_ns)
+        if not self.ws.router_queue:
+            inst = least_loaded(view.serving[m])
+        else:
+            inst = None if q else self._pick(m)
+        if inst is None and self.ws.router_queue and view.serving[m]:
+            q.append(req)
+            if all(i.state != State.STARTING for i in view.serving[m]):
+                self.acquire(view.models[m], now_ns)
+            self._drain(m, now_ns)
+            return
         if inst is None:
             inst = self.acquire(view.models[m], now_ns)
         if inst is None:
             self.act.retry_later(req, m, now_ns, self.cfg.retry_s)
         else:
             self.act.assign(req, inst, now_ns)
+
+    def _drain(self, m: int, now_ns: int) -> None:
+        """Dispatch the model's FIFO head-first (:meth:`_pick`); requests
+        left when the model has no serving instance go back to the router's retry path."""
+        self._pending[m] = False
+        q, insts = self.queues[m], self.view.serving[m]
+        while q:
+            inst = self._pick(m)
+            if inst is None:
+                break
+            self.act.assign(q.popleft(), inst, now_ns)
+        if q and not insts:
+            while q:
+                self.act.retry_later(q.popleft(), m, now_ns, self.cfg.retry_s)
+
+    def _note_peak(self, m: int, now_ns: int) -> None:
+        pk, count = self.peaks[m], self.view.loads[m].inflight
+        while pk and pk[-1][1] <= count:
+            pk.pop()
+        pk.append((now_ns, count))
+
+    def _peak(self, m: int, now_ns: int) -> int:
+        """The largest in-flight count at an arrival over the last ``peak_keep_s`` (0: none)."""
+        pk = self.peaks[m]
+        while pk and now_ns - pk[0][0] >= self.keep_ns:
+            pk.popleft()
+        return pk[0][1] if pk else 0
+
+    def _pick(self, m: int) -> ModelInstance | None:
+        """Round-robin over the model's ready instances below B (a burst of arrivals spreads
+        over the instances instead of piling onto the least-loaded one's next prefill)."""
+        ready = [i for i in self.view.serving[m] if i.state == State.READY]
+        n = len(ready)
+        for k in range(n):
+            inst = ready[(self.rr[m] + k) % n]
+            if inst.inflight < inst.cap:
+                self.rr[m] = (self.rr[m] + k + 1) % n
+                return inst
+        return None
+
+    def _drain_soon(self, m: int, now_ns: int) -> None:
+        if self.queues[m] and not self._pending[m]:
+            self._pending[m] = True
+            self.act.at(now_ns, lambda t: self._drain(m, t))
+
+    def on_finish(self, inst: ModelInstance, now_ns: int) -> None:
+        self._drain_soon(inst.model.index, now_ns)
+
+    def on_ready(self, inst: ModelInstance, now_ns: int) -> None:
+        self._drain_soon(inst.model.index, now_ns)
+
+    def on_stopped(self, inst: ModelInstance, now_ns: int) -> None:
+        self._drain_soon(inst.model.index, now_ns)
 
     # ------------------------------------------------------------------ mechanisms
     def keep_weights(self, inst: ModelInstance) -> bool:
