@@ -149,6 +149,11 @@ class ColumnSet(MutableMapping[str, np.ndarray]):
         for s in range(0, self.num_rows, rows):
             yield self.read(name, s, s + rows)
 
+    def row_chunks(self, names: tuple[str, ...], rows: int = STREAM_ROWS) -> Iterator[list]:
+        """The columns ``names`` over the same row ranges of ``rows``, in row order."""
+        for s in range(0, self.num_rows, max(int(rows), 1)):
+            yield [self.read(k, s, s + rows) for k in names]
+
     def __getitem__(self, name: str) -> np.ndarray:
         return self.read(name, 0, self.num_rows)
 
