@@ -107,6 +107,20 @@ class ColumnSpool:
             return parts[0]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
+    def take(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Column ``name`` at the row indices ``rows`` (any order), read through a map of the
+        file that is closed again (so its pages do not stay resident)."""
+        j = self.names.index(name)
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty(len(rows), dtype=np.int64)
+        old = rows < self._flushed
+        if old.any():
+            mm = np.memmap(self._path(j), dtype=np.int64, mode="r", shape=(self._flushed,))
+            out[old] = mm[rows[old]]
+            del mm
+        out[~old] = self._buf[j][rows[~old] - self._flushed]
+        return out
+
     def reader(self, name: str) -> Reader:
         return lambda a, b: self.read(name, a, b)
 
