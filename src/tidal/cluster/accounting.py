@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tidal.cluster.instance import START_KINDS, ModelInstance
+from tidal.core.metrics import column_chunks
 from tidal.core.spool import STREAM_ROWS, ColumnSet, ColumnSpool
 from tidal.core.units import NS_PER_S
 
@@ -106,20 +107,24 @@ class Ledger:
 
 def start_counts(table: Mapping[str, np.ndarray], model: int | None = None) -> dict[str, int]:
     """Instance starts per kind (of one model, or all)."""
-    kinds = table["kind"] if model is None else table["kind"][table["model"] == model]
-    counts = np.bincount(kinds, minlength=len(START_KINDS))
+    counts = np.zeros(len(START_KINDS), dtype=np.int64)
+    for kinds, models in column_chunks(table, ("kind", "model")):
+        kinds = kinds if model is None else kinds[models == model]
+        counts += np.bincount(kinds, minlength=len(START_KINDS))[: len(START_KINDS)]
     return {k: int(counts[j]) for j, k in enumerate(START_KINDS)}
 
 
 def model_gpu_seconds(table: Mapping[str, np.ndarray], model: int, t0_ns: int, t1_ns: int) -> float:
-    """Σ GPUs · time held over [t0, t1] of one model's instances (exact integer sum)."""
-    sel = table["model"] == model
-    stopped = table["stopped_ns"][sel].tolist()
+    """Σ GPUs · time held over [t0, t1] of one model's instances (exact integer sum, a row
+    chunk of the table at a time)."""
     total = 0
-    for n, created, stop in zip(
-        table["num_gpus"][sel].tolist(), table["created_ns"][sel].tolist(), stopped, strict=True
-    ):
-        total += n * max(0, min(stop if stop >= 0 else t1_ns, t1_ns) - max(created, t0_ns))
+    names = ("model", "num_gpus", "created_ns", "stopped_ns")
+    for models, gpus, created, stopped in column_chunks(table, names):
+        sel = models == model
+        for n, c, stop in zip(
+            gpus[sel].tolist(), created[sel].tolist(), stopped[sel].tolist(), strict=True
+        ):
+            total += n * max(0, min(stop if stop >= 0 else t1_ns, t1_ns) - max(c, t0_ns))
     return total / NS_PER_S
 
 
