@@ -9,13 +9,14 @@ Instance rows: ``instance, model, first_gpu, num_gpus, kind`` (index into
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from tidal.cluster.instance import START_KINDS, ModelInstance
-from tidal.core.spool import STREAM_ROWS, ColumnSpool
+from tidal.core.metrics import column_chunks
+from tidal.core.spool import STREAM_ROWS, ColumnSet, ColumnSpool
 from tidal.core.units import NS_PER_S
 
 COLUMNS = (
@@ -56,16 +57,31 @@ class Ledger:
         """Record a stopped instance's row (its fields are final)."""
         self._rows.append(*_row(inst))
 
-    def table(self, live: Iterable[ModelInstance]) -> dict[str, np.ndarray]:
-        """Every instance's row, stopped and live, by instance id."""
+    def table(self, live: Iterable[ModelInstance]) -> ColumnSet:
+        """Every instance's row, stopped and live, by instance id (stable), as of this call:
+        columns read on demand from the spool through the sorting permutation (only that
+        permutation and the live rows are held in memory)."""
         n = len(self._rows)
-        cols = {k: self._rows.read(k, 0, n) for k in COLUMNS}
         rows = [_row(i) for i in live]
-        if rows:
-            extra = np.array(rows, dtype=np.int64).reshape(len(rows), len(COLUMNS))
-            cols = {k: np.concatenate([cols[k], extra[:, j]]) for j, k in enumerate(COLUMNS)}
-        order = np.argsort(cols["instance"], kind="stable")
-        return {k: np.ascontiguousarray(v[order], dtype=np.int64) for k, v in cols.items()}
+        extra = np.array(rows, dtype=np.int64).reshape(len(rows), len(COLUMNS))
+        ids = np.concatenate([self._rows.read("instance", 0, n), extra[:, 0]])
+        order = np.argsort(ids, kind="stable")
+        del ids
+        spool = self._rows
+
+        def reader(j: int, name: str) -> Callable[[int, int], np.ndarray]:
+            def read(s: int, e: int) -> np.ndarray:
+                idx = order[s:e]
+                old = idx < n
+                out = np.empty(len(idx), dtype=np.int64)
+                out[old] = spool.take(name, idx[old])
+                out[~old] = extra[idx[~old] - n, j]
+                return out
+
+            return read
+
+        i8 = np.dtype(np.int64)
+        return ColumnSet(len(order), {k: (reader(j, k), i8) for j, k in enumerate(COLUMNS)})
 
     # ------------------------------------------------------------------ GPU-seconds
     def log_busy(self, now_ns: int, busy: int) -> None:
@@ -89,26 +105,30 @@ class Ledger:
         return total / NS_PER_S
 
 
-def start_counts(table: dict[str, np.ndarray], model: int | None = None) -> dict[str, int]:
+def start_counts(table: Mapping[str, np.ndarray], model: int | None = None) -> dict[str, int]:
     """Instance starts per kind (of one model, or all)."""
-    kinds = table["kind"] if model is None else table["kind"][table["model"] == model]
-    counts = np.bincount(kinds, minlength=len(START_KINDS))
+    counts = np.zeros(len(START_KINDS), dtype=np.int64)
+    for kinds, models in column_chunks(table, ("kind", "model")):
+        kinds = kinds if model is None else kinds[models == model]
+        counts += np.bincount(kinds, minlength=len(START_KINDS))[: len(START_KINDS)]
     return {k: int(counts[j]) for j, k in enumerate(START_KINDS)}
 
 
-def model_gpu_seconds(table: dict[str, np.ndarray], model: int, t0_ns: int, t1_ns: int) -> float:
-    """Σ GPUs · time held over [t0, t1] of one model's instances (exact integer sum)."""
-    sel = table["model"] == model
-    stopped = table["stopped_ns"][sel].tolist()
+def model_gpu_seconds(table: Mapping[str, np.ndarray], model: int, t0_ns: int, t1_ns: int) -> float:
+    """Σ GPUs · time held over [t0, t1] of one model's instances (exact integer sum, a row
+    chunk of the table at a time)."""
     total = 0
-    for n, created, stop in zip(
-        table["num_gpus"][sel].tolist(), table["created_ns"][sel].tolist(), stopped, strict=True
-    ):
-        total += n * max(0, min(stop if stop >= 0 else t1_ns, t1_ns) - max(created, t0_ns))
+    names = ("model", "num_gpus", "created_ns", "stopped_ns")
+    for models, gpus, created, stopped in column_chunks(table, names):
+        sel = models == model
+        for n, c, stop in zip(
+            gpus[sel].tolist(), created[sel].tolist(), stopped[sel].tolist(), strict=True
+        ):
+            total += n * max(0, min(stop if stop >= 0 else t1_ns, t1_ns) - max(c, t0_ns))
     return total / NS_PER_S
 
 
-def start_metrics(table: dict[str, np.ndarray], model: int | None) -> dict[str, Any]:
+def start_metrics(table: Mapping[str, np.ndarray], model: int | None) -> dict[str, Any]:
     """Instance starts, cold starts and the prewarm hit rate (hits / dynamic starts), of one
     model or (``model`` None) of the cluster."""
     c = start_counts(table, model)

@@ -44,6 +44,7 @@ from tidal.cluster.transfer import TransferEngine
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.cluster.weight_load import load_weights
 from tidal.core.request import Request
+from tidal.core.spool import ColumnSet
 from tidal.core.units import s_to_ns
 from tidal.hardware.calibration import build_perf_model
 from tidal.hardware.models import ModelSpec
@@ -425,6 +426,6 @@ class ClusterController:
             m["gpu_seconds"] = model_gpu_seconds(table, model, t0_ns, t1_ns)
         return m
 
-    def instance_table(self) -> dict[str, np.ndarray]:
+    def instance_table(self) -> ColumnSet:
         """One row per instance, stopped or live (:mod:`tidal.cluster.accounting`)."""
         return self.ledger.table(self.live.values())

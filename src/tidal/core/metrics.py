@@ -12,12 +12,13 @@ requests (unfinished ones count as misses).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from tidal.core.histogram import LogHistogram
+from tidal.core.spool import STREAM_ROWS
 
 PCTS = (50, 90, 99)
 
@@ -69,58 +70,145 @@ def request_latencies(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "queue_s": queue}
 
 
+def column_chunks(
+    cols: Mapping[str, np.ndarray], names: tuple[str, ...], rows: int = STREAM_ROWS
+) -> Iterator[list[np.ndarray]]:
+    """The columns ``names`` of ``cols`` a row range at a time, in row order (a mapping with
+    ``row_chunks``, a spooled :class:`~tidal.core.spool.ColumnSet` or a row selection, reads
+    only that range; a plain mapping is sliced)."""
+    own = getattr(cols, "row_chunks", None)
+    if own is not None:
+        yield from own(names, rows)
+        return
+    arrays = [np.asarray(cols[k]) for k in names]
+    for s in range(0, len(arrays[0]), max(int(rows), 1)):
+        yield [a[s : s + rows] for a in arrays]
+
+
+def gathered(
+    cols: Mapping[str, np.ndarray],
+    names: tuple[str, ...],
+    count: int,
+    values: Callable[..., np.ndarray],
+    rows: int = STREAM_ROWS,
+) -> np.ndarray:
+    """``values(*chunk)`` of every row chunk of ``names``, concatenated in row order into one
+    array of ``count`` elements (allocated once: no full-length temporaries). Elementwise
+    formulas give the same values as over the whole columns."""
+    out: np.ndarray | None = None
+    pos = 0
+    for chunk in column_chunks(cols, names, rows):
+        v = values(*chunk)
+        if out is None:
+            out = np.empty(count, dtype=v.dtype)
+        out[pos : pos + len(v)] = v
+        pos += len(v)
+    if pos != count:
+        raise ValueError(f"gathered {pos} values, expected {count}")
+    return out if out is not None else np.empty(0)
+
+
+def _ttft(first: np.ndarray, arrival: np.ndarray, finish: np.ndarray) -> np.ndarray:
+    done = finish >= 0
+    return (first[done] - arrival[done]) / 1e9
+
+
+def _tpot_all(first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray) -> np.ndarray:
+    """TPOT of the completed rows, NaN where ≤ 1 output token."""
+    done = finish >= 0
+    out_tok = out_tok[done]
+    tpot = (finish[done] - first[done]) / 1e9
+    tpot /= np.maximum(out_tok - 1, 1)
+    tpot[out_tok <= 1] = np.nan
+    return tpot
+
+
+def _tpot(first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray) -> np.ndarray:
+    tpot = _tpot_all(first, finish, out_tok)
+    return tpot[~np.isnan(tpot)]
+
+
+def _e2e(finish: np.ndarray, arrival: np.ndarray) -> np.ndarray:
+    done = finish >= 0
+    return (finish[done] - arrival[done]) / 1e9
+
+
+def _queue(sched: np.ndarray, arrival: np.ndarray, finish: np.ndarray) -> np.ndarray:
+    done = finish >= 0
+    sched = sched[done]
+    queue = (sched - arrival[done]) / 1e9
+    queue[sched < 0] = np.nan
+    return queue
+
+
+class _Counts:
+    """The scalars of :func:`summarize`, accumulated over row chunks (integer sums, min, max
+    and counts: exact in any chunking)."""
+
+    def __init__(self) -> None:
+        self.n = self.n_done = self.n_tpot = self.n_met = 0
+        self.out_sum = self.in_tok = self.preempt = 0
+        self.start: int | None = None
+        self.last: int | None = None
+
+    def add(self, c: list[np.ndarray], slo_ttft_s: float, slo_tpot_s: float) -> None:
+        arrival, first, finish, out_tok, prompt, preempt = c
+        done = finish >= 0
+        self.n += len(done)
+        k = int(done.sum())
+        self.n_done += k
+        self.preempt += int(preempt.sum())
+        if len(arrival):
+            a = int(arrival.min())
+            self.start = a if self.start is None else min(self.start, a)
+        if k == 0:
+            return
+        f = int(finish[done].max())
+        self.last = f if self.last is None else max(self.last, f)
+        self.out_sum += int(out_tok[done].sum())
+        self.in_tok += int(prompt[done].sum())
+        self.n_tpot += int((out_tok[done] > 1).sum())
+        met = _ttft(first, arrival, finish) <= slo_ttft_s
+        met &= np.nan_to_num(_tpot_all(first, finish, out_tok), nan=0.0) <= slo_tpot_s
+        self.n_met += int(met.sum())
+
+
+COUNTED = ("arrival_ns", "first_token_ns", "finish_ns", "output_tokens", "prompt_len")
+
+
 def summarize(
     cols: Mapping[str, np.ndarray],
     slo_ttft_s: float,
     slo_tpot_s: float,
     itl: LogHistogram | None = None,
+    rows: int = STREAM_ROWS,
 ) -> dict[str, Any]:
-    """The run's metrics (module docstring). Each latency is computed over the completed
-    requests only and dropped after its percentiles (the same values as
-    :func:`request_latencies` gives, in a few arrays of one column's size at a time, so
-    columns read from disk stay cheap)."""
-    done = cols["finish_ns"] >= 0
-    n = len(done)
-    n_done = int(done.sum())
+    """The run's metrics (module docstring), streamed over row chunks of ``rows``: counts and
+    sums in one pass, then each latency gathered into one array of the completed requests
+    (elementwise the values :func:`request_latencies` gives), its mean (``np.mean``, in row
+    order) and percentiles taken, and the array dropped before the next. The result does not
+    depend on ``rows``; at most one full-length array is alive at a time."""
+    c = _Counts()
+    for chunk in column_chunks(cols, (*COUNTED, "num_preemptions"), rows):
+        c.add(chunk, slo_ttft_s, slo_tpot_s)
+    n, n_done = c.n, c.n_done
     m: dict[str, Any] = {"num_requests": n, "num_completed": n_done}
-    start = int(cols["arrival_ns"].min()) if n_done else 0
-    # Columns are re-read where needed (from disk, cheaply) so that few arrays of the completed
-    # requests' size are alive at once; every value is computed as the definitions say.
-    first = cols["first_token_ns"][done]
-    ttft = (first - cols["arrival_ns"][done]) / 1e9
-    met = ttft <= slo_ttft_s
-    _pcts("ttft", ttft, m)
-    del ttft
-    out_tok = cols["output_tokens"][done]
-    out_sum = int(out_tok.sum()) if n_done else 0
-    tpot = cols["finish_ns"][done] - first
-    del first
-    tpot = tpot / 1e9
-    tpot /= np.maximum(out_tok - 1, 1)
-    tpot[out_tok <= 1] = np.nan
-    del out_tok
-    met &= np.nan_to_num(tpot, nan=0.0) <= slo_tpot_s
-    _pcts("tpot", tpot[~np.isnan(tpot)], m)
-    del tpot
-    finish = cols["finish_ns"][done]
-    last = int(finish.max()) if n_done else 0
-    e2e = finish - cols["arrival_ns"][done]
-    del finish
-    _pcts("e2e", e2e / 1e9, m)
-    del e2e
-    sched = cols["first_scheduled_ns"][done]
-    queue = (sched - cols["arrival_ns"][done]) / 1e9
-    queue[sched < 0] = np.nan
-    del sched
-    _pcts("queue", queue, m)
-    del queue
+    steps: list[tuple[str, tuple[str, ...], int, Callable[..., np.ndarray]]] = [
+        ("ttft", ("first_token_ns", "arrival_ns", "finish_ns"), n_done, _ttft),
+        ("tpot", ("first_token_ns", "finish_ns", "output_tokens"), c.n_tpot, _tpot),
+        ("e2e", ("finish_ns", "arrival_ns"), n_done, _e2e),
+        ("queue", ("first_scheduled_ns", "arrival_ns", "finish_ns"), n_done, _queue),
+    ]
+    for name, names, count, fn in steps:
+        x = gathered(cols, names, count, fn, rows) if n_done else np.empty(0)
+        _pcts(name, x, m)
+        del x
     itl_pcts = itl.percentiles(PCTS) if itl is not None else [None] * len(PCTS)
     for p, v in zip(PCTS, itl_pcts, strict=True):
         m[f"itl_p{p}_s"] = v / 1e9 if v is not None else None
     if n_done:
-        makespan = max(last - start, 1) / 1e9
-        in_tok = int(cols["prompt_len"][done].sum())
-        n_met = int(met.sum())
+        makespan = max(int(c.last or 0) - int(c.start or 0), 1) / 1e9
+        in_tok, out_sum, n_met = c.in_tok, c.out_sum, c.n_met
     else:
         makespan, in_tok, out_sum, n_met = 0.0, 0, 0, 0
     m["duration_s"] = makespan
@@ -129,5 +217,5 @@ def summarize(
     m["output_token_throughput"] = out_sum / makespan if makespan else 0.0
     m["goodput"] = n_met / makespan if makespan else 0.0
     m["slo_attainment"] = n_met / n if n else 0.0
-    m["num_preemptions"] = int(cols["num_preemptions"].sum())
+    m["num_preemptions"] = c.preempt
     return m

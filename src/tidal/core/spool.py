@@ -107,6 +107,20 @@ class ColumnSpool:
             return parts[0]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
+    def take(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Column ``name`` at the row indices ``rows`` (any order), read through a map of the
+        file that is closed again (so its pages do not stay resident)."""
+        j = self.names.index(name)
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty(len(rows), dtype=np.int64)
+        old = rows < self._flushed
+        if old.any():
+            mm = np.memmap(self._path(j), dtype=np.int64, mode="r", shape=(self._flushed,))
+            out[old] = mm[rows[old]]
+            del mm
+        out[~old] = self._buf[j][rows[~old] - self._flushed]
+        return out
+
     def reader(self, name: str) -> Reader:
         return lambda a, b: self.read(name, a, b)
 
@@ -148,6 +162,11 @@ class ColumnSet(MutableMapping[str, np.ndarray]):
     def chunks(self, name: str, rows: int = STREAM_ROWS) -> Iterator[np.ndarray]:
         for s in range(0, self.num_rows, rows):
             yield self.read(name, s, s + rows)
+
+    def row_chunks(self, names: tuple[str, ...], rows: int = STREAM_ROWS) -> Iterator[list]:
+        """The columns ``names`` over the same row ranges of ``rows``, in row order."""
+        for s in range(0, self.num_rows, max(int(rows), 1)):
+            yield [self.read(k, s, s + rows) for k in names]
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.read(name, 0, self.num_rows)

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from tidal.core.kv import KVBlockManager
+from tidal.core.metrics import column_chunks, gathered
+from tidal.core.spool import STREAM_ROWS
 from tidal.engine.scheduler import Scheduler
 from tidal.engine.stats import PolicyStats
 
@@ -116,8 +118,17 @@ def _p95(values: np.ndarray) -> float | None:
     return float(np.percentile(values, 95, overwrite_input=True)) if len(values) else None
 
 
+def model_rows(cols: Mapping[str, np.ndarray], index: int) -> np.ndarray:
+    """``cols["model"] == index``, computed a row chunk at a time (one boolean per row)."""
+    n = len(next(iter(cols.values()))) if not hasattr(cols, "num_rows") else cols.num_rows
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    return gathered(cols, ("model",), n, lambda model: model == index)
+
+
 class Selected(Mapping[str, np.ndarray]):
-    """The rows ``sel`` of every column, selected when a column is read (one at a time)."""
+    """The rows ``sel`` of every column, selected when a column (or a row chunk of it) is
+    read."""
 
     def __init__(self, cols: Mapping[str, np.ndarray], sel: np.ndarray) -> None:
         self.cols = cols
@@ -126,6 +137,15 @@ class Selected(Mapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name][self.sel]
 
+    def row_chunks(self, names: tuple[str, ...], rows: int = STREAM_ROWS) -> Iterator[list]:
+        """The selected rows of each row chunk of the underlying columns, in row order."""
+        s = 0
+        for chunk in column_chunks(self.cols, names, rows):
+            k = len(chunk[0])
+            sel = self.sel[s : s + k]
+            s += k
+            yield [c[sel] for c in chunk]
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.cols)
 
@@ -133,18 +153,31 @@ class Selected(Mapping[str, np.ndarray]):
         return len(self.cols)
 
 
-def latency_p95(cols: Mapping[str, np.ndarray]) -> dict[str, float | None]:
-    """p95 TTFT and TPOT of the completed requests (TPOT: of those with > 1 output token),
-    as :func:`~tidal.core.metrics.request_latencies` defines them."""
-    done = cols["finish_ns"] >= 0
-    first = cols["first_token_ns"][done]
-    ttft = _p95((first - cols["arrival_ns"][done]) / 1e9)
-    out = cols["output_tokens"][done]
+def _ttft_done(first: np.ndarray, arrival: np.ndarray, finish: np.ndarray) -> np.ndarray:
+    done = finish >= 0
+    return (first[done] - arrival[done]) / 1e9
+
+
+def _tpot_many(first: np.ndarray, finish: np.ndarray, out: np.ndarray) -> np.ndarray:
+    done = finish >= 0
+    out = out[done]
     many = out > 1
-    out = out[many]
-    first = first[many]
-    tpot = cols["finish_ns"][done][many] - first  # few arrays of the completed size at once
-    del first
-    tpot = tpot / 1e9
-    tpot /= np.maximum(out - 1, 1)
-    return {"ttft_p95_s": ttft, "tpot_p95_s": _p95(tpot)}
+    tpot = (finish[done][many] - first[done][many]) / 1e9
+    tpot /= np.maximum(out[many] - 1, 1)
+    return tpot
+
+
+def latency_p95(cols: Mapping[str, np.ndarray], rows: int = STREAM_ROWS) -> dict[str, float | None]:
+    """p95 TTFT and TPOT of the completed requests (TPOT: of those with > 1 output token),
+    as :func:`~tidal.core.metrics.request_latencies` defines them; each gathered a row chunk
+    at a time into one array (the values do not depend on ``rows``)."""
+    n_done = n_many = 0
+    for finish, out in column_chunks(cols, ("finish_ns", "output_tokens"), rows):
+        done = finish >= 0
+        n_done += int(done.sum())
+        n_many += int((out[done] > 1).sum())
+    names = ("first_token_ns", "arrival_ns", "finish_ns")
+    ttft = _p95(gathered(cols, names, n_done, _ttft_done, rows))
+    names = ("first_token_ns", "finish_ns", "output_tokens")
+    tpot = _p95(gathered(cols, names, n_many, _tpot_many, rows))
+    return {"ttft_p95_s": ttft, "tpot_p95_s": tpot}

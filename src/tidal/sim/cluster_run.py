@@ -39,6 +39,7 @@ from tidal.sim.cluster_metrics import (
     Selected,
     cache_counts,
     latency_p95,
+    model_rows,
     policy_metrics,
 )
 from tidal.sim.cluster_stream import streamed_workload, streams
@@ -342,7 +343,7 @@ def run_cluster(
         metrics.update(cache_counts([s for _, s in scheds]).metrics(backend.prefix_caching))
     per_model: dict[str, dict[str, Any]] = {}
     for m in ctl.models:
-        sel = cols["model"] == m.index
+        sel = model_rows(cols, m.index)
         sub = Selected(cols, sel)
         engines = [e for e, name in enumerate(backend.names) if name == m.name]
         pm = summarize(sub, cfg.slo.ttft_s, cfg.slo.tpot_s, merged(engines))
