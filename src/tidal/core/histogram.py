@@ -6,6 +6,12 @@ Bins are floating-point-like and computed exactly: a value v = m·2^e with m in 
 bin spans a relative width of at most 1/256 (0.4%); percentiles are reported as bin midpoints.
 Counts are float64 sums of integer weights, exact below 2^53 whatever the order of the adds, so
 a batch is binned over just the span of bins it touches.
+
+Samples added one at a time (:meth:`LogHistogram.add`, :meth:`LogHistogram.extend`) are buffered
+as Python ints and binned in bulk once :data:`BUFFER` are held, so a histogram holds at most
+``BUFFER`` + one batch unbinned samples (~40–56 B each) besides its ``_NBINS · 8`` B of counts,
+whatever the number of samples (a cluster keeps one per engine for the whole run). Counts are
+exact integer sums, so where the buffer is flushed does not change them.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import numpy as np
 
 _SUB = 256
 _NBINS = 64 * _SUB
+BUFFER = 4096
+"""Buffered samples that trigger binning (module docstring)."""
 
 
 def _bins(v: np.ndarray) -> np.ndarray:
@@ -31,14 +39,14 @@ class LogHistogram:
     def add(self, value: int, weight: int) -> None:
         self._values.append(value)
         self._runs += (1, weight)
-        if len(self._values) >= 65_536:
+        if len(self._values) >= BUFFER:
             self._flush()
 
     def extend(self, values: list[int], weight: int) -> None:
         """Add Python-int samples sharing one weight (buffered, binned in bulk)."""
         self._values += values
         self._runs += (len(values), weight)
-        if len(self._values) >= 65_536:
+        if len(self._values) >= BUFFER:
             self._flush()
 
     def add_many(self, values: np.ndarray, weight: int) -> None:
