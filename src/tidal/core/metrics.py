@@ -108,7 +108,8 @@ def gathered(
     return out if out is not None else np.empty(0)
 
 
-def _ttft(first: np.ndarray, arrival: np.ndarray, finish: np.ndarray) -> np.ndarray:
+def ttft_completed(first: np.ndarray, arrival: np.ndarray, finish: np.ndarray) -> np.ndarray:
+    """TTFT in seconds of the completed rows (``finish >= 0``), in row order."""
     done = finish >= 0
     return (first[done] - arrival[done]) / 1e9
 
@@ -123,7 +124,8 @@ def _tpot_all(first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray) -> np.
     return tpot
 
 
-def _tpot(first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray) -> np.ndarray:
+def tpot_completed(first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray) -> np.ndarray:
+    """TPOT in seconds of the completed rows with > 1 output token, in row order."""
     tpot = _tpot_all(first, finish, out_tok)
     return tpot[~np.isnan(tpot)]
 
@@ -168,7 +170,7 @@ class _Counts:
         self.out_sum += int(out_tok[done].sum())
         self.in_tok += int(prompt[done].sum())
         self.n_tpot += int((out_tok[done] > 1).sum())
-        met = _ttft(first, arrival, finish) <= slo_ttft_s
+        met = ttft_completed(first, arrival, finish) <= slo_ttft_s
         met &= np.nan_to_num(_tpot_all(first, finish, out_tok), nan=0.0) <= slo_tpot_s
         self.n_met += int(met.sum())
 
@@ -194,8 +196,8 @@ def summarize(
     n, n_done = c.n, c.n_done
     m: dict[str, Any] = {"num_requests": n, "num_completed": n_done}
     steps: list[tuple[str, tuple[str, ...], int, Callable[..., np.ndarray]]] = [
-        ("ttft", ("first_token_ns", "arrival_ns", "finish_ns"), n_done, _ttft),
-        ("tpot", ("first_token_ns", "finish_ns", "output_tokens"), c.n_tpot, _tpot),
+        ("ttft", ("first_token_ns", "arrival_ns", "finish_ns"), n_done, ttft_completed),
+        ("tpot", ("first_token_ns", "finish_ns", "output_tokens"), c.n_tpot, tpot_completed),
         ("e2e", ("finish_ns", "arrival_ns"), n_done, _e2e),
         ("queue", ("first_scheduled_ns", "arrival_ns", "finish_ns"), n_done, _queue),
     ]

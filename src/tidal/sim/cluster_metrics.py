@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tidal.core.kv import KVBlockManager
-from tidal.core.metrics import column_chunks, gathered
+from tidal.core.metrics import column_chunks, gathered, tpot_completed, ttft_completed
 from tidal.core.spool import STREAM_ROWS
 from tidal.engine.scheduler import Scheduler
 from tidal.engine.stats import PolicyStats
@@ -153,20 +153,6 @@ class Selected(Mapping[str, np.ndarray]):
         return len(self.cols)
 
 
-def _ttft_done(first: np.ndarray, arrival: np.ndarray, finish: np.ndarray) -> np.ndarray:
-    done = finish >= 0
-    return (first[done] - arrival[done]) / 1e9
-
-
-def _tpot_many(first: np.ndarray, finish: np.ndarray, out: np.ndarray) -> np.ndarray:
-    done = finish >= 0
-    out = out[done]
-    many = out > 1
-    tpot = (finish[done][many] - first[done][many]) / 1e9
-    tpot /= np.maximum(out[many] - 1, 1)
-    return tpot
-
-
 def latency_p95(cols: Mapping[str, np.ndarray], rows: int = STREAM_ROWS) -> dict[str, float | None]:
     """p95 TTFT and TPOT of the completed requests (TPOT: of those with > 1 output token),
     as :func:`~tidal.core.metrics.request_latencies` defines them; each gathered a row chunk
@@ -177,7 +163,7 @@ def latency_p95(cols: Mapping[str, np.ndarray], rows: int = STREAM_ROWS) -> dict
         n_done += int(done.sum())
         n_many += int((out[done] > 1).sum())
     names = ("first_token_ns", "arrival_ns", "finish_ns")
-    ttft = _p95(gathered(cols, names, n_done, _ttft_done, rows))
+    ttft = _p95(gathered(cols, names, n_done, ttft_completed, rows))
     names = ("first_token_ns", "finish_ns", "output_tokens")
-    tpot = _p95(gathered(cols, names, n_many, _tpot_many, rows))
+    tpot = _p95(gathered(cols, names, n_many, tpot_completed, rows))
     return {"ttft_p95_s": ttft, "tpot_p95_s": tpot}
