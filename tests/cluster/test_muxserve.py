@@ -19,6 +19,7 @@ from tidal.cluster.policies.muxserve_plan import (
     MeshGroup,
     MuxLLM,
     MuxServeOptimizer,
+    bounded_combos,
     compute_scale,
     node_splits,
     prefill_mps,
@@ -152,6 +153,35 @@ def test_placement_respects_muxservess_constraints(rates, nodes):
             assert n >= llms[e.model].base_gpus
             assert e.max_num_seqs == llms[e.model].candidates[n][2] >= 1
         assert 0 < mesh.gpu_memory_utilization < 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpus=st.sampled_from([1, 2, 4, 6, 8]),
+    nodes=st.integers(1, 5),
+    max_meshes=st.integers(0, 14),
+)
+def test_bounded_combos_is_the_filtered_product_in_order(gpus, nodes, max_meshes):
+    splits = [tuple(s) for s in node_splits(gpus)]
+    want = [
+        c
+        for c in itertools.combinations_with_replacement(splits, nodes)
+        if sum(len(s) for s in c) <= max_meshes
+    ]
+    assert list(bounded_combos(splits, nodes, max_meshes)) == want
+
+
+def test_a_256_gpu_fleet_plans_without_enumerating_the_product():
+    """32 nodes of 8 and 32 models: 3.5e8 node-split multisets, one with ≤ 32 meshes (a whole
+    node per mesh); the old loop visited all of them before the placement step."""
+    splits = [tuple(s) for s in node_splits(8)]
+    assert math.comb(len(splits) + 31, 32) > 3 * 10**8
+    assert list(bounded_combos(splits, 32, 32)) == [((8,),) * 32]
+    names = ["llama-2-7b", "llama-2-7b", "llama-2-13b", "llama-2-70b"] * 8
+    llms = [_llm(i, n, 2.0) for i, n in enumerate(names)]
+    placement = MuxServeOptimizer(llms, 32, 8, GPU_BYTES).optimize()
+    assert placement is not None
+    assert sorted(e.model for m in placement.meshes for e in m.engines) == list(range(32))
 
 
 def test_mesh_memory_and_mps_bookkeeping():

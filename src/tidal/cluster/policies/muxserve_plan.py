@@ -49,9 +49,8 @@ its own runtime; the simulated engine has none); the mean lengths are the worklo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import combinations_with_replacement
 
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
@@ -209,6 +208,31 @@ def node_splits(gpus: int) -> list[list[int]]:
     return out
 
 
+def bounded_combos(
+    splits: list[tuple[int, ...]], nodes: int, max_meshes: int
+) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """``combinations_with_replacement(splits, nodes)`` with at most ``max_meshes`` meshes in
+    all, in the same (lexicographic) order, without visiting the rest: a prefix is cut once
+    its meshes plus the fewest the remaining nodes can add exceed the bound. The plain
+    product has C(|splits| + nodes − 1, nodes) members (3.5·10⁸ for 32 nodes of 8 GPUs), of
+    which only those with ≤ one mesh per model can hold a placement."""
+    fewest = [min(len(s) for s in splits[i:]) for i in range(len(splits))]
+    acc: list[tuple[int, ...]] = []
+
+    def rec(start: int, left: int, used: int) -> Iterator[tuple[tuple[int, ...], ...]]:
+        if left == 0:
+            yield tuple(acc)
+            return
+        for i in range(start, len(splits)):
+            if used + len(splits[i]) + (left - 1) * fewest[i] > max_meshes:
+                continue
+            acc.append(splits[i])
+            yield from rec(i, left - 1, used + len(splits[i]))
+            acc.pop()
+
+    yield from rec(0, nodes, 0)
+
+
 class MuxServeOptimizer:
     def __init__(self, llms: list[MuxLLM], num_nodes: int, gpus_per_node: int, gpu_bytes: float):
         self.llms = llms
@@ -357,12 +381,9 @@ class MuxServeOptimizer:
     def optimize(self) -> MuxPlacement | None:
         need = max(min(m.candidates) for m in self.llms)
         best: tuple[float, list[MeshGroup]] | None = None
-        for combo in combinations_with_replacement(
-            [tuple(s) for s in node_splits(self.per_node)], self.num_nodes
-        ):
+        splits = [tuple(s) for s in node_splits(self.per_node)]
+        for combo in bounded_combos(splits, self.num_nodes, len(self.llms)):
             if max(max(s) for s in combo) < need:
-                continue
-            if sum(len(s) for s in combo) > len(self.llms):
                 continue
             meshes = self._meshes(combo)
             tpt = self.smart_placement(meshes)
