@@ -34,20 +34,24 @@ def fleet_models(num_models: int) -> list[str]:
     return [FOUR[i % 4] for i in range(num_models)]
 
 
+def raw_config(
+    spec: str, models: list[str], days: float, rate: float, placement: str
+) -> dict[str, Any]:
+    return {
+        "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
+        "cluster": {
+            "spec": spec,
+            "models": models,
+            "placement": placement,
+            "mix": {"kind": "servegen", "days": days, "rate": rate, "alpha": 1.0},
+        },
+    }
+
+
 def config(spec: str, models: list[str], days: float, rate: float, placement: str) -> Any:
     from tidal.sim.config import load_config
 
-    return load_config(
-        {
-            "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
-            "cluster": {
-                "spec": spec,
-                "models": models,
-                "placement": placement,
-                "mix": {"kind": "servegen", "days": days, "rate": rate, "alpha": 1.0},
-            },
-        }
-    )
+    return load_config(raw_config(spec, models, days, rate, placement))
 
 
 def once(args: argparse.Namespace) -> None:
@@ -148,19 +152,70 @@ def scale(args: argparse.Namespace) -> None:
     print(f"\nload after: {load()}")
 
 
+FLEET_PLACEMENTS = ["warmserve", "serverlessllm", "muxserve", "dedicated"]
+
+
+def fleet(args: argparse.Namespace) -> None:
+    """The four placements on one fleet (default 32 nodes of 8 H100, 32 models, one day at
+    50,000 requests per 16 GPUs), run as a sweep (``tidal.experiments.sweep``: a process pool
+    or Ray, resumable; ``--out`` keeps the cells). Prints each placement's P99 TTFT, SLO
+    attainment and GPU-hours beside the sweep's wall time and each cell's CPU time."""
+    from tidal.experiments.sweep import run_sweep
+
+    spec = args.spec if args.spec != "2x8:h100" else "32x8:h100"
+    models = args.models if args.models != 4 else 32
+    gpus = int(spec.split("x")[0]) * int(spec.split("x")[1].split(":")[0])
+    rate = args.requests / 16 * gpus / (args.days * 86400)
+    base = raw_config(spec, fleet_models(models), args.days, rate, "warmserve")
+    print(f"load before: {load()}\n")
+    out = run_sweep(
+        base, {"cluster.placement": FLEET_PLACEMENTS}, args.out, args.backend, args.workers
+    )
+    print(
+        "| placement | requests | P99 TTFT s | SLO attainment | GPU-hours | instance starts "
+        "| events | cell wall s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for cell in out.cells:
+        cell_dir = out.out_dir / "cells" / cell.cell_id
+        m = json.loads((cell_dir / "summary.json").read_text())["metrics"]
+        info = json.loads((cell_dir / "run.json").read_text())
+        print(
+            f"| {cell.values['cluster.placement']} | {m['num_requests']:,} | "
+            f"{m['ttft_p99_s']:.3f} | {m['slo_attainment']:.3f} | "
+            f"{m['gpu_seconds'] / 3600:,.0f} | {m['instance_starts']:,} | "
+            f"{info['num_events']:,} | {info['wall_s']:.1f} |"
+        )
+    print(
+        f"\n{spec}, {models} models, {args.days:g} day(s), {rate:.2f} req/s; sweep wall "
+        f"{out.wall_s:.1f} s ({args.backend}, {args.workers} workers; {len(out.ran)} ran, "
+        f"{len(out.reused)} reused)\nload after: {load()}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["day", "rss", "scale", "once"])
-    ap.add_argument("--requests", type=int, default=1_000_000, help="requests per day (day)")
+    ap.add_argument("what", choices=["day", "rss", "scale", "once", "fleet"])
+    ap.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="requests per day (day, scale: default 1,000,000; fleet: per 16 GPUs, default 50,000)",
+    )
     ap.add_argument("--days", type=float, default=1.0)
     ap.add_argument("--rate", type=float, default=0.5, help="req/s (rss, once)")
     ap.add_argument("--spec", default="2x8:h100")
     ap.add_argument("--models", type=int, default=4)
     ap.add_argument("--placement", default="warmserve")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="bench/out/fleet-sweep", help="fleet: sweep directory")
+    ap.add_argument("--backend", default="process", choices=["process", "ray", "serial"])
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only-span", action="store_true", help="rss: only the equal-count run")
     args = ap.parse_args()
-    {"day": day, "rss": rss, "scale": scale, "once": once}[args.what](args)
+    if args.requests is None:
+        args.requests = 50_000 if args.what == "fleet" else 1_000_000
+    {"day": day, "rss": rss, "scale": scale, "once": once, "fleet": fleet}[args.what](args)
 
 
 if __name__ == "__main__":
