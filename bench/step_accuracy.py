@@ -215,7 +215,7 @@ def errors(preds: list[float], truths: list[float]) -> tuple[float, float]:
 
 
 def cross_constants(
-    profiles: list[GPUProfile], m_tile: int, p_by: str = "", ar_rule: str = "none"
+    profiles: list[GPUProfile], m_tile: int, p_by: str = "", ar_rule: str = "borrowed"
 ) -> tuple[Any, Any]:
     """Constants fitted on A100 data only, for H100: strictly (A100's all-reduce constants too,
     through the family map) and with the H100 node's own all-reduce sweep (model-independent:
