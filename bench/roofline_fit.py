@@ -6,7 +6,8 @@ fitted separately, each on its own data:
 
 * GEMMs: global (M_½, t0, p) and per-GPU (η_F, η_B), ``scipy.optimize.least_squares``;
 * elementwise ops: per op (t0, k), pooled over GPUs through BW;
-* all-reduce: per (GPU, link) (a, b, η);
+* all-reduce: per (GPU, link) (a, b, η), and again on the sweeps capped by rule R1
+  (:func:`tp_capped`) for GPUs that borrow them;
 * attention: decode (t0, t1, η_A) and prefill (t0, η_P) on the A100 table;
 * host: (h0, h1) on the A100 host times minus the modelled LM head (``vidur``), and vLLM
   v1's on the EB paper's step constants of other models than Qwen3-8B (``bench/host_fit.py``).
@@ -221,6 +222,25 @@ def _fit_link(ars: Sequence[Any], bw: float, max_low: int = 3) -> LinkConst:
     return best[1]
 
 
+def tp_capped(p: GPUProfile, per_octave: int = 4) -> GPUProfile:
+    """Rule R1 (``bench/HISTORY.md``, session 24): on one node and link kind an all-reduce
+    over ``tp`` GPUs is never slower than over more GPUs at the same message size (fewer ring
+    steps on the same links), so from the largest group down each sample at ``tp`` is capped
+    at the (capped) median of the same 1/``per_octave``-octave bin at the next larger group
+    size; a bin the larger group lacks caps nothing. The profile otherwise unchanged."""
+    out = []
+    caps: dict[str, dict[int, float]] = {}
+    for a in sorted(p.all_reduce, key=lambda a: (a.link, -a.tp)):
+        x = np.asarray(a.bytes, dtype=float)
+        b = np.floor(np.log2(x) * per_octave).astype(np.int64)
+        cap = caps.get(a.link, {})
+        us = [min(float(t), cap.get(int(k), math.inf)) for t, k in zip(a.us, b, strict=True)]
+        caps[a.link] = {int(k): float(np.median([u for u, kk in zip(us, b, strict=True)
+                                                if kk == k])) for k in np.unique(b)}  # fmt: skip
+        out.append(a.model_copy(update={"us": us}))
+    return p.model_copy(update={"all_reduce": out})
+
+
 _LINK_FITS: dict[tuple[Any, ...], LinkConst] = {}
 
 
@@ -310,6 +330,7 @@ def fit_all(
         family=FAMILY,
         elementwise=fit_elementwise(lins),
         link=fit_links(profiles),
+        link_borrowed=fit_links([tp_capped(p) for p in profiles]),
     )
     att = next((p for p in profiles if p.attention), None)
     if att is not None:

@@ -10,17 +10,20 @@ host time (the profiles have none), so each model is asked for the same kernel s
 * ``roofline``: today's ``RooflinePerfModel`` (LM head and host overhead removed).
 * ``corrected (LOMO)``: constants fitted with the deployment's model left out.
 * ``corrected (A100→H100)``: constants fitted on A100 data only, predicting H100 deployments
-  (the all-reduce constants A100's too, latencies × the NVLink ratio as for any borrowed
-  link); ``…, H100's all-reduce sweep``: the same GPU
+  (the all-reduce constants A100's too, as for any borrowed link: fitted on the sweeps capped
+  by rule R1, latencies × the NVLink ratio); ``…, H100's all-reduce sweep``: the same GPU
   constants with the H100 node's own all-reduce fit (no H100 kernel seen).
 * ``measured (held-out)``: the profile with every other grid point removed (tokens, all-reduce
   sizes, attention rows), evaluated at the removed points.
 
-    python bench/step_accuracy.py [--m-tile 128] [--p-by nk] [--write-constants]
+    python bench/step_accuracy.py [--m-tile 128] [--p-by nk] [--ar-rule borrowed]
+                                  [--write-constants]
 
 ``--m-tile T``: GEMM tile quantisation in M of every fit (default 128, the bundled form; 0:
 none); ``--p-by nk``: the corner exponent grows with the weight matrix N·K (default; ``k``:
-with K, empty: one p). The worst shapes are printed with the profile's own scatter there (the
+with K, empty: one p); ``--ar-rule``: rule R1 on borrowed sweeps (default), ``none`` or
+``everywhere`` (every fit on capped sweeps; the truth keeps the measured ones). The worst
+shapes are printed with the profile's own scatter there (the
 measured step against the line through its two token-grid neighbours). ``--write-constants``
 also fits on all data and writes ``data/profiles/roofline_fit.json``.
 """
@@ -40,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import md_table, save
-from roofline_fit import fit_all, fit_links
+from roofline_fit import fit_all, fit_links, tp_capped
 
 from tidal.hardware.corrected import CONSTANTS_PATH, CorrectedRooflinePerfModel
 from tidal.hardware.gpus import get_gpu
@@ -211,12 +214,18 @@ def errors(preds: list[float], truths: list[float]) -> tuple[float, float]:
     return statistics.median(e), max(e)
 
 
-def cross_constants(profiles: list[GPUProfile], m_tile: int, p_by: str = "") -> tuple[Any, Any]:
+def cross_constants(
+    profiles: list[GPUProfile], m_tile: int, p_by: str = "", ar_rule: str = "borrowed"
+) -> tuple[Any, Any]:
     """Constants fitted on A100 data only, for H100: strictly (A100's all-reduce constants too,
     through the family map) and with the H100 node's own all-reduce sweep (model-independent:
-    what ``nccl-tests`` on a new node gives before any model is profiled)."""
+    what ``nccl-tests`` on a new node gives before any model is profiled). H100 borrows A100's
+    R1-capped fits (``link_borrowed``) as any GPU without a sweep does; ``ar_rule`` ``none``:
+    A100's own fits instead (the form before session 24)."""
     a100 = [p for p in profiles if p.gpu == "a100-80gb"]
     strict = fit_all(a100, m_tile=m_tile, p_by=p_by)
+    if ar_rule == "none":
+        strict.link_borrowed = {}
     strict.family = {"h100": "a100-80gb", **strict.family}
     own = strict.model_copy(deep=True)
     h100 = fit_links([p for p in profiles if p.gpu == "h100"])
@@ -226,11 +235,13 @@ def cross_constants(profiles: list[GPUProfile], m_tile: int, p_by: str = "") -> 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     profiles = bundled_profiles()
+    # rule R1 everywhere: every fit sees capped sweeps (the truth keeps the measured ones)
+    fits = [tp_capped(p) for p in profiles] if args.ar_rule == "everywhere" else profiles
     t0 = time.perf_counter()
     models = sorted({x.model for p in profiles for x in p.linear})
-    lomo = {m: fit_all(profiles, exclude_model=m, m_tile=args.m_tile, p_by=args.p_by)
+    lomo = {m: fit_all(fits, exclude_model=m, m_tile=args.m_tile, p_by=args.p_by)
             for m in models}
-    strict, own = cross_constants(profiles, args.m_tile, args.p_by)
+    strict, own = cross_constants(fits, args.m_tile, args.p_by, args.ar_rule)
     fit_s = time.perf_counter() - t0
     rows: list[dict[str, Any]] = []
     for prof in profiles:
@@ -409,9 +420,13 @@ def main() -> None:
                     help="GEMM tile quantisation in M of every fit (0: none)")  # fmt: skip
     ap.add_argument("--p-by", default="nk", choices=["", "k", "nk"],
                     help="fit the GEMM corner exponent's growth with K or N·K (empty: off)")
+    ap.add_argument("--ar-rule", default="borrowed", choices=["none", "borrowed", "everywhere"],
+                    help="rule R1 (a node's smaller group is never slower) on borrowed sweeps "
+                         "only (default, as the bundled model), nowhere, or on every sweep "
+                         "before every fit")  # fmt: skip
     args = ap.parse_args()
     res = evaluate(args)
-    res["m_tile"], res["p_by"] = args.m_tile, args.p_by
+    res["m_tile"], res["p_by"], res["ar_rule"] = args.m_tile, args.p_by, args.ar_rule
     report(res)
     print("\ncross-check: whole steps ÷ the papers' measured step models (not fitted here)")
     cross = paper_cross_check()
@@ -421,7 +436,7 @@ def main() -> None:
         consts = fit_all(bundled_profiles(), m_tile=args.m_tile, p_by=args.p_by)
         CONSTANTS_PATH.write_text(consts.model_dump_json(indent=1) + "\n")
         print(f"wrote {CONSTANTS_PATH}")
-    save("step_accuracy", res)
+    save("step_accuracy" + ("" if args.ar_rule == "borrowed" else f"_{args.ar_rule}"), res)
     print(f"fits: {res['fit_s']:.1f} s")
 
 

@@ -68,7 +68,13 @@ def test_gpus_without_data_borrow_their_familys_constants() -> None:
     assert c.gpu_const("h200") == c.gpu["h100"]
     assert c.gpu_const("l40s") == c.gpu["a40"]
     assert c.gpu_const("h100@2TBs") == c.gpu["h100"]
-    assert c.link_const("h200", "dgx", 4) == c.link["h100/dgx/tp4"]
+    # a borrowed sweep is the family's fitted with rule R1's caps (session 24); its own GPU
+    # keeps the fit of what it measured
+    assert c.link_const("h200", "dgx", 4) == c.link_borrowed["h100/dgx/tp4"]
+    assert c.link_const("h100", "dgx", 4) == c.link["h100/dgx/tp4"]
+    assert c.link_const("h100@2TBs", "dgx", 4) == c.link["h100/dgx/tp4"]
+    own_only = c.model_copy(update={"link_borrowed": {}})  # a constants file from before
+    assert own_only.link_const("h200", "dgx", 4) == c.link["h100/dgx/tp4"]
     assert 0.5 < c.gpu["a100-80gb"].eta_bw <= 1.0
     assert 0.5 < c.gpu["h100"].eta_flops <= 1.0
     empty = RooflineConstants()  # defaults load without a fit
@@ -148,3 +154,52 @@ def test_the_link_fit_finds_the_low_latency_protocol() -> None:
     assert 16384 <= fit.ll_bytes < 32768
     assert fit.ll_us == pytest.approx(7.0, rel=0.05)
     assert fit.lat_us == pytest.approx(40.0, rel=0.05)
+
+
+def test_rule_r1_caps_a_smaller_group_at_the_larger_groups_time() -> None:
+    """Rule R1 (``bench/roofline_fit.tp_capped``): from the largest group down, each sample is
+    capped at the capped median of its ¼-octave bin one group size up. By hand: bins 2¹¹
+    (2048 B) and 2¹⁴ (16384 B); TP 8 (30, 40) µs stays; TP 4 (20, 60) → (20, 40); TP 2 (46, 35)
+    → (20, 35); a size only TP 2 has (2¹⁸) is not capped; another link kind is independent."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from roofline_fit import tp_capped
+
+    from tidal.hardware.opprofile import AllReduceOps, GPUProfile
+
+    def ar(tp: int, us: list[float], link: str = "dgx", extra: bool = False) -> AllReduceOps:
+        sizes = [2048, 16384, *([262144] if extra else [])]
+        return AllReduceOps(link=link, tp=tp, bytes=sizes, us=us)  # type: ignore[arg-type]
+
+    prof = GPUProfile(gpu="a100-80gb", source="test", all_reduce=[
+        ar(2, [46.0, 35.0, 99.0], extra=True), ar(4, [20.0, 60.0]), ar(8, [30.0, 40.0]),
+        ar(2, [70.0, 70.0], link="pcie"), ar(4, [10.0, 10.0], link="pairwise_nvlink"),
+    ])  # fmt: skip
+    got = {(a.link, a.tp): a.us for a in tp_capped(prof).all_reduce}
+    assert got[("dgx", 8)] == [30.0, 40.0]
+    assert got[("dgx", 4)] == [20.0, 40.0]
+    assert got[("dgx", 2)] == [20.0, 35.0, 99.0]
+    assert got[("pcie", 2)] == [70.0, 70.0]
+
+
+def test_rule_r1_on_the_a100_node_by_hand() -> None:
+    """Vidur's A100 DGX sweep: TP 2 takes 46 µs at 10,240 B, TP 4 16 µs (TP 8: 25 µs) — R1
+    makes TP 2's sample 16 µs; TP 2's 2,048-B sample (10 µs, under TP 4's 61) stays."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from roofline_fit import tp_capped
+
+    from tidal.hardware.opprofile import bundled_profiles
+
+    a100 = next(p for p in bundled_profiles() if p.gpu == "a100-80gb")
+    raw = {a.tp: dict(zip(a.bytes, a.us, strict=True)) for a in a100.all_reduce
+           if a.link == "dgx"}  # fmt: skip
+    capped = {a.tp: dict(zip(a.bytes, a.us, strict=True)) for a in tp_capped(a100).all_reduce
+              if a.link == "dgx"}  # fmt: skip
+    assert (raw[2][10240], raw[4][10240], raw[8][10240]) == (46.0, 16.0, 25.0)
+    assert capped[2][10240] == 16.0
+    assert capped[2][2048] == raw[2][2048] == 10.0

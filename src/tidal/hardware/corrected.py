@@ -15,8 +15,11 @@ Per layer and GPU shard (M = step tokens, F = peak FLOP/s, BW = memory bytes/s):
 * two all-reduces of ``M·hidden·dtype`` bytes (TP > 1), as NCCL runs them: per (GPU, link
   kind, TP) up to three lower size regimes (low-latency, middle, a staircase step) below the
   p-norm of a latency and ``2(tp−1)/tp·bytes/(η_link·link_bw)`` (:func:`allreduce_time`); a
-  GPU without its own sweep borrows its family's with every latency scaled by the ratio of
-  the link bandwidths (the latency-bound regimes move NCCL's minimum slices over each hop);
+  GPU without its own sweep borrows its family's — fitted on that sweep with each sample
+  capped at the larger TP group's time at the same size (rule R1: a smaller group of one
+  node is never slower; samples above it are the profiler's wait) — with every latency
+  scaled by the ratio of the link bandwidths (the latency-bound regimes move NCCL's minimum
+  slices over each hop);
 * decode attention ``t0_d + t1_d·n + kv_bytes·Σctx/(η_A·BW)`` for n decode requests (the
   per-layer floor the roofline lacked); prefill attention ``m·t0_p + 2·q_heads·d·A/(η_P·F)
   + kv_bytes·C/(η_B·BW)`` for m chunks with A = Σ c(2s + c), C = Σ(s + c);
@@ -116,6 +119,10 @@ class RooflineConstants(_C):
     one thread block per row at small M); ``emb`` is the per-step embedding gather."""
     link: dict[str, LinkConst] = {}
     """``<gpu>/<link kind>`` → constants (the GPU part resolved through ``family``)."""
+    link_borrowed: dict[str, LinkConst] = {}
+    """The same keys fitted on the sweeps capped by rule R1 (a node's smaller TP group is never
+    slower than its larger one at the same size; ``bench/roofline_fit.tp_capped``): what a GPU
+    without its own sweep borrows (empty: the ``link`` fits themselves)."""
     attention: AttentionConst = AttentionConst()
     host: HostConst = HostConst()
     """The ``vidur`` host term (fitted by ``bench/roofline_fit.py`` on Vidur's host times)."""
@@ -139,9 +146,15 @@ class RooflineConstants(_C):
 
     def link_const(self, gpu: str, link: str, tp: int = 0) -> LinkConst:
         """``<gpu>/<link>/tp<N>`` (fitted per group size), else ``<gpu>/<link>``, of
-        :meth:`link_source`; the defaults where nothing is fitted."""
-        key = f"{self.link_source(gpu, link, tp)}/{link}"
-        return self.link.get(f"{key}/tp{tp}", self.link.get(key, LinkConst()))
+        :meth:`link_source` — from ``link_borrowed`` where that source is another GPU and has
+        it; the defaults where nothing is fitted."""
+        src = self.link_source(gpu, link, tp)
+        key = f"{src}/{link}"
+        fits = self.link
+        if src != gpu.partition("@")[0] and (f"{key}/tp{tp}" in self.link_borrowed
+                                             or key in self.link_borrowed):  # fmt: skip
+            fits = self.link_borrowed
+        return fits.get(f"{key}/tp{tp}", fits.get(key, LinkConst()))
 
     def _family(self, gpu: str) -> str:
         base = gpu.partition("@")[0]
