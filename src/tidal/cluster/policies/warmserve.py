@@ -35,7 +35,9 @@ instances, waits in the model's FIFO for the first slot that frees or instance t
 ready (one instance is acquired when none is starting). Without ``router_queue`` (the
 artifact) it goes to the least-loaded instance below B, starting ones included, else creates
 one (ACQUIRE: hit, partial, miss) and waits for it, else retries every second; a model with no
-serving instance takes that path in both.
+serving instance takes that path in both. A starvation guard (``starve_wait_s``,
+:mod:`tidal.cluster.policies.warmserve_starve`) hands the peak-held instances of other models
+back to a model whose oldest request has waited 2 s with no GPU to start on.
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ class WarmServe(ClusterPolicy):
             self._forecast(now_ns)
             self._prewarm(now_ns)
         if self.guard is not None:
-            self._hand_back(now_ns)
+            protect = s_to_ns(self.ws.protect_s)
+            self.guard.hand_back(self.queues, now_ns, self.cfg.batch, protect, self.act.stop)
         if view.version == v0 and self._settled(now_ns):
             self._quiet_version = v0
             until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
@@ -388,19 +391,6 @@ class WarmServe(ClusterPolicy):
         if self.guard is not None:
             self.guard.retried(m, req)
         self.act.retry_later(req, m, now_ns, self.cfg.retry_s)
-
-    def _hand_back(self, now_ns: int) -> None:
-        """The starvation guard's period (:mod:`warmserve_starve`): for each starved model,
-        stop the other models' over-held instances that free one group of its GPUs."""
-        guard = self.guard
-        assert guard is not None
-        protect = s_to_ns(self.ws.protect_s)
-        starved = guard.starved(self.queues, now_ns)
-        for m in starved:
-            victims = guard.victims(m, now_ns, self.cfg.batch, protect, set(starved))
-            guard.record(victims, m)
-            for inst in victims:
-                self.act.stop(inst, now_ns)
 
     def _note_peak(self, m: int, now_ns: int) -> None:
         pk, count = self.peaks[m], self.view.loads[m].inflight

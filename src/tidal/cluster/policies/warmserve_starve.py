@@ -42,7 +42,7 @@ holds nothing beyond the average), so those configs run exactly as before it exi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tidal.cluster.instance import ModelInstance, State
 from tidal.cluster.view import ClusterView
@@ -152,6 +152,24 @@ class StarvationGuard:
             if have >= tp and (best is None or len(chosen) < len(best)):
                 best = chosen
         return best or []
+
+    def hand_back(
+        self,
+        queues: Sequence[Sequence[Request]],
+        now_ns: int,
+        batch: int,
+        protect_ns: int,
+        stop: Callable[[ModelInstance, int], None],
+    ) -> None:
+        """One control period: for each starved model, stop the other models' over-held
+        instances that free one group of its GPUs (recorded before stopping: an idle one
+        retires inside ``stop`` and :meth:`retired` must see the whole group)."""
+        starved = self.starved(queues, now_ns)
+        for m in starved:
+            victims = self.victims(m, now_ns, batch, protect_ns, set(starved))
+            self.record(victims, m)
+            for inst in victims:
+                stop(inst, now_ns)
 
     def record(self, insts: list[ModelInstance], m: int) -> None:
         for inst in insts:
