@@ -10,7 +10,9 @@ cases use; with ``perf_model: roofline`` every digest is unchanged); each optimi
 leave every one of them unchanged. A change of *behaviour* (a policy fix, a new metric)
 changes them on purpose (issue 18: WarmServe's router queue, round-robin and peak-held
 scale-down moved the six WarmServe digests other than ``warmserve-augmented``;
-``warmserve-artifact-router`` turns both off and keeps the old ``warmserve`` digest):
+``warmserve-artifact-router`` turns both off and keeps the old ``warmserve`` digest; its
+starvation guard moved ``warmserve-small-batch`` and ``warmserve-ssd-ablation-a``, the cases
+where it hands an instance back — with ``starve_wait_s: 0`` both keep their old digests):
 re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
 """
 
@@ -91,8 +93,8 @@ GOLDEN: dict[str, str] = {
     "warmserve-ebplus": "a2d558b616c883212bd9a1651e096ec5b09b575c747f063a42e0df453c701da2",
     "warmserve-round-robin": "24469b7ae2a2e5ff3d2e07b95ff032bb429735dc536ad6d59d6438d31a580af1",
     "warmserve-servegen": "e3a9d12ae95a48c4a9131b95e0f96e66a6492e962c141658997367e17075b704",
-    "warmserve-small-batch": "c609572faa155429e00cd4e269f101ec127a4adcb5a012138b6f6e110fb2a0a8",
-    "warmserve-ssd-ablation-a": "b103bba826c738d51be0e7986559e9eab0a94b93446b54db5f5e6ffbd7d03e05",
+    "warmserve-small-batch": "8381a81e450046d77c389088ebb9a9fb79716361039fefe96e7a139e4aa022ec",
+    "warmserve-ssd-ablation-a": "07d97c7d669493ac46ce25c768e5dd52b53c6bec96b543a04b6b0c0231e36b1b",
 }
 
 

@@ -86,6 +86,18 @@ class WarmServeConfig(_Strict):
     at an arrival over the last ``peak_keep_s`` (0: the artifact's rule, average load only)."""
     peak_headroom: float = Field(default=0.6, gt=0, le=1)
     """The peak rule keeps ⌈peak / (peak_headroom · B)⌉ instances."""
+    starve_wait_s: float = Field(default=2.0, ge=0)
+    """Starvation guard (``policies/warmserve_starve.py``, issue 18): a model whose oldest
+    waiting request (router FIFO head or retry path) has waited this long, with no instance
+    starting, gets one group of GPUs from the instances other models hold above their need
+    (most over-held first). 0: off; inactive with ``peak_keep_s: 0`` (nothing is held)."""
+    starve_fill: float = Field(default=0.8, gt=0, le=1)
+    """The guard's need of a model: ⌈max(5-s average, in flight now) / (starve_fill · B)⌉
+    instances (0.8 = the scale-up threshold, so a model left at its need does not scale up
+    again at once)."""
+    starve_give_up_s: float = Field(default=30.0, ge=0)
+    """Fallback: for a model whose oldest request has waited longer than this (past capacity
+    for it) the guard hands nothing back, as without the guard (0: no limit)."""
     control_period_s: float = Field(default=0.5, gt=0)
     window_s: float = Field(default=300.0, gt=0)
     """Forecast window W."""

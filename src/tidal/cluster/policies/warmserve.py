@@ -35,7 +35,9 @@ instances, waits in the model's FIFO for the first slot that frees or instance t
 ready (one instance is acquired when none is starting). Without ``router_queue`` (the
 artifact) it goes to the least-loaded instance below B, starting ones included, else creates
 one (ACQUIRE: hit, partial, miss) and waits for it, else retries every second; a model with no
-serving instance takes that path in both.
+serving instance takes that path in both. A starvation guard (``starve_wait_s``,
+:mod:`tidal.cluster.policies.warmserve_starve`) hands the peak-held instances of other models
+back to a model whose oldest request has waited 2 s with no GPU to start on.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import least_loaded
 from tidal.cluster.policies.warmserve_plan import PlanReplica, model_scores, plan_prewarm
+from tidal.cluster.policies.warmserve_starve import StarvationGuard
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 from tidal.core.units import s_to_ns
@@ -110,6 +113,12 @@ class WarmServe(ClusterPolicy):
         self.keep_ns = s_to_ns(ws.peak_keep_s)
         self._pending = [False] * nm
         self.rr = [0] * nm
+        self.guard: StarvationGuard | None = None
+        if ws.starve_wait_s > 0 and ws.peak_keep_s > 0:
+            window = s_to_ns(ws.scale_window_s)
+            self.guard = StarvationGuard(
+                view, ws.starve_wait_s, ws.starve_fill, window, ws.starve_give_up_s
+            )
 
     # ------------------------------------------------------------------ loops
     def setup(self, now_ns: int) -> None:
@@ -128,6 +137,9 @@ class WarmServe(ClusterPolicy):
         if self.on["forecast"]:
             self._forecast(now_ns)
             self._prewarm(now_ns)
+        if self.guard is not None:
+            protect = s_to_ns(self.ws.protect_s)
+            self.guard.hand_back(self.queues, now_ns, self.cfg.batch, protect, self.act.stop)
         if view.version == v0 and self._settled(now_ns):
             self._quiet_version = v0
             until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
@@ -142,9 +154,12 @@ class WarmServe(ClusterPolicy):
         """Whether the tick's clock-driven inputs hold still from now on while nothing else
         changes: traffic has started (warm-up ticks reset the window statistics), every
         model's 5-s average is its current count (its last stamp is a whole window old), and
-        every serving instance is past its scale-down protection."""
+        every serving instance is past its scale-down protection; with the starvation guard,
+        no request is waiting (its wait grows with the clock)."""
         view, ws = self.view, self.ws
         if now_ns < view.first_arrival_ns:
+            return False
+        if self.guard is not None and self.guard.any_waiting(self.queues):
             return False
         start = now_ns - s_to_ns(ws.scale_window_s)
         for load in view.loads:
@@ -171,8 +186,12 @@ class WarmServe(ClusterPolicy):
         window = s_to_ns(ws.scale_window_s)
         protect = s_to_ns(ws.protect_s)
         can_create = True
-        for m, model in enumerate(view.models):
-            insts = view.serving[m]
+        order = list(range(len(view.models)))
+        if self.guard is not None:  # starved models get the first idle GPUs
+            first = self.guard.starved(self.queues, now_ns)
+            order = first + [m for m in order if m not in first]
+        for m in order:
+            model, insts = view.models[m], view.serving[m]
             n = len(insts)
             load = view.loads[m].avg_load(now_ns, window)
             cap = n * b
@@ -335,6 +354,8 @@ class WarmServe(ClusterPolicy):
         q = self.queues[m]
         if self.keep_ns:
             self._note_peak(m, now_ns)
+        if self.guard is not None:
+            self.guard.routed(m, req)
         if not self.ws.router_queue:
             inst = least_loaded(view.serving[m])
         else:
@@ -348,7 +369,7 @@ class WarmServe(ClusterPolicy):
         if inst is None:
             inst = self.acquire(view.models[m], now_ns)
         if inst is None:
-            self.act.retry_later(req, m, now_ns, self.cfg.retry_s)
+            self._retry(req, m, now_ns)
         else:
             self.act.assign(req, inst, now_ns)
 
@@ -364,7 +385,12 @@ class WarmServe(ClusterPolicy):
             self.act.assign(q.popleft(), inst, now_ns)
         if q and not insts:
             while q:
-                self.act.retry_later(q.popleft(), m, now_ns, self.cfg.retry_s)
+                self._retry(q.popleft(), m, now_ns)
+
+    def _retry(self, req: Request, m: int, now_ns: int) -> None:
+        if self.guard is not None:
+            self.guard.retried(m, req)
+        self.act.retry_later(req, m, now_ns, self.cfg.retry_s)
 
     def _note_peak(self, m: int, now_ns: int) -> None:
         pk, count = self.peaks[m], self.view.loads[m].inflight
@@ -403,6 +429,10 @@ class WarmServe(ClusterPolicy):
         self._drain_soon(inst.model.index, now_ns)
 
     def on_stopped(self, inst: ModelInstance, now_ns: int) -> None:
+        if self.guard is not None:
+            m = self.guard.retired(inst)
+            if m is not None and self.acquire(self.view.models[m], now_ns) is not None:
+                self._drain_soon(m, now_ns)
         self._drain_soon(inst.model.index, now_ns)
 
     # ------------------------------------------------------------------ mechanisms
