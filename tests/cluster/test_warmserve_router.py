@@ -6,11 +6,14 @@ scale-down keeps ⌈peak / (h·B)⌉ instances for ``peak_keep_s`` after a peak.
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.cluster.helpers import FakeBackend
 from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
 from tidal.cluster.instance import State
+from tidal.cluster.policies.warmserve_peak import PeakHold
 from tidal.core.request import Request
 
 
@@ -90,12 +93,26 @@ def test_a_burst_spreads_round_robin_over_ready_instances():
 
 def test_the_peak_is_a_sliding_maximum_over_peak_keep_s():
     _be, ctl = _ctl(8, peak_keep_s=10.0)
-    pol = ctl.policy
+    peaks = ctl.policy.peaks
     s = 1_000_000_000
     for t, count in ((0, 3), (2 * s, 5), (4 * s, 2)):
-        ctl.loads[0].inflight = count
-        pol._note_peak(0, t)
-    assert pol._peak(0, 5 * s) == 5
-    assert pol._peak(0, 12 * s - 1) == 5
-    assert pol._peak(0, 12 * s) == 2  # the 5 at 2 s left the window
-    assert pol._peak(0, 14 * s) == 0
+        peaks.note(0, t, count)
+    assert peaks.peak(0, 5 * s) == 5
+    assert peaks.next_expiry(5 * s, 100 * s) == 12 * s  # the 5 leaves the window then
+    assert peaks.peak(0, 12 * s - 1) == 5
+    assert peaks.peak(0, 12 * s) == 2  # the 5 at 2 s left the window
+    assert peaks.peak(0, 14 * s) == 0
+    assert peaks.next_expiry(14 * s, 100 * s) == 100 * s
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40)), min_size=1, max_size=60))
+def test_peak_hold_equals_a_scan_of_the_window(steps):
+    keep = 7
+    hold, seen, t = PeakHold(1, keep), [], 0
+    for dt, count in steps:
+        t += dt
+        hold.note(0, t, count)
+        seen.append((t, count))
+        want = max((c for tt, c in seen if t - tt < keep), default=0)
+        assert hold.peak(0, t) == want

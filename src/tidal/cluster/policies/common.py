@@ -1,9 +1,12 @@
-"""Pieces several policies share: the artifact's request routing and aligned GPU groups."""
+"""Pieces several policies share: request routing (the artifact's least-loaded and first-fit,
+ServerlessLLM's round-robin) and aligned GPU groups."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from tidal.cluster.instance import State
 
 if TYPE_CHECKING:
     from tidal.cluster.instance import ModelInstance
@@ -26,6 +29,29 @@ def first_below_cap(instances: Sequence[ModelInstance]) -> ModelInstance | None:
         if inst.inflight < inst.cap:
             return inst
     return None
+
+
+class RoundRobin:
+    """Per model, round-robin over its READY instances below a cap, resuming after the last
+    pick (ServerlessLLM's router; WarmServe's below B): a burst of arrivals spreads over the
+    instances instead of piling onto one instance's next prefill."""
+
+    def __init__(self, num_models: int) -> None:
+        self.next = [0] * num_models
+
+    def pick(
+        self, m: int, instances: Sequence[ModelInstance], cap: int | None = None
+    ) -> ModelInstance | None:
+        """The first READY instance below ``cap`` (default: its own) from model ``m``'s
+        position on, which moves past it; None if every ready instance is full."""
+        ready = [i for i in instances if i.state == State.READY]
+        n = len(ready)
+        for k in range(n):
+            inst = ready[(self.next[m] + k) % n]
+            if inst.inflight < (inst.cap if cap is None else cap):
+                self.next[m] = (self.next[m] + k + 1) % n
+                return inst
+        return None
 
 
 def aligned_group(view: ClusterView, tp: int, free: set[int]) -> tuple[int, ...] | None:

@@ -25,6 +25,7 @@ from tidal.cluster.coldstart import vanilla_plan
 from tidal.cluster.instance import ModelInstance, State
 from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
+from tidal.cluster.policies.common import RoundRobin
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 
@@ -38,7 +39,7 @@ class ServerlessLLM(ClusterPolicy):
         self.sl = self.cfg.serverlessllm
         m = len(view.models)
         self.queues: list[deque[Request]] = [deque() for _ in range(m)]
-        self.rr = [0] * m
+        self.rr = RoundRobin(m)
         self.idle_s = [0.0] * m
         self.last_arrival = [-1] * m
         if self.sl.checkpoints == "dram":
@@ -60,18 +61,12 @@ class ServerlessLLM(ClusterPolicy):
 
     def _dispatch(self, m: int, now_ns: int) -> None:
         self._dispatch_pending[m] = False
-        q = self.queues[m]
-        ready = [i for i in self.view.serving[m] if i.state == State.READY]
-        while q and ready:
-            n = len(ready)
-            for k in range(n):
-                inst = ready[(self.rr[m] + k) % n]
-                if inst.inflight < self.sl.instance_cap:
-                    self.rr[m] = (self.rr[m] + k + 1) % n
-                    self.act.assign(q.popleft(), inst, now_ns)
-                    break
-            else:
+        q, insts = self.queues[m], self.view.serving[m]
+        while q:
+            inst = self.rr.pick(m, insts, self.sl.instance_cap)
+            if inst is None:
                 return
+            self.act.assign(q.popleft(), inst, now_ns)
 
     def on_finish(self, inst: ModelInstance, now_ns: int) -> None:
         m = inst.model.index

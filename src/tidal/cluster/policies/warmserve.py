@@ -50,12 +50,23 @@ from tidal.cluster.forecast import WindowForecaster
 from tidal.cluster.instance import ModelInstance, Replica, State
 from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
-from tidal.cluster.policies.common import least_loaded
+from tidal.cluster.policies.common import RoundRobin, least_loaded
+from tidal.cluster.policies.warmserve_peak import PeakHold
 from tidal.cluster.policies.warmserve_plan import PlanReplica, model_scores, plan_prewarm
 from tidal.cluster.policies.warmserve_starve import StarvationGuard
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 from tidal.core.units import s_to_ns
+
+FEATURES = (
+    "device-prewarm",
+    "engine-prewarm",
+    "unified-memory",
+    "forecast",
+    "placement",
+    "kv-reservation",
+    "memory-switching",
+)
 
 
 @PLACEMENTS.register("warmserve")
@@ -67,18 +78,7 @@ class WarmServe(ClusterPolicy):
         super().__init__(view, act)
         ws = self.cfg.warmserve
         self.ws = ws
-        self.on = {
-            f: ws.enabled(f)
-            for f in (
-                "device-prewarm",
-                "engine-prewarm",
-                "unified-memory",
-                "forecast",
-                "placement",
-                "kv-reservation",
-                "memory-switching",
-            )
-        }
+        self.on = {f: ws.enabled(f) for f in FEATURES}
         self.unified = self.on["unified-memory"]
         self.window_ns = s_to_ns(ws.window_s)
         self.window_k = 0
@@ -108,11 +108,10 @@ class WarmServe(ClusterPolicy):
         self._scores_val: list[list[float]] = []
         nm = len(view.models)
         self.queues: list[deque[Request]] = [deque() for _ in range(nm)]
-        self.peaks: list[deque[tuple[int, int]]] = [deque() for _ in range(nm)]
-        """Per model, (arrival time, in-flight count) with counts decreasing: a sliding max."""
         self.keep_ns = s_to_ns(ws.peak_keep_s)
+        self.peaks = PeakHold(nm, self.keep_ns)
         self._pending = [False] * nm
-        self.rr = [0] * nm
+        self.rr = RoundRobin(nm)
         self.guard: StarvationGuard | None = None
         if ws.starve_wait_s > 0 and ws.peak_keep_s > 0:
             window = s_to_ns(ws.scale_window_s)
@@ -128,7 +127,7 @@ class WarmServe(ClusterPolicy):
         """One control period. A tick that changed nothing, with every input that moves with
         the clock already settled (see :meth:`_settled`), is repeated exactly by every later
         tick until the controller's version changes, the forecast window closes or a held peak
-        expires (:meth:`_peak`): those return at once."""
+        expires (:class:`PeakHold`): those return at once."""
         view = self.view
         if view.version == self._quiet_version and now_ns < self._quiet_until:
             return
@@ -143,10 +142,7 @@ class WarmServe(ClusterPolicy):
         if view.version == v0 and self._settled(now_ns):
             self._quiet_version = v0
             until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
-            for m, pk in enumerate(self.peaks):  # the peak rule's input moves at expiries
-                if self._peak(m, now_ns):
-                    until = min(until, pk[0][0] + self.keep_ns)
-            self._quiet_until = until
+            self._quiet_until = self.peaks.next_expiry(now_ns, until)
         else:
             self._quiet_version = -1
 
@@ -197,7 +193,7 @@ class WarmServe(ClusterPolicy):
             cap = n * b
             if load < cap * ws.scale_down:
                 keep = math.ceil(load / ws.scale_down / b)
-                keep = max(keep, math.ceil(self._peak(m, now_ns) / (ws.peak_headroom * b)))
+                keep = max(keep, math.ceil(self.peaks.peak(m, now_ns) / (ws.peak_headroom * b)))
                 n_stop = n - keep
                 old = [i for i in insts if now_ns - i.created_ns > protect]
                 if n_stop > 0 and old:
@@ -353,7 +349,7 @@ class WarmServe(ClusterPolicy):
         view = self.view
         q = self.queues[m]
         if self.keep_ns:
-            self._note_peak(m, now_ns)
+            self.peaks.note(m, now_ns, view.loads[m].inflight)
         if self.guard is not None:
             self.guard.routed(m, req)
         if not self.ws.router_queue:
@@ -392,30 +388,9 @@ class WarmServe(ClusterPolicy):
             self.guard.retried(m, req)
         self.act.retry_later(req, m, now_ns, self.cfg.retry_s)
 
-    def _note_peak(self, m: int, now_ns: int) -> None:
-        pk, count = self.peaks[m], self.view.loads[m].inflight
-        while pk and pk[-1][1] <= count:
-            pk.pop()
-        pk.append((now_ns, count))
-
-    def _peak(self, m: int, now_ns: int) -> int:
-        """The largest in-flight count at an arrival over the last ``peak_keep_s`` (0: none)."""
-        pk = self.peaks[m]
-        while pk and now_ns - pk[0][0] >= self.keep_ns:
-            pk.popleft()
-        return pk[0][1] if pk else 0
-
     def _pick(self, m: int) -> ModelInstance | None:
-        """Round-robin over the model's ready instances below B (a burst of arrivals spreads
-        over the instances instead of piling onto the least-loaded one's next prefill)."""
-        ready = [i for i in self.view.serving[m] if i.state == State.READY]
-        n = len(ready)
-        for k in range(n):
-            inst = ready[(self.rr[m] + k) % n]
-            if inst.inflight < inst.cap:
-                self.rr[m] = (self.rr[m] + k + 1) % n
-                return inst
-        return None
+        """Round-robin over the model's ready instances below B."""
+        return self.rr.pick(m, self.view.serving[m])
 
     def _drain_soon(self, m: int, now_ns: int) -> None:
         if self.queues[m] and not self._pending[m]:
