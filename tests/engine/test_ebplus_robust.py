@@ -35,10 +35,10 @@ def test_mb_cost_by_hand_below_and_above_one_admission_per_step():
 
 
 def test_eb_cost_by_hand_and_chunked_refills():
-    # k = 16 slots of 512-token prompts: one 8192-token prefill step, then 16·256/120 decode
-    # steps at n̄ = 128 − 8
-    steps = 16 * 256 / 120
-    expect = ((A + BP * 8192) + steps * (A + BD * 120)) / (16 * (512 + 256))
+    # k = 16 slots of 512-token prompts: one 8192-token prefill step, then 16·256/120.5 decode
+    # steps at n̄ = 128 − (16 − 1)/2 (the count steps down 128 … 113 between completions)
+    steps = 16 * 256 / 120.5
+    expect = ((A + BP * 8192) + steps * (A + BD * 120.5)) / (16 * (512 + 256))
     assert eb_cost(linear_step, 128, 16, 512, 256, 14336) == pytest.approx(expect, rel=1e-6)
     # a budget of 4096 splits the refill into two prefill steps: one more α
     two = eb_cost(linear_step, 128, 16, 512, 256, 4096)
@@ -284,3 +284,28 @@ def test_a_heavy_tail_past_the_sample_is_not_a_miss_until_a_share_outlives_it():
     assert new["ebplus_forecast_missed_s"] == -1.0
     assert new["num_preemptions"] == 0
     assert new["token_throughput"] >= 0.98 * mb["token_throughput"]
+
+
+def test_eb_cost_at_one_slot_decodes_the_whole_set():
+    # c = 4, θ·n = 0.57 < 1: one completion per cycle, refilled at once, so the cycle decodes
+    # all 4 (the earlier n̄ = round(n − k/2) decoded 3 and priced EB 25 % above MB at c = 4)
+    expect = ((A + BP * 512) + 500 / 4 * (A + BD * 4)) / (512 + 500)
+    assert eb_cost(linear_step, 4, 0.57, 512, 500, 14336) == pytest.approx(expect, rel=1e-6)
+    # a fractional n̄ interpolates the step time: n = 10, k = 2 → n̄ = 9.5
+    expect = ((A + BP * 1024) + 2 * 500 / 9.5 * (A + BD * 9.5)) / (2 * 1012)
+    assert eb_cost(linear_step, 10, 2, 512, 500, 14336) == pytest.approx(expect, rel=1e-6)
+
+
+def test_drain_refill_admits_the_closed_loops_last_arrivals():
+    # Grid cell A100 / Qwen3-8B / balanced / c = 512: EB⁺ runs EB mode from the surge on, but
+    # the threshold test held the last 7 arrivals 30 s (until the decoding set drained to
+    # waiting·(N − k)/k), 0.979× EB. With the drain refill (k̂ completions unreplaced) ≥ EB.
+    args = ("a100-80gb", "qwen3-8b", BAL, 512, 1500)
+    eb = _cell(*args, "eb", warmup=100)["token_throughput"]
+    mb = _cell(*args, "mb", warmup=100)["token_throughput"]
+    old = _cell(*args, "ebplus", warmup=100, drain_refill=False)
+    new = _cell(*args, "ebplus", warmup=100)
+    assert old["eb_time_share"] > 0.8
+    assert new["eb_time_share"] > 0.8
+    assert old["token_throughput"] < 0.985 * eb
+    assert new["token_throughput"] >= 0.99 * max(eb, mb)

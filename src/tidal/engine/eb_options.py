@@ -146,6 +146,12 @@ class DemandOptions(_Group):
     mirror of the surge — N_obs decays slowly (0.03 per step), so between two load phases it
     still reports the departed load, and with ``crossover_lhs: steps`` a decision there can
     leave EB for MB just before the next phase arrives."""
+    drain_refill: bool = True
+    """EB mode: once the demand has fallen ``k̂`` below its peak since the last refill (k̂
+    completions without a replacement: arrivals have stopped or slowed), refill with what
+    waits instead of holding it for the threshold test, whose queue would not grow (the
+    closed loop's last arrivals waited up to 30 s for the decoding set to drain). False:
+    the threshold test alone, as EB and the reference."""
     n_obs_up: float = Field(default=0.3, gt=0, le=1)
     n_obs_down: float = Field(default=0.03, gt=0, le=1)
     surge_factor: float = Field(default=2.0, gt=1)
@@ -222,7 +228,7 @@ GROUP_OF: dict[str, str] = {f: g for g, m in GROUPS.items() for f in m.model_fie
 REFERENCE: dict[str, dict[str, Any]] = {
     "bound": {"n_bound": "clt", "cold_reserve": 0.0, "forecast_recent": 0, "mb_eps": None},
     "phase": {"n_recovery": "n_max"},
-    "demand": {"surge_n": "ema", "ebb_factor": 0.0},
+    "demand": {"surge_n": "ema", "ebb_factor": 0.0, "drain_refill": False},
     "selector": {
         "delta": 1e-5,
         "mb_cap": "none",

@@ -134,6 +134,9 @@ class EBPlus(BatchingPolicy):
         self.missed_ns = -1
         """When the forecast first missed (-1: not yet): a preemption in MB mode, or, with
         ``mb_count_cap: feedback``, a running request older than every sampled output."""
+        self.peak_demand = 0
+        """The highest demand since EB mode's last refill began (``drain_refill``)."""
+        self._refills_seen = 0
         self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
         self._log(0, "start", _NAN, _NAN, _NAN, opts.selector.delta)
 
@@ -275,6 +278,7 @@ class EBPlus(BatchingPolicy):
         """Requests already decoding become EB's decoding set and Phase 1 starts with
         ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, a fresh fill."""
         self._switched("eb")
+        self.peak_demand = self.demand
         eb, st = self.eb, self.state
         n_dec = len(st.pool)
         if n_dec:
@@ -360,6 +364,23 @@ class EBPlus(BatchingPolicy):
         for key, v in zip(self.series, row, strict=True):
             self.series[key].append(v)
 
+    def _drain_refill(self, demand: int) -> None:
+        """``drain_refill``: a refill once the demand is ``max(1, k̂)`` below its peak since
+        the last one began. In a closed loop each completion is replaced at once, so the
+        demand falls only when arrivals stop; the threshold test then holds the last
+        arrivals until the decoding set drains to ``waiting·(N − k)/k``. The demand changes
+        only at arrivals and departures, which end a fast-forwarded run."""
+        eb = self.eb
+        if eb.num_refills != self._refills_seen:
+            self._refills_seen = eb.num_refills
+            self.peak_demand = demand
+        self.peak_demand = max(self.peak_demand, demand)
+        if not self.ctl.opts.demand.drain_refill:
+            return
+        if self.peak_demand - demand >= max(1, self.ctl.k) and eb.force_refill():
+            self._refills_seen = eb.num_refills
+            self.peak_demand = demand
+
     # ------------------------------------------------------------------ steps
     @property
     def active(self) -> BatchingPolicy:
@@ -378,6 +399,7 @@ class EBPlus(BatchingPolicy):
             )
         self.sched_ns = now_ns
         if self.mode == "eb":
+            self._drain_refill(demand)
             return self.eb.schedule(now_ns)
         self.eb.plan_phase = None
         return self.mb.schedule(now_ns)
