@@ -50,8 +50,9 @@ overstates MB's need on bounded outputs. Before the first estimate MB runs at N_
 ``mb_cap: forecast`` its admissions keep ``cold_reserve`` of the cache free until then.
 
 MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
-``N = min(#decoding + #waiting, N cap)``; with nothing decoding, EB starts a fresh fill. EB → MB:
-EB's phase state is dropped and the mixed scheduler takes over the same running set.
+N as EB's initial fill sets it (``switch_n: fill``: the demand, or the N cap below EB's
+minimum N; the reference: ``min(#decoding + #waiting, N cap)``);
+with nothing decoding, EB starts a fresh fill. EB → MB: EB's phase state is dropped and the mixed scheduler takes over the same running set.
 
 Exactness: the N_obs EMA changes every step, so a fast-forwarded run applies the same per-step
 updates (:meth:`update` loops ``num_steps − 1`` times with the identical arithmetic), arrivals
@@ -252,6 +253,9 @@ class EBPlus(BatchingPolicy):
         if n_obs >= opts.demand.drain_n:
             self._signals.append(signal)
         delta = opts.selector.delta
+        stepped = opts.cost.crossover_cost == "steps" and c.step_ns is not None
+        if stepped and opts.selector.delta_rel > 0:
+            delta = opts.selector.delta_rel * min(lhs, rhs)  # a share of the per-token cost
         if opts.selector.delta_adaptive and len(self._signals) >= 4:
             delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
         self._log(now_ns, event, lhs, rhs, signal, delta)
@@ -276,7 +280,9 @@ class EBPlus(BatchingPolicy):
 
     def _to_eb(self, now_ns: int) -> None:
         """Requests already decoding become EB's decoding set and Phase 1 starts with
-        ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, a fresh fill."""
+        ``N = min(#decoding + #waiting, N cap)``, or the N cap where that is below EB's
+        minimum N (``switch_n: fill``, as EB's initial fill); with nothing decoding, a fresh
+        fill."""
         self._switched("eb")
         self.peak_demand = self.demand
         eb, st = self.eb, self.state
@@ -285,7 +291,10 @@ class EBPlus(BatchingPolicy):
             eb.phase = DECODE
             eb.prefilled = n_dec
             eb.refill_target = 0
-            self.ctl.n = min(n_dec + len(st.waiting), self.ctl.recovery_target())
+            cap = self.ctl.recovery_target()
+            demand = min(n_dec + len(st.waiting), cap)
+            fill = self.ctl.opts.selector.switch_n == "fill"
+            self.ctl.n = cap if fill and demand < eb._min_n() else demand
             self.ctl.set_k()
         elif len(st.waiting) or st.prefilling:
             eb.reset_to_initial(now_ns)
