@@ -52,7 +52,8 @@ overstates MB's need on bounded outputs. Before the first estimate MB runs at N_
 MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
 N as EB's initial fill sets it (``switch_n: fill``: the demand, or the N cap below EB's
 minimum N; the reference: ``min(#decoding + #waiting, N cap)``);
-with nothing decoding, EB starts a fresh fill. EB → MB: EB's phase state is dropped and the mixed scheduler takes over the same running set.
+with nothing decoding, EB starts a fresh fill. EB → MB: EB's phase state is dropped and the
+mixed scheduler takes over the same running set.
 
 Exactness: the N_obs EMA changes every step, so a fast-forwarded run applies the same per-step
 updates (:meth:`update` loops ``num_steps − 1`` times with the identical arithmetic), arrivals
