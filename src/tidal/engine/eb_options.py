@@ -134,6 +134,14 @@ class PhaseOptions(_Group):
     saturated queue (≥ N_max/2 waiting) N returns to N_max 2 s after each recovery and the
     KV-aware gate, not N̂*, bounds the batch (the configuration behind the paper's EB numbers;
     see ``docs/design/eb-defaults.md``)."""
+    switch_n: Literal["fill", "demand"] = "fill"
+    """N of EB mode after an MB → EB switch with requests decoding: ``fill`` = as a
+    standalone EB's initial fill leaves it — the demand #decoding + #waiting where it is at
+    least EB's minimum N (max(16, N_max/10)), else the N cap (``n_recovery``'s target);
+    ``demand`` = min(#decoding + #waiting, N cap), as the reference. Below N cap/2 waiting
+    the N recovery never fires, so a switch taken at a small demand, while the closed loop's
+    replacement arrivals were in flight, kept N at that momentary count (A100 / Qwen3-8B /
+    arXiv c = 4: N = 2 for the rest of the run, 5 % below both baselines)."""
 
 
 class DemandOptions(_Group):
@@ -144,6 +152,11 @@ class DemandOptions(_Group):
     16, where the closed form's RHS ∝ 1/N_obs explodes while the system empties). The steps
     crossover prices both cycles at any N, and at c = 4 it tells EB from MB within 0.3 % of
     their realised throughputs (issue 18), so 2 lets it decide there."""
+    ebb_factor: float = Field(default=2.0, ge=0)
+    """No decision while the demand is below N_obs/ebb_factor (0: off, as the reference): the
+    mirror of the surge — N_obs decays slowly (0.03 per step), so between two load phases it
+    still reports the departed load, and with ``crossover_lhs: steps`` a decision there can
+    leave EB for MB just before the next phase arrives."""
     drain_refill: bool = True
     """EB mode: once the demand has fallen ``k̂`` below its peak since the last refill (k̂
     completions without a replacement: arrivals have stopped or slowed), refill with what
@@ -164,13 +177,6 @@ class SelectorOptions(_Group):
 
     delta: float = Field(default=1e-6, ge=0)
     """Hysteresis δ of the crossover test (s/token; the paper's runs: 1e-5)."""
-    delta_rel: float = Field(default=0.01, ge=0, lt=1)
-    """With ``crossover_cost: steps``: δ = ``delta_rel``·min(c_MB, c_EB), a share of the
-    per-token cost instead of the absolute ``delta`` (0: ``delta``). An absolute δ is a
-    larger share where tokens are cheap (B200 / Qwen3-8B / PH at c = 512: 1e-6 s is 6 % of
-    c_EB, so a predicted 3.6 % gain of EB never switched) and a negligible one where they
-    are dear (c = 4: 0.1 %, inside the model's error). 1 %: the guarantee's tolerance — a
-    mode predicted within it of the other is not worth a switch."""
     delta_adaptive: bool = False
     """δ = max(δ, delta_k·stdev of the last ``signal_window`` signals) once ≥ 4 are known."""
     delta_k: float = Field(default=2.0, ge=0)
@@ -179,14 +185,6 @@ class SelectorOptions(_Group):
     """Leaving EB needs ``sticky``·δ of evidence."""
     cooldown: int = Field(default=3, ge=0)
     """Evaluations skipped after a switch."""
-    switch_n: Literal["fill", "demand"] = "fill"
-    """N of EB mode after an MB → EB switch with requests decoding: ``fill`` = as a
-    standalone EB's initial fill leaves it — the demand #decoding + #waiting where it is at
-    least EB's minimum N (max(16, N_max/10)), else the N cap (``n_recovery``'s target);
-    ``demand`` = min(#decoding + #waiting, N cap), as the reference. Below N cap/2 waiting
-    the N recovery never fires, so a switch taken at a small demand, while the closed loop's
-    replacement arrivals were in flight, kept N at that momentary count (A100 / Qwen3-8B /
-    arXiv c = 4: N = 2 for the rest of the run, 5 % below both baselines)."""
     cold_mode: Literal["mb", "eb"] = "mb"
     mb_cap: Literal["mb_safe", "forecast", "n_hat", "none"] = "forecast"
     """Running-set cap of EB⁺'s MB mode once the estimator has data: ``mb_safe`` = the
@@ -220,6 +218,13 @@ class CostOptions(_Group):
     (§2.6, with ``mb_alpha``, ``crossover_lhs``, ``mb_cost``); ``steps`` = both policies'
     steady-state cycles on the deployment's step-time function at the operating point
     (:mod:`tidal.engine.eb_cost`; the closed form where the step function is unknown)."""
+    delta_rel: float = Field(default=0.01, ge=0, lt=1)
+    """With ``crossover_cost: steps``: δ = ``delta_rel``·min(c_MB, c_EB), a share of the
+    per-token cost instead of the absolute ``delta`` (0: ``delta``). An absolute δ is a
+    larger share where tokens are cheap (B200 / Qwen3-8B / PH at c = 512: 1e-6 s is 6 % of
+    c_EB, so a predicted 3.6 % gain of EB never switched) and a negligible one where they
+    are dear (c = 4: 0.1 %, inside the model's error). 1 %: the guarantee's tolerance — a
+    mode predicted within it of the other is not worth a switch."""
     mb_alpha: Literal["step", "prefill"] = "step"
     """α_MB, the fixed cost of one MB step in the crossover's RHS: ``prefill`` = α_p (the
     paper); ``step`` = max(α_p, α_d) — a mixed step reads the weights as a decode step does,
@@ -240,18 +245,16 @@ GROUP_OF: dict[str, str] = {f: g for g, m in GROUPS.items() for f in m.model_fie
 
 REFERENCE: dict[str, dict[str, Any]] = {
     "bound": {"n_bound": "clt", "cold_reserve": 0.0, "forecast_recent": 0, "mb_eps": None},
-    "phase": {"n_recovery": "n_max"},
+    "phase": {"n_recovery": "n_max", "switch_n": "demand"},
     "demand": {"surge_n": "ema", "ebb_factor": 0.0, "drain_refill": False, "drain_n": 16},
     "selector": {
         "delta": 1e-5,
-        "delta_rel": 0.0,
-        "switch_n": "demand",
         "mb_cap": "none",
         "crossover_n": "demand",
         "crossover_lhs": "workload",
         "mb_cost": "paper",
     },
-    "cost": {"mb_alpha": "prefill", "crossover_cost": "linear"},
+    "cost": {"mb_alpha": "prefill", "crossover_cost": "linear", "delta_rel": 0.0},
 }
 """The paper's and its authors' scheduler's forms of every knob where ours differ
 (``preset: reference``)."""

@@ -255,8 +255,8 @@ class EBPlus(BatchingPolicy):
             self._signals.append(signal)
         delta = opts.selector.delta
         stepped = opts.cost.crossover_cost == "steps" and c.step_ns is not None
-        if stepped and opts.selector.delta_rel > 0:
-            delta = opts.selector.delta_rel * min(lhs, rhs)  # a share of the per-token cost
+        if stepped and opts.cost.delta_rel > 0:
+            delta = opts.cost.delta_rel * min(lhs, rhs)  # a share of the per-token cost
         if opts.selector.delta_adaptive and len(self._signals) >= 4:
             delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
         self._log(now_ns, event, lhs, rhs, signal, delta)
@@ -294,7 +294,7 @@ class EBPlus(BatchingPolicy):
             eb.refill_target = 0
             cap = self.ctl.recovery_target()
             demand = min(n_dec + len(st.waiting), cap)
-            fill = self.ctl.opts.selector.switch_n == "fill"
+            fill = self.ctl.opts.phase.switch_n == "fill"
             self.ctl.n = cap if fill and demand < eb._min_n() else demand
             self.ctl.set_k()
         elif len(st.waiting) or st.prefilling:
