@@ -225,6 +225,12 @@ class CostOptions(_Group):
     c_EB, so a predicted 3.6 % gain of EB never switched) and a negligible one where they
     are dear (c = 4: 0.1 %, inside the model's error). 1 %: the guarantee's tolerance — a
     mode predicted within it of the other is not worth a switch."""
+    confirm: float = Field(default=2.0, ge=0)
+    """A switch whose signal is past its threshold (δ, or ``sticky``·δ out of EB) by less
+    than ``confirm``× needs the previous evaluation past it too (0: off). With
+    ``delta_rel`` the threshold is 1 %, about the evaluations' noise where the two modes
+    are within 2 % (B200 / Qwen3-8B / PH c = 128, H100 / 70B / ShareGPT c = 512: one
+    evaluation in five crossed it, and EB⁺ ran EB where MB wins by 1.1–1.6 %)."""
     mb_alpha: Literal["step", "prefill"] = "step"
     """α_MB, the fixed cost of one MB step in the crossover's RHS: ``prefill`` = α_p (the
     paper); ``step`` = max(α_p, α_d) — a mixed step reads the weights as a decode step does,
@@ -254,7 +260,7 @@ REFERENCE: dict[str, dict[str, Any]] = {
         "crossover_lhs": "workload",
         "mb_cost": "paper",
     },
-    "cost": {"mb_alpha": "prefill", "crossover_cost": "linear", "delta_rel": 0.0},
+    "cost": {"mb_alpha": "prefill", "crossover_cost": "linear", "delta_rel": 0.0, "confirm": 0.0},
 }
 """The paper's and its authors' scheduler's forms of every knob where ours differ
 (``preset: reference``)."""

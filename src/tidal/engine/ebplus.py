@@ -129,6 +129,8 @@ class EBPlus(BatchingPolicy):
         self.mb_ns = 0
         """Time of the steps run in MB mode (EB mode's: ``eb.eb_ns``)."""
         self._signals: deque[float] = deque(maxlen=opts.selector.signal_window)
+        self._prev_signal = _NAN
+        """The signal of the last evaluation past the filters (``confirm``)."""
         self.demand = 0
         self.mb_eps = opts.bound.eps if opts.bound.mb_eps is None else opts.bound.mb_eps
         """ε of the MB mode's forecast test: ``mb_eps`` until the forecast's first miss, then
@@ -256,7 +258,7 @@ class EBPlus(BatchingPolicy):
         delta = opts.selector.delta
         stepped = opts.cost.crossover_cost == "steps" and c.step_ns is not None
         if stepped and opts.cost.delta_rel > 0:
-            delta = opts.cost.delta_rel * min(lhs, rhs)  # a share of the per-token cost
+            delta = max(delta, opts.cost.delta_rel * min(lhs, rhs))  # ≥ a share of the cost
         if opts.selector.delta_adaptive and len(self._signals) >= 4:
             delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
         self._log(now_ns, event, lhs, rhs, signal, delta)
@@ -267,10 +269,19 @@ class EBPlus(BatchingPolicy):
             return
         if opts.demand.ebb_factor and self.demand * opts.demand.ebb_factor < self.n_obs:
             return  # draining: the slow-down EMA describes the load that has left
-        if signal > delta and self.mode != "eb":
+        prev, self._prev_signal = self._prev_signal, signal
+        if self.mode != "eb" and self._past(signal, prev, delta):
             self._to_eb(now_ns)
-        elif signal < -opts.selector.sticky * delta and self.mode != "mb":
+        elif self.mode != "mb" and self._past(-signal, -prev, opts.selector.sticky * delta):
             self._to_mb(now_ns)
+
+    def _past(self, signal: float, prev: float, threshold: float) -> bool:
+        """``signal > threshold``; within ``confirm``× of it, the previous evaluation's
+        signal must be past it too (a marginal signal must repeat)."""
+        confirm = self.ctl.opts.cost.confirm
+        if signal <= threshold:
+            return False
+        return not confirm or signal > confirm * threshold or prev > threshold
 
     def _switched(self, mode: str) -> None:
         self.mode = mode
