@@ -219,12 +219,13 @@ class CostOptions(_Group):
     steady-state cycles on the deployment's step-time function at the operating point
     (:mod:`tidal.engine.eb_cost`; the closed form where the step function is unknown)."""
     delta_rel: float = Field(default=0.01, ge=0, lt=1)
-    """With ``crossover_cost: steps``: δ = ``delta_rel``·min(c_MB, c_EB), a share of the
-    per-token cost instead of the absolute ``delta`` (0: ``delta``). An absolute δ is a
-    larger share where tokens are cheap (B200 / Qwen3-8B / PH at c = 512: 1e-6 s is 6 % of
-    c_EB, so a predicted 3.6 % gain of EB never switched) and a negligible one where they
-    are dear (c = 4: 0.1 %, inside the model's error). 1 %: the guarantee's tolerance — a
-    mode predicted within it of the other is not worth a switch."""
+    """With ``crossover_cost: steps``: δ = max(``delta``, ``delta_rel``·min(c_MB, c_EB)), at
+    least a share of the per-token cost (0: ``delta`` alone). The absolute δ = 1e-6 s/token
+    is 0.1 % of it at c = 4, inside the model's error (H200 / Qwen3-30B-A3B / PH c = 4:
+    EB predicted 0.3–0.9 % cheaper, realised 6 % dearer). 1 %: the guarantee's tolerance.
+    δ = the share alone (no floor) also switched B200 / Qwen3-8B / PH at c = 512 / 2048,
+    where 1e-6 is 6 % of the cost and EB wins by 2 %, but on one noisy evaluation at
+    c = 128 too, where MB wins by 5 % (``confirm`` did not fix that one)."""
     confirm: float = Field(default=2.0, ge=0)
     """A switch whose signal is past its threshold (δ, or ``sticky``·δ out of EB) by less
     than ``confirm``× needs the previous evaluation past it too (0: off). With

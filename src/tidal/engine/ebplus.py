@@ -270,6 +270,8 @@ class EBPlus(BatchingPolicy):
         if opts.demand.ebb_factor and self.demand * opts.demand.ebb_factor < self.n_obs:
             return  # draining: the slow-down EMA describes the load that has left
         prev, self._prev_signal = self._prev_signal, signal
+        if event == "surge":  # a new load level: the previous signal describes the old one
+            prev = signal
         if self.mode != "eb" and self._past(signal, prev, delta):
             self._to_eb(now_ns)
         elif self.mode != "mb" and self._past(-signal, -prev, opts.selector.sticky * delta):
