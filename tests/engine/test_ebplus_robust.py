@@ -361,3 +361,19 @@ def test_switch_to_eb_keeps_the_n_cap_not_the_momentary_count():
     assert old["mode_switches"] >= 1
     assert old["token_throughput"] < 0.97 * min(eb, mb)
     assert new["token_throughput"] >= 0.99 * max(eb, mb)
+
+
+DH = {"prompt_len": 128, "output_len": 1024, "length_dist": "uniform"}
+
+
+def test_a_surge_decides_without_confirmation():
+    # Grid cell RTX PRO 6000 / Qwen3-8B / decode-heavy / c = 128: EB is 1.4 % faster than MB
+    # and the surge evaluation (at the demand that fired it) predicts it; the previous signal
+    # is the warm-up's at c = 1, so requiring it to agree kept MB mode (0.983× EB).
+    args = ("rtx-pro-6000", "qwen3-8b", DH, 128, 1500)
+    eb = _cell(*args, "eb", warmup=100)["token_throughput"]
+    mb = _cell(*args, "mb", warmup=100)["token_throughput"]
+    new = _cell(*args, "ebplus", warmup=100)
+    assert eb > 1.01 * mb
+    assert new["eb_time_share"] > 0.9
+    assert new["token_throughput"] >= 0.99 * eb
