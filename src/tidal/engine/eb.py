@@ -209,6 +209,26 @@ class ExclusiveBatching(BatchingPolicy):
                     self._preempt_pending(plan)
                 self.phase = DECODE
 
+    def force_refill(self) -> bool:
+        """Start a refill of every waiting request the N cap and the admission bound allow,
+        whatever the threshold test says (EB⁺'s ``drain_refill``); False (nothing changed)
+        outside Phase 1, with nothing decoding or waiting, or under the KV gate."""
+        st, ctl = self.state, self.ctl
+        n_dec = len(st.pool)
+        waiting = len(st.waiting) + len(st.prefilling)
+        if self.phase != DECODE or not n_dec or not waiting:
+            return False
+        if self.ctl.opts.phase.kv_gate and self.kv_full():
+            return False
+        fillable = self.bound.limit_refill(min(waiting, max(0, ctl.n - n_dec)))
+        if fillable <= 0:
+            return False
+        self.refill_target = fillable
+        self.prefilled = 0
+        self.phase = REFILL
+        self.num_refills += 1
+        return True
+
     def fillable(self, n_dec: int, waiting: int) -> int | None:
         """The refill size if the threshold test ``fillable·(N − k) ≥ n·k`` passes, else None
         (``fillable = min(waiting + pending, N − n)``: the integer form of

@@ -50,8 +50,10 @@ overstates MB's need on bounded outputs. Before the first estimate MB runs at N_
 ``mb_cap: forecast`` its admissions keep ``cold_reserve`` of the cache free until then.
 
 MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
-``N = min(#decoding + #waiting, N cap)``; with nothing decoding, EB starts a fresh fill. EB → MB:
-EB's phase state is dropped and the mixed scheduler takes over the same running set.
+N as EB's initial fill sets it (``switch_n: fill``: the demand, or the N cap below EB's
+minimum N; the reference: ``min(#decoding + #waiting, N cap)``);
+with nothing decoding, EB starts a fresh fill. EB → MB: EB's phase state is dropped and the
+mixed scheduler takes over the same running set.
 
 Exactness: the N_obs EMA changes every step, so a fast-forwarded run applies the same per-step
 updates (:meth:`update` loops ``num_steps − 1`` times with the identical arithmetic), arrivals
@@ -127,6 +129,8 @@ class EBPlus(BatchingPolicy):
         self.mb_ns = 0
         """Time of the steps run in MB mode (EB mode's: ``eb.eb_ns``)."""
         self._signals: deque[float] = deque(maxlen=opts.selector.signal_window)
+        self._prev_signal = _NAN
+        """The signal of the last evaluation past the filters (``confirm``)."""
         self.demand = 0
         self.mb_eps = opts.bound.eps if opts.bound.mb_eps is None else opts.bound.mb_eps
         """ε of the MB mode's forecast test: ``mb_eps`` until the forecast's first miss, then
@@ -134,6 +138,9 @@ class EBPlus(BatchingPolicy):
         self.missed_ns = -1
         """When the forecast first missed (-1: not yet): a preemption in MB mode, or, with
         ``mb_count_cap: feedback``, a running request older than every sampled output."""
+        self.peak_demand = 0
+        """The highest demand since EB mode's last refill began (``drain_refill``)."""
+        self._refills_seen = 0
         self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
         self._log(0, "start", _NAN, _NAN, _NAN, opts.selector.delta)
 
@@ -249,6 +256,9 @@ class EBPlus(BatchingPolicy):
         if n_obs >= opts.demand.drain_n:
             self._signals.append(signal)
         delta = opts.selector.delta
+        stepped = opts.cost.crossover_cost == "steps" and c.step_ns is not None
+        if stepped and opts.cost.delta_rel > 0:
+            delta = max(delta, opts.cost.delta_rel * min(lhs, rhs))  # ≥ a share of the cost
         if opts.selector.delta_adaptive and len(self._signals) >= 4:
             delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
         self._log(now_ns, event, lhs, rhs, signal, delta)
@@ -259,10 +269,21 @@ class EBPlus(BatchingPolicy):
             return
         if opts.demand.ebb_factor and self.demand * opts.demand.ebb_factor < self.n_obs:
             return  # draining: the slow-down EMA describes the load that has left
-        if signal > delta and self.mode != "eb":
+        prev, self._prev_signal = self._prev_signal, signal
+        if event == "surge":  # a new load level: the previous signal describes the old one
+            prev = signal
+        if self.mode != "eb" and self._past(signal, prev, delta):
             self._to_eb(now_ns)
-        elif signal < -opts.selector.sticky * delta and self.mode != "mb":
+        elif self.mode != "mb" and self._past(-signal, -prev, opts.selector.sticky * delta):
             self._to_mb(now_ns)
+
+    def _past(self, signal: float, prev: float, threshold: float) -> bool:
+        """``signal > threshold``; within ``confirm``× of it, the previous evaluation's
+        signal must be past it too (a marginal signal must repeat)."""
+        confirm = self.ctl.opts.cost.confirm
+        if signal <= threshold:
+            return False
+        return not confirm or signal > confirm * threshold or prev > threshold
 
     def _switched(self, mode: str) -> None:
         self.mode = mode
@@ -273,15 +294,21 @@ class EBPlus(BatchingPolicy):
 
     def _to_eb(self, now_ns: int) -> None:
         """Requests already decoding become EB's decoding set and Phase 1 starts with
-        ``N = min(#decoding + #waiting, N cap)``; with nothing decoding, a fresh fill."""
+        ``N = min(#decoding + #waiting, N cap)``, or the N cap where that is below EB's
+        minimum N (``switch_n: fill``, as EB's initial fill); with nothing decoding, a fresh
+        fill."""
         self._switched("eb")
+        self.peak_demand = self.demand
         eb, st = self.eb, self.state
         n_dec = len(st.pool)
         if n_dec:
             eb.phase = DECODE
             eb.prefilled = n_dec
             eb.refill_target = 0
-            self.ctl.n = min(n_dec + len(st.waiting), self.ctl.recovery_target())
+            cap = self.ctl.recovery_target()
+            demand = min(n_dec + len(st.waiting), cap)
+            fill = self.ctl.opts.phase.switch_n == "fill"
+            self.ctl.n = cap if fill and demand < eb._min_n() else demand
             self.ctl.set_k()
         elif len(st.waiting) or st.prefilling:
             eb.reset_to_initial(now_ns)
@@ -360,6 +387,23 @@ class EBPlus(BatchingPolicy):
         for key, v in zip(self.series, row, strict=True):
             self.series[key].append(v)
 
+    def _drain_refill(self, demand: int) -> None:
+        """``drain_refill``: a refill once the demand is ``max(1, k̂)`` below its peak since
+        the last one began. In a closed loop each completion is replaced at once, so the
+        demand falls only when arrivals stop; the threshold test then holds the last
+        arrivals until the decoding set drains to ``waiting·(N − k)/k``. The demand changes
+        only at arrivals and departures, which end a fast-forwarded run."""
+        eb = self.eb
+        if eb.num_refills != self._refills_seen:
+            self._refills_seen = eb.num_refills
+            self.peak_demand = demand
+        self.peak_demand = max(self.peak_demand, demand)
+        if not self.ctl.opts.demand.drain_refill:
+            return
+        if self.peak_demand - demand >= max(1, self.ctl.k) and eb.force_refill():
+            self._refills_seen = eb.num_refills
+            self.peak_demand = demand
+
     # ------------------------------------------------------------------ steps
     @property
     def active(self) -> BatchingPolicy:
@@ -378,6 +422,7 @@ class EBPlus(BatchingPolicy):
             )
         self.sched_ns = now_ns
         if self.mode == "eb":
+            self._drain_refill(demand)
             return self.eb.schedule(now_ns)
         self.eb.plan_phase = None
         return self.mb.schedule(now_ns)
