@@ -46,6 +46,7 @@ import math
 from collections import deque
 
 from tidal.cluster.coldstart import StartupPlan, unified_plan
+from tidal.cluster.config import WARMSERVE_FEATURES
 from tidal.cluster.forecast import WindowForecaster
 from tidal.cluster.instance import ModelInstance, Replica, State
 from tidal.cluster.models import ServedModel
@@ -58,16 +59,6 @@ from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 from tidal.core.units import s_to_ns
 
-FEATURES = (
-    "device-prewarm",
-    "engine-prewarm",
-    "unified-memory",
-    "forecast",
-    "placement",
-    "kv-reservation",
-    "memory-switching",
-)
-
 
 @PLACEMENTS.register("warmserve")
 class WarmServe(ClusterPolicy):
@@ -78,7 +69,7 @@ class WarmServe(ClusterPolicy):
         super().__init__(view, act)
         ws = self.cfg.warmserve
         self.ws = ws
-        self.on = {f: ws.enabled(f) for f in FEATURES}
+        self.on = {f: ws.enabled(f) for f in WARMSERVE_FEATURES}
         self.unified = self.on["unified-memory"]
         self.window_ns = s_to_ns(ws.window_s)
         self.window_k = 0
