@@ -45,9 +45,11 @@ def test_overload_engages_serverlessllm_rules_and_disengages_when_the_backlog_cl
     be.run(until=t + 5 * S)
     assert not pol.fallback.engaged  # wait = 5 s, not above it
     be.run(until=t + 5 * S + S // 2)
-    assert pol.fallback.engaged and pol.fallback.engagements == 1
+    assert pol.fallback.engaged
+    assert pol.fallback.engagements == 1
     be.run(until=t + 10 * S)
-    assert not ctl.serving[1] and len(ctl.serving[0]) == 2
+    assert not ctl.serving[1]
+    assert len(ctl.serving[0]) == 2
     be.run(until=t + 10 * S + S // 2)
     assert len(ctl.serving[0]) == 1
     assert ctl.serving[0][0].inflight == 1  # the busy instance is kept
@@ -64,7 +66,7 @@ def test_overload_engages_serverlessllm_rules_and_disengages_when_the_backlog_cl
 
 
 def test_without_the_fallback_the_same_request_waits_for_the_peak_to_expire():
-    be, ctl = _ctl(starve_give_up_s=5.0)
+    be, ctl = _ctl(starve_give_up_s=5.0, overload_fallback=False)
     assert ctl.policy.fallback is None
     t = _burst_ebbs(be, ctl)
     be.run(until=t + 30 * S)
@@ -86,3 +88,11 @@ def test_a_starved_model_the_guard_serves_in_time_does_not_trip_it():
 def test_the_fallback_needs_the_guard():
     _be, ctl = _ctl(starve_wait_s=0, **FB)
     assert ctl.policy.fallback is None
+
+
+def test_on_by_default_at_20_s():
+    _be, ctl = _ctl()
+    fb = ctl.policy.fallback
+    assert fb is not None
+    assert fb.enter_ns == 20 * S
+    assert fb.exit_ns == 2 * S
