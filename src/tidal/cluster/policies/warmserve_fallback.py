@@ -7,8 +7,10 @@ Detector (every control period, from the starvation guard's record of waiting re
 model's router FIFO head and its requests on the retry path): ``wait`` = the longest any
 model's oldest waiting request has waited.
 
-* engage when ``wait > overload_enter_s`` (30 s = ``starve_give_up_s``: one more instance no
-  longer mends it, the guard has stood down for that model);
+* engage when ``wait > overload_enter_s`` (20 s: a backlog the guard's hand-backs, which act
+  within seconds, have not cleared; measured on the robustness grid, where 10 and 15 s also
+  engaged in past-capacity cells that held with WarmServe's rules and 30 s engaged too late
+  to change any verdict);
 * disengage when ``wait < overload_exit_s`` (2 s = ``starve_wait_s``: no model waits longer
   than ordinary contention) and the fallback has been engaged for ``overload_hold_s``.
 
