@@ -1,7 +1,8 @@
 """WarmServe's starvation guard (issue 18, H200 Llama-2 conv 45.3 req/s: the second 7B waited
 30 s at P99 behind the hotter models' peak-held instances, ServerlessLLM's 9.9 s). Built from
 that setting on one node of two GPUs: model 0's burst takes both GPUs and the peak rule holds
-them for a minute; model 1 then has no GPU at all."""
+them for a minute; model 1 then has no GPU at all. The overload fallback is off here (its
+tests: ``test_warmserve_fallback.py``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ S = 1_000_000_000
 def _ctl(**ws):
     cfg = ClusterConfig(
         spec="1x2:h100", models=["llama-2-7b", "llama-2-7b"], placement="warmserve", batch=2,
-        warmserve={"disable": ["forecast"], **ws},
+        warmserve={"disable": ["forecast"], "overload_fallback": False, **ws},
     )  # fmt: skip
     be = FakeBackend()
     model_of = np.array([0, 0, 0, 0, 1, 1], dtype=np.int64)  # request id → model

@@ -98,6 +98,17 @@ class WarmServeConfig(_Strict):
     starve_give_up_s: float = Field(default=30.0, ge=0)
     """Fallback: for a model whose oldest request has waited longer than this (past capacity
     for it) the guard hands nothing back, as without the guard (0: no limit)."""
+    overload_fallback: bool = True
+    """Overload fallback (``policies/warmserve_fallback.py``, issue 18 item 4): past the
+    cluster's capacity, ServerlessLLM's autoscaler, holding and router replace WarmServe's until
+    the backlog clears. Needs the starvation guard (it reads the guard's waiting requests)."""
+    overload_enter_s: float = Field(default=20.0, gt=0)
+    """The fallback engages when some model's oldest waiting request has waited longer (20 s:
+    measured on the robustness grid; 10 and 15 s lost past-capacity cells, 30 s fixed none)."""
+    overload_exit_s: float = Field(default=2.0, ge=0)
+    """… and disengages when every model's oldest waiting request has waited less, ..."""
+    overload_hold_s: float = Field(default=60.0, ge=0)
+    """… once it has been engaged this long."""
     control_period_s: float = Field(default=0.5, gt=0)
     window_s: float = Field(default=300.0, gt=0)
     """Forecast window W."""

@@ -37,7 +37,9 @@ artifact) it goes to the least-loaded instance below B, starting ones included, 
 one (ACQUIRE: hit, partial, miss) and waits for it, else retries every second; a model with no
 serving instance takes that path in both. A starvation guard (``starve_wait_s``,
 :mod:`tidal.cluster.policies.warmserve_starve`) hands the peak-held instances of other models
-back to a model whose oldest request has waited 2 s with no GPU to start on.
+back to a model whose oldest request has waited 2 s with no GPU to start on; past the
+cluster's capacity (a request waiting > 20 s) an overload fallback
+(:mod:`tidal.cluster.policies.warmserve_fallback`) runs ServerlessLLM's autoscaler and router.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from tidal.cluster.instance import ModelInstance, Replica, State
 from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import RoundRobin, least_loaded
+from tidal.cluster.policies.warmserve_fallback import OverloadFallback
 from tidal.cluster.policies.warmserve_peak import PeakHold
 from tidal.cluster.policies.warmserve_plan import PlanReplica, model_scores, plan_prewarm
 from tidal.cluster.policies.warmserve_starve import StarvationGuard
@@ -109,6 +112,15 @@ class WarmServe(ClusterPolicy):
             self.guard = StarvationGuard(
                 view, ws.starve_wait_s, ws.starve_fill, window, ws.starve_give_up_s
             )
+        self.fallback: OverloadFallback | None = None
+        if ws.overload_fallback and self.guard is not None:
+            self.fallback = OverloadFallback(
+                view,
+                self.cfg.serverlessllm,
+                ws.overload_enter_s,
+                ws.overload_exit_s,
+                ws.overload_hold_s,
+            )
 
     # ------------------------------------------------------------------ loops
     def setup(self, now_ns: int) -> None:
@@ -123,19 +135,38 @@ class WarmServe(ClusterPolicy):
         if view.version == self._quiet_version and now_ns < self._quiet_until:
             return
         v0 = view.version
-        self._autoscale(now_ns)
+        fb = self._overloaded(now_ns)
+        if fb and self.fallback is not None:
+            self.fallback.autoscale(now_ns, self.acquire, self.act.stop)
+            self._reserve_kv()
+        else:
+            self._autoscale(now_ns)
         if self.on["forecast"]:
             self._forecast(now_ns)
             self._prewarm(now_ns)
-        if self.guard is not None:
+        if self.guard is not None and not fb:
             protect = s_to_ns(self.ws.protect_s)
             self.guard.hand_back(self.queues, now_ns, self.cfg.batch, protect, self.act.stop)
-        if view.version == v0 and self._settled(now_ns):
+        if view.version == v0 and not fb and self._settled(now_ns):
             self._quiet_version = v0
             until = view.first_arrival_ns + (self.window_k + 1) * self.window_ns
             self._quiet_until = self.peaks.next_expiry(now_ns, until)
         else:
             self._quiet_version = -1
+
+    def _overloaded(self, now_ns: int) -> bool:
+        """The overload fallback's detector (:class:`OverloadFallback`) on the longest wait of
+        any model's oldest waiting request; whether ServerlessLLM's rules apply this period.
+        Leaving it, FIFOs of models without instances go back to the retry path (:meth:`_drain`)."""
+        fb, guard = self.fallback, self.guard
+        if fb is None or guard is None:
+            return False
+        times = [guard.oldest(m, q) for m, q in enumerate(self.queues)]
+        wait = max((now_ns - t for t in times if t is not None), default=0)
+        if fb.update(wait, now_ns) and not fb.engaged:
+            for m in range(len(self.queues)):
+                self._drain(m, now_ns)
+        return fb.engaged
 
     def _settled(self, now_ns: int) -> bool:
         """Whether the tick's clock-driven inputs hold still from now on while nothing else
@@ -196,6 +227,10 @@ class WarmServe(ClusterPolicy):
                     if self.acquire(model, now_ns) is None:
                         can_create = False
                         break
+        self._reserve_kv()
+
+    def _reserve_kv(self) -> None:
+        view, b = self.view, self.cfg.batch
         if self.on["kv-reservation"]:
             for insts in view.serving:
                 for inst in insts:
@@ -343,6 +378,12 @@ class WarmServe(ClusterPolicy):
             self.peaks.note(m, now_ns, view.loads[m].inflight)
         if self.guard is not None:
             self.guard.routed(m, req)
+        if self.fallback is not None:
+            self.fallback.arrived(m)
+            if self.fallback.engaged:  # ServerlessLLM's router: the FIFO, no acquire
+                q.append(req)
+                self._drain(m, now_ns)
+                return
         if not self.ws.router_queue:
             inst = least_loaded(view.serving[m])
         else:
@@ -370,7 +411,7 @@ class WarmServe(ClusterPolicy):
             if inst is None:
                 break
             self.act.assign(q.popleft(), inst, now_ns)
-        if q and not insts:
+        if q and not insts and not (self.fallback is not None and self.fallback.engaged):
             while q:
                 self._retry(q.popleft(), m, now_ns)
 
