@@ -12,9 +12,7 @@ changes them on purpose (issue 18: WarmServe's router queue, round-robin and pea
 scale-down moved the six WarmServe digests other than ``warmserve-augmented``;
 ``warmserve-artifact-router`` turns both off and keeps the old ``warmserve`` digest; its
 starvation guard moved ``warmserve-small-batch`` and ``warmserve-ssd-ablation-a``, the cases
-where it hands an instance back — with ``starve_wait_s: 0`` both keep their old digests; its
-overload fallback moved ``warmserve-augmented`` and ``warmserve-ssd-ablation-a``, where a
-request waits over 20 s — with ``overload_fallback: false`` every digest is as before it):
+where it hands an instance back — with ``starve_wait_s: 0`` both keep their old digests):
 re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
 """
 
@@ -91,12 +89,12 @@ GOLDEN: dict[str, str] = {
     "serverlessllm-servegen": "deca79f11c8eed1bc7d06503266434ee97c55c635e6ba05b0f16dec03f630cf9",
     "warmserve": "fc189db0c18f45e3fc16fc0acbb94c221fd5837654cb17c6d944570f3ccf3593",
     "warmserve-artifact-router": "10f235b9ce9711d4e5e254348747f06bdae87c087e143b3e600a130c4d9624ea",
-    "warmserve-augmented": "7f85be2482b90fe9062ca219a42e0ebd1f989098c86c5ca0bce43174176c888c",
+    "warmserve-augmented": "18258b94a564464dd27f91547a3586044eccb9217d9075378ef3c9d6c483f5d2",
     "warmserve-ebplus": "a2d558b616c883212bd9a1651e096ec5b09b575c747f063a42e0df453c701da2",
     "warmserve-round-robin": "24469b7ae2a2e5ff3d2e07b95ff032bb429735dc536ad6d59d6438d31a580af1",
     "warmserve-servegen": "e3a9d12ae95a48c4a9131b95e0f96e66a6492e962c141658997367e17075b704",
     "warmserve-small-batch": "8381a81e450046d77c389088ebb9a9fb79716361039fefe96e7a139e4aa022ec",
-    "warmserve-ssd-ablation-a": "3e916abf80297718d1e18cb69f9ee722845b114819077f50db747f04acb96eee",
+    "warmserve-ssd-ablation-a": "07d97c7d669493ac46ce25c768e5dd52b53c6bec96b543a04b6b0c0231e36b1b",
 }
 
 

@@ -90,8 +90,10 @@ def test_the_fallback_needs_the_guard():
     assert ctl.policy.fallback is None
 
 
-def test_on_by_default_at_20_s():
+def test_off_by_default_and_at_20_s_when_on():
     _be, ctl = _ctl()
+    assert ctl.policy.fallback is None
+    _be, ctl = _ctl(overload_fallback=True)
     fb = ctl.policy.fallback
     assert fb is not None
     assert fb.enter_ns == 20 * S
