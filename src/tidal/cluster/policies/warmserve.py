@@ -56,7 +56,8 @@ from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import RoundRobin, least_loaded
 from tidal.cluster.policies.warmserve_fallback import OverloadFallback
 from tidal.cluster.policies.warmserve_peak import PeakHold
-from tidal.cluster.policies.warmserve_plan import PlanReplica, model_scores, plan_prewarm
+from tidal.cluster.policies.warmserve_plan import model_scores
+from tidal.cluster.policies.warmserve_prewarm import prewarm_actions
 from tidal.cluster.policies.warmserve_starve import StarvationGuard
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
@@ -240,33 +241,8 @@ class WarmServe(ClusterPolicy):
 
     # ------------------------------------------------------------------ prewarming
     def _prewarm(self, now_ns: int) -> None:
-        view = self.view
-        scores = self._scores()
-        if self.on["placement"]:
-            have = [0] * len(scores)
-            for r in view.replicas.values():
-                have[r.model.index] += 1
-            for inst in view.live.values():
-                have[inst.model.index] += 1
-            if all(len(s) <= h for s, h in zip(scores, have, strict=True)):
-                return  # every model has its N replicas: nothing to place
-        if not any(scores):
-            return
-        existing = self._existing()
-        free = [view.free_pages(g) for g in range(view.topo.num_gpus)]
-        slots = [self.ws.max_slots - len(view.gpu_replicas[g]) for g in range(view.topo.num_gpus)]
-        nodes = [view.topo.gpus_of(k) for k in range(view.topo.num_nodes)]
-        actions = plan_prewarm(
-            scores,
-            [m.tp for m in view.models],
-            [m.weight_pages for m in view.models],
-            existing,
-            free,
-            slots,
-            nodes,
-            smart=self.on["placement"],
-        )
-        for m, group in actions:
+        view, ws = self.view, self.ws
+        for m, group in prewarm_actions(view, self._scores(), ws.max_slots, self.on["placement"]):
             self.act.prewarm(view.models[m], group, now_ns)
 
     def _scores(self) -> list[list[float]]:
@@ -285,21 +261,6 @@ class WarmServe(ClusterPolicy):
                 )
                 self._scores_val.append(s)
         return self._scores_val
-
-    def _existing(self) -> list[PlanReplica]:
-        """Replicas as the artifact's planner sees them: warm and loading replicas and the
-        weights backing live instances (which stay registered as replicas), by creation time."""
-        view = self.view
-        items: list[tuple[int, PlanReplica]] = []
-        for r in view.replicas.values():
-            items.append((r.started_ns, PlanReplica(r.model.index, r.model.tp, r.gpus)))
-        for inst in view.live.values():
-            if inst.state != State.STOPPED:
-                items.append(
-                    (inst.created_ns, PlanReplica(inst.model.index, inst.model.tp, inst.gpus))
-                )
-        items.sort(key=lambda x: x[0])
-        return [p for _, p in items]
 
     # ------------------------------------------------------------------ activation
     def acquire(self, model: ServedModel, now_ns: int) -> ModelInstance | None:
