@@ -1,15 +1,18 @@
 """Pieces several policies share: request routing (the artifact's least-loaded and first-fit,
-ServerlessLLM's round-robin) and aligned GPU groups."""
+ServerlessLLM's round-robin), ServerlessLLM's autoscaler step and aligned GPU groups."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tidal.cluster.instance import State
 
 if TYPE_CHECKING:
+    from tidal.cluster.config import ServerlessLLMConfig
     from tidal.cluster.instance import ModelInstance
+    from tidal.cluster.models import ServedModel
     from tidal.cluster.view import ClusterView
 
 
@@ -65,3 +68,31 @@ def aligned_group(view: ClusterView, tp: int, free: set[int]) -> tuple[int, ...]
             if all(g in free for g in group):
                 return group
     return None
+
+
+def scale_step(
+    view: ClusterView,
+    sl: ServerlessLLMConfig,
+    idle_s: list[float],
+    m: int,
+    now_ns: int,
+    create: Callable[[ServedModel, int], ModelInstance | None],
+    stop: Callable[[ModelInstance, int], None],
+) -> None:
+    """One autoscaler loop for model ``m`` (module docstring): desired =
+    clamp(⌈in flight / target⌉, min, max) instances; one more if below it, one fewer (the
+    newest ready) once ``keep_alive_s`` of loops have passed above it; ``idle_s[m]`` counts
+    those loops."""
+    count = view.loads[m].inflight
+    desired = min(sl.max_instances, max(sl.min_instances, math.ceil(count / sl.target)))
+    current = len(view.serving[m])
+    if desired > current:
+        create(view.models[m], now_ns)
+    elif desired < current:
+        if idle_s[m] >= sl.keep_alive_s:
+            ready = [i for i in view.serving[m] if i.state == State.READY]
+            if ready:
+                stop(ready[-1], now_ns)
+            idle_s[m] = 0.0
+        else:
+            idle_s[m] += sl.loop_s

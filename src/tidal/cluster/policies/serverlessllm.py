@@ -18,14 +18,13 @@ Appendix A), as its open-source router and storage-aware scheduler do it.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from tidal.cluster.coldstart import vanilla_plan
-from tidal.cluster.instance import ModelInstance, State
+from tidal.cluster.instance import ModelInstance
 from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
-from tidal.cluster.policies.common import RoundRobin
+from tidal.cluster.policies.common import RoundRobin, scale_step
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 
@@ -79,21 +78,8 @@ class ServerlessLLM(ClusterPolicy):
 
     # ------------------------------------------------------------------ autoscaler
     def tick(self, now_ns: int) -> None:
-        view, sl = self.view, self.sl
-        for m, model in enumerate(view.models):
-            count = view.loads[m].inflight
-            desired = min(sl.max_instances, max(sl.min_instances, math.ceil(count / sl.target)))
-            current = len(view.serving[m])
-            if desired > current:
-                self._create(model, now_ns)
-            elif desired < current:
-                if self.idle_s[m] >= sl.keep_alive_s:
-                    ready = [i for i in view.serving[m] if i.state == State.READY]
-                    if ready:
-                        self.act.stop(ready[-1], now_ns)
-                    self.idle_s[m] = 0.0
-                else:
-                    self.idle_s[m] += sl.loop_s
+        for m in range(len(self.view.models)):
+            scale_step(self.view, self.sl, self.idle_s, m, now_ns, self._create, self.act.stop)
             self._dispatch(m, now_ns)
 
     def _create(self, model: ServedModel, now_ns: int) -> ModelInstance | None:

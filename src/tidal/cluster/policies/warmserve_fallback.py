@@ -32,12 +32,12 @@ replicas, engine pool, memory switching, prewarming, KV reservation — stay War
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from tidal.cluster.config import ServerlessLLMConfig
-from tidal.cluster.instance import ModelInstance, State
+from tidal.cluster.instance import ModelInstance
 from tidal.cluster.models import ServedModel
+from tidal.cluster.policies.common import scale_step
 from tidal.cluster.view import ClusterView
 from tidal.core.units import s_to_ns
 
@@ -92,18 +92,5 @@ class OverloadFallback:
         if now_ns < self.next_loop_ns:
             return
         self.next_loop_ns = now_ns + self.loop_ns
-        view, sl = self.view, self.sl
-        for m, model in enumerate(view.models):
-            count = view.loads[m].inflight
-            desired = min(sl.max_instances, max(sl.min_instances, math.ceil(count / sl.target)))
-            current = len(view.serving[m])
-            if desired > current:
-                acquire(model, now_ns)
-            elif desired < current:
-                if self.idle_s[m] >= sl.keep_alive_s:
-                    ready = [i for i in view.serving[m] if i.state == State.READY]
-                    if ready:
-                        stop(ready[-1], now_ns)
-                    self.idle_s[m] = 0.0
-                else:
-                    self.idle_s[m] += sl.loop_s
+        for m in range(len(self.view.models)):
+            scale_step(self.view, self.sl, self.idle_s, m, now_ns, acquire, stop)
