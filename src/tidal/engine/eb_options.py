@@ -1,5 +1,5 @@
 """Knobs of the exclusive-batching policies ``eb`` and ``ebplus`` (YAML: ``scheduler.eb``), in
-six groups: ``threshold`` (θ and k, Algorithm 1, §3.1), ``bound`` (what keeps N within the KV
+seven groups: ``threshold`` (θ and k, Algorithm 1, §3.1), ``bound`` (what keeps N within the KV
 cache, §2.5, and EB⁺'s MB mode's margin), ``phase`` (the phase machine, §3.2), ``demand``
 (EB⁺'s demand EMA N_obs and its filters, §3.3), ``selector`` (EB⁺'s crossover test and its
 MB mode, §3.3) and ``cost`` (how the crossover prices the two policies).
@@ -239,6 +239,36 @@ class CostOptions(_Group):
     α_p credits MB's steps with no fixed cost at all while EB's decode steps pay α_d."""
 
 
+class ProbeOptions(_Group):
+    """EB⁺'s measured arbitration where the crossover's prediction is within its error
+    (:mod:`tidal.engine.ebplus_probe`; issue 18)."""
+
+    measure: bool = False
+    """Measure both modes where |c_MB − c_EB| < ``probe_band``·min(c_MB, c_EB) (false, the
+    default: the crossover decides everywhere). Opt-in: on issue 18's grid at ``prefer:
+    throughput`` it holds the 3 RTX PRO 6000 / Llama-3.1-70B / arXiv cells (0.987 → 0.991×
+    MB) but loses 9 arXiv cells of the MoE and the 70B on H100 / A100 / B200 (1.00 →
+    0.97–0.98×: a 150-completion window of arXiv's long-tailed lengths misreads the rate),
+    and at the default preference it loses c = 4 / 16 cells (``docs/design/eb-defaults.md``)."""
+    probe_band: float = Field(default=0.06, ge=0, lt=1)
+    """The prediction's error on issue 18's grid: up to 5.4 % of the cost (RTX PRO 6000 /
+    Llama-3.1-70B / arXiv: EB predicted 4 % cheaper, MB realised 1.3 % faster)."""
+    probe_window: int = Field(default=150, ge=1)
+    """Completions over which each mode's token rate is measured."""
+    probe_generations: float = Field(default=4.0, ge=0)
+    """A probe starts only where the window holds this many generations of the running set
+    (``probe_window ≥ probe_generations·N``): a shorter one measures part of EB's cycle
+    (B200 / Qwen3-8B / PH c = 128, N = 128: a 150-completion window read EB 4 % faster,
+    MB wins by 5.4 %)."""
+    probe_settle: int = Field(default=50, ge=0)
+    """Completions skipped after the probe's switch (the new mode's transient)."""
+    probe_margin: float = Field(default=0.0, ge=0, le=1)
+    """The other mode is kept only when its rate beats the first's by this share."""
+    probe_relevel: float = Field(default=0.25, gt=0)
+    """A verdict holds while N, μ̂_L and μ̂_O stay within this share of their values at the
+    probe's start."""
+
+
 GROUPS: dict[str, type[_Group]] = {
     "threshold": ThresholdOptions,
     "bound": BoundOptions,
@@ -246,6 +276,7 @@ GROUPS: dict[str, type[_Group]] = {
     "demand": DemandOptions,
     "selector": SelectorOptions,
     "cost": CostOptions,
+    "probe": ProbeOptions,
 }
 GROUP_OF: dict[str, str] = {f: g for g, m in GROUPS.items() for f in m.model_fields}
 """Group of each knob: where a flat ``scheduler.eb.KNOB`` key goes."""
@@ -262,6 +293,7 @@ REFERENCE: dict[str, dict[str, Any]] = {
         "mb_cost": "paper",
     },
     "cost": {"mb_alpha": "prefill", "crossover_cost": "linear", "delta_rel": 0.0, "confirm": 0.0},
+    "probe": {"measure": False},
 }
 """The paper's and its authors' scheduler's forms of every knob where ours differ
 (``preset: reference``)."""
@@ -312,6 +344,7 @@ class EBOptions(StrictModel):
     demand: DemandOptions = DemandOptions()
     selector: SelectorOptions = SelectorOptions()
     cost: CostOptions = CostOptions()
+    probe: ProbeOptions = ProbeOptions()
 
     @model_validator(mode="before")
     @classmethod

@@ -75,6 +75,7 @@ from tidal.engine import eb_theory as theory
 from tidal.engine.eb import DECODE, INITIAL_FILL, ExclusiveBatching
 from tidal.engine.eb_cost import step_crossover
 from tidal.engine.eb_options import EBOptions
+from tidal.engine.ebplus_probe import ModeProbe
 from tidal.engine.kv_forecast import KVForecast
 from tidal.engine.mb import MixedBatching
 from tidal.engine.plan import StepPlan
@@ -141,6 +142,8 @@ class EBPlus(BatchingPolicy):
         self.peak_demand = 0
         """The highest demand since EB mode's last refill began (``drain_refill``)."""
         self._refills_seen = 0
+        self.probe = ModeProbe(opts.probe)
+        """The measured arbitration where the prediction is within its error band."""
         self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
         self._log(0, "start", _NAN, _NAN, _NAN, opts.selector.delta)
 
@@ -165,6 +168,7 @@ class EBPlus(BatchingPolicy):
     # ------------------------------------------------------------------ state events
     def on_preempted(self, req: Request, lost_tokens: int) -> None:
         self.eb.on_preempted(req, lost_tokens)
+        self.probe.on_lost(lost_tokens)
         if self.mode == "mb":
             self._missed(self.sched_ns)  # the cache overflowed under MB mode's margin
 
@@ -201,6 +205,13 @@ class EBPlus(BatchingPolicy):
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.eb.on_finished(req, now_ns)
+        to = self.probe.on_finished()
+        if to is not None:
+            self._switch(to, now_ns)
+        if self.probe.rates and not self.probe.active and self.probe.verdict is not None:
+            r = self.probe.rates
+            self._log(now_ns, "verdict", r["mb"], r["eb"], r["mb"] / r["eb"] - 1.0, _NAN)
+            self.probe.rates = {}
 
     # ------------------------------------------------------------------ selector
     def _ema_step(self, demand: int, n_obs: float) -> float:
@@ -262,6 +273,8 @@ class EBPlus(BatchingPolicy):
         if opts.selector.delta_adaptive and len(self._signals) >= 4:
             delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
         self._log(now_ns, event, lhs, rhs, signal, delta)
+        if event == "surge":
+            self.probe.abandon()  # a new load level: the probe's windows straddle two
         if self.cooldown_left > 0:
             self.cooldown_left -= 1
             return
@@ -269,12 +282,43 @@ class EBPlus(BatchingPolicy):
             return
         if opts.demand.ebb_factor and self.demand * opts.demand.ebb_factor < self.n_obs:
             return  # draining: the slow-down EMA describes the load that has left
+        if stepped and self._arbitrate(now_ns, event, signal, min(lhs, rhs), n_eb):
+            return
         prev, self._prev_signal = self._prev_signal, signal
         if event == "surge":  # a new load level: the previous signal describes the old one
             prev = signal
         if self.mode != "eb" and self._past(signal, prev, delta):
             self._to_eb(now_ns)
         elif self.mode != "mb" and self._past(-signal, -prev, opts.selector.sticky * delta):
+            self._to_mb(now_ns)
+
+    def _arbitrate(self, now_ns: int, event: str, signal: float, cost: float, n: float) -> bool:
+        """Whether the measured arbitration (:mod:`tidal.engine.ebplus_probe`) decides this
+        evaluation: a probe is running, or the prediction is within the band and this level
+        has a verdict (held) or no probe yet (one starts)."""
+        p = self.probe
+        if p.active:
+            return True
+        if not p.within(signal, cost, n):
+            return False
+        s = self.ctl.stats
+        level = (n, s.mu_l, s.mu_o)
+        if p.same_level(level):
+            if p.verdict is None:
+                return False  # abandoned at this level: the crossover decides
+            if p.verdict != self.mode:
+                self._switch(p.verdict, now_ns)
+            return True
+        if event == "surge":
+            return False  # the new level's transient: a regular evaluation starts the probe
+        p.start(self.mode, level)
+        self._log(now_ns, "probe", _NAN, _NAN, signal, _NAN)
+        return True
+
+    def _switch(self, mode: str, now_ns: int) -> None:
+        if mode == "eb":
+            self._to_eb(now_ns)
+        else:
             self._to_mb(now_ns)
 
     def _past(self, signal: float, prev: float, threshold: float) -> bool:
@@ -421,6 +465,9 @@ class EBPlus(BatchingPolicy):
                 now_ns, "surge", demand if self.ctl.opts.demand.surge_n == "demand" else None
             )
         self.sched_ns = now_ns
+        p = self.probe
+        if p.active and p.level is not None and 2 * demand < p.level[0]:
+            p.abandon()  # the closing drain: the rates would measure the emptying batch
         if self.mode == "eb":
             self._drain_refill(demand)
             return self.eb.schedule(now_ns)
@@ -454,6 +501,7 @@ class EBPlus(BatchingPolicy):
         for _ in range(num_steps - 1):
             self.n_obs = self._ema_step(d, self.n_obs)
         self.eb.before_apply(plan, end_ns, num_steps)
+        self.probe.on_step(plan.num_tokens * num_steps, end_ns - self.sched_ns)
         if self.mode == "mb":
             self.mb_ns += end_ns - self.sched_ns
 
@@ -470,6 +518,7 @@ class EBPlus(BatchingPolicy):
             "ebplus_mb_cap": -1 if (cap := self.mb_cap()) is None else cap,
             "ebplus_forecast_missed_s": self.missed_ns / 1e9 if self.missed_ns >= 0 else -1.0,
             **self.eb.gauges(),
+            **({"ebplus_probes": self.probe.num_probes} if self.probe.opts.measure else {}),
         }
 
     def extra_tables(self) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,75 @@
+"""EB⁺'s measured arbitration (``tidal.engine.ebplus_probe``, opt-in ``measure``): its state
+machine by hand, and the robustness-grid cell (issue 18) where the prediction alone fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.test_ebplus_robust import ARXIV, _cell
+from tidal.engine.eb_options import EBOptions, ProbeOptions
+from tidal.engine.ebplus_probe import ModeProbe
+
+
+def _feed(p: ModeProbe, completions: int, tokens: int, span_ns: int) -> list[str | None]:
+    """``completions`` steps of ``tokens`` tokens over ``span_ns`` each, a completion after each."""
+    out = []
+    for _ in range(completions):
+        p.on_step(tokens, span_ns)
+        out.append(p.on_finished())
+    return out
+
+
+@pytest.mark.parametrize(("second_rate", "verdict"), [(1100, "mb"), (900, "eb"), (1004, "eb")])
+def test_probe_measures_both_windows_past_the_settle_and_keeps_the_faster(second_rate, verdict):
+    opts = ProbeOptions(probe_window=10, probe_settle=3, probe_margin=0.005)
+    p = ModeProbe(opts)
+    p.start("eb", (31.0, 8000.0, 200.0))
+    # the settle: 3 completions at a transient's rate that must not count
+    assert _feed(p, 3, 10_000, 1_000_000) == [None] * 3
+    moves = _feed(p, 10, 1000, 1_000_000)  # 1000 tokens a ms: 1e6 tokens/s
+    assert moves[:-1] == [None] * 9
+    assert moves[-1] == "mb"
+    assert p.rates["eb"] == pytest.approx(1e6)
+    _feed(p, 2, 1, 1_000_000)  # MB's settle
+    p.on_lost(500)  # a recompute during the settle is not counted either
+    _feed(p, 1, 1, 1_000_000)
+    moves = _feed(p, 9, second_rate, 1_000_000)
+    p.on_lost(second_rate * 10 // 100)  # ≈ 1 % of the window's tokens recomputed
+    moves += _feed(p, 1, second_rate, 1_000_000)
+    lost = second_rate * 10 // 100
+    assert p.rates["mb"] == pytest.approx((10 * second_rate - lost) / 10e-3)  # tokens / 10 ms
+    assert p.verdict == verdict
+    assert not p.active
+    assert moves[-1] == (None if verdict == "mb" else "eb")  # back to EB unless MB won by 0.5 %
+
+
+def test_probe_band_and_the_window_of_four_generations():
+    p = ModeProbe(ProbeOptions(measure=True))  # band 6 %, window 150, 4 generations
+    assert p.within(0.05, 1.0, 31)
+    assert p.within(-0.05, 1.0, 37)
+    assert not p.within(0.07, 1.0, 31)  # a prediction past the band decides
+    assert not p.within(0.01, 1.0, 38)  # 150 < 4·38: EB's cycle is longer than the window
+    assert not ModeProbe(ProbeOptions()).within(0.0, 1.0, 1)  # opt-in
+    p.start("mb", (31.0, 8000.0, 200.0))
+    assert p.same_level((38.0, 7000.0, 240.0))
+    assert not p.same_level((40.0, 8000.0, 200.0))
+    assert EBOptions(preset="reference").probe.measure is False
+
+
+RTX70 = ("rtx-pro-6000", "llama-3.1-70b", ARXIV)
+
+
+def test_probe_finds_the_mb_count_the_crossover_cannot_price():
+    # Grid cell RTX PRO 6000 / Llama-3.1-70B (TP 2) / arXiv / c = 128 at prefer: throughput
+    # (MB mode = vLLM's MB): the steps crossover prices both modes at EB's N̂* = 31 and predicts
+    # EB 4 % cheaper; vLLM's MB holds ≈ 38 requests and is 1.3 % faster. Inside the 6 % band
+    # EB⁺ measures both and keeps MB.
+    args = (*RTX70, 128, 1500)
+    eb = _cell(*args, "eb", warmup=100, tp=2)["token_throughput"]
+    mb = _cell(*args, "mb", warmup=100, tp=2)["token_throughput"]
+    assert mb > 1.01 * eb
+    old = _cell(*args, "ebplus", warmup=100, tp=2, prefer="throughput")
+    new = _cell(*args, "ebplus", warmup=100, tp=2, prefer="throughput", measure=True)
+    assert old["token_throughput"] < 0.99 * mb
+    assert new["ebplus_probes"] >= 1
+    assert new["token_throughput"] >= 0.99 * mb
