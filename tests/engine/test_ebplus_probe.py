@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.test_ebplus_robust import ARXIV, _cell
+from tests.engine.test_ebplus_robust import ARXIV, PH, _cell
 from tidal.engine.eb_options import EBOptions, ProbeOptions
 from tidal.engine.ebplus_probe import ModeProbe
 
@@ -46,7 +46,9 @@ def test_probe_measures_both_windows_past_the_settle_and_keeps_the_faster(second
 def test_probe_band_and_the_window_of_four_generations():
     p = ModeProbe(ProbeOptions(measure=True))  # band 6 %, window 150, 4 generations
     assert p.within(0.05, 1.0, 31)
-    assert p.within(-0.05, 1.0, 37)
+    assert p.within(0.05, 1.0, 37)
+    assert not p.within(-0.05, 1.0, 31)  # MB predicted: vLLM's MB is cheaper still
+    assert ModeProbe(ProbeOptions(measure=True, probe_side="both")).within(-0.05, 1.0, 31)
     assert not p.within(0.07, 1.0, 31)  # a prediction past the band decides
     assert not p.within(0.01, 1.0, 38)  # 150 < 4·38: EB's cycle is longer than the window
     assert not ModeProbe(ProbeOptions()).within(0.0, 1.0, 1)  # opt-in
@@ -54,6 +56,8 @@ def test_probe_band_and_the_window_of_four_generations():
     assert p.same_level((38.0, 7000.0, 240.0))
     assert not p.same_level((40.0, 8000.0, 200.0))
     assert EBOptions(preset="reference").probe.measure is False
+    assert EBOptions(prefer="throughput").probe.measure is True  # MB mode = vLLM's MB
+    assert EBOptions(prefer="throughput", measure=False).probe.measure is False
 
 
 RTX70 = ("rtx-pro-6000", "llama-3.1-70b", ARXIV)
@@ -68,8 +72,28 @@ def test_probe_finds_the_mb_count_the_crossover_cannot_price():
     eb = _cell(*args, "eb", warmup=100, tp=2)["token_throughput"]
     mb = _cell(*args, "mb", warmup=100, tp=2)["token_throughput"]
     assert mb > 1.01 * eb
-    old = _cell(*args, "ebplus", warmup=100, tp=2, prefer="throughput")
-    new = _cell(*args, "ebplus", warmup=100, tp=2, prefer="throughput", measure=True)
+    old = _cell(*args, "ebplus", warmup=100, tp=2, prefer="throughput", measure=False)
+    new = _cell(*args, "ebplus", warmup=100, tp=2, prefer="throughput")  # measures
     assert old["token_throughput"] < 0.99 * mb
     assert new["ebplus_probes"] >= 1
     assert new["token_throughput"] >= 0.99 * mb
+
+
+def test_the_absolute_delta_floor_is_capped_at_a_share_of_a_fast_gpus_cost():
+    # Grid cells B200 / Qwen3-8B / prefill-heavy: at c = 512 EB is 1.7 % faster and predicted
+    # 3.6 % cheaper, but δ = 1e-6 s/token is 6 % of this GPU's per-token cost and kept MB;
+    # capped at 3 % of the cost the switch is taken. With no floor at all (δ = 1 % of the
+    # cost) one noisy evaluation switched c = 128, where MB wins by 5 %; the cap keeps MB.
+    b200 = ("b200", "qwen3-8b", PH)
+    eb = _cell(*b200, 512, 1500, "eb", warmup=100)["token_throughput"]
+    full = _cell(*b200, 512, 1500, "ebplus", warmup=100, delta_cap=0.0)
+    new = _cell(*b200, 512, 1500, "ebplus", warmup=100)
+    assert full["eb_time_share"] == 0.0
+    assert full["token_throughput"] < 0.99 * eb
+    assert new["token_throughput"] >= 0.99 * eb
+    mb = _cell(*b200, 128, 1500, "mb", warmup=100)["token_throughput"]
+    none = _cell(*b200, 128, 1500, "ebplus", warmup=100, delta=0.0)
+    capped = _cell(*b200, 128, 1500, "ebplus", warmup=100)
+    assert none["token_throughput"] < 0.97 * mb
+    assert capped["mode_switches"] == 0
+    assert capped["token_throughput"] >= 0.99 * mb

@@ -226,6 +226,11 @@ class CostOptions(_Group):
     δ = the share alone (no floor) also switched B200 / Qwen3-8B / PH at c = 512 / 2048,
     where 1e-6 is 6 % of the cost and EB wins by 2 %, but on one noisy evaluation at
     c = 128 too, where MB wins by 5 % (``confirm`` did not fix that one)."""
+    delta_cap: float = Field(default=0.03, ge=0, lt=1)
+    """With ``delta_rel``: the absolute ``delta`` counts up to this share of the cost (0: in
+    full). On a fast GPU 1e-6 s/token is 6 % of the per-token cost (B200 / Qwen3-8B / PH
+    c = 512 / 2048: EB predicted 3.4–4.8 % cheaper, 1.7–2.5 % faster, kept MB); with no
+    floor at all one noisy evaluation past 1 % switched c = 128, where MB wins by 5 %."""
     confirm: float = Field(default=2.0, ge=0)
     """A switch whose signal is past its threshold (δ, or ``sticky``·δ out of EB) by less
     than ``confirm``× needs the previous evaluation past it too (0: off). With
@@ -244,15 +249,21 @@ class ProbeOptions(_Group):
     (:mod:`tidal.engine.ebplus_probe`; issue 18)."""
 
     measure: bool = False
-    """Measure both modes where |c_MB − c_EB| < ``probe_band``·min(c_MB, c_EB) (false, the
-    default: the crossover decides everywhere). Opt-in: on issue 18's grid at ``prefer:
+    """Measure both modes where the prediction is within ``probe_band`` of the cost (on
+    ``probe_side``); off by default, on with ``prefer: throughput`` (MB mode = vLLM's MB,
+    whose running count the crossover does not price). On issue 18's grid at ``prefer:
     throughput`` it holds the 3 RTX PRO 6000 / Llama-3.1-70B / arXiv cells (0.987 → 0.991×
-    MB) but loses 9 arXiv cells of the MoE and the 70B on H100 / A100 / B200 (1.00 →
-    0.97–0.98×: a 150-completion window of arXiv's long-tailed lengths misreads the rate),
-    and at the default preference it loses c = 4 / 16 cells (``docs/design/eb-defaults.md``)."""
+    MB) and loses none; at the default preference it found EB⁺'s forecast-capped MB mode no
+    faster there, and misread c = 4 cells (``docs/design/eb-defaults.md``)."""
     probe_band: float = Field(default=0.06, ge=0, lt=1)
     """The prediction's error on issue 18's grid: up to 5.4 % of the cost (RTX PRO 6000 /
     Llama-3.1-70B / arXiv: EB predicted 4 % cheaper, MB realised 1.3 % faster)."""
+    probe_side: Literal["eb", "both"] = "eb"
+    """``eb``: probe only where the prediction favours EB (0 < c_MB − c_EB < band): the
+    crossover prices MB at EB's N̂*, and vLLM's MB (``mb_cap: none``) runs at least that
+    many, so its error lies on that side; a prediction for MB is kept (``both``: either
+    side; it measured the MoE / 70B arXiv cells on H100 / A100 / B200 right but spent 15 %
+    of the run in EB, 22 % slower there: 0.97× MB)."""
     probe_window: int = Field(default=150, ge=1)
     """Completions over which each mode's token rate is measured."""
     probe_generations: float = Field(default=4.0, ge=0)
@@ -318,7 +329,9 @@ def nest(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prefer(data: dict[str, Any]) -> dict[str, Any]:
-    """``bound.prefer: throughput`` sets ``selector.mb_cap: none`` (refusing another cap)."""
+    """``bound.prefer: throughput`` sets ``selector.mb_cap: none`` (refusing another cap) and,
+    unless given, ``probe.measure: true``: MB mode is then vLLM's MB, which holds more
+    requests than the N̂* the crossover prices it at (:mod:`tidal.engine.ebplus_probe`)."""
     bound, selector = data.get("bound", {}), data.get("selector", {})
     if not (isinstance(bound, dict) and bound.get("prefer") == "throughput"):
         return data
@@ -327,7 +340,10 @@ def _prefer(data: dict[str, Any]) -> dict[str, Any]:
     cap = selector.get("mb_cap", "none")
     if cap != "none":
         raise ValueError(f"prefer: throughput runs MB mode at mb_cap: none, not {cap!r}")
-    return {**data, "selector": {**selector, "mb_cap": "none"}}
+    probe = data.get("probe", {})
+    if isinstance(probe, dict):  # vLLM's MB runs more requests than the crossover prices
+        probe = {"measure": True, **probe}
+    return {**data, "selector": {**selector, "mb_cap": "none"}, "probe": probe}
 
 
 class EBOptions(StrictModel):

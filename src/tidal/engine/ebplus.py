@@ -31,6 +31,11 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
   linear constants misplace the crossover where the step time is not linear at the operating
   point (issue 18's robustness grid: 51 of 420 cells where EB won and EB⁺ kept MB).
 
+Where the prediction favours EB by less than ``probe_band`` of the cost, ``probe.measure``
+(on with ``prefer: throughput``) has EB⁺ measure both modes' token rates and keep the faster
+(:mod:`tidal.engine.ebplus_probe`); δ = max(min(``delta``, ``delta_cap``·c), ``delta_rel``·c)
+with c = min(c_MB, c_EB) under the steps crossover.
+
 The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
 default: each admission must keep the running set's age-conditioned projected occupancy within
 the cache, :mod:`tidal.engine.kv_forecast`, at overflow probability ``mb_eps`` until the
@@ -268,8 +273,9 @@ class EBPlus(BatchingPolicy):
             self._signals.append(signal)
         delta = opts.selector.delta
         stepped = opts.cost.crossover_cost == "steps" and c.step_ns is not None
-        if stepped and opts.cost.delta_rel > 0:
-            delta = max(delta, opts.cost.delta_rel * min(lhs, rhs))  # ≥ a share of the cost
+        if stepped and opts.cost.delta_rel > 0:  # a share of the cost; the floor capped
+            cost, share = min(lhs, rhs), opts.cost.delta_cap
+            delta = max(min(delta, share * cost) if share else delta, opts.cost.delta_rel * cost)
         if opts.selector.delta_adaptive and len(self._signals) >= 4:
             delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
         self._log(now_ns, event, lhs, rhs, signal, delta)

@@ -64,12 +64,14 @@ class ModeProbe:
         return self.win is not None
 
     def within(self, signal: float, cost: float, n: float) -> bool:
-        """The prediction ``signal = c_MB − c_EB`` is within the band of the cost, and the
-        window holds ``probe_generations`` generations of the N running requests."""
+        """The prediction ``signal = c_MB − c_EB`` is within the band of the cost (with
+        ``probe_side: eb``, on EB's side: 0 < signal), and the window holds
+        ``probe_generations`` generations of the N running requests."""
         o = self.opts
+        low = 0.0 if o.probe_side == "eb" else -o.probe_band * cost
         return (
             o.measure
-            and abs(signal) < o.probe_band * cost
+            and low < signal < o.probe_band * cost
             and o.probe_window >= o.probe_generations * n
         )
 
