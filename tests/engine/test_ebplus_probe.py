@@ -8,6 +8,8 @@ import pytest
 from tests.engine.test_ebplus_robust import ARXIV, PH, _cell
 from tidal.engine.eb_options import EBOptions, ProbeOptions
 from tidal.engine.ebplus_probe import ModeProbe
+from tidal.sim.config import load_config
+from tidal.sim.run import run_simulation
 
 
 def _feed(p: ModeProbe, completions: int, tokens: int, span_ns: int) -> list[str | None]:
@@ -97,3 +99,30 @@ def test_the_absolute_delta_floor_is_capped_at_a_share_of_a_fast_gpus_cost():
     assert none["token_throughput"] < 0.97 * mb
     assert capped["mode_switches"] == 0
     assert capped["token_throughput"] >= 0.99 * mb
+
+
+def test_a_probing_run_fast_forwarded_equals_stepping_one_token_at_a_time():
+    # The probe counts tokens and step time per step and acts at completions only: the
+    # fast-forwarded run (m identical decode steps in one event) gives the same results.
+    out = []
+    for ff in (True, False):
+        cfg = load_config(
+            {
+                "model": "llama-3.1-70b",
+                "gpu": "rtx-pro-6000",
+                "tp": 2,
+                "interference": True,
+                "fast_forward": ff,
+                "workload": {"num_requests": 400, "concurrency": 64, **ARXIV},
+                "scheduler": {
+                    "token_budget": 14336,
+                    "max_seqs": 1024,
+                    "batching": "ebplus",
+                    "eb": {"prefer": "throughput", "probe_window": 60, "probe_generations": 1},
+                },
+            }
+        )
+        out.append(run_simulation(cfg).metrics)
+    assert out[0]["ebplus_probes"] >= 1
+    assert out[0]["mode_switches"] >= 2  # the probe's switch and its verdict's (or the surge's)
+    assert out[0] == out[1]
