@@ -215,7 +215,8 @@ class EBPlus(BatchingPolicy):
             self._switch(to, now_ns)
         if self.probe.rates and not self.probe.active and self.probe.verdict is not None:
             r = self.probe.rates
-            self._log(now_ns, "verdict", r["mb"], r["eb"], r["mb"] / r["eb"] - 1.0, _NAN)
+            gain = r["mb"] / r["eb"] - 1.0 if r["eb"] > 0 else _NAN
+            self._log(now_ns, "verdict", r["mb"], r["eb"], gain, _NAN)
             self.probe.rates = {}
 
     # ------------------------------------------------------------------ selector
