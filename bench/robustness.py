@@ -44,10 +44,18 @@ def make_cell(cid: str, base: dict[str, Any], values: dict[str, Any]) -> Cell:
 EBPLUS_OPTS: dict[str, Any] = {}
 """``scheduler.eb`` of the EB⁺ cells only (``--ebplus-opts``; EB's cells keep the defaults)."""
 
+WARMSERVE_OPTS: dict[str, Any] = {}
+"""``cluster.warmserve`` keys of the WarmServe cells only (``--warmserve-opts``; the baselines'
+cells keep the defaults, so a run can reuse them)."""
+
 
 def group_cells(g: rg.Group) -> list[Cell]:
     def values(p: str) -> dict[str, Any]:
-        extra = {"scheduler.eb": EBPLUS_OPTS} if p == "ebplus" and EBPLUS_OPTS else {}
+        extra: dict[str, Any] = {}
+        if p == "ebplus" and EBPLUS_OPTS:
+            extra = {"scheduler.eb": EBPLUS_OPTS}
+        if p == "warmserve" and g.family == "warmserve":
+            extra = {f"cluster.warmserve.{k}": v for k, v in WARMSERVE_OPTS.items()}
         return {g.policy_key: p, **extra}
 
     return [make_cell(f"{g.group_id}-{p}", g.base, values(p)) for p in g.policies]
@@ -352,8 +360,15 @@ def main(argv: Iterable[str] | None = None) -> None:
         default={},
         help='scheduler.eb of the EB⁺ cells, JSON (e.g. \'{"prefer": "throughput"}\')',
     )
+    ap.add_argument(
+        "--warmserve-opts",
+        type=json.loads,
+        default={},
+        help='cluster.warmserve of the WarmServe cells, JSON (e.g. \'{"triage_ratio": 0}\')',
+    )
     args = ap.parse_args(list(argv) if argv is not None else None)
     EBPLUS_OPTS.update(args.ebplus_opts)
+    WARMSERVE_OPTS.update(args.warmserve_opts)
     t0 = time.perf_counter()
     results = {fam: run_family(fam, args, args.out) for fam in args.families}
     extra: dict[str, Any] = {}

@@ -98,6 +98,16 @@ class WarmServeConfig(_Strict):
     starve_give_up_s: float = Field(default=30.0, ge=0)
     """Fallback: for a model whose oldest request has waited longer than this (past capacity
     for it) the guard hands nothing back, as without the guard (0: no limit)."""
+    triage_ratio: float = Field(default=2.0, ge=0)
+    """Past-capacity triage (``policies/warmserve_triage.py``): a starved model that finds no
+    other model above its need takes one instance from the model completing the fewest
+    requests per GPU-second, when its own rate is at least this many times that (0: off)."""
+    triage_window_s: float = Field(default=60.0, gt=0)
+    """Time constant of the triage's per-model requests-per-GPU-second average."""
+    triage_wait_s: float = Field(default=10.0, ge=0)
+    """… once its oldest waiting request has waited this long (10 s: a backlog the guard's
+    hand-backs of over-held instances, which act from 2 s, have not mended; at 2 and 5 s
+    triage also fired within capacity, where the sparse model then took its GPUs back)."""
     overload_fallback: bool = False
     """Overload fallback (``policies/warmserve_fallback.py``, issue 18 item 4): past the
     cluster's capacity, ServerlessLLM's autoscaler, holding and router replace WarmServe's until

@@ -59,6 +59,7 @@ from tidal.cluster.policies.warmserve_peak import PeakHold
 from tidal.cluster.policies.warmserve_plan import model_scores
 from tidal.cluster.policies.warmserve_prewarm import prewarm_actions
 from tidal.cluster.policies.warmserve_starve import StarvationGuard
+from tidal.cluster.policies.warmserve_triage import ServiceDensity
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.core.request import Request
 from tidal.core.units import s_to_ns
@@ -113,6 +114,10 @@ class WarmServe(ClusterPolicy):
             self.guard = StarvationGuard(
                 view, ws.starve_wait_s, ws.starve_fill, window, ws.starve_give_up_s
             )
+            if ws.triage_ratio > 0:
+                self.guard.triage = ServiceDensity(view, ws.triage_window_s)
+                self.guard.triage_ratio = ws.triage_ratio
+                self.guard.triage_wait_ns = s_to_ns(ws.triage_wait_s)
         self.fallback: OverloadFallback | None = None
         if ws.overload_fallback and self.guard is not None:
             self.fallback = OverloadFallback(
@@ -391,6 +396,8 @@ class WarmServe(ClusterPolicy):
             self.act.at(now_ns, lambda t: self._drain(m, t))
 
     def on_finish(self, inst: ModelInstance, now_ns: int) -> None:
+        if self.guard is not None and self.guard.triage is not None:
+            self.guard.triage.finished(inst.model.index, now_ns)
         self._drain_soon(inst.model.index, now_ns)
 
     def on_ready(self, inst: ModelInstance, now_ns: int) -> None:

@@ -35,6 +35,10 @@ moves the starvation (measured: A100 Llama-2 conv 32, the 70B took 4 GPUs from t
 hand-back and SLO attainment fell 77 → 49 %). For such a model the guard stands down, and the
 policy keeps the peak rule's holds exactly as without the guard.
 
+Triage (:mod:`tidal.cluster.policies.warmserve_triage`, ``triage_ratio``): when condition 3
+fails for a model that has waited ``triage_wait_s`` (10 s), the model completing the fewest
+requests per GPU gives it one instance instead (past capacity: someone's backlog grows anyway).
+
 The guard is inactive with ``starve_wait_s: 0`` or ``peak_keep_s: 0`` (the artifact's rule
 holds nothing beyond the average), so those configs run exactly as before it existed.
 """
@@ -45,6 +49,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from tidal.cluster.instance import ModelInstance, State
+from tidal.cluster.policies.warmserve_triage import ServiceDensity
 from tidal.cluster.view import ClusterView
 from tidal.core.request import Request
 
@@ -65,6 +70,12 @@ class StarvationGuard:
         """Instance id of a handed-back instance still draining → the model it was stopped for."""
         self.fired = 0
         """Instances handed back so far (a statistic)."""
+        self.triage: ServiceDensity | None = None
+        """Past-capacity triage (:mod:`tidal.cluster.policies.warmserve_triage`), when on."""
+        self.triage_ratio = 0.0
+        self.triage_wait_ns = 0
+        self.triaged = 0
+        """Instances handed back by triage (a statistic)."""
 
     # ------------------------------------------------------------------ waiting requests
     def routed(self, m: int, req: Request) -> None:
@@ -106,20 +117,25 @@ class StarvationGuard:
             out.append((t0, m))
         return [m for _, m in sorted(out)]
 
-    def victims(
-        self, m: int, now_ns: int, batch: int, protect_ns: int, skip: set[int]
-    ) -> list[ModelInstance]:
-        """The instances to stop so that one node has m.tp idle GPUs (condition 3 and the
-        choice rule of the module docstring); empty when no node can get there."""
-        view = self.view
-        tp = view.models[m].tp
-        excess: dict[int, int] = {}
-        for j, insts in enumerate(view.serving):
+    def excess(self, m: int, now_ns: int, batch: int, skip: set[int]) -> dict[int, int]:
+        """Condition 3: each other model's instances above its need (none in ``skip``)."""
+        out: dict[int, int] = {}
+        for j, insts in enumerate(self.view.serving):
             if j == m or j in skip:
                 continue
             extra = len(insts) - self.need(j, now_ns, batch)
             if extra > 0:
-                excess[j] = extra
+                out[j] = extra
+        return out
+
+    def victims(
+        self, m: int, excess: dict[int, int], now_ns: int, protect_ns: int
+    ) -> list[ModelInstance]:
+        """The instances (of the models in ``excess``, at most that many each) to stop so that
+        one node has m.tp idle GPUs, by the choice rule of the module docstring; empty when
+        no node can get there."""
+        view = self.view
+        tp = view.models[m].tp
         if not excess:
             return []
         best: list[ModelInstance] | None = None
@@ -165,11 +181,29 @@ class StarvationGuard:
         instances that free one group of its GPUs (recorded before stopping: an idle one
         retires inside ``stop`` and :meth:`retired` must see the whole group)."""
         starved = self.starved(queues, now_ns)
+        if starved and self.triage is not None:
+            self.triage.advance(now_ns)
         for m in starved:
-            victims = self.victims(m, now_ns, batch, protect_ns, set(starved))
+            excess = self.excess(m, now_ns, batch, set(starved))
+            triaged = not excess and self._triage(m, queues[m], now_ns, set(starved), excess)
+            victims = self.victims(m, excess, now_ns, protect_ns)
+            self.triaged += len(victims) if triaged else 0
             self.record(victims, m)
             for inst in victims:
                 stop(inst, now_ns)
+
+    def _triage(
+        self, m: int, queue: Sequence[Request], now_ns: int, skip: set[int], excess: dict[int, int]
+    ) -> bool:
+        """Past-capacity triage (:mod:`~tidal.cluster.policies.warmserve_triage`): once m's oldest
+        request has waited ``triage_wait_s``, one instance of the donor joins ``excess``."""
+        t0 = self.oldest(m, queue)
+        if self.triage is None or t0 is None or now_ns - t0 < self.triage_wait_ns:
+            return False
+        donor = self.triage.donor(m, skip, self.triage_ratio)
+        if donor is not None:
+            excess[donor] = 1
+        return donor is not None
 
     def record(self, insts: list[ModelInstance], m: int) -> None:
         for inst in insts:
