@@ -106,16 +106,18 @@ class WarmServeConfig(_Strict):
     """Time constant of the triage's per-model requests-per-GPU-second average."""
     triage_wait_s: float = Field(default=10.0, ge=0)
     """… once its oldest waiting request has waited this long (10 s: a backlog the guard's
-    hand-backs of over-held instances, which act from 2 s, have not mended; at 2 and 5 s
-    triage also fired within capacity, where the sparse model then took its GPUs back)."""
+    hand-backs of over-held instances, which act from 2 s, have not mended; measured on the
+    robustness grid, 2 and 5 s also fired within capacity, where the sparse model then took
+    its GPUs back, and 12.5 s came too late for H200 Llama-3 conv 64)."""
     overload_fallback: bool = False
     """Overload fallback (``policies/warmserve_fallback.py``, issue 18 item 4): past the
     cluster's capacity, ServerlessLLM's autoscaler, holding and router replace WarmServe's until
     the backlog clears. Needs the starvation guard (it reads the guard's waiting requests).
-    Opt-in: on the robustness grid it makes one more past-capacity cell hold the per-model P99
-    guarantee (H100 Llama-2 conv 64) but costs SLO attainment where it engages (H200 Llama-3
-    conv 64: 71.9 → 43.5 %, H200 Llama-2 conv 64: 60.7 → 48.7 %): the P99 of two unbounded
-    queues is a worse target than the requests served within the SLO."""
+    Opt-in: on the robustness grid it makes the one past-capacity cell that misses the
+    per-model P99 guarantee with the defaults hold it (H100 Llama-2 conv 64) but costs SLO
+    attainment where it engages (that cell: 74.0 → 37.2 %, H200 Llama-2 conv 64: 71.4 →
+    48.7 %): the P99 of two unbounded queues is a worse target than the requests served
+    within the SLO."""
     overload_enter_s: float = Field(default=20.0, gt=0)
     """The fallback engages when some model's oldest waiting request has waited longer (20 s:
     measured on the robustness grid; 10 and 15 s lost past-capacity cells, 30 s fixed none)."""

@@ -37,9 +37,11 @@ artifact) it goes to the least-loaded instance below B, starting ones included, 
 one (ACQUIRE: hit, partial, miss) and waits for it, else retries every second; a model with no
 serving instance takes that path in both. A starvation guard (``starve_wait_s``,
 :mod:`tidal.cluster.policies.warmserve_starve`) hands the peak-held instances of other models
-back to a model whose oldest request has waited 2 s with no GPU to start on; past the
-cluster's capacity (a request waiting > 20 s) an overload fallback
-(:mod:`tidal.cluster.policies.warmserve_fallback`) runs ServerlessLLM's autoscaler and router.
+back to a model whose oldest request has waited 2 s with no GPU to start on, and past
+capacity (10 s, nothing over-held) triage (:mod:`tidal.cluster.policies.warmserve_triage`)
+takes one instance of the model serving the fewest requests per GPU; with the opt-in overload
+fallback (:mod:`tidal.cluster.policies.warmserve_fallback`; a request waiting > 20 s)
+ServerlessLLM's autoscaler and router run instead.
 """
 
 from __future__ import annotations
