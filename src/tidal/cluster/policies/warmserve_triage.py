@@ -9,10 +9,11 @@ average with time constant τ = ``triage_window_s``:
     d_j(t) = C_j(t) / G_j(t),   C_j = Σ_finishes e^{-(t - t_f)/τ},
                                 G_j = ∫ gpus_j(s) e^{-(t - s)/τ} ds,
 
-where gpus_j is the GPUs of j's serving instances (piecewise constant between updates, which
-come at every finish of any model and every guard period). Under the guard's condition 3
-failing every model runs at or above its need, so d_j is its saturated per-GPU rate, the
-cost of serving it: a 70B on TP 4 completes a few times fewer requests per GPU than an 8B.
+where gpus_j is the GPUs of j's serving instances (taken as constant between updates, which
+come at each of j's finishes and at every guard period with a starved model). With the
+guard's condition 3 failing every model runs at or above its need, so d_j is its saturated
+per-GPU rate, the cost of serving it: on the grid a 70B on TP 4 completes 5–10× fewer
+requests per GPU than the 7–13B models.
 
 Rule (one instance per starved model per control period, through the guard's node choice),
 for a starved model m whose oldest request has waited ``triage_wait_s`` (10 s; the guard's
@@ -38,24 +39,24 @@ class ServiceDensity:
         nm = len(view.models)
         self.done = [0.0] * nm
         self.gpu_ns = [0.0] * nm
-        self.t_ns = 0
+        self.t_ns = [0] * nm
+        """Per model, the time its two sums are decayed to."""
 
-    def advance(self, now_ns: int) -> None:
-        """Decay both sums to ``now_ns``, integrating each model's current GPUs since the last
-        update: ∫_0^Δ g e^{-(Δ - s)/τ} ds = g·τ·(1 - e^{-Δ/τ})."""
-        dt = now_ns - self.t_ns
-        if dt <= 0:
-            return
-        f = math.exp(-dt / self.tau_ns)
-        grow = self.tau_ns * (1.0 - f)
-        for j, insts in enumerate(self.view.serving):
-            gpus = sum(len(i.gpus) for i in insts)
+    def advance(self, now_ns: int, m: int | None = None) -> None:
+        """Decay model m's sums (every model's when None) to ``now_ns``, integrating its
+        current GPUs since its last update: ∫_0^Δ g e^{-(Δ - s)/τ} ds = g·τ·(1 - e^{-Δ/τ})."""
+        for j in range(len(self.done)) if m is None else (m,):
+            dt = now_ns - self.t_ns[j]
+            if dt <= 0:
+                continue
+            f = math.exp(-dt / self.tau_ns)
+            gpus = sum(len(i.gpus) for i in self.view.serving[j])
             self.done[j] *= f
-            self.gpu_ns[j] = self.gpu_ns[j] * f + gpus * grow
-        self.t_ns = now_ns
+            self.gpu_ns[j] = self.gpu_ns[j] * f + gpus * self.tau_ns * (1.0 - f)
+            self.t_ns[j] = now_ns
 
     def finished(self, m: int, now_ns: int) -> None:
-        self.advance(now_ns)
+        self.advance(now_ns, m)
         self.done[m] += 1.0
 
     def density(self, m: int) -> float:
