@@ -185,25 +185,22 @@ class StarvationGuard:
             self.triage.advance(now_ns)
         for m in starved:
             excess = self.excess(m, now_ns, batch, set(starved))
-            triaged = not excess and self._triage(m, queues[m], now_ns, set(starved), excess)
+            donor = None if excess else self._donor(m, queues[m], now_ns, set(starved))
+            if donor is not None:
+                excess = {donor: 1}
             victims = self.victims(m, excess, now_ns, protect_ns)
-            self.triaged += len(victims) if triaged else 0
+            self.triaged += len(victims) if donor is not None else 0
             self.record(victims, m)
             for inst in victims:
                 stop(inst, now_ns)
 
-    def _triage(
-        self, m: int, queue: Sequence[Request], now_ns: int, skip: set[int], excess: dict[int, int]
-    ) -> bool:
-        """Past-capacity triage (:mod:`~tidal.cluster.policies.warmserve_triage`): once m's oldest
-        request has waited ``triage_wait_s``, one instance of the donor joins ``excess``."""
+    def _donor(self, m: int, queue: Sequence[Request], now_ns: int, skip: set[int]) -> int | None:
+        """Past-capacity triage (:mod:`~tidal.cluster.policies.warmserve_triage`): the model to
+        give m one instance, once m's oldest request has waited ``triage_wait_s``."""
         t0 = self.oldest(m, queue)
         if self.triage is None or t0 is None or now_ns - t0 < self.triage_wait_ns:
-            return False
-        donor = self.triage.donor(m, skip, self.triage_ratio)
-        if donor is not None:
-            excess[donor] = 1
-        return donor is not None
+            return None
+        return self.triage.donor(m, skip, self.triage_ratio)
 
     def record(self, insts: list[ModelInstance], m: int) -> None:
         for inst in insts:
