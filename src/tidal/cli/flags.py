@@ -41,14 +41,27 @@ DEPLOYMENT = (
     ),
     Flag(
         "perf_model", S,
-        "auto (paper calibration > measured profile > corrected roofline) | roofline | "
-        "corrected-roofline | measured | linear | profile:PATH (tidal calibrate) | "
-        "measured:PATH (tidal-gpu-profile/1).",
+        "auto (paper calibration > measured profile > corrected roofline) | engine (the "
+        "engine's measured operator tables) | roofline | corrected-roofline | measured "
+        "(vidur) | linear | profile:PATH (tidal calibrate) | measured:PATH.",
         "perf_model", shows="auto",
     ),
     Flag(
         "perf_host", S, "Host time per step of the measured/corrected models: vllm-v1 | vidur.",
         "perf_host", shows="vllm-v1",
+    ),
+    Flag(
+        "engine", S, "Serving engine whose measured operator tables --perf-model engine "
+        "reads: vllm | sglang.", "engine", shows="vllm",
+    ),
+    Flag(
+        "engine_version", S, "Engine version of the tables (default: the newest for the GPU; "
+        "tidal hardware show lists them).", "engine_version",
+    ),
+    Flag(
+        "enable_expert_parallel", bool | None, "MoE: shard experts over the TP ranks (EP = TP).",
+        "enable_expert_parallel", decls=("--enable-expert-parallel/--no-enable-expert-parallel",),
+        shows=False,
     ),
 )  # fmt: skip
 

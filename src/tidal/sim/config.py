@@ -88,8 +88,20 @@ class SimulationConfig(_Strict):
     perf_model: str = "auto"
     """``auto``: a paper's calibration for (model, GPU, TP), else the bundled measured GPU
     profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
-    ``roofline``, ``corrected-roofline``, ``measured``, ``linear``, ``profile:PATH``,
-    ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
+    ``engine`` (the measured operator tables of ``engine`` at ``engine_version``),
+    ``roofline``, ``corrected-roofline``, ``measured`` (alias ``vidur``), ``linear``,
+    ``profile:PATH``, ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
+    engine: Literal["vllm", "sglang"] = "vllm"
+    """The serving engine whose measured operator tables ``perf_model: engine`` reads."""
+    engine_version: str | None = None
+    """Its version (``tidal hardware show`` lists those with data); None: the newest the
+    tables hold for the GPU."""
+    enable_expert_parallel: bool = False
+    """vLLM's ``--enable-expert-parallel``: MoE experts sharded over the TP ranks (EP = TP)
+    instead of each expert split over them."""
+    moe_distribution: Literal["power_law_1.01", "balanced", "power_law_1.2"] = "power_law_1.01"
+    """Routing distribution of the fused-MoE rows read (the tables' token-to-expert loads:
+    balanced, or power-law skewed)."""
     perf_host: Literal["vllm-v1", "vidur"] = "vllm-v1"
     """Per-step host time the measured and corrected models add: vLLM v1's (fitted on the EB
     paper's vLLM-v1 step constants) or ``vidur`` (Vidur's host times of an older vLLM)."""

@@ -19,7 +19,12 @@ from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
-from tidal.hardware.calibration import build_perf_model, perf_model_source
+from tidal.hardware.calibration import (
+    build_perf_model,
+    engine_choice,
+    perf_model_source,
+    perf_model_tables,
+)
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
@@ -182,8 +187,9 @@ def build_instance(
     if interference == "auto":
         interference = has_measured_interference(model, gpu, cfg.tp)
     perf = build_perf_model(
-        cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host
-    )
+        cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host,
+        engine=engine_choice(cfg),
+    )  # fmt: skip
     kv = make_kv(cfg, plan.num_blocks, content)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
@@ -260,6 +266,7 @@ def run_simulation(
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
     metrics["perf_model_source"] = perf_model_source(perf)
+    metrics.update(perf_model_tables(perf))
     if "call_ns" in cols:
         from tidal.core.augmented_metrics import augmented_metrics
 
