@@ -77,7 +77,7 @@ def forward_peak_bytes(model: ModelSpec, tp: int, tokens: int) -> float:
     mats = 3 if model.gated_mlp else 2
     mlp = h + mats * model.intermediate_size / tp
     if model.is_moe:
-        mlp = h + model.num_active_experts * (mats * model.intermediate_size / tp + h)
+        mlp = h + model.num_active_experts * (mats * model.moe_inter / tp + h)
     return tokens * model.dtype_bytes * max(attn, mlp)
 
 
