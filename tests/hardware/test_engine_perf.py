@@ -40,8 +40,12 @@ def test_versions_sort_numerically_and_resolve_with_backward_fill() -> None:
     ts = resolve_versions("h100_sxm", "vllm")
     assert ts.version == engine_versions("h100_sxm", "vllm")[-1]
     assert {f for f, _ in ts.families} == {"gemm", "attention", "moe", "comm"}
+    older = resolve_versions("h100_sxm", "vllm", "0.12.0")  # no tables of its own
+    assert older.version == "0.12.0"
+    assert all(version_key(v) >= version_key("0.14.0") for _, v in older.families)
+    assert older.describe()["exact"] is False
     with pytest.raises(ConfigError, match="versions with data"):
-        resolve_versions("h100_sxm", "vllm", "0.1.0")
+        resolve_versions("h100_sxm", "vllm", "latest; rm")
     with pytest.raises(ConfigError, match="unknown engine"):
         resolve_versions("h100_sxm", "trt")
 

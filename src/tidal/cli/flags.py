@@ -59,6 +59,11 @@ DEPLOYMENT = (
         "tidal hardware show lists them).", "engine_version",
     ),
     Flag(
+        "data_parallel_size", I, "Data-parallel engines of --tp GPUs each (--perf-model "
+        "engine; MoE layers span all of them).", "data_parallel_size",
+        decls=("--data-parallel-size",), vllm=("-dp",), shows=1,
+    ),
+    Flag(
         "enable_expert_parallel", bool | None, "MoE: shard experts over the TP ranks (EP = TP).",
         "enable_expert_parallel", decls=("--enable-expert-parallel/--no-enable-expert-parallel",),
         shows=False,

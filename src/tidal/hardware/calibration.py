@@ -170,6 +170,7 @@ class EngineChoice:
     version: str | None = None
     expert_parallel: bool = False
     moe_distribution: str = "power_law_1.01"
+    data_parallel: int = 1
 
 
 PROFILE_PREFIX = "profile:"
@@ -232,12 +233,13 @@ def perf_model_source(perf: PerfModel) -> str:
     return f"{perf.name}:{src}" if isinstance(src, str) and src else perf.name
 
 
-def engine_choice(cfg: Any) -> EngineChoice:
+def engine_choice(cfg: Any, data_parallel: int = 1) -> EngineChoice:
     """The :class:`EngineChoice` of a config holding ``engine``, ``engine_version``,
     ``enable_expert_parallel`` and ``moe_distribution`` (the simulation or cluster config)."""
     return EngineChoice(
-        cfg.engine, cfg.engine_version, cfg.enable_expert_parallel, cfg.moe_distribution
-    )
+        cfg.engine, cfg.engine_version, cfg.enable_expert_parallel, cfg.moe_distribution,
+        data_parallel,
+    )  # fmt: skip
 
 
 def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
@@ -281,8 +283,9 @@ def build_perf_model(
 
         e = engine or EngineChoice()
         base: PerfModel = EnginePerfModel(
-            model, gpu, tp, e.engine, e.version, host, e.expert_parallel, e.moe_distribution
-        )
+            model, gpu, tp, e.engine, e.version, host, e.expert_parallel, e.moe_distribution,
+            e.data_parallel,
+        )  # fmt: skip
     else:
         base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)
     if not interference:

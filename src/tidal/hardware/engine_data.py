@@ -10,7 +10,8 @@ Version resolution (:func:`resolve_versions`): the requested engine version, els
 version with any table for the GPU; each operator family then uses that version's table, or
 the newest older one that has it (a backward fill, as the package's own loader does), or —
 when the family was only collected later — the oldest newer one. The versions actually read are
-recorded per family (``summary.json``'s ``perf_model`` block).
+recorded per family (``summary.json``'s ``perf_model_tables``), so a version without tables of
+its own (vLLM 0.12 on H100) reads, and says it reads, the nearest ones.
 """
 
 from __future__ import annotations
@@ -124,7 +125,26 @@ class TableSet:
             "engine_version": self.version,
             "gpu_tables": self.system,
             "tables": dict(self.families),
+            "exact": all(v == self.version for _, v in self.families),
         }
+
+
+def fallbacks(ts: TableSet, family: str) -> list[TableSet]:
+    """``ts`` and then the same tables with ``family`` read from each other version holding
+    it, nearest first (older before newer): where the chosen version's table lacks a shape
+    (vLLM 0.19's MoE rows of gpt-oss), another version's measurement of it is used."""
+    have = versions(ts.system, family, ts.engine)
+    cur = ts.family_version(family)
+    if cur is None:
+        return [ts]
+    key = version_key(cur)
+    older = [v for v in reversed(have) if version_key(v) < key]
+    newer = [v for v in have if version_key(v) > key]
+    out = [ts]
+    for v in older + newer:
+        fams = tuple((f, v if f == family else w) for f, w in ts.families)
+        out.append(TableSet(ts.system, ts.engine, ts.version, fams))
+    return out
 
 
 def _pick(have: list[str], want: str) -> str | None:
@@ -151,10 +171,10 @@ def resolve_versions(system: str, engine: str, version: str | None = None) -> Ta
         )
     if version is None:
         version = have[-1]
-    elif version not in have:
+    elif not re.fullmatch(r"\d+(\.\d+)*([.\-+]?[A-Za-z0-9]+)*", version):
         raise ConfigError(
             "engine_version",
-            f"no {engine} {version} tables for {system}",
+            f"{version!r} is not an engine version",
             "versions with data: " + ", ".join(have),
         )
     fams = tuple((f, v) for f in FAMILIES if (v := _pick(versions(system, f, engine), version)))
@@ -170,3 +190,22 @@ def read_table(path: Path) -> pl.DataFrame:
 def table(ts: TableSet, family: str, name: str) -> pl.DataFrame | None:
     p = ts.path(family, name)
     return None if p is None else read_table(p)
+
+
+def nccl_table(system: str) -> pl.DataFrame | None:
+    """``comm/nccl/<version>/nccl_perf.parquet`` of the NCCL version the GPU's system file
+    names (``misc.nccl_version``), else the newest with data."""
+    d = data_root() / "data" / system / "comm" / "nccl"
+    if not d.is_dir():
+        return None
+    have = sorted((v.name for v in d.iterdir() if (v / "nccl_perf.parquet").is_file()),
+                  key=version_key)  # fmt: skip
+    if not have:
+        return None
+    want = None
+    spec = data_root() / f"{system}.yaml"
+    if spec.is_file():
+        m = re.search(r"nccl_version:\s*'?([0-9.]+)", spec.read_text())
+        want = m.group(1) if m else None
+    v = want if want in have else have[-1]
+    return read_table(d / v / "nccl_perf.parquet")

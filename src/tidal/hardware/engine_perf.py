@@ -16,6 +16,11 @@ into the same per-operator curves as a ``tidal-gpu-profile/1`` profile
   √(c·(2s + c)) for c new tokens after s cached); sliding-window layers read the table of their
   window, and the per-layer grid is the mean over layers;
 * two all-reduces of T·H·2 bytes per layer from the engine's custom all-reduce (TP > 1);
+* data-parallel attention (``dp`` ranks of TP each, vLLM's ``--data-parallel-size``): the
+  step's requests are shared evenly by the ranks, which run attention, its projections and
+  the host work concurrently (every per-rank curve is read at 1/dp of the step's tokens,
+  requests or chunks), while a MoE layer routes the whole step's tokens over the dp·tp GPUs
+  of its group, plus their all-gather and reduce-scatter (NCCL tables);
 * per step: the LM head GEMM over the sampled rows (bf16), the embedding gather and the layers'
   elementwise ops (norms, RoPE, activation, residual) and the host time from the corrected
   roofline (:mod:`tidal.hardware.corrected`), which the tables do not hold.
@@ -31,7 +36,7 @@ from typing import Any
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.corrected import DEFAULT_HOST, CorrectedRooflinePerfModel
-from tidal.hardware.engine_data import TableSet, resolve_versions
+from tidal.hardware.engine_data import TableSet, fallbacks, resolve_versions
 from tidal.hardware.engine_tables import (
     MOE_DISTRIBUTIONS,
     Grid,
@@ -40,6 +45,7 @@ from tidal.hardware.engine_tables import (
     attention_grids,
     gemm_us,
     moe_us,
+    nccl_us,
 )
 from tidal.hardware.gpus import GPUSpec
 from tidal.hardware.interp import Curve
@@ -68,6 +74,14 @@ SYSTEMS = {
 """Tidal GPU name → the package's system id (GPUs without one have no engine tables)."""
 
 
+GEMM_ROWS = {"fp8_block": "fp8"}
+"""Checkpoint dtype → the GEMM rows that time it. The tables' ``fp8_block`` rows (DeepGEMM,
+FlashInfer) cost 55–90 µs on H100/H200 and 170–260 µs on B200 whatever the shape, from m = 1
+to m = 4096: a per-call overhead of the eager measurement that vLLM's CUDA graphs do not pay
+(BENCHMARKS.md, issue 28: with them MiniMax-M2.5 decodes 2–3× slower than measured), so
+block-scaled FP8 layers read the per-tensor FP8 kernel's rows."""
+
+
 def system_of(gpu: GPUSpec) -> str | None:
     return SYSTEMS.get(gpu.name.partition("@")[0])
 
@@ -85,17 +99,19 @@ class EngineDeployment:
     """The per-operator curves of (model, GPU tables, TP, EP) in the profile format."""
 
     def __init__(
-        self, ts: TableSet, model: ModelSpec, tp: int, ep: int, distribution: str,
-        fb: CorrectedRooflinePerfModel,
+        self, ts: TableSet, model: ModelSpec, tp: int, ep: bool, distribution: str,
+        fb: CorrectedRooflinePerfModel, dp: int = 1,
     ) -> None:  # fmt: skip
-        self.ts, self.model, self.tp, self.ep, self.fb = ts, model, tp, ep, fb
+        self.ts, self.model, self.tp, self.ep, self.fb, self.dp = ts, model, tp, ep, fb, dp
         self.parts = _Parts()
         self.distribution = distribution
         self.tokens = self._token_grid()
+        """Tokens of one data-parallel rank (the tables' m); the step's are ``dp`` times."""
         self.notes: list[str] = []
 
     # ------------------------------------------------------------------ GEMMs
     def _gemm(self, dtype: str, n: int, k: int, part: str) -> list[float] | None:
+        dtype = GEMM_ROWS.get(dtype, dtype)
         pts = gemm_us(self.ts, dtype, n, k)
         if pts is None and dtype != "bfloat16":
             pts = gemm_us(self.ts, "bfloat16", n, k)
@@ -138,26 +154,51 @@ class EngineDeployment:
         return [x + y for x, y in zip(qkv, o, strict=True)]
 
     def moe_layer(self) -> list[float]:
-        m = self.model
+        """One MoE layer against a rank's tokens t: the fused-MoE rows of the MoE group (the
+        dp·tp GPUs, experts split over them (TP) or sharded (EP)) at the dp·t tokens the
+        group routes, the router GEMM, the shared experts, and with data parallelism the
+        tokens' all-gather and reduce-scatter across the group (vLLM's default all2all)."""
+        m, group = self.model, self.tp * self.dp
         inter = m.moe_intermediate_size or m.intermediate_size
-        moe_tp, moe_ep = (1, self.tp) if self.ep > 1 else (self.tp, 1)
-        got = moe_us(
-            self.ts, m.moe_quant, m.hidden_size, inter, m.num_active_experts, m.num_experts,
-            moe_tp, moe_ep, self.distribution,
-        )  # fmt: skip
-        if got is None:
-            self.parts["moe"] = self.fb.name
-            experts = [1e6 * self.fb.layer_linear_s(t) for t in self.tokens]
+        moe_tp, moe_ep = (1, group) if self.ep else (group, 1)
+        routed = [float(self.dp * t) for t in self.tokens]
+        for ts in fallbacks(self.ts, "moe"):
+            got = moe_us(
+                ts, m.moe_quant, m.hidden_size, inter, m.num_active_experts, m.num_experts,
+                moe_tp, moe_ep, self.distribution,
+            )  # fmt: skip
+            if got is not None:
+                (xs, ys), dist = got
+                v = ts.family_version("moe")
+                self.parts["moe"] = f"engine:moe/{v}/{m.moe_quant}/{dist}/tp{moe_tp}ep{moe_ep}"
+                experts = _curve_on((xs, ys), routed)
+                break
         else:
-            (xs, ys), dist = got
-            self.parts["moe"] = f"engine:moe/{m.moe_quant}/{dist}"
-            experts = _curve_on((xs, ys), [float(t) for t in self.tokens])
+            self.parts["moe"] = self.fb.name
+            experts = [1e6 * self.fb.layer_linear_s(int(t)) for t in routed]
         router = self.gemm("bfloat16", m.num_experts, m.hidden_size, "moe_router")
         out = [a + b for a, b in zip(experts, router, strict=True)]
         if m.shared_intermediate_size:
             shared = self.mlp(m.shared_intermediate_size, m.gemm_quant, "moe_shared")
             out = [a + b for a, b in zip(out, shared, strict=True)]
+        if self.dp > 1:
+            comm = self.dispatch_combine(routed)
+            out = [a + b for a, b in zip(out, comm, strict=True)]
         return out
+
+    def dispatch_combine(self, routed: list[float]) -> list[float]:
+        """All-gather plus reduce-scatter of the group's hidden states (2 bytes a value)
+        across dp·tp GPUs, from the NCCL tables (8 GPUs' rows beyond one node)."""
+        n = min(self.tp * self.dp, 8)
+        h = self.model.hidden_size * 2
+        ag, rs = nccl_us(self.ts.system, "all_gather", n), nccl_us(self.ts.system,
+                                                                   "reduce_scatter", n)
+        if ag is None or rs is None:
+            self.parts["moe_dispatch"] = self.fb.name
+            return [2e6 * self.fb.allreduce_s(t * h) for t in routed]
+        self.parts["moe_dispatch"] = f"engine:nccl/{n}gpu"
+        a, r = Curve(*ag), Curve(*rs)
+        return [a.at(t * h) + r.at(t * h) for t in routed]
 
     def mlp_layer(self) -> list[float]:
         m = self.model
@@ -190,8 +231,8 @@ class EngineDeployment:
             intermediate=m.intermediate_size, vocab=m.vocab_size, gated_mlp=m.gated_mlp,
         )  # fmt: skip
         return LinearOps(
-            model=m.name, tp=self.tp, shape=shape, tokens=self.tokens, layer_us=layer,
-            step_us={"emb": emb, "lm_head": head},
+            model=m.name, tp=self.tp, shape=shape, tokens=[self.dp * t for t in self.tokens],
+            layer_us=layer, step_us={"emb": emb, "lm_head": head},
         )  # fmt: skip
 
     # ------------------------------------------------------------------ attention
@@ -212,9 +253,12 @@ class EngineDeployment:
             self.parts["attention_decode"] = self.fb.name
         if pre is None:
             self.parts["attention_prefill"] = self.fb.name
-        grid = None if dec is None else Grid2D(rows=dec[0], cols=dec[1], us=dec[2])
+        dp = self.dp  # rows: the step's requests, dp ranks of the table's batch each
+        grid = None if dec is None else Grid2D(rows=[dp * r for r in dec[0]], cols=dec[1],
+                                               us=dec[2])  # fmt: skip
         ops = AttentionOps(q_heads=q, kv_heads=kv, head_dim=d, decode=grid)
-        pgrid = None if pre is None else Grid2D(rows=pre[0], cols=pre[1], us=pre[2])
+        pgrid = None if pre is None else Grid2D(rows=[dp * r for r in pre[0]], cols=pre[1],
+                                                us=pre[2])  # fmt: skip
         return ops, pgrid
 
     def all_reduce(self) -> AllReduceOps | None:
@@ -224,7 +268,9 @@ class EngineDeployment:
         if pts is None:
             self.parts["all_reduce"] = self.fb.name
             return None
-        return AllReduceOps(link="dgx", tp=self.tp, bytes=[int(x) for x in pts[0]], us=pts[1])
+        # MeasuredPerfModel prices the step's T·H·2 bytes; a rank all-reduces T/dp of them
+        return AllReduceOps(link="dgx", tp=self.tp, bytes=[int(self.dp * x) for x in pts[0]],
+                            us=pts[1])  # fmt: skip
 
 
 def _blend(full: Grid | None, win: Grid | None, share: float) -> Grid | None:
@@ -257,6 +303,7 @@ class EnginePerfModel(MeasuredPerfModel):
         host: str = DEFAULT_HOST,
         expert_parallel: bool = False,
         moe_distribution: str = MOE_DISTRIBUTIONS[0],
+        data_parallel: int = 1,
     ) -> None:
         system = system_of(gpu)
         if system is None:
@@ -267,10 +314,12 @@ class EnginePerfModel(MeasuredPerfModel):
             )  # fmt: skip
         self.tables = resolve_versions(system, engine, version)
         fb = CorrectedRooflinePerfModel(model, gpu, tp, host=host)
-        ed = EngineDeployment(self.tables, model, tp, tp if expert_parallel else 1,
-                              moe_distribution, fb)  # fmt: skip
+        self.dp = data_parallel
+        ed = EngineDeployment(self.tables, model, tp, expert_parallel, moe_distribution, fb,
+                              data_parallel)  # fmt: skip
         attn, pre = ed.attention()
-        src = f"{engine}-{self.tables.version}"
+        src = f"{engine}-{self.tables.version}" + (f"-dp{data_parallel}" if data_parallel > 1
+                                                     else "")  # fmt: skip
         dep = Deployment(system, src, ed.linear(), attn, ed.all_reduce(), None)
         self.engine_parts, self.notes = ed.parts, ed.notes
         super().__init__(dep, model, gpu, tp, fallback=fb, host=host)
@@ -294,6 +343,18 @@ class EnginePerfModel(MeasuredPerfModel):
         out.update(self.engine_parts)
         out["host"] = f"{self.fb.name} ({self.host})"
         return out
+
+    def seqs_s(self, seqs: int) -> float:
+        """LM head and host time of the step's sequences; with data parallelism each rank
+        samples and schedules its own share, concurrently."""
+        if self.dp == 1:
+            return super().seqs_s(seqs)
+        t = self._seq_cache.get(seqs)
+        if t is None:
+            share = -(-seqs // self.dp)
+            head = self._head.at(seqs) if self._head is not None else self.fb.head_s(share)
+            t = self._seq_cache[seqs] = head + self.fb.host_s(share)
+        return t
 
     def attn_prefill_s(self, prefill_tokens: int, prefill_ctx: int, num_prefills: int) -> float:
         """The context-attention table at (chunks, √(c·(2s + c))), c and s the mean chunk

@@ -17,13 +17,14 @@ falls back to the corrected roofline for that part and says so.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from functools import lru_cache
 
 import numpy as np
 import polars as pl
 
-from tidal.hardware.engine_data import TableSet, table
+from tidal.hardware.engine_data import TableSet, nccl_table, table
 
 Points = tuple[list[float], list[float]]
 
@@ -131,8 +132,11 @@ def moe_us(
     ts: TableSet, dtype: str, hidden: int, inter: int, topk: int, experts: int,
     moe_tp: int, moe_ep: int, distribution: str = "power_law_1.01",
 ) -> tuple[Points, str] | None:  # fmt: skip
-    """Latency (µs) of one fused MoE layer against its input tokens, and the routing
-    distribution of the rows used (``distribution`` first, then the others)."""
+    """Latency (µs) of one fused MoE layer against its input tokens, and which rows gave it:
+    the routing distribution (``distribution`` first, then the others) and, where the table
+    lacks the (MoE TP, EP) split, ``scaled from tpXepY``: the measured split of the nearest
+    group size, its time scaled by the ratio of group sizes (each GPU then holds that much
+    more or less of every expert's weights and work)."""
     df = table(ts, "moe", "moe_perf.parquet")
     if df is None:
         return None
@@ -142,16 +146,25 @@ def moe_us(
         & (pl.col("inter_size") == inter)
         & (pl.col("topk") == topk)
         & (pl.col("num_experts") == experts)
-        & (pl.col("moe_tp_size") == moe_tp)
-        & (pl.col("moe_ep_size") == moe_ep)
     )
+    if df.height == 0:
+        return None
+    exact = df.filter((pl.col("moe_tp_size") == moe_tp) & (pl.col("moe_ep_size") == moe_ep))
+    scale, how = 1.0, ""
+    if exact.height == 0:
+        group = moe_tp * moe_ep
+        splits = df.select("moe_tp_size", "moe_ep_size").unique().rows()
+        same_kind = [s for s in splits if (s[1] > 1) == (moe_ep > 1)] or splits
+        t, e = min(same_kind, key=lambda s: (abs(math.log(s[0] * s[1] / group)), s))
+        exact = df.filter((pl.col("moe_tp_size") == t) & (pl.col("moe_ep_size") == e))
+        scale, how = t * e / group, f"/scaled from tp{t}ep{e}"
     order = [distribution, *(x for x in MOE_DISTRIBUTIONS if x != distribution)]
     for dist in order:
-        sub = df.filter(pl.col("distribution") == dist)
+        sub = exact.filter(pl.col("distribution") == dist)
         if sub.height:
             g = sub.group_by("num_tokens").agg(pl.col("latency").min()).sort("num_tokens")
             xs = [float(v) for v in g["num_tokens"]]
-            return (xs, [1e3 * v for v in g["latency"]]), dist
+            return (xs, [1e3 * scale * v for v in g["latency"]]), dist + how
     return None
 
 
@@ -166,6 +179,21 @@ def allreduce_us(ts: TableSet, tp: int) -> Points | None:
     if "kernel_source" in df.columns:
         graph = df.filter(pl.col("kernel_source").str.contains("graph"))
         df = graph if graph.height else df
+    if df.height == 0:
+        return None
+    g = df.group_by("message_size").agg(pl.col("latency").min()).sort("message_size")
+    return [float(v) for v in g["message_size"]], [1e3 * v for v in g["latency"]]
+
+
+def nccl_us(system: str, op: str, gpus: int) -> Points | None:
+    """One NCCL collective (``all_gather``, ``reduce_scatter``, ``all_reduce``, ``alltoall``)
+    across ``gpus`` GPUs against message bytes, from the NCCL version the GPU's system file
+    names (else the newest measured), fp16/bf16 rows."""
+    df = nccl_table(system)
+    if df is None:
+        return None
+    df = df.filter((pl.col("op_name") == op) & (pl.col("num_gpus") == gpus)
+                   & (pl.col("nccl_dtype") == "half"))  # fmt: skip
     if df.height == 0:
         return None
     g = df.group_by("message_size").agg(pl.col("latency").min()).sort("message_size")

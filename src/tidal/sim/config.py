@@ -96,6 +96,10 @@ class SimulationConfig(_Strict):
     engine_version: str | None = None
     """Its version (``tidal hardware show`` lists those with data); None: the newest the
     tables hold for the GPU."""
+    data_parallel_size: int = Field(default=1, ge=1)
+    """vLLM's ``--data-parallel-size`` (``perf_model: engine``): dp engines of ``tp`` GPUs
+    each, simulated as one scheduler over dp times the KV cache, ``max_seqs`` and token
+    budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs."""
     enable_expert_parallel: bool = False
     """vLLM's ``--enable-expert-parallel``: MoE experts sharded over the TP ranks (EP = TP)
     instead of each expert split over them."""
@@ -142,6 +146,22 @@ class SimulationConfig(_Strict):
         except ConfigError as err:
             raise ValueError(str(err).removeprefix("perf_model: ")) from None
         return v
+
+    @model_validator(mode="after")
+    def _engine_only(self) -> SimulationConfig:
+        if self.perf_model == "engine":
+            return self
+        if self.data_parallel_size > 1:
+            raise ValueError(
+                "data_parallel_size > 1 needs perf_model: engine (the other step models have "
+                "no data-parallel ranks); set --perf-model engine or drop --data-parallel-size"
+            )
+        if self.enable_expert_parallel:
+            raise ValueError(
+                "enable_expert_parallel needs perf_model: engine (the other step models have "
+                "no expert-parallel MoE); set --perf-model engine or drop the flag"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tp(self) -> SimulationConfig:

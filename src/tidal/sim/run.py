@@ -188,13 +188,16 @@ def build_instance(
         interference = has_measured_interference(model, gpu, cfg.tp)
     perf = build_perf_model(
         cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host,
-        engine=engine_choice(cfg),
+        engine=engine_choice(cfg, cfg.data_parallel_size),
     )  # fmt: skip
+    dp = cfg.data_parallel_size  # dp engines in one scheduler: dp times the KV and limits
+    if dp > 1:
+        plan = dataclasses.replace(plan, num_blocks=dp * plan.num_blocks)
     kv = make_kv(cfg, plan.num_blocks, content)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
-        s.token_budget,
-        s.max_seqs,
+        dp * s.token_budget,
+        dp * s.max_seqs,
         s.long_prefill_token_threshold,
         costs=step_costs(model, gpu, cfg.tp, perf),
         eb=s.eb,
