@@ -1,5 +1,6 @@
 """``tidal hardware show``: step times of one deployment from each performance model, side by
-side (plain roofline, corrected roofline, measured profiles where present), and its KV plan."""
+side (plain roofline, corrected roofline, Vidur's measured profiles and the serving engines'
+measured tables where present), the engine versions with tables, and its KV plan."""
 
 from __future__ import annotations
 
@@ -46,7 +47,36 @@ def models_for(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
     meas = measured_model(model, gpu, tp)
     if meas is not None:
         out["measured"] = meas
+    out.update(engine_models(model, gpu, tp))
     return out
+
+
+def engine_models(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
+    """``engine:<engine>`` → the engine-table model at its newest version, where the GPU's
+    tables (and the model's shapes) allow one."""
+    from tidal.hardware.engine_data import ENGINES
+    from tidal.hardware.engine_perf import EnginePerfModel, system_of
+
+    if system_of(gpu) is None:
+        return {}
+    out: dict[str, Any] = {}
+    for eng in ENGINES:
+        try:
+            out[f"engine:{eng}"] = EnginePerfModel(model, gpu, tp, eng)
+        except TidalError:
+            continue
+    return out
+
+
+def engine_version_rows(gpu: Any) -> list[tuple[str, str]]:
+    """(engine, its versions with measured tables on ``gpu``), oldest first."""
+    from tidal.hardware.engine_data import ENGINES, engine_versions
+    from tidal.hardware.engine_perf import system_of
+
+    system = system_of(gpu)
+    if system is None:
+        return []
+    return [(e, " ".join(v)) for e in ENGINES if (v := engine_versions(system, e))]
 
 
 def kv_plan_rows(model: Any, gpu: Any, tp: int) -> list[tuple[str, str]]:
@@ -103,6 +133,8 @@ def show(
         table.add_row(label, *(f"{shape_ms(perf, d, p):.3f}" for perf in perfs.values()))
     console.print(table)
     console.print(f"--perf-model auto: [bold]{perf_model_source(auto)}[/]")
+    for eng, vers in engine_version_rows(g) or [("engines", "no measured tables (A40)")]:
+        console.print(f"--engine {eng}: tables of versions {vers}")
     parts = getattr(perfs.get("measured"), "parts", None)
     if parts:
         for k, v in parts.items():

@@ -92,7 +92,9 @@ class SimulationConfig(_Strict):
     ``roofline``, ``corrected-roofline``, ``measured`` (alias ``vidur``), ``linear``,
     ``profile:PATH``, ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
     engine: Literal["vllm", "sglang"] = "vllm"
-    """The serving engine whose measured operator tables ``perf_model: engine`` reads."""
+    """The serving engine simulated: its measured operator tables (``perf_model: engine``)
+    and its scheduler defaults where the config leaves them unset (SGLang: prefill-first
+    batches, its chunked-prefill size, 0.88 of the memory; :mod:`tidal.sim.engine_defaults`)."""
     engine_version: str | None = None
     """Its version (``tidal hardware show`` lists those with data); None: the newest the
     tables hold for the GPU."""
@@ -147,10 +149,24 @@ class SimulationConfig(_Strict):
             raise ValueError(str(err).removeprefix("perf_model: ")) from None
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            from tidal.sim.engine_defaults import apply_engine_defaults
+
+            return apply_engine_defaults(data)
+        return data
+
     @model_validator(mode="after")
     def _engine_only(self) -> SimulationConfig:
         if self.perf_model == "engine":
             return self
+        if self.engine_version is not None:
+            raise ValueError(
+                "engine_version selects the measured tables of perf_model: engine; set "
+                "--perf-model engine or drop --engine-version"
+            )
         if self.data_parallel_size > 1:
             raise ValueError(
                 "data_parallel_size > 1 needs perf_model: engine (the other step models have "
