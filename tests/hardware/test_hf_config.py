@@ -10,7 +10,7 @@ import pytest
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.hf_config import SUPPORTED, shipped_configs
-from tidal.hardware.models import MODELS, get_model
+from tidal.hardware.models import MODELS, check_tp, get_model
 
 pytestmark = pytest.mark.skipif(not shipped_configs(), reason="aiconfigurator-core not installed")
 
@@ -157,3 +157,10 @@ def test_an_unknown_repo_id_lists_what_ships():
 def test_catalog_ids_stay_aliases():
     for name, spec in MODELS.items():
         assert get_model(name) is spec
+
+
+def test_tp_must_split_the_linear_attention_heads():
+    m = get_model("Qwen/Qwen3.5-397B-A17B")  # 32 heads, 16 / 64 linear key / value heads
+    with pytest.raises(ConfigError, match=r"16/64 linear-attention.*valid: 1, 2, 4, 8, 16\)"):
+        check_tp(m, 32)
+    check_tp(m, 16)

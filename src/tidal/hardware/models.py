@@ -393,17 +393,23 @@ def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
     """vLLM's tensor-parallel rule (``QKVParallelLinear``): the attention heads split evenly,
     ``num_heads % tp == 0``; KV heads split evenly when ``tp ≤ num_kv_heads``
     (``num_kv_heads % tp == 0``), else each is replicated on ``tp / num_kv_heads`` ranks, so
-    ``tp % num_kv_heads == 0``. Raises :class:`ConfigError` naming the valid degrees."""
+    ``tp % num_kv_heads == 0``; Gated DeltaNet key and value heads split evenly. Raises
+    :class:`ConfigError` naming the valid degrees."""
     h, kv = model.num_heads, model.num_kv_heads
-    kv_ok = kv % tp == 0 if tp <= kv else tp % kv == 0
-    if tp >= 1 and h % tp == 0 and kv_ok:
+    lin = (model.linear_num_key_heads, model.linear_num_value_heads)
+
+    def ok(t: int) -> bool:
+        kv_ok = kv % t == 0 if t <= kv else t % kv == 0
+        return h % t == 0 and kv_ok and all(n % t == 0 for n in lin if n)
+
+    if tp >= 1 and ok(tp):
         return
-    valid = [t for t in range(1, h + 1) if h % t == 0 and (kv % t == 0 if t <= kv else t % kv == 0)]
+    linear = f" and {lin[0]}/{lin[1]} linear-attention key/value heads" if any(lin) else ""
     raise ConfigError(
         field,
         f"tensor parallelism {tp} does not divide {model.name}'s {h} attention heads and "
-        f"{kv} KV heads (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
-        "valid: " + ", ".join(map(str, valid)),
+        f"{kv} KV heads{linear} (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
+        "valid: " + ", ".join(str(t) for t in range(1, h + 1) if ok(t)),
     )
 
 
