@@ -164,3 +164,30 @@ def test_tp_must_split_the_linear_attention_heads():
     with pytest.raises(ConfigError, match=r"16/64 linear-attention.*valid: 1, 2, 4, 8, 16\)"):
         check_tp(m, 32)
     check_tp(m, 16)
+
+
+def test_every_silicon_sample_model_resolves():
+    """Each model of the package's vLLM / SGLang serving measurements (silicon_sample.csv) is
+    a model ``--model`` accepts, and each row's precision names operator-table dtypes."""
+    import csv
+
+    from tidal.hardware.hf_config import package_dir
+    from tidal.hardware.precision import WEIGHT_DTYPES
+
+    root = package_dir()
+    assert root is not None
+    with open(root / "systems" / "silicon_sample.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["backend"] in ("vllm", "sglang")]
+    assert len(rows) > 2000
+    for path in sorted({r["model_path"] for r in rows}):
+        assert get_model(path).num_params > 0, path
+    for r in rows:
+        for q in (r["gemm_quant_mode"], r["moe_quant_mode"]):
+            m = get_model(r["model_path"], gemm_quant=q or None)
+            assert m.gemm_quant in WEIGHT_DTYPES
+
+
+def test_an_fp8_alias_carries_its_checkpoint_precision():
+    m = get_model("nvidia/Llama-3.1-8B-Instruct-FP8")
+    assert (m.gemm_quant, m.kv_cache_dtype) == ("fp8", "fp8")
+    assert m.num_params == get_model("llama-3.1-8b").num_params
