@@ -79,8 +79,10 @@ def test_dsa_adds_the_indexer_key_cache():
     assert v32.index_topk == 2048
     # FP8 indexer keys of 128 values + one fp32 scale, per layer
     assert v32.kv_bytes_per_token - v3.kv_bytes_per_token == 61 * (128 + 4)
-    assert v32.attn_flops_per_token(100_000) == v32.attn_flops_per_token(2048)
-    assert v3.attn_flops_per_token(100_000) > v3.attn_flops_per_token(2048)
+    # past the top-k only the indexer (64 heads of 128, QKᵀ) grows with the context
+    grown = v32.attn_flops_per_token(100_000) - v32.attn_flops_per_token(2048)
+    assert grown == 61 * 2 * 64 * 128 * (100_000 - 2048)
+    assert v3.attn_flops_per_token(100_000) > 40 * v3.attn_flops_per_token(2048)
 
 
 def test_gpt_oss_sliding_layers_and_mxfp4_experts():
@@ -191,3 +193,13 @@ def test_an_fp8_alias_carries_its_checkpoint_precision():
     m = get_model("nvidia/Llama-3.1-8B-Instruct-FP8")
     assert (m.gemm_quant, m.kv_cache_dtype) == ("fp8", "fp8")
     assert m.num_params == get_model("llama-3.1-8b").num_params
+
+
+def test_a_window_on_every_layer_is_planned_as_full_attention(tmp_path):
+    cfg = json.loads(shipped_configs()["Qwen/Qwen3-8B"].read_text())
+    cfg |= {"architectures": ["MistralForCausalLM"], "sliding_window": 4096}
+    cfg.pop("use_sliding_window", None)  # Mistral's configs have none: the window applies
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = get_model(str(tmp_path))
+    assert (m.num_sliding_layers, m.full_attention_layers) == (0, 36)
+    assert m.kv_bytes_per_token == get_model("Qwen/Qwen3-8B").kv_bytes_per_token

@@ -259,12 +259,14 @@ def _attention(text: dict[str, Any]) -> dict[str, Any]:
         sliding = kinds.count("sliding_attention")
     else:
         sliding = n if window and _get(text, "use_sliding_window", True) else 0
-    if sliding and window:
-        out |= {"sliding_window": window, "num_sliding_layers": sliding}
     linear = kinds.count("linear_attention")
     if not kinds and _get(text, "full_attention_interval", 0):
         every = int(text["full_attention_interval"])
         linear = n - n // every
+    if sliding and window and sliding + linear < n:
+        # a window on every layer (Mistral-7B-v0.1) is planned as full attention: Tidal's KV
+        # manager bounds no request by a window, so this is the conservative reading
+        out |= {"sliding_window": window, "num_sliding_layers": sliding}
     if linear:
         out |= _linear(text, linear)
     return out

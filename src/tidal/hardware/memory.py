@@ -24,7 +24,9 @@ CUDAGRAPHS=1``; before, graphs came out of the ``1 − utilization`` headroom). 
     alive at once in one layer under torch.compile (dead buffers are freed) — the residual
     stream beside the QKV projection and the attention output, or beside the fused gate/up
     projection (2I/tp) and its SiLU·mul product (I/tp). A plain 2-matrix MLP holds 2I/tp;
-    an MoE layer holds k·(3I/tp + h) per token (fused-MoE caches). Attention itself is
+    an MoE layer holds k·(3I_e/tp + h) per token (fused-MoE caches, expert width I_e) plus a
+    shared expert's 3I_s/tp; a MoE model's leading dense layers 3I/tp; a Gated DeltaNet layer
+    its q/k/v/z projection. Attention itself is
     skipped in the profiling forward (no KV cache yet).
   - sampler ``S = R·V·28 + T·h·b + R·h·b``: the dummy sampler runs temperature 0.5, top-p 0.9,
     top-k V−1 on PyTorch's top-k/top-p path; at its peak it holds per logit the bf16 logits (2),
@@ -96,7 +98,13 @@ def forward_peak_bytes(model: ModelSpec, tp: int, tokens: int) -> float:
     mats = 3 if model.gated_mlp else 2
     mlp = h + mats * model.intermediate_size / tp
     if model.is_moe:
+        dense = mlp if model.num_dense_layers else 0.0
         mlp = h + model.num_active_experts * (mats * model.moe_inter / tp + h)
+        mlp = max(mlp + mats * model.shared_intermediate_size / tp, dense)
+    if model.num_linear_layers:  # Gated DeltaNet: the q/k/v/z projection beside the residual
+        qk = 2 * model.linear_num_key_heads * model.linear_key_head_dim
+        vz = 2 * model.linear_num_value_heads * model.linear_value_head_dim
+        attn = max(attn, h + (qk + vz) / tp)
     return tokens * model.dtype_bytes * max(attn, mlp)
 
 

@@ -274,11 +274,15 @@ class ModelSpec:
 
     def attn_flops_per_token(self, context: int) -> int:
         """Attention FLOPs of one query token over ``context`` tokens, every layer bounded by
-        what it attends to (window, DSA top-k)."""
+        what it attends to (window, DSA top-k); DSA's indexer scores every context token with
+        its own ``index_n_heads × index_head_dim`` (QKᵀ only)."""
         per_layer = self.attn_flops_per_ctx_token // max(self.softmax_attention_layers, 1)
         full = min(context, self.index_topk) if self.index_topk else context
         win = min(context, self.sliding_window)
-        return per_layer * (self.full_attention_layers * full + self.num_sliding_layers * win)
+        index = 2 * self.index_n_heads * self.index_head_dim * context if self.index_topk else 0
+        return per_layer * (self.full_attention_layers * full + self.num_sliding_layers * win) + (
+            self.full_attention_layers * index
+        )
 
     # ----------------------------------------------------------------- KV cache and state
     @property
