@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from tidal.core.errors import ConfigError, unknown_name
 from tidal.hardware.model_math import (
     expert_weight_bytes,
+    gdn_params,
     linear_state_bytes_per_layer,
     mla_params,
     quantized_weight_bytes,
@@ -142,15 +143,9 @@ class ModelSpec:
 
     @property
     def linear_attn_params_per_layer(self) -> int:
-        """Parameters of one Gated DeltaNet layer: q/k (key heads), v/z (value heads), the
-        per-head gates β and α, the short causal convolution over q, k, v, and the output."""
-        if not self.num_linear_layers:
-            return 0
-        h = self.hidden_size
-        qk = 2 * self.linear_num_key_heads * self.linear_key_head_dim
-        v = self.linear_num_value_heads * self.linear_value_head_dim
-        proj = h * (qk + 2 * v) + h * 2 * self.linear_num_value_heads
-        return proj + (qk + v) * self.linear_conv_kernel_dim + v * h
+        """Parameters of one Gated DeltaNet layer (:func:`~tidal.hardware.model_math.
+        gdn_params`)."""
+        return gdn_params(self)
 
     @property
     def attn_params(self) -> int:
