@@ -10,7 +10,7 @@ import pytest
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.hf_config import SUPPORTED, shipped_configs
-from tidal.hardware.models import MODELS, get_model
+from tidal.hardware.models import MODELS, check_tp, get_model
 
 pytestmark = pytest.mark.skipif(not shipped_configs(), reason="aiconfigurator-core not installed")
 
@@ -79,8 +79,10 @@ def test_dsa_adds_the_indexer_key_cache():
     assert v32.index_topk == 2048
     # FP8 indexer keys of 128 values + one fp32 scale, per layer
     assert v32.kv_bytes_per_token - v3.kv_bytes_per_token == 61 * (128 + 4)
-    assert v32.attn_flops_per_token(100_000) == v32.attn_flops_per_token(2048)
-    assert v3.attn_flops_per_token(100_000) > v3.attn_flops_per_token(2048)
+    # past the top-k only the indexer (64 heads of 128, QKᵀ) grows with the context
+    grown = v32.attn_flops_per_token(100_000) - v32.attn_flops_per_token(2048)
+    assert grown == 61 * 2 * 64 * 128 * (100_000 - 2048)
+    assert v3.attn_flops_per_token(100_000) > 40 * v3.attn_flops_per_token(2048)
 
 
 def test_gpt_oss_sliding_layers_and_mxfp4_experts():
@@ -157,3 +159,47 @@ def test_an_unknown_repo_id_lists_what_ships():
 def test_catalog_ids_stay_aliases():
     for name, spec in MODELS.items():
         assert get_model(name) is spec
+
+
+def test_tp_must_split_the_linear_attention_heads():
+    m = get_model("Qwen/Qwen3.5-397B-A17B")  # 32 heads, 16 / 64 linear key / value heads
+    with pytest.raises(ConfigError, match=r"16/64 linear-attention.*valid: 1, 2, 4, 8, 16\)"):
+        check_tp(m, 32)
+    check_tp(m, 16)
+
+
+def test_every_silicon_sample_model_resolves():
+    """Each model of the package's vLLM / SGLang serving measurements (silicon_sample.csv) is
+    a model ``--model`` accepts, and each row's precision names operator-table dtypes."""
+    import csv
+
+    from tidal.hardware.hf_config import package_dir
+    from tidal.hardware.precision import WEIGHT_DTYPES
+
+    root = package_dir()
+    assert root is not None
+    with open(root / "systems" / "silicon_sample.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["backend"] in ("vllm", "sglang")]
+    assert len(rows) > 2000
+    for path in sorted({r["model_path"] for r in rows}):
+        assert get_model(path).num_params > 0, path
+    for r in rows:
+        for q in (r["gemm_quant_mode"], r["moe_quant_mode"]):
+            m = get_model(r["model_path"], gemm_quant=q or None)
+            assert m.gemm_quant in WEIGHT_DTYPES
+
+
+def test_an_fp8_alias_carries_its_checkpoint_precision():
+    m = get_model("nvidia/Llama-3.1-8B-Instruct-FP8")
+    assert (m.gemm_quant, m.kv_cache_dtype) == ("fp8", "fp8")
+    assert m.num_params == get_model("llama-3.1-8b").num_params
+
+
+def test_a_window_on_every_layer_is_planned_as_full_attention(tmp_path):
+    cfg = json.loads(shipped_configs()["Qwen/Qwen3-8B"].read_text())
+    cfg |= {"architectures": ["MistralForCausalLM"], "sliding_window": 4096}
+    cfg.pop("use_sliding_window", None)  # Mistral's configs have none: the window applies
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = get_model(str(tmp_path))
+    assert (m.num_sliding_layers, m.full_attention_layers) == (0, 36)
+    assert m.kv_bytes_per_token == get_model("Qwen/Qwen3-8B").kv_bytes_per_token

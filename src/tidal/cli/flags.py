@@ -33,8 +33,19 @@ def _list(text: str) -> list[Any]:
 S, I, F = str | None, int | None, float | None
 
 DEPLOYMENT = (
-    Flag("model", S, "Model id, e.g. llama-3.1-8b, qwen3-8b.", "model", shows="llama-3.1-8b"),
-    Flag("gpu", S, "GPU id: h100 h200 a100-80gb l40s rtx-pro-6000 b200.", "gpu", shows="h100"),
+    Flag(
+        "model", S,
+        "Model: a catalog id (llama-3.1-8b, qwen3-8b …), a Hugging Face repo id whose config "
+        "aiconfigurator-core ships (Qwen/Qwen3-235B-A22B-FP8 …), or a path to a config.json "
+        "or model directory.",
+        "model", shows="llama-3.1-8b",
+    ),
+    Flag(
+        "gpu", S,
+        "GPU id: h100 h200 a100-80gb l40s a40 rtx-pro-6000 b200 b300 gb200 gb300 (or the "
+        "operator tables' ids: h100_sxm …).",
+        "gpu", shows="h100",
+    ),
     Flag(
         "tp", I, "Tensor-parallel degree.", "tp",
         decls=("--tp",), vllm=("--tensor-parallel-size", "-tp"), shows=1,
@@ -67,6 +78,31 @@ DEPLOYMENT = (
         "enable_expert_parallel", bool | None, "MoE: shard experts over the TP ranks (EP = TP).",
         "enable_expert_parallel", decls=("--enable-expert-parallel/--no-enable-expert-parallel",),
         shows=False,
+    ),
+)  # fmt: skip
+
+PRECISION = (
+    Flag(
+        "quantization", S,
+        "vLLM --quantization: fp8 | modelopt | modelopt_fp4 | mxfp4 | awq | gptq | "
+        "compressed-tensors (default: the checkpoint's, else bf16).",
+        "quantization", vllm=("-q",),
+    ),
+    Flag(
+        "kv_cache_dtype", S,
+        "vLLM --kv-cache-dtype: auto (model dtype, or the checkpoint's FP8) | bfloat16 | fp8.",
+        "kv_cache_dtype", shows="auto",
+    ),
+    Flag(
+        "gemm_quant", S,
+        "Non-expert weights in an operator-table dtype (bfloat16 fp8 fp8_block nvfp4 int4_wo), "
+        "over --quantization.",
+        "gemm_quant",
+    ),
+    Flag(
+        "moe_quant", S,
+        "Routed-expert weights in an operator-table dtype (… w4a16_mxfp4), over --quantization.",
+        "moe_quant",
     ),
 )  # fmt: skip
 
@@ -266,7 +302,8 @@ INTERFERENCE = (
 )  # fmt: skip
 
 SIMULATE = FlagTable(
-    DEPLOYMENT, TRACE, SYNTHETIC, LENGTHS, CONCURRENCY, AUGMENTED, SCHEDULER, MEMORY, RUN,
+    DEPLOYMENT, PRECISION, TRACE, SYNTHETIC, LENGTHS, CONCURRENCY, AUGMENTED, SCHEDULER, MEMORY,
+    RUN,
     PREFIXES, CLUSTER, INTERFERENCE,
 )  # fmt: skip
 """``tidal simulate``: every flag but --out, --config and --plot."""
@@ -288,7 +325,7 @@ def axis(flag: Flag, help: str, key: str | None = None, name: str | None = None)
 
 
 _PLAN_BASE = FlagTable(
-    TRACE, DEPLOYMENT[:1], MEMORY, SYNTHETIC, CONCURRENCY
+    TRACE, DEPLOYMENT[:1], PRECISION, MEMORY, SYNTHETIC, CONCURRENCY
 ).flags  # fmt: skip
 PLAN = FlagTable(
     (f.prefixed("base.") for f in _PLAN_BASE),

@@ -18,6 +18,7 @@ The checkpoint's precision (``quantization_config`` in ``config.json``, or Model
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -52,9 +53,17 @@ HF_ALIASES: dict[str, str] = {
     "meta-llama/Meta-Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
     "meta-llama/Meta-Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
     "zhipuai/GLM-5": "zai-org/GLM-5",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
 }
 """Repo ids under which the silicon sample (or the Hub) names a model whose config the package
 ships under another id: same architecture (an Instruct model is its base's shapes)."""
+
+ALIAS_PRECISION: dict[str, tuple[str, str, str]] = {
+    "nvidia/Llama-3.1-8B-Instruct-FP8": ("fp8", "fp8", "fp8"),
+}
+"""(gemm_quant, moe_quant, kv_cache_dtype) of an alias whose checkpoint is quantized where its
+base's config is not: NVIDIA's ModelOpt FP8 recipe, as its 70B sibling's hf_quant_config.json
+states it (FP8 weights, FP8 KV)."""
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -92,7 +101,11 @@ def load_hf_model(ref: str) -> ModelSpec:
     config, quant, hf_id = _locate(ref)
     data = _read_json(config, "model")
     qdata = _read_json(quant, "model") if quant is not None else None
-    return spec_from_config(data, name=ref, hf_id=hf_id, hf_quant=qdata)
+    spec = spec_from_config(data, name=ref, hf_id=hf_id, hf_quant=qdata)
+    if ref in ALIAS_PRECISION:
+        gemm, moe, kv = ALIAS_PRECISION[ref]
+        spec = dataclasses.replace(spec, gemm_quant=gemm, moe_quant=moe, kv_cache_dtype=kv)
+    return spec
 
 
 def _locate(ref: str) -> tuple[Path, Path | None, str]:
@@ -246,12 +259,14 @@ def _attention(text: dict[str, Any]) -> dict[str, Any]:
         sliding = kinds.count("sliding_attention")
     else:
         sliding = n if window and _get(text, "use_sliding_window", True) else 0
-    if sliding and window:
-        out |= {"sliding_window": window, "num_sliding_layers": sliding}
     linear = kinds.count("linear_attention")
     if not kinds and _get(text, "full_attention_interval", 0):
         every = int(text["full_attention_interval"])
         linear = n - n // every
+    if sliding and window and sliding + linear < n:
+        # a window on every layer (Mistral-7B-v0.1) is planned as full attention: Tidal's KV
+        # manager bounds no request by a window, so this is the conservative reading
+        out |= {"sliding_window": window, "num_sliding_layers": sliding}
     if linear:
         out |= _linear(text, linear)
     return out

@@ -38,6 +38,18 @@ def mla_params(m: ModelSpec) -> int:
     return q + kv_a + kv_b + o + idx
 
 
+def gdn_params(m: ModelSpec) -> int:
+    """One Gated DeltaNet layer: q/k (key heads), v/z (value heads), the per-head gates β and
+    α, the short causal convolution over q, k, v, and the output projection."""
+    if not m.num_linear_layers:
+        return 0
+    h = m.hidden_size
+    qk = 2 * m.linear_num_key_heads * m.linear_key_head_dim
+    v = m.linear_num_value_heads * m.linear_value_head_dim
+    proj = h * (qk + 2 * v) + h * 2 * m.linear_num_value_heads
+    return proj + (qk + v) * m.linear_conv_kernel_dim + v * h
+
+
 def linear_state_bytes_per_layer(m: ModelSpec) -> int:
     """State of one sequence in one Gated DeltaNet layer: the causal convolution's last
     ``kernel − 1`` rows of q, k, v (model dtype) and the recurrent state

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from tidal.core.errors import ConfigError, unknown_name
 from tidal.hardware.model_math import (
     expert_weight_bytes,
+    gdn_params,
     linear_state_bytes_per_layer,
     mla_params,
     quantized_weight_bytes,
@@ -142,15 +143,9 @@ class ModelSpec:
 
     @property
     def linear_attn_params_per_layer(self) -> int:
-        """Parameters of one Gated DeltaNet layer: q/k (key heads), v/z (value heads), the
-        per-head gates β and α, the short causal convolution over q, k, v, and the output."""
-        if not self.num_linear_layers:
-            return 0
-        h = self.hidden_size
-        qk = 2 * self.linear_num_key_heads * self.linear_key_head_dim
-        v = self.linear_num_value_heads * self.linear_value_head_dim
-        proj = h * (qk + 2 * v) + h * 2 * self.linear_num_value_heads
-        return proj + (qk + v) * self.linear_conv_kernel_dim + v * h
+        """Parameters of one Gated DeltaNet layer (:func:`~tidal.hardware.model_math.
+        gdn_params`)."""
+        return gdn_params(self)
 
     @property
     def attn_params(self) -> int:
@@ -274,11 +269,15 @@ class ModelSpec:
 
     def attn_flops_per_token(self, context: int) -> int:
         """Attention FLOPs of one query token over ``context`` tokens, every layer bounded by
-        what it attends to (window, DSA top-k)."""
+        what it attends to (window, DSA top-k); DSA's indexer scores every context token with
+        its own ``index_n_heads × index_head_dim`` (QKᵀ only)."""
         per_layer = self.attn_flops_per_ctx_token // max(self.softmax_attention_layers, 1)
         full = min(context, self.index_topk) if self.index_topk else context
         win = min(context, self.sliding_window)
-        return per_layer * (self.full_attention_layers * full + self.num_sliding_layers * win)
+        index = 2 * self.index_n_heads * self.index_head_dim * context if self.index_topk else 0
+        return per_layer * (self.full_attention_layers * full + self.num_sliding_layers * win) + (
+            self.full_attention_layers * index
+        )
 
     # ----------------------------------------------------------------- KV cache and state
     @property
@@ -393,17 +392,23 @@ def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
     """vLLM's tensor-parallel rule (``QKVParallelLinear``): the attention heads split evenly,
     ``num_heads % tp == 0``; KV heads split evenly when ``tp ≤ num_kv_heads``
     (``num_kv_heads % tp == 0``), else each is replicated on ``tp / num_kv_heads`` ranks, so
-    ``tp % num_kv_heads == 0``. Raises :class:`ConfigError` naming the valid degrees."""
+    ``tp % num_kv_heads == 0``; Gated DeltaNet key and value heads split evenly. Raises
+    :class:`ConfigError` naming the valid degrees."""
     h, kv = model.num_heads, model.num_kv_heads
-    kv_ok = kv % tp == 0 if tp <= kv else tp % kv == 0
-    if tp >= 1 and h % tp == 0 and kv_ok:
+    lin = (model.linear_num_key_heads, model.linear_num_value_heads)
+
+    def ok(t: int) -> bool:
+        kv_ok = kv % t == 0 if t <= kv else t % kv == 0
+        return h % t == 0 and kv_ok and all(n % t == 0 for n in lin if n)
+
+    if tp >= 1 and ok(tp):
         return
-    valid = [t for t in range(1, h + 1) if h % t == 0 and (kv % t == 0 if t <= kv else t % kv == 0)]
+    linear = f" and {lin[0]}/{lin[1]} linear-attention key/value heads" if any(lin) else ""
     raise ConfigError(
         field,
         f"tensor parallelism {tp} does not divide {model.name}'s {h} attention heads and "
-        f"{kv} KV heads (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
-        "valid: " + ", ".join(map(str, valid)),
+        f"{kv} KV heads{linear} (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
+        "valid: " + ", ".join(str(t) for t in range(1, h + 1) if ok(t)),
     )
 
 

@@ -15,7 +15,8 @@ from tidal.core.strict import StrictModel
 from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import check_tp, get_model
+from tidal.hardware.models import ModelSpec, check_tp, get_model
+from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
 from tidal.sim.augment import AugmentConfig
 from tidal.workload.config import WorkloadConfig
 
@@ -83,8 +84,22 @@ class SLOConfig(_Strict):
 
 class SimulationConfig(_Strict):
     model: str = "llama-3.1-8b"
+    """A catalog id, a Hugging Face repo id whose config ``aiconfigurator-core`` ships (e.g.
+    ``Qwen/Qwen3-235B-A22B-FP8``), or a path to a ``config.json`` / model directory
+    (:func:`tidal.hardware.models.get_model`)."""
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
+    quantization: str | None = None
+    """vLLM ``--quantization``: fp8 | modelopt | modelopt_fp4 | mxfp4 | awq | gptq | … (None:
+    the checkpoint's ``quantization_config`` / ``hf_quant_config.json``, else bf16)."""
+    kv_cache_dtype: str = "auto"
+    """vLLM ``--kv-cache-dtype``: auto (the model dtype, or FP8 where the checkpoint quantizes
+    its KV) | bfloat16 | fp8 | fp8_e4m3 | fp8_e5m2."""
+    gemm_quant: str | None = None
+    """Tidal: the operator tables' dtype of the non-expert linear layers (bfloat16, fp8,
+    fp8_block, nvfp4, int4_wo, …), over ``quantization`` (None: from it)."""
+    moe_quant: str | None = None
+    """Tidal: the tables' dtype of the routed experts (… w4a16_mxfp4), over ``quantization``."""
     perf_model: str = "auto"
     """``auto``: a paper's calibration for (model, GPU, TP), else the bundled measured GPU
     profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
@@ -134,6 +149,34 @@ class SimulationConfig(_Strict):
         get_model(v)
         return v
 
+    @field_validator("quantization")
+    @classmethod
+    def _quantization(cls, v: str | None) -> str | None:
+        if v is not None:
+            _plain(method_dtypes, v)
+        return v
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_cache_dtype(cls, v: str) -> str:
+        return _plain(check_kv_cache_dtype, v)
+
+    @field_validator("gemm_quant", "moe_quant")
+    @classmethod
+    def _weight_dtype(cls, v: str | None) -> str | None:
+        return v if v is None else _plain(lambda d: check_weight_dtype("dtype", d), v)
+
+    def model_spec(self) -> ModelSpec:
+        """The deployed model: ``model`` under the precision keys (vLLM's ``quantization`` and
+        ``kv_cache_dtype``, Tidal's ``gemm_quant`` / ``moe_quant``)."""
+        return get_model(
+            self.model,
+            quantization=self.quantization,
+            kv_cache_dtype=self.kv_cache_dtype,
+            gemm_quant=self.gemm_quant,
+            moe_quant=self.moe_quant,
+        )
+
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, v: str) -> str:
@@ -182,7 +225,7 @@ class SimulationConfig(_Strict):
     @model_validator(mode="after")
     def _tp(self) -> SimulationConfig:
         try:
-            check_tp(get_model(self.model), self.tp)
+            check_tp(self.model_spec(), self.tp)
         except ConfigError as err:
             raise ValueError(str(err)) from None
         return self
@@ -230,6 +273,15 @@ class SimulationConfig(_Strict):
                     f"cluster.mix.augmented: {aug} (augmented requests on the mix's arrivals)"
                 )
         return data
+
+
+def _plain(check: Any, value: Any) -> Any:
+    """``check(value)``, its ConfigError re-raised as pydantic's ValueError (field named by
+    pydantic's location)."""
+    try:
+        return check(value)
+    except ConfigError as err:
+        raise ValueError(str(err).split(": ", 1)[-1]) from None
 
 
 def format_validation_error(err: ValidationError) -> str:

@@ -23,7 +23,6 @@ from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.hardware.calibration import perf_model_source, perf_model_tables
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -72,7 +71,7 @@ def run_phases(
     ``vllm bench serve`` runs against one server. Metrics cover all measured phases together;
     ``warmup`` (if any) runs first, unmeasured, at the first phase's concurrency."""
     t0 = time.perf_counter()
-    model = get_model(cfg.model)
+    model = cfg.model_spec()
     sets = [r for r, _ in phases] + ([warmup] if warmup is not None else [])
     for r in sets:
         check_context(model, r)

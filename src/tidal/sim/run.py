@@ -28,7 +28,7 @@ from tidal.hardware.calibration import (
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
-from tidal.hardware.models import ModelSpec, get_model
+from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
@@ -91,7 +91,7 @@ def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
     deployment (:func:`tidal.sim.augment.host_tier_size`)."""
     from tidal.sim.augment import host_tier_size
 
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
     return host_tier_size(cfg, model, gpu, cfg.tp, cfg.memory.block_size)
 
 
@@ -159,7 +159,7 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
     ``memory.num_blocks`` blocks where the config fixes them."""
     mem = cfg.memory
     plan = plan_memory(
-        get_model(cfg.model),
+        cfg.model_spec(),
         get_gpu(cfg.gpu),
         cfg.tp,
         mem.block_size,
@@ -181,7 +181,7 @@ def build_instance(
     cfg: SimulationConfig, max_request_tokens: int, content: bool = False
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
     check_host_tier(cfg, content)
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
     plan = memory_plan(cfg, max_request_tokens)
     interference = cfg.interference
     if interference == "auto":
@@ -242,7 +242,7 @@ def run_simulation(
     if cfg.workload.augmented and cfg.augment.prefix_caching and reqs.content is None:
         reqs = dataclasses.replace(reqs, content=unique_content(reqs.prompt_len))
     t_load = time.perf_counter()
-    check_context(get_model(cfg.model), reqs)
+    check_context(cfg.model_spec(), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
     scheduler, perf, mem = build_instance(cfg, max_tokens, reqs.content is not None)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
@@ -254,7 +254,7 @@ def run_simulation(
     t_sim = time.perf_counter()
     cols = recorder.columns()
     metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         gpu,
