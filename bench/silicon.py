@@ -21,7 +21,7 @@ are whatever ``--engine`` selects once the simulator has that setting.
 Prints coverage (rows run / rows, and the skipped rows grouped by reason: gpu, model, arch,
 precision, parallelism, config, error), the median |error| of TTFT and TPOT and the rows off
 by more than 2× overall and by engine, GPU, model and precision; writes per-row results to
-``bench/results/silicon/<tag>.csv`` and a summary ``<tag>.json``. ``--bf16-fallback`` runs
+``bench/results/silicon/<tag>.csv.gz`` and a summary ``<tag>.json``. ``--bf16-fallback`` runs
 quantized rows with bf16 weights (a smoke test of the harness, not an accuracy number). A row
 that fails is reported under ``error``, never fatal. ``--engine`` / ``--engine-version`` /
 quantization / PP / DP / EP are passed only where the config schema has them.
@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import json
 import multiprocessing as mp
 import re
@@ -115,6 +117,7 @@ def run_plan(args: tuple[Plan, float, int]) -> dict[str, Any]:
 def base_record(row: Row) -> dict[str, Any]:
     return {
         "id": row.id,
+        "source": row.source.split(";")[0].split("/")[-1],
         "engine": row.engine,
         "version": row.version,
         "model": row.model,
@@ -158,13 +161,19 @@ def accuracy(recs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def reason_key(reason: str) -> str:
+    """A reason with its stand-alone numbers replaced by ``#`` (token counts, GiB), so that
+    rows failing the same way group together."""
+    return re.sub(r"(?<![\w.-])\d[\d.]*", "#", reason)
+
+
 def summarize(recs: list[dict[str, Any]], total: int, in_catalog: int) -> dict[str, Any]:
     """Coverage, skip reasons by group, and accuracy overall and per engine/GPU/model/precision."""
     status = Counter(r["status"] for r in recs)
     reasons: dict[str, Counter] = defaultdict(Counter)
     for r in recs:
         if r["status"] != "ok":
-            reasons[r["status"]][r.get("reason", "")] += 1
+            reasons[r["status"]][reason_key(r.get("reason", ""))] += 1
     by = {
         g: {k: accuracy([r for r in recs if r[g] == k]) for k in sorted({r[g] for r in recs})}
         for g in GROUPS
@@ -226,10 +235,12 @@ def write(tag: str, recs: list[dict[str, Any]], summary: dict[str, Any], argv: d
     keys: list[str] = []
     for r in recs:
         keys += [k for k in r if k not in keys]
-    with (RESULTS / f"{tag}.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
-        w.writeheader()
-        w.writerows(recs)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    w.writeheader()
+    w.writerows(recs)
+    with gzip.GzipFile(RESULTS / f"{tag}.csv.gz", "wb", mtime=0) as f:
+        f.write(buf.getvalue().encode())
     doc = {"args": argv, "summary": summary}
     (RESULTS / f"{tag}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
@@ -280,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["wall_s"] = time.perf_counter() - t0
     print(report(summary))
     write(a.tag, recs, summary, vars(a))
-    print(f"\nwrote {RESULTS / a.tag}.csv and .json ({summary['wall_s']:.0f} s)")
+    print(f"\nwrote {RESULTS / a.tag}.csv.gz and .json ({summary['wall_s']:.0f} s)")
     return 0
 
 

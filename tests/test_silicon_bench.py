@@ -1,0 +1,122 @@
+"""``bench/silicon.py``: the silicon sample's rows → plans or grouped skips, the measuring
+client's lengths and metrics, and a failing row reported rather than raised."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import silicon
+import silicon_rows as sr
+
+from tidal.sim.config import load_config
+
+BASE = sr.Row(
+    "x", "src", "vllm", "0.19.0", "meta-llama/Llama-3.1-70B", "h100_sxm", "bf16", "", "",
+    1024, 1024, 16, 4, 1, 1, 4, 1, 100.0, 10.0,
+)  # fmt: skip
+TODAY = sr.config_fields()
+
+
+def row(**kw: object) -> sr.Row:
+    return dataclasses.replace(BASE, **kw)  # type: ignore[arg-type]
+
+
+def test_the_sample_holds_vllm_and_sglang_aggregated_rows() -> None:
+    rows = sr.read_rows(sr.sample_path())
+    assert len(rows) > 2000
+    assert {r.engine for r in rows} == {"vllm", "sglang"}
+    assert all(r.concurrency >= 1 and r.isl >= 1 and r.ttft_ms > 0 for r in rows)
+
+
+def test_a_bf16_row_of_a_catalog_model_becomes_a_loadable_plan() -> None:
+    plan = sr.plan_row(BASE, TODAY)
+    assert isinstance(plan, sr.Plan)
+    cfg = load_config(plan.config)
+    assert (cfg.model, cfg.gpu, cfg.tp) == ("llama-3.1-70b", "h100", 4)
+    assert cfg.workload.concurrency == 16
+    assert cfg.workload.num_requests == 160
+    assert cfg.memory.prefix_caching is False
+
+
+@pytest.mark.parametrize(
+    ("change", "group"),
+    [
+        ({"system": "tpu_v5"}, "gpu"),
+        ({"model": "org/NotAModel-7B"}, "model"),
+        ({"gemm_quant": "fp8", "precision": "fp8"}, "precision"),
+        ({"pp": 2}, "parallelism"),
+        ({"attention_dp": 2}, "parallelism"),
+    ],
+)
+def test_skips_name_their_first_obstacle(change: dict, group: str) -> None:
+    fields = {f for f in TODAY if f not in {"quantization", "pipeline_parallel_size",
+                                            "data_parallel_size"}}  # fmt: skip
+    plan = sr.plan_row(row(**change), fields)
+    assert isinstance(plan, sr.Skip)
+    assert plan.group == group
+    assert plan.reason
+
+
+def test_settings_pass_through_once_the_schema_has_them() -> None:
+    fields = TODAY | {"quantization", "pipeline_parallel_size", "engine", "engine_version"}
+    plan = sr.plan_row(row(gemm_quant="nvfp4", pp=2), fields)
+    assert isinstance(plan, sr.Plan)
+    c = plan.config
+    assert (c["quantization"], c["pipeline_parallel_size"]) == ("modelopt_fp4", 2)
+    assert (c["engine"], c["engine_version"]) == ("vllm", "0.19.0")
+    assert "engine" not in sr.plan_row(row(), TODAY - {"engine"}).config  # type: ignore[union-attr]
+
+
+def test_moe_columns_matter_only_for_moe_models() -> None:
+    dense = sr.plan_row(row(moe_tp=1, moe_ep=4), TODAY - {"enable_expert_parallel"})
+    assert isinstance(dense, sr.Plan)  # Llama is dense: its MoE columns are ignored
+    moe = row(model="Qwen/Qwen3-30B-A3B", tp=4, moe_tp=1, moe_ep=4)
+    skip = sr.plan_row(moe, TODAY - {"enable_expert_parallel"})
+    assert isinstance(skip, sr.Skip)
+    assert skip.group == "parallelism"
+    ep = sr.plan_row(moe, TODAY | {"enable_expert_parallel"})
+    assert isinstance(ep, sr.Plan)
+    assert ep.config["enable_expert_parallel"] is True
+    bad = sr.plan_row(row(model="Qwen/Qwen3-30B-A3B", moe_tp=2, moe_ep=4), TODAY)
+    assert isinstance(bad, sr.Skip)
+    assert "≠" in bad.reason
+
+
+def test_client_lengths_are_inferencex_uniform() -> None:
+    rng = np.random.default_rng(1)
+    x = silicon.client_lengths(1024, 5000, 0.8, rng)
+    assert x.min() == int(0.8 * 1024)
+    assert x.max() == 1024
+    assert (silicon.client_lengths(1024, 7, 0.0, rng) == 1024).all()
+    reqs, warm = silicon.client_requests(100, 50, 3, 0.8, 0)
+    assert (len(reqs), len(warm)) == (30, 6)
+    assert (warm.prompt_len == reqs.prompt_len[0]).all()
+
+
+def test_client_metrics_follow_vllm_bench() -> None:
+    cols = {
+        "arrival_ns": np.array([0, 0]),
+        "first_token_ns": np.array([10_000_000, 30_000_000]),
+        "finish_ns": np.array([100_000_000, 30_000_000]),
+        "output_tokens": np.array([10, 1]),
+    }
+    ttft, tpot = silicon.client_metrics(cols)
+    assert ttft == pytest.approx(20.0)
+    assert tpot == pytest.approx(10.0)  # (100 − 10) / 9; a one-token answer has no TPOT
+
+
+def test_a_failing_row_is_reported_not_raised() -> None:
+    plan = sr.plan_row(BASE, TODAY)
+    assert isinstance(plan, sr.Plan)
+    plan.config["tp"] = 3  # 64 heads do not split over 3 GPUs
+    res = silicon.run_plan((plan, 0.8, 0))
+    assert res["status"] == "config"
+    assert "tp" in res["reason"]
+    assert silicon.reason_key("needs 9131 tokens on 1× h200") == "needs # tokens on #× h200"
