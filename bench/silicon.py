@@ -13,10 +13,13 @@ replay of the sample uses the same workload): ``10·C`` requests with input and 
 uniform on ``[⌊r·L⌋, L]``, r = ``--range-ratio`` (0.8 there; 0: fixed lengths), after ``2·C``
 warm-up requests of the first prompt's lengths (``--num-warmups 2·C``) that are not measured.
 TTFT and TPOT as vLLM's client computes them: means over requests of ``first token − send`` and
-``(E2E − TTFT) / (output − 1)``. Server settings the sample does not record: chunked prefill
-``max_num_batched_tokens`` 8192, prefix caching off (InferenceX's vLLM recipes; AIConfigurator's
-replay uses 8192 for both engines), ``max_num_seqs = max(256, C)``; the engine's other defaults
-are whatever ``--engine`` selects once the simulator has that setting.
+``(E2E − TTFT) / (output − 1)``. Server settings the sample does not record: prefix caching off
+(InferenceX's recipes of both engines); the engine's defaults once the simulator has an
+``engine`` setting, until then ``silicon_rows.scheduler_defaults``: vLLM 8192 batched tokens
+(``vllm serve``'s default on ≥ 70 GiB GPUs but A100; InferenceX sets it too) and C running
+requests (InferenceX's ``--max-num-seqs C``), SGLang's ``chunked_prefill_size`` by GPU memory
+(8192 below 160 GB, 16384 above) and max(256, C) running. An ``engine_version`` the simulator
+refuses is dropped (its newest version then), noted per row.
 
 Prints coverage (rows run / rows, and the skipped rows grouped by reason: gpu, model, arch,
 precision, parallelism, config, error), the median |error| of TTFT and TPOT and the rows off
@@ -88,16 +91,32 @@ def client_metrics(cols: dict[str, np.ndarray]) -> tuple[float, float]:
     return float(ttft.mean()), float(tpot.mean()) if many.any() else 0.0
 
 
+def load_or_default_version(config: dict[str, Any]) -> tuple[Any, str]:
+    """The validated config; if it names an ``engine_version`` that the simulator refuses,
+    the config without it (the simulator's default version) and a note saying so."""
+    from tidal.core.errors import ConfigError
+    from tidal.sim.config import load_config
+
+    try:
+        return load_config(config), ""
+    except ConfigError as err:
+        if "engine_version" not in config or "engine_version" not in str(err):
+            raise
+    rest = {k: v for k, v in config.items() if k != "engine_version"}
+    return load_config(rest), f"engine_version {config['engine_version']} refused: default used"
+
+
 def run_plan(args: tuple[Plan, float, int]) -> dict[str, Any]:
     """Simulate one row; any exception becomes an ``error`` result (never raised)."""
     plan, ratio, seed = args
     row = plan.row
     t0 = time.perf_counter()
     try:
-        from tidal.sim.config import load_config
         from tidal.sim.phased import run_phases
 
-        cfg = load_config(plan.config)
+        cfg, note = load_or_default_version(plan.config)
+        if note:
+            plan.notes.append(note)
         reqs, warm = client_requests(row.isl, row.osl, row.concurrency, ratio, seed)
         res = run_phases(cfg, [(reqs, row.concurrency)], warm)
         ttft, tpot = client_metrics(res.columns)
@@ -107,6 +126,7 @@ def run_plan(args: tuple[Plan, float, int]) -> dict[str, Any]:
             "sim_tpot_ms": tpot,
             "perf_model": res.metrics.get("perf_model", ""),
             "wall_s": time.perf_counter() - t0,
+            "notes": ";".join(plan.notes),
         }
     except Exception as err:  # a row that errors is reported, not fatal
         group = "config" if type(err).__name__ == "ConfigError" else "error"
@@ -283,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     with mp.get_context("spawn").Pool(max(1, a.workers), maxtasksperchild=20) as pool:
         for i, res in enumerate(pool.imap(run_plan, work, chunksize=1)):
             notes = ";".join(plans[i].notes)
-            recs.append(finish({**base_record(plans[i].row), **res, "notes": notes}))
+            recs.append(finish({**base_record(plans[i].row), "notes": notes, **res}))
             if (i + 1) % 10 == 0:
                 print(f"  {i + 1}/{len(plans)} rows, {time.perf_counter() - t0:.0f} s", flush=True)
     in_catalog = sum(r["status"] != "gpu" for r in recs)

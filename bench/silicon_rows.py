@@ -12,8 +12,8 @@ What the sample does not record, and what is assumed (stated in ``bench/silicon.
   uniform on ``[⌊r·L⌋, L]`` with ``--random-range-ratio r = 0.8``, ``10·C`` prompts,
   ``--max-concurrency C``, ``--request-rate inf``, ``--ignore-eos``, ``2·C`` warm-ups of the
   first prompt; mean TTFT and mean per-request TPOT = (E2E − TTFT) / (output − 1);
-* the server: ``max_num_batched_tokens`` 8192, prefix caching off (InferenceX's vLLM recipes;
-  AIConfigurator's replay uses the same for both engines), ``max_num_seqs = max(256, C)``.
+* the server: prefix caching off (both engines' InferenceX recipes); until the simulator has
+  an ``engine`` setting, the engine's scheduler defaults (:func:`scheduler_defaults`).
 
 Fields the simulator does not know yet (engine, version, quantization, PP, DP/EP) are looked
 up in the config schema, so the plan uses them as soon as they exist and skips the row until
@@ -260,6 +260,24 @@ def engine_settings(row: Row, fields: set[str], engine: str, version: str) -> di
     return out
 
 
+def scheduler_defaults(engine: str, gpu: str, concurrency: int) -> dict[str, int]:
+    """Chunked-prefill budget and running-request cap where the simulator has no engine
+    setting. vLLM: 8192 tokens (``vllm serve``'s default on GPUs of ≥ 70 GiB other than
+    A100, else 2048; InferenceX's recipes set 8192), at most C running (their
+    ``--max-num-seqs C``). SGLang: ``chunked_prefill_size`` by GPU memory (< 35 GB 2048,
+    < 160 GB 8192, else 16384: ``server_args``), running requests capped at max(256, C)."""
+    from tidal.hardware.gpus import get_gpu
+
+    gib = get_gpu(gpu).mem_bytes / 2**30
+    if engine == "sglang":
+        budget = 2048 if gib < 35 else 8192 if gib < 160 else 16384
+        seqs = max(256, concurrency)
+    else:
+        budget = 8192 if gib >= 70 and not gpu.startswith("a100") else 2048
+        seqs = concurrency
+    return {"token_budget": max(budget, seqs), "max_seqs": seqs}
+
+
 def plan_row(
     row: Row,
     fields: set[str],
@@ -282,15 +300,15 @@ def plan_row(
     if why:
         return Skip(row, "parallelism", why)
     c = row.concurrency
+    eng = engine_settings(row, fields, engine, version)
     cfg: dict[str, Any] = {
         "model": model,
         "gpu": gpu,
         "perf_model": perf_model,
         **par,
         **quant,
-        **engine_settings(row, fields, engine, version),
+        **eng,
         "memory": {"prefix_caching": False},
-        "scheduler": {"token_budget": max(8192, c), "max_seqs": max(256, c)},
         "workload": {
             "num_requests": 10 * c,
             "concurrency": c,
@@ -298,5 +316,7 @@ def plan_row(
             "output_len": row.osl,
         },
     }
+    if not eng:  # no engine setting yet: the engine's scheduler defaults set here
+        cfg["scheduler"] = scheduler_defaults(row.engine, gpu, c)
     notes = ["bf16 stand-in for " + row.gemm_quant] if bf16_fallback and row.gemm_quant else []
     return Plan(row, cfg, notes)

@@ -120,3 +120,25 @@ def test_a_failing_row_is_reported_not_raised() -> None:
     assert res["status"] == "config"
     assert "tp" in res["reason"]
     assert silicon.reason_key("needs 9131 tokens on 1× h200") == "needs # tokens on #× h200"
+
+
+def test_engine_scheduler_defaults_until_the_simulator_has_an_engine_setting() -> None:
+    assert sr.scheduler_defaults("vllm", "h100", 16) == {"token_budget": 8192, "max_seqs": 16}
+    assert sr.scheduler_defaults("vllm", "a100-80gb", 16)["token_budget"] == 2048
+    assert sr.scheduler_defaults("sglang", "h200", 16) == {"token_budget": 8192, "max_seqs": 256}
+    assert sr.scheduler_defaults("sglang", "b200", 512) == {"token_budget": 16384, "max_seqs": 512}
+    plan = sr.plan_row(row(engine="sglang"), TODAY - {"engine", "engine_version"})
+    assert isinstance(plan, sr.Plan)
+    assert plan.config["scheduler"]["max_seqs"] == 256
+    with_engine = sr.plan_row(row(), TODAY | {"engine"})
+    assert isinstance(with_engine, sr.Plan)
+    assert "scheduler" not in with_engine.config  # the engine's own defaults apply
+
+
+def test_a_refused_engine_version_falls_back_to_the_default() -> None:
+    plan = sr.plan_row(BASE, TODAY)
+    assert isinstance(plan, sr.Plan)
+    cfg, note = silicon.load_or_default_version({**plan.config, "engine_version": "nightly"})
+    assert cfg.model == "llama-3.1-70b"
+    assert "nightly" in note
+    assert silicon.load_or_default_version(plan.config)[1] == ""
