@@ -4,7 +4,8 @@ row's concurrency, against the measured mean TTFT and TPOT.
 
     python bench/silicon.py [--perf-model auto] [--engine row|vllm|sglang|default]
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
-                            [--range-ratio 0.8] [--workers 2] [--bf16-fallback] [--tag NAME]
+                            [--range-ratio 0.8] [--workers 2] [--row-timeout 900]
+                            [--bf16-fallback] [--tag NAME]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
 inf`` (all C sent at t = 0, each completion releases its slot to the next request), as the
@@ -26,8 +27,9 @@ precision, parallelism, config, error), the median |error| of TTFT and TPOT and 
 by more than 2× overall and by engine, GPU, model and precision; writes per-row results to
 ``bench/results/silicon/<tag>.csv.gz`` and a summary ``<tag>.json``. ``--bf16-fallback`` runs
 quantized rows with bf16 weights (a smoke test of the harness, not an accuracy number). A row
-that fails is reported under ``error``, never fatal. ``--engine`` / ``--engine-version`` /
-quantization / PP / DP / EP are passed only where the config schema has them.
+that fails, or runs past ``--row-timeout`` seconds, is reported under ``error``, never fatal.
+``--engine`` / ``--engine-version`` / quantization / PP / DP / EP are passed only where the
+config schema has them (the version with ``--perf-model engine`` only: it selects tables).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import io
 import json
 import multiprocessing as mp
 import re
+import signal
 import statistics
 import sys
 import time
@@ -106,11 +109,23 @@ def load_or_default_version(config: dict[str, Any]) -> tuple[Any, str]:
     return load_config(rest), f"engine_version {config['engine_version']} refused: default used"
 
 
-def run_plan(args: tuple[Plan, float, int]) -> dict[str, Any]:
-    """Simulate one row; any exception becomes an ``error`` result (never raised)."""
-    plan, ratio, seed = args
+class RowTimeoutError(Exception):
+    """A row ran past ``--row-timeout``."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise RowTimeoutError("ran past --row-timeout")
+
+
+def run_plan(args: tuple[Plan, float, int, int]) -> dict[str, Any]:
+    """Simulate one row; any exception (or ``timeout`` s of wall time, 0: none) becomes an
+    ``error`` result, never raised."""
+    plan, ratio, seed, timeout = args
     row = plan.row
     t0 = time.perf_counter()
+    if timeout > 0:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(timeout)
     try:
         from tidal.sim.phased import run_phases
 
@@ -132,6 +147,9 @@ def run_plan(args: tuple[Plan, float, int]) -> dict[str, Any]:
         group = "config" if type(err).__name__ == "ConfigError" else "error"
         msg = str(err).strip().splitlines()
         return {"status": group, "reason": f"{type(err).__name__}: {' '.join(msg)[:300]}"}
+    finally:
+        if timeout > 0:
+            signal.alarm(0)
 
 
 def base_record(row: Row) -> dict[str, Any]:
@@ -274,6 +292,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--filter", default=None, help="regex on id/engine/version/model/gpu/precision")
     p.add_argument("--range-ratio", type=float, default=0.8)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--row-timeout", type=int, default=900, help="seconds per row (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16-fallback", action="store_true")
     p.add_argument("--tag", default="silicon")
@@ -299,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             recs.append({**base_record(p.row), "status": "limit", "reason": f"--limit {a.limit}"})
         plans = plans[: a.limit]
     t0 = time.perf_counter()
-    work = [(p, a.range_ratio, a.seed) for p in plans]
+    work = [(p, a.range_ratio, a.seed, a.row_timeout) for p in plans]
     with mp.get_context("spawn").Pool(max(1, a.workers), maxtasksperchild=20) as pool:
         for i, res in enumerate(pool.imap(run_plan, work, chunksize=1)):
             notes = ";".join(plans[i].notes)

@@ -201,14 +201,20 @@ def _is_moe(name: str) -> bool:
     return bool(getattr(get_model(name), "is_moe", False))
 
 
-def precision_settings(row: Row, fields: set[str], bf16_fallback: bool) -> tuple[dict, str]:
-    """(config updates, skip reason or ""). bf16 rows need nothing; a quantized row needs the
-    config's ``quantization`` key (vLLM's names), unless ``bf16_fallback`` runs it as bf16."""
-    quant = row.gemm_quant or (row.moe_quant if row.moe_quant else "")
-    if quant in ("", "bf16", "float16", "bfloat16"):
+def precision_settings(
+    row: Row, fields: set[str], bf16_fallback: bool, moe: bool = False
+) -> tuple[dict, str]:
+    """(config updates, skip reason or ""). bf16 rows need nothing. A quantized row sets the
+    tables' dtypes (``gemm_quant``, and ``moe_quant`` for a MoE model) where the config has
+    them, else vLLM's ``quantization`` name; ``bf16_fallback`` runs it as bf16 instead."""
+    quant = row.gemm_quant or row.moe_quant
+    if quant in ("", "bf16", "float16", "bfloat16") or bf16_fallback:
         return {}, ""
-    if bf16_fallback:
-        return {}, ""
+    if "gemm_quant" in fields:
+        out = {"gemm_quant": row.gemm_quant} if row.gemm_quant else {}
+        if moe and row.moe_quant and "moe_quant" in fields:
+            out["moe_quant"] = row.moe_quant
+        return out, ""
     key = _field(fields, "quantization")
     if key is None:
         return {}, f"{quant} weights: the simulator has bf16 only (no quantization setting)"
@@ -245,15 +251,18 @@ def parallel_settings(row: Row, fields: set[str], moe: bool) -> tuple[dict, str]
     return {}, f"{what} (moe_tp {row.moe_tp}, moe_ep {row.moe_ep}): not a simulator setting yet"
 
 
-def engine_settings(row: Row, fields: set[str], engine: str, version: str) -> dict:
-    """``engine`` / ``engine_version`` where the schema has them: ``row`` takes the row's (an
-    empty version is left to the simulator's default), ``default`` leaves it out."""
+def engine_settings(
+    row: Row, fields: set[str], engine: str, version: str, perf_model: str
+) -> dict:
+    """``engine`` / ``engine_version`` where the schema has them: ``row`` takes the row's,
+    ``default`` leaves it out. The version selects measured tables, so it is passed with
+    ``perf_model: engine`` only (an empty one is left to the simulator's newest)."""
     out: dict[str, Any] = {}
     key = _field(fields, "engine")
     if key is not None and engine != "default":
         out[key] = row.engine if engine == "row" else engine
     key = _field(fields, "engine_version")
-    if key is not None and version != "default":
+    if key is not None and version != "default" and perf_model == "engine":
         v = row.version if version == "row" else version
         if v:
             out[key] = v
@@ -261,11 +270,11 @@ def engine_settings(row: Row, fields: set[str], engine: str, version: str) -> di
 
 
 def scheduler_defaults(engine: str, gpu: str, concurrency: int) -> dict[str, int]:
-    """Chunked-prefill budget and running-request cap where the simulator has no engine
-    setting. vLLM: 8192 tokens (``vllm serve``'s default on GPUs of ≥ 70 GiB other than
-    A100, else 2048; InferenceX's recipes set 8192), at most C running (their
-    ``--max-num-seqs C``). SGLang: ``chunked_prefill_size`` by GPU memory (< 35 GB 2048,
-    < 160 GB 8192, else 16384: ``server_args``), running requests capped at max(256, C)."""
+    """Chunked-prefill budget and running-request cap (the budget is used only where the
+    simulator has no engine setting of its own). vLLM: 8192 tokens (``vllm serve``'s default
+    on GPUs of ≥ 70 GiB other than A100, else 2048; InferenceX's recipes set 8192), at most C
+    running (their ``--max-num-seqs C``). SGLang: ``chunked_prefill_size`` by GPU memory
+    (< 35 GB 2048, < 160 GB 8192, else 16384: ``server_args``), max(256, C) running."""
     from tidal.hardware.gpus import get_gpu
 
     gib = get_gpu(gpu).mem_bytes / 2**30
@@ -293,14 +302,15 @@ def plan_row(
     model, group, why = resolve_model(row)
     if model is None:
         return Skip(row, group, why)
-    quant, why = precision_settings(row, fields, bf16_fallback)
+    moe = _is_moe(model)
+    quant, why = precision_settings(row, fields, bf16_fallback, moe)
     if why:
         return Skip(row, "precision", why)
-    par, why = parallel_settings(row, fields, _is_moe(model))
+    par, why = parallel_settings(row, fields, moe)
     if why:
         return Skip(row, "parallelism", why)
     c = row.concurrency
-    eng = engine_settings(row, fields, engine, version)
+    eng = engine_settings(row, fields, engine, version, perf_model)
     cfg: dict[str, Any] = {
         "model": model,
         "gpu": gpu,
@@ -316,7 +326,8 @@ def plan_row(
             "output_len": row.osl,
         },
     }
-    if not eng:  # no engine setting yet: the engine's scheduler defaults set here
-        cfg["scheduler"] = scheduler_defaults(row.engine, gpu, c)
+    sched = scheduler_defaults(row.engine, gpu, c)
+    # with an engine setting the simulator applies that engine's chunked-prefill size itself
+    cfg["scheduler"] = {"max_seqs": sched["max_seqs"]} if eng else sched
     notes = ["bf16 stand-in for " + row.gemm_quant] if bf16_fallback and row.gemm_quant else []
     return Plan(row, cfg, notes)

@@ -22,6 +22,14 @@ BASE = sr.Row(
     1024, 1024, 16, 4, 1, 1, 4, 1, 100.0, 10.0,
 )  # fmt: skip
 TODAY = sr.config_fields()
+NO_DTYPES = TODAY - {"gemm_quant", "moe_quant"}
+
+
+def is_70b(name: str) -> bool:
+    """The row's model resolved: a catalog alias or the Hugging Face id itself."""
+    from tidal.hardware.models import get_model
+
+    return get_model(name).num_layers == 80
 
 
 def row(**kw: object) -> sr.Row:
@@ -39,7 +47,8 @@ def test_a_bf16_row_of_a_catalog_model_becomes_a_loadable_plan() -> None:
     plan = sr.plan_row(BASE, TODAY)
     assert isinstance(plan, sr.Plan)
     cfg = load_config(plan.config)
-    assert (cfg.model, cfg.gpu, cfg.tp) == ("llama-3.1-70b", "h100", 4)
+    assert is_70b(cfg.model)
+    assert (cfg.gpu, cfg.tp) == ("h100", 4)
     assert cfg.workload.concurrency == 16
     assert cfg.workload.num_requests == 160
     assert cfg.memory.prefix_caching is False
@@ -56,8 +65,8 @@ def test_a_bf16_row_of_a_catalog_model_becomes_a_loadable_plan() -> None:
     ],
 )
 def test_skips_name_their_first_obstacle(change: dict, group: str) -> None:
-    fields = {f for f in TODAY if f not in {"quantization", "pipeline_parallel_size",
-                                            "data_parallel_size"}}  # fmt: skip
+    fields = {f for f in NO_DTYPES if f not in {"quantization", "pipeline_parallel_size",
+                                                "data_parallel_size"}}  # fmt: skip
     plan = sr.plan_row(row(**change), fields)
     assert isinstance(plan, sr.Skip)
     assert plan.group == group
@@ -65,13 +74,25 @@ def test_skips_name_their_first_obstacle(change: dict, group: str) -> None:
 
 
 def test_settings_pass_through_once_the_schema_has_them() -> None:
-    fields = TODAY | {"quantization", "pipeline_parallel_size", "engine", "engine_version"}
-    plan = sr.plan_row(row(gemm_quant="nvfp4", pp=2), fields)
+    fields = NO_DTYPES | {"quantization", "pipeline_parallel_size", "engine", "engine_version"}
+    plan = sr.plan_row(row(gemm_quant="nvfp4", pp=2), fields, perf_model="engine")
     assert isinstance(plan, sr.Plan)
     c = plan.config
     assert (c["quantization"], c["pipeline_parallel_size"]) == ("modelopt_fp4", 2)
     assert (c["engine"], c["engine_version"]) == ("vllm", "0.19.0")
+    auto = sr.plan_row(row(), fields)  # the version selects tables: perf_model engine only
+    assert isinstance(auto, sr.Plan)
+    assert "engine_version" not in auto.config
     assert "engine" not in sr.plan_row(row(), TODAY - {"engine"}).config  # type: ignore[union-attr]
+    # the tables' dtypes directly, where the config has them (moe_quant for MoE models only)
+    dtypes = fields | {"gemm_quant", "moe_quant"}
+    dense = sr.plan_row(row(gemm_quant="fp8", moe_quant="fp8_block"), dtypes)
+    assert isinstance(dense, sr.Plan)
+    assert (dense.config["gemm_quant"], "moe_quant" in dense.config) == ("fp8", False)
+    moe = sr.plan_row(row(model="Qwen/Qwen3-30B-A3B", gemm_quant="fp8", moe_quant="fp8_block"),
+                      dtypes)  # fmt: skip
+    assert isinstance(moe, sr.Plan)
+    assert (moe.config["gemm_quant"], moe.config["moe_quant"]) == ("fp8", "fp8_block")
 
 
 def test_moe_columns_matter_only_for_moe_models() -> None:
@@ -116,7 +137,7 @@ def test_a_failing_row_is_reported_not_raised() -> None:
     plan = sr.plan_row(BASE, TODAY)
     assert isinstance(plan, sr.Plan)
     plan.config["tp"] = 3  # 64 heads do not split over 3 GPUs
-    res = silicon.run_plan((plan, 0.8, 0))
+    res = silicon.run_plan((plan, 0.8, 0, 0))
     assert res["status"] == "config"
     assert "tp" in res["reason"]
     assert silicon.reason_key("needs 9131 tokens on 1× h200") == "needs # tokens on #× h200"
@@ -132,13 +153,26 @@ def test_engine_scheduler_defaults_until_the_simulator_has_an_engine_setting() -
     assert plan.config["scheduler"]["max_seqs"] == 256
     with_engine = sr.plan_row(row(), TODAY | {"engine"})
     assert isinstance(with_engine, sr.Plan)
-    assert "scheduler" not in with_engine.config  # the engine's own defaults apply
+    assert with_engine.config["scheduler"] == {"max_seqs": 16}  # the engine's own budget
 
 
-def test_a_refused_engine_version_falls_back_to_the_default() -> None:
+def test_a_refused_engine_version_falls_back_to_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tidal.sim.config as config
+    from tidal.core.errors import ConfigError
+
+    real = config.load_config
+
+    def strict(data: dict) -> object:
+        if "engine_version" in data:
+            raise ConfigError("engine_version", f"no tables of {data['engine_version']}")
+        return real(data)
+
+    monkeypatch.setattr(config, "load_config", strict)
     plan = sr.plan_row(BASE, TODAY)
     assert isinstance(plan, sr.Plan)
     cfg, note = silicon.load_or_default_version({**plan.config, "engine_version": "nightly"})
-    assert cfg.model == "llama-3.1-70b"
+    assert is_70b(cfg.model)
     assert "nightly" in note
     assert silicon.load_or_default_version(plan.config)[1] == ""
