@@ -201,15 +201,40 @@ def _is_moe(name: str) -> bool:
     return bool(getattr(get_model(name), "is_moe", False))
 
 
+def dtype_bits(dtype: str) -> int:
+    """Weight bits of a dtype name (vLLM's or the tables'): 16, 8 or 4."""
+    d = dtype.lower()
+    if d in ("", "auto", "bf16", "bfloat16", "float16", "fp16"):
+        return 16
+    return 4 if any(t in d for t in ("fp4", "int4", "w4")) else 8
+
+
+def checkpoint_dtypes(model: str) -> tuple[str, str]:
+    """(GEMM dtype, expert dtype) of the resolved model's checkpoint ("" where the spec has
+    no precision fields: bf16)."""
+    from tidal.hardware.models import get_model
+
+    spec = get_model(model)
+    return str(getattr(spec, "gemm_quant", "") or ""), str(getattr(spec, "moe_quant", "") or "")
+
+
 def precision_settings(
-    row: Row, fields: set[str], bf16_fallback: bool, moe: bool = False
+    row: Row, fields: set[str], bf16_fallback: bool, model: str, moe: bool = False
 ) -> tuple[dict, str]:
-    """(config updates, skip reason or ""). bf16 rows need nothing. A quantized row sets the
-    tables' dtypes (``gemm_quant``, and ``moe_quant`` for a MoE model) where the config has
-    them, else vLLM's ``quantization`` name; ``bf16_fallback`` runs it as bf16 instead."""
+    """(config updates, skip reason or ""). bf16 rows need nothing. A quantized row whose
+    checkpoint already has weights of the same width keeps the checkpoint's dtypes (the
+    sample's labels are AIConfigurator's: ``nvfp4`` for gpt-oss's MXFP4 experts, ``fp8`` for
+    MiniMax's block FP8); otherwise (a quantized variant of a bf16 checkpoint was served, or
+    FP4 of an FP8 one) it sets the row's dtypes: ``gemm_quant`` (and ``moe_quant`` for a MoE
+    model) where the config has them, else vLLM's ``quantization`` name. ``bf16_fallback``
+    runs it as bf16 instead."""
     quant = row.gemm_quant or row.moe_quant
-    if quant in ("", "bf16", "float16", "bfloat16") or bf16_fallback:
+    if dtype_bits(quant) == 16 or bf16_fallback:
         return {}, ""
+    gemm, experts = checkpoint_dtypes(model)
+    served = (row.moe_quant or quant) if moe else quant
+    if dtype_bits((experts if moe else gemm) or gemm) == dtype_bits(served):
+        return {}, ""  # the checkpoint's own dtypes
     if "gemm_quant" in fields:
         out = {"gemm_quant": row.gemm_quant} if row.gemm_quant else {}
         if moe and row.moe_quant and "moe_quant" in fields:
@@ -303,7 +328,7 @@ def plan_row(
     if model is None:
         return Skip(row, group, why)
     moe = _is_moe(model)
-    quant, why = precision_settings(row, fields, bf16_fallback, moe)
+    quant, why = precision_settings(row, fields, bf16_fallback, model, moe)
     if why:
         return Skip(row, "precision", why)
     par, why = parallel_settings(row, fields, moe)

@@ -176,3 +176,28 @@ def test_a_refused_engine_version_falls_back_to_the_default(
     assert is_70b(cfg.model)
     assert "nightly" in note
     assert silicon.load_or_default_version(plan.config)[1] == ""
+
+
+def test_a_quantized_checkpoint_of_the_same_width_keeps_its_dtypes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gpt-oss's MXFP4 experts stay MXFP4 under the sample's "nvfp4" label; an FP8 row of a
+    bf16 checkpoint, or an NVFP4 row of a block-FP8 one, sets the row's dtypes."""
+    assert [sr.dtype_bits(d) for d in ("", "bfloat16", "fp8_block", "nvfp4", "int4_wo")] == [
+        16, 16, 8, 4, 4]  # fmt: skip
+    assert sr.dtype_bits("w4a16_mxfp4") == 4
+    fields = TODAY | {"gemm_quant", "moe_quant"}
+    moe = row(model="Qwen/Qwen3-30B-A3B", gemm_quant="nvfp4", moe_quant="nvfp4")
+    ckpt = {"now": ("bfloat16", "w4a16_mxfp4")}  # the resolved model's checkpoint
+    monkeypatch.setattr(sr, "checkpoint_dtypes", lambda m: ckpt["now"])
+    kept = sr.plan_row(moe, fields)
+    assert isinstance(kept, sr.Plan)
+    assert "moe_quant" not in kept.config
+    assert "gemm_quant" not in kept.config
+    ckpt["now"] = ("fp8_block", "fp8_block")
+    fp4 = sr.plan_row(moe, fields)
+    assert isinstance(fp4, sr.Plan)
+    assert (fp4.config["gemm_quant"], fp4.config["moe_quant"]) == ("nvfp4", "nvfp4")
+    assert "moe_quant" not in sr.plan_row(  # type: ignore[union-attr]
+        dataclasses.replace(moe, gemm_quant="fp8", moe_quant="fp8"), fields
+    ).config
