@@ -4,7 +4,8 @@ row's concurrency, against the measured mean TTFT and TPOT.
 
     python bench/silicon.py [--perf-model auto] [--engine row|vllm|sglang|default]
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
-                            [--range-ratio 0.8] [--workers 2] [--bf16-fallback] [--tag NAME]
+                            [--range-ratio 0.8] [--workers 2] [--row-timeout 900]
+                            [--bf16-fallback] [--tag NAME]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
 inf`` (all C sent at t = 0, each completion releases its slot to the next request), as the
@@ -13,27 +14,34 @@ replay of the sample uses the same workload): ``10·C`` requests with input and 
 uniform on ``[⌊r·L⌋, L]``, r = ``--range-ratio`` (0.8 there; 0: fixed lengths), after ``2·C``
 warm-up requests of the first prompt's lengths (``--num-warmups 2·C``) that are not measured.
 TTFT and TPOT as vLLM's client computes them: means over requests of ``first token − send`` and
-``(E2E − TTFT) / (output − 1)``. Server settings the sample does not record: chunked prefill
-``max_num_batched_tokens`` 8192, prefix caching off (InferenceX's vLLM recipes; AIConfigurator's
-replay uses 8192 for both engines), ``max_num_seqs = max(256, C)``; the engine's other defaults
-are whatever ``--engine`` selects once the simulator has that setting.
+``(E2E − TTFT) / (output − 1)``. Server settings the sample does not record: prefix caching off
+(InferenceX's recipes of both engines); the engine's defaults once the simulator has an
+``engine`` setting, until then ``silicon_rows.scheduler_defaults``: vLLM 8192 batched tokens
+(``vllm serve``'s default on ≥ 70 GiB GPUs but A100; InferenceX sets it too) and C running
+requests (InferenceX's ``--max-num-seqs C``), SGLang's ``chunked_prefill_size`` by GPU memory
+(8192 below 160 GB, 16384 above) and max(256, C) running. An ``engine_version`` the simulator
+refuses is dropped (its newest version then), noted per row.
 
 Prints coverage (rows run / rows, and the skipped rows grouped by reason: gpu, model, arch,
 precision, parallelism, config, error), the median |error| of TTFT and TPOT and the rows off
 by more than 2× overall and by engine, GPU, model and precision; writes per-row results to
-``bench/results/silicon/<tag>.csv`` and a summary ``<tag>.json``. ``--bf16-fallback`` runs
+``bench/results/silicon/<tag>.csv.gz`` and a summary ``<tag>.json``. ``--bf16-fallback`` runs
 quantized rows with bf16 weights (a smoke test of the harness, not an accuracy number). A row
-that fails is reported under ``error``, never fatal. ``--engine`` / ``--engine-version`` /
-quantization / PP / DP / EP are passed only where the config schema has them.
+that fails, or runs past ``--row-timeout`` seconds, is reported under ``error``, never fatal.
+``--engine`` / ``--engine-version`` / quantization / PP / DP / EP are passed only where the
+config schema has them (the version with ``--perf-model engine`` only: it selects tables).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import json
 import multiprocessing as mp
 import re
+import signal
 import statistics
 import sys
 import time
@@ -86,16 +94,44 @@ def client_metrics(cols: dict[str, np.ndarray]) -> tuple[float, float]:
     return float(ttft.mean()), float(tpot.mean()) if many.any() else 0.0
 
 
-def run_plan(args: tuple[Plan, float, int]) -> dict[str, Any]:
-    """Simulate one row; any exception becomes an ``error`` result (never raised)."""
-    plan, ratio, seed = args
+def load_or_default_version(config: dict[str, Any]) -> tuple[Any, str]:
+    """The validated config; if it names an ``engine_version`` that the simulator refuses,
+    the config without it (the simulator's default version) and a note saying so."""
+    from tidal.core.errors import ConfigError
+    from tidal.sim.config import load_config
+
+    try:
+        return load_config(config), ""
+    except ConfigError as err:
+        if "engine_version" not in config or "engine_version" not in str(err):
+            raise
+    rest = {k: v for k, v in config.items() if k != "engine_version"}
+    return load_config(rest), f"engine_version {config['engine_version']} refused: default used"
+
+
+class RowTimeoutError(Exception):
+    """A row ran past ``--row-timeout``."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise RowTimeoutError("ran past --row-timeout")
+
+
+def run_plan(args: tuple[Plan, float, int, int]) -> dict[str, Any]:
+    """Simulate one row; any exception (or ``timeout`` s of wall time, 0: none) becomes an
+    ``error`` result, never raised."""
+    plan, ratio, seed, timeout = args
     row = plan.row
     t0 = time.perf_counter()
+    if timeout > 0:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(timeout)
     try:
-        from tidal.sim.config import load_config
         from tidal.sim.phased import run_phases
 
-        cfg = load_config(plan.config)
+        cfg, note = load_or_default_version(plan.config)
+        if note:
+            plan.notes.append(note)
         reqs, warm = client_requests(row.isl, row.osl, row.concurrency, ratio, seed)
         res = run_phases(cfg, [(reqs, row.concurrency)], warm)
         ttft, tpot = client_metrics(res.columns)
@@ -105,16 +141,21 @@ def run_plan(args: tuple[Plan, float, int]) -> dict[str, Any]:
             "sim_tpot_ms": tpot,
             "perf_model": res.metrics.get("perf_model", ""),
             "wall_s": time.perf_counter() - t0,
+            "notes": ";".join(plan.notes),
         }
     except Exception as err:  # a row that errors is reported, not fatal
         group = "config" if type(err).__name__ == "ConfigError" else "error"
         msg = str(err).strip().splitlines()
         return {"status": group, "reason": f"{type(err).__name__}: {' '.join(msg)[:300]}"}
+    finally:
+        if timeout > 0:
+            signal.alarm(0)
 
 
 def base_record(row: Row) -> dict[str, Any]:
     return {
         "id": row.id,
+        "source": row.source.split(";")[0].split("/")[-1],
         "engine": row.engine,
         "version": row.version,
         "model": row.model,
@@ -158,13 +199,19 @@ def accuracy(recs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def reason_key(reason: str) -> str:
+    """A reason with its stand-alone numbers replaced by ``#`` (token counts, GiB), so that
+    rows failing the same way group together."""
+    return re.sub(r"(?<![\w.-])\d[\d.]*", "#", reason)
+
+
 def summarize(recs: list[dict[str, Any]], total: int, in_catalog: int) -> dict[str, Any]:
     """Coverage, skip reasons by group, and accuracy overall and per engine/GPU/model/precision."""
     status = Counter(r["status"] for r in recs)
     reasons: dict[str, Counter] = defaultdict(Counter)
     for r in recs:
         if r["status"] != "ok":
-            reasons[r["status"]][r.get("reason", "")] += 1
+            reasons[r["status"]][reason_key(r.get("reason", ""))] += 1
     by = {
         g: {k: accuracy([r for r in recs if r[g] == k]) for k in sorted({r[g] for r in recs})}
         for g in GROUPS
@@ -226,10 +273,12 @@ def write(tag: str, recs: list[dict[str, Any]], summary: dict[str, Any], argv: d
     keys: list[str] = []
     for r in recs:
         keys += [k for k in r if k not in keys]
-    with (RESULTS / f"{tag}.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
-        w.writeheader()
-        w.writerows(recs)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    w.writeheader()
+    w.writerows(recs)
+    with gzip.GzipFile(RESULTS / f"{tag}.csv.gz", "wb", mtime=0) as f:
+        f.write(buf.getvalue().encode())
     doc = {"args": argv, "summary": summary}
     (RESULTS / f"{tag}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
@@ -243,6 +292,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--filter", default=None, help="regex on id/engine/version/model/gpu/precision")
     p.add_argument("--range-ratio", type=float, default=0.8)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--row-timeout", type=int, default=900, help="seconds per row (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16-fallback", action="store_true")
     p.add_argument("--tag", default="silicon")
@@ -268,11 +318,11 @@ def main(argv: list[str] | None = None) -> int:
             recs.append({**base_record(p.row), "status": "limit", "reason": f"--limit {a.limit}"})
         plans = plans[: a.limit]
     t0 = time.perf_counter()
-    work = [(p, a.range_ratio, a.seed) for p in plans]
+    work = [(p, a.range_ratio, a.seed, a.row_timeout) for p in plans]
     with mp.get_context("spawn").Pool(max(1, a.workers), maxtasksperchild=20) as pool:
         for i, res in enumerate(pool.imap(run_plan, work, chunksize=1)):
             notes = ";".join(plans[i].notes)
-            recs.append(finish({**base_record(plans[i].row), **res, "notes": notes}))
+            recs.append(finish({**base_record(plans[i].row), "notes": notes, **res}))
             if (i + 1) % 10 == 0:
                 print(f"  {i + 1}/{len(plans)} rows, {time.perf_counter() - t0:.0f} s", flush=True)
     in_catalog = sum(r["status"] != "gpu" for r in recs)
@@ -280,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["wall_s"] = time.perf_counter() - t0
     print(report(summary))
     write(a.tag, recs, summary, vars(a))
-    print(f"\nwrote {RESULTS / a.tag}.csv and .json ({summary['wall_s']:.0f} s)")
+    print(f"\nwrote {RESULTS / a.tag}.csv.gz and .json ({summary['wall_s']:.0f} s)")
     return 0
 
 

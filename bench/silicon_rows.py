@@ -12,8 +12,8 @@ What the sample does not record, and what is assumed (stated in ``bench/silicon.
   uniform on ``[⌊r·L⌋, L]`` with ``--random-range-ratio r = 0.8``, ``10·C`` prompts,
   ``--max-concurrency C``, ``--request-rate inf``, ``--ignore-eos``, ``2·C`` warm-ups of the
   first prompt; mean TTFT and mean per-request TPOT = (E2E − TTFT) / (output − 1);
-* the server: ``max_num_batched_tokens`` 8192, prefix caching off (InferenceX's vLLM recipes;
-  AIConfigurator's replay uses the same for both engines), ``max_num_seqs = max(256, C)``.
+* the server: prefix caching off (both engines' InferenceX recipes); until the simulator has
+  an ``engine`` setting, the engine's scheduler defaults (:func:`scheduler_defaults`).
 
 Fields the simulator does not know yet (engine, version, quantization, PP, DP/EP) are looked
 up in the config schema, so the plan uses them as soon as they exist and skips the row until
@@ -201,14 +201,45 @@ def _is_moe(name: str) -> bool:
     return bool(getattr(get_model(name), "is_moe", False))
 
 
-def precision_settings(row: Row, fields: set[str], bf16_fallback: bool) -> tuple[dict, str]:
-    """(config updates, skip reason or ""). bf16 rows need nothing; a quantized row needs the
-    config's ``quantization`` key (vLLM's names), unless ``bf16_fallback`` runs it as bf16."""
-    quant = row.gemm_quant or (row.moe_quant if row.moe_quant else "")
-    if quant in ("", "bf16", "float16", "bfloat16"):
+def dtype_bits(dtype: str) -> int:
+    """Weight bits of a dtype name (vLLM's or the tables'): 16, 8 or 4."""
+    d = dtype.lower()
+    if d in ("", "auto", "bf16", "bfloat16", "float16", "fp16"):
+        return 16
+    return 4 if any(t in d for t in ("fp4", "int4", "w4")) else 8
+
+
+def checkpoint_dtypes(model: str) -> tuple[str, str]:
+    """(GEMM dtype, expert dtype) of the resolved model's checkpoint ("" where the spec has
+    no precision fields: bf16)."""
+    from tidal.hardware.models import get_model
+
+    spec = get_model(model)
+    return str(getattr(spec, "gemm_quant", "") or ""), str(getattr(spec, "moe_quant", "") or "")
+
+
+def precision_settings(
+    row: Row, fields: set[str], bf16_fallback: bool, model: str, moe: bool = False
+) -> tuple[dict, str]:
+    """(config updates, skip reason or ""). bf16 rows need nothing. A quantized row whose
+    checkpoint already has weights of the same width keeps the checkpoint's dtypes (the
+    sample's labels are AIConfigurator's: ``nvfp4`` for gpt-oss's MXFP4 experts, ``fp8`` for
+    MiniMax's block FP8); otherwise (a quantized variant of a bf16 checkpoint was served, or
+    FP4 of an FP8 one) it sets the row's dtypes: ``gemm_quant`` (and ``moe_quant`` for a MoE
+    model) where the config has them, else vLLM's ``quantization`` name. ``bf16_fallback``
+    runs it as bf16 instead."""
+    quant = row.gemm_quant or row.moe_quant
+    if dtype_bits(quant) == 16 or bf16_fallback:
         return {}, ""
-    if bf16_fallback:
-        return {}, ""
+    gemm, experts = checkpoint_dtypes(model)
+    served = (row.moe_quant or quant) if moe else quant
+    if dtype_bits((experts if moe else gemm) or gemm) == dtype_bits(served):
+        return {}, ""  # the checkpoint's own dtypes
+    if "gemm_quant" in fields:
+        out = {"gemm_quant": row.gemm_quant} if row.gemm_quant else {}
+        if moe and row.moe_quant and "moe_quant" in fields:
+            out["moe_quant"] = row.moe_quant
+        return out, ""
     key = _field(fields, "quantization")
     if key is None:
         return {}, f"{quant} weights: the simulator has bf16 only (no quantization setting)"
@@ -245,19 +276,40 @@ def parallel_settings(row: Row, fields: set[str], moe: bool) -> tuple[dict, str]
     return {}, f"{what} (moe_tp {row.moe_tp}, moe_ep {row.moe_ep}): not a simulator setting yet"
 
 
-def engine_settings(row: Row, fields: set[str], engine: str, version: str) -> dict:
-    """``engine`` / ``engine_version`` where the schema has them: ``row`` takes the row's (an
-    empty version is left to the simulator's default), ``default`` leaves it out."""
+def engine_settings(
+    row: Row, fields: set[str], engine: str, version: str, perf_model: str
+) -> dict:
+    """``engine`` / ``engine_version`` where the schema has them: ``row`` takes the row's,
+    ``default`` leaves it out. The version selects measured tables, so it is passed with
+    ``perf_model: engine`` only (an empty one is left to the simulator's newest)."""
     out: dict[str, Any] = {}
     key = _field(fields, "engine")
     if key is not None and engine != "default":
         out[key] = row.engine if engine == "row" else engine
     key = _field(fields, "engine_version")
-    if key is not None and version != "default":
+    if key is not None and version != "default" and perf_model == "engine":
         v = row.version if version == "row" else version
         if v:
             out[key] = v
     return out
+
+
+def scheduler_defaults(engine: str, gpu: str, concurrency: int) -> dict[str, int]:
+    """Chunked-prefill budget and running-request cap (the budget is used only where the
+    simulator has no engine setting of its own). vLLM: 8192 tokens (``vllm serve``'s default
+    on GPUs of ≥ 70 GiB other than A100, else 2048; InferenceX's recipes set 8192), at most C
+    running (their ``--max-num-seqs C``). SGLang: ``chunked_prefill_size`` by GPU memory
+    (< 35 GB 2048, < 160 GB 8192, else 16384: ``server_args``), max(256, C) running."""
+    from tidal.hardware.gpus import get_gpu
+
+    gib = get_gpu(gpu).mem_bytes / 2**30
+    if engine == "sglang":
+        budget = 2048 if gib < 35 else 8192 if gib < 160 else 16384
+        seqs = max(256, concurrency)
+    else:
+        budget = 8192 if gib >= 70 and not gpu.startswith("a100") else 2048
+        seqs = concurrency
+    return {"token_budget": max(budget, seqs), "max_seqs": seqs}
 
 
 def plan_row(
@@ -275,22 +327,23 @@ def plan_row(
     model, group, why = resolve_model(row)
     if model is None:
         return Skip(row, group, why)
-    quant, why = precision_settings(row, fields, bf16_fallback)
+    moe = _is_moe(model)
+    quant, why = precision_settings(row, fields, bf16_fallback, model, moe)
     if why:
         return Skip(row, "precision", why)
-    par, why = parallel_settings(row, fields, _is_moe(model))
+    par, why = parallel_settings(row, fields, moe)
     if why:
         return Skip(row, "parallelism", why)
     c = row.concurrency
+    eng = engine_settings(row, fields, engine, version, perf_model)
     cfg: dict[str, Any] = {
         "model": model,
         "gpu": gpu,
         "perf_model": perf_model,
         **par,
         **quant,
-        **engine_settings(row, fields, engine, version),
+        **eng,
         "memory": {"prefix_caching": False},
-        "scheduler": {"token_budget": max(8192, c), "max_seqs": max(256, c)},
         "workload": {
             "num_requests": 10 * c,
             "concurrency": c,
@@ -298,5 +351,8 @@ def plan_row(
             "output_len": row.osl,
         },
     }
+    sched = scheduler_defaults(row.engine, gpu, c)
+    # with an engine setting the simulator applies that engine's chunked-prefill size itself
+    cfg["scheduler"] = {"max_seqs": sched["max_seqs"]} if eng else sched
     notes = ["bf16 stand-in for " + row.gemm_quant] if bf16_fallback and row.gemm_quant else []
     return Plan(row, cfg, notes)

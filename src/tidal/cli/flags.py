@@ -144,7 +144,7 @@ SYNTHETIC = (
 
 LENGTHS = (
     Flag(
-        "length_dist", S, "fixed|uniform|geometric|lognormal|empirical:NAME.",
+        "length_dist", S, "fixed|uniform|uniform-below|geometric|lognormal|empirical:NAME.",
         "workload.length_dist", shows="fixed",
     ),
     Flag("max_prompt_len", I, "Cap prompt lengths.", "workload.max_prompt_len"),
