@@ -180,3 +180,36 @@ def test_an_older_engine_version_reads_its_own_tables_where_they_exist() -> None
     b = EnginePerfModel(m, get_gpu("h200"), 1, "vllm", "0.24.0")
     assert a.describe()["tables"]["moe"] == "0.19.0"
     assert [a.step_ns(n, n * 500) for n in (8, 64)] != [b.step_ns(n, n * 500) for n in (8, 64)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 6000), st.integers(0, 3000))
+def test_data_parallel_ranks_of_a_dense_model_each_run_their_share(n, ctx, prefill) -> None:
+    """Without MoE layers nothing spans the ranks: a step of 2n decodes (and two chunks of
+    p) on 2 data-parallel ranks takes what n decodes (one chunk of p) take on one."""
+    one = engine("llama-3.1-8b", "h100", 2)
+    two = EnginePerfModel(get_model("llama-3.1-8b"), get_gpu("h100"), 2, data_parallel=2)
+    assert two.step_seconds(2 * n, 2 * n * ctx, 0, 0, 0, 0) == pytest.approx(
+        one.step_seconds(n, n * ctx, 0, 0, 0, 0), rel=1e-9)  # fmt: skip
+    if prefill:
+        a = two.step_seconds(2 * n, 2 * n * ctx, 2 * prefill, 2 * prefill**2, 2 * prefill, 2)
+        b = one.step_seconds(n, n * ctx, prefill, prefill**2, prefill, 1)
+        assert a == pytest.approx(b, rel=1e-9)
+
+
+def test_data_parallel_moe_routes_every_rank_s_tokens_over_the_whole_group() -> None:
+    """Qwen3-30B-A3B, 2 ranks of TP 1 with EP 2: the MoE layers read the EP-2 rows at both
+    ranks' tokens and add the NCCL all-gather and reduce-scatter; the step grows with the
+    requests; the plan spreads the experts over both GPUs."""
+    from tidal.hardware.memory import plan_memory
+
+    m = get_model("qwen3-30b-a3b")
+    dp = EnginePerfModel(m, get_gpu("h100"), 1, expert_parallel=True, data_parallel=2)
+    assert "tp1ep2" in dp.engine_parts["moe"]
+    assert dp.engine_parts["moe_dispatch"].startswith("engine:nccl/")
+    steps = [dp.step_ns(n, n * 1000) for n in (2, 16, 64, 256)]
+    assert steps == sorted(steps)
+    p1 = plan_memory(m, get_gpu("h100"), 1)
+    p2 = plan_memory(m, get_gpu("h100"), 1, moe_gpus=2)
+    assert p1.weight_bytes_per_gpu - p2.weight_bytes_per_gpu == pytest.approx(
+        m.expert_weight_bytes / 2)  # fmt: skip

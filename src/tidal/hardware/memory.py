@@ -202,14 +202,19 @@ def plan_memory(
     max_seqs: int = 256,
     non_torch_gib_per_gpu: float | None = None,
     cuda_graph_gib: float | None = None,
+    moe_gpus: int | None = None,
 ) -> MemoryPlan:
     """vLLM's KV plan (module docstring). Raises a ``ConfigError`` stating every term when the
-    weights do not fit or the cache cannot hold ``min_tokens`` (one request's tokens)."""
+    weights do not fit or the cache cannot hold ``min_tokens`` (one request's tokens).
+    ``moe_gpus``: the GPUs a MoE model's routed experts are spread over (data parallelism:
+    dp·tp, while the other weights are split over ``tp``); default ``tp``."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError("gpu_memory_utilization", "must be in (0, 1]", "e.g. 0.9")
     total = gpu.mem_bytes
     requested = total * gpu_memory_utilization
     weights = model.weight_bytes / tp
+    if moe_gpus is not None and moe_gpus != tp and model.is_moe:
+        weights = model.non_expert_weight_bytes / tp + model.expert_weight_bytes / moe_gpus
     if activation_reserve_gb is not None:
         act, non_torch, graphs, method = activation_reserve_gb * 1e9, 0.0, 0.0, "flat-reserve"
     else:

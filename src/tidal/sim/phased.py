@@ -122,11 +122,11 @@ def run_phases(
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         get_gpu(cfg.gpu),
-        cfg.tp,
+        cfg.tp * cfg.data_parallel_size,  # every GPU of the dp engines
         np.concatenate([r.prompt_len for r in all_reqs]),
         np.concatenate([r.output_len for r in all_reqs]),
         mem.kv_capacity_tokens,
-        cfg.scheduler.max_seqs,
+        cfg.scheduler.max_seqs * cfg.data_parallel_size,
     )
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps

@@ -170,6 +170,7 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
         max_seqs=cfg.scheduler.max_seqs,
         non_torch_gib_per_gpu=mem.non_torch_gib,
         cuda_graph_gib=mem.cuda_graph_gib,
+        moe_gpus=cfg.tp * cfg.data_parallel_size,
     )
     if mem.num_blocks is not None:
         check_num_blocks(mem.num_blocks, mem.block_size, mem.watermark, max_request_tokens)
@@ -258,11 +259,11 @@ def run_simulation(
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         gpu,
-        cfg.tp,
+        cfg.tp * cfg.data_parallel_size,  # every GPU of the dp engines
         reqs.prompt_len,
         reqs.output_len,
         mem.kv_capacity_tokens,
-        cfg.scheduler.max_seqs,
+        cfg.scheduler.max_seqs * cfg.data_parallel_size,
     )
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
