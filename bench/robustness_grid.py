@@ -30,9 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidal.core.errors import ConfigError
-from tidal.hardware.gpus import GPUS, get_gpu
+from tidal.hardware.gpus import get_gpu
 from tidal.hardware.memory import plan_memory
 from tidal.hardware.models import get_model
+
+GPUS = ("h100", "h200", "a100-80gb", "l40s", "a40", "rtx-pro-6000", "b200")
+"""The grid's GPUs: the catalog of issue 18 (issue 28's B300 / GB200 / GB300 are not in it, so
+the recorded grid stays the same grid)."""
 
 MIXES: dict[str, dict[str, Any]] = {
     "DH": {"prompt_len": 128, "output_len": 1024, "length_dist": "uniform"},

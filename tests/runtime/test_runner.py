@@ -136,6 +136,17 @@ def test_catalog_shapes_build_runtime_configs_and_moe_is_refused():
         LlamaConfig.from_spec(get_model("qwen3-30b-a3b"))
 
 
+def test_hugging_face_architectures_the_runtime_lacks_are_refused():
+    from tidal.hardware.hf_config import shipped_configs
+
+    if not shipped_configs():
+        pytest.skip("aiconfigurator-core not installed")
+    with pytest.raises(ConfigError, match="linear-attention layers"):
+        LlamaConfig.from_spec(get_model("Qwen/Qwen3.5-27B"))
+    dense = LlamaConfig.from_spec(get_model("Qwen/Qwen3-0.6B"))
+    assert (dense.num_layers, dense.head_dim) == (28, 128)
+
+
 def test_safetensors_round_trip_and_hugging_face_names(tmp_path):
     pytest.importorskip("safetensors")
     from safetensors.torch import save_file

@@ -133,3 +133,14 @@ def test_deterministic() -> None:
     b = _sample("lognormal")
     assert np.array_equal(a[0], b[0])
     assert np.array_equal(a[1], b[1])
+
+
+def test_uniform_below_is_the_benchmark_clients_range() -> None:
+    """``benchmark_serving.py --random-range-ratio 0.8`` (InferenceX): uniform on
+    [⌊0.8·L⌋, L], both ends drawn, mean ≈ 0.9·L."""
+    p, o = _sample("uniform-below", prompt=1000, output=129, jitter=0.2)
+    assert (p.min(), p.max()) == (800, 1000)
+    assert (o.min(), o.max()) == (103, 129)  # ⌊0.8 · 129⌋ = 103
+    assert p.mean() == pytest.approx(900, rel=0.01)
+    q, _ = _sample("uniform-below", prompt=1, output=1, jitter=0.9)
+    assert (q == 1).all()  # floored at 1

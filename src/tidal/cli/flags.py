@@ -33,22 +33,76 @@ def _list(text: str) -> list[Any]:
 S, I, F = str | None, int | None, float | None
 
 DEPLOYMENT = (
-    Flag("model", S, "Model id, e.g. llama-3.1-8b, qwen3-8b.", "model", shows="llama-3.1-8b"),
-    Flag("gpu", S, "GPU id: h100 h200 a100-80gb l40s rtx-pro-6000 b200.", "gpu", shows="h100"),
+    Flag(
+        "model", S,
+        "Model: a catalog id (llama-3.1-8b, qwen3-8b …), a Hugging Face repo id whose config "
+        "aiconfigurator-core ships (Qwen/Qwen3-235B-A22B-FP8 …), or a path to a config.json "
+        "or model directory.",
+        "model", shows="llama-3.1-8b",
+    ),
+    Flag(
+        "gpu", S,
+        "GPU id: h100 h200 a100-80gb l40s a40 rtx-pro-6000 b200 b300 gb200 gb300 (or the "
+        "operator tables' ids: h100_sxm …).",
+        "gpu", shows="h100",
+    ),
     Flag(
         "tp", I, "Tensor-parallel degree.", "tp",
         decls=("--tp",), vllm=("--tensor-parallel-size", "-tp"), shows=1,
     ),
     Flag(
         "perf_model", S,
-        "auto (paper calibration > measured profile > corrected roofline) | roofline | "
-        "corrected-roofline | measured | linear | profile:PATH (tidal calibrate) | "
-        "measured:PATH (tidal-gpu-profile/1).",
+        "auto (paper calibration > measured profile > corrected roofline) | engine (the "
+        "engine's measured operator tables) | roofline | corrected-roofline | measured "
+        "(vidur) | linear | profile:PATH (tidal calibrate) | measured:PATH.",
         "perf_model", shows="auto",
     ),
     Flag(
         "perf_host", S, "Host time per step of the measured/corrected models: vllm-v1 | vidur.",
         "perf_host", shows="vllm-v1",
+    ),
+    Flag(
+        "engine", S, "Serving engine whose measured operator tables --perf-model engine "
+        "reads: vllm | sglang.", "engine", shows="vllm",
+    ),
+    Flag(
+        "engine_version", S, "Engine version of the tables (default: the newest for the GPU; "
+        "tidal hardware show lists them).", "engine_version",
+    ),
+    Flag(
+        "data_parallel_size", I, "Data-parallel engines of --tp GPUs each (--perf-model "
+        "engine; MoE layers span all of them).", "data_parallel_size",
+        decls=("--data-parallel-size",), vllm=("-dp",), shows=1,
+    ),
+    Flag(
+        "enable_expert_parallel", bool | None, "MoE: shard experts over the TP ranks (EP = TP).",
+        "enable_expert_parallel", decls=("--enable-expert-parallel/--no-enable-expert-parallel",),
+        shows=False,
+    ),
+)  # fmt: skip
+
+PRECISION = (
+    Flag(
+        "quantization", S,
+        "vLLM --quantization: fp8 | modelopt | modelopt_fp4 | mxfp4 | awq | gptq | "
+        "compressed-tensors (default: the checkpoint's, else bf16).",
+        "quantization", vllm=("-q",),
+    ),
+    Flag(
+        "kv_cache_dtype", S,
+        "vLLM --kv-cache-dtype: auto (model dtype, or the checkpoint's FP8) | bfloat16 | fp8.",
+        "kv_cache_dtype", shows="auto",
+    ),
+    Flag(
+        "gemm_quant", S,
+        "Non-expert weights in an operator-table dtype (bfloat16 fp8 fp8_block nvfp4 int4_wo), "
+        "over --quantization.",
+        "gemm_quant",
+    ),
+    Flag(
+        "moe_quant", S,
+        "Routed-expert weights in an operator-table dtype (… w4a16_mxfp4), over --quantization.",
+        "moe_quant",
     ),
 )  # fmt: skip
 
@@ -90,7 +144,7 @@ SYNTHETIC = (
 
 LENGTHS = (
     Flag(
-        "length_dist", S, "fixed|uniform|geometric|lognormal|empirical:NAME.",
+        "length_dist", S, "fixed|uniform|uniform-below|geometric|lognormal|empirical:NAME.",
         "workload.length_dist", shows="fixed",
     ),
     Flag("max_prompt_len", I, "Cap prompt lengths.", "workload.max_prompt_len"),
@@ -248,7 +302,8 @@ INTERFERENCE = (
 )  # fmt: skip
 
 SIMULATE = FlagTable(
-    DEPLOYMENT, TRACE, SYNTHETIC, LENGTHS, CONCURRENCY, AUGMENTED, SCHEDULER, MEMORY, RUN,
+    DEPLOYMENT, PRECISION, TRACE, SYNTHETIC, LENGTHS, CONCURRENCY, AUGMENTED, SCHEDULER, MEMORY,
+    RUN,
     PREFIXES, CLUSTER, INTERFERENCE,
 )  # fmt: skip
 """``tidal simulate``: every flag but --out, --config and --plot."""
@@ -270,7 +325,7 @@ def axis(flag: Flag, help: str, key: str | None = None, name: str | None = None)
 
 
 _PLAN_BASE = FlagTable(
-    TRACE, DEPLOYMENT[:1], MEMORY, SYNTHETIC, CONCURRENCY
+    TRACE, DEPLOYMENT[:1], PRECISION, MEMORY, SYNTHETIC, CONCURRENCY
 ).flags  # fmt: skip
 PLAN = FlagTable(
     (f.prefixed("base.") for f in _PLAN_BASE),

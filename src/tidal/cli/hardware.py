@@ -1,5 +1,6 @@
 """``tidal hardware show``: step times of one deployment from each performance model, side by
-side (plain roofline, corrected roofline, measured profiles where present), and its KV plan."""
+side (plain roofline, corrected roofline, Vidur's measured profiles and the serving engines'
+measured tables where present), the engine versions with tables, and its KV plan."""
 
 from __future__ import annotations
 
@@ -46,7 +47,36 @@ def models_for(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
     meas = measured_model(model, gpu, tp)
     if meas is not None:
         out["measured"] = meas
+    out.update(engine_models(model, gpu, tp))
     return out
+
+
+def engine_models(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
+    """``engine:<engine>`` → the engine-table model at its newest version, where the GPU's
+    tables (and the model's shapes) allow one."""
+    from tidal.hardware.engine_data import ENGINES
+    from tidal.hardware.engine_perf import EnginePerfModel, system_of
+
+    if system_of(gpu) is None:
+        return {}
+    out: dict[str, Any] = {}
+    for eng in ENGINES:
+        try:
+            out[f"engine:{eng}"] = EnginePerfModel(model, gpu, tp, eng)
+        except TidalError:
+            continue
+    return out
+
+
+def engine_version_rows(gpu: Any) -> list[tuple[str, str]]:
+    """(engine, its versions with measured tables on ``gpu``), oldest first."""
+    from tidal.hardware.engine_data import ENGINES, engine_versions
+    from tidal.hardware.engine_perf import system_of
+
+    system = system_of(gpu)
+    if system is None:
+        return []
+    return [(e, " ".join(v)) for e in ENGINES if (v := engine_versions(system, e))]
 
 
 def kv_plan_rows(model: Any, gpu: Any, tp: int) -> list[tuple[str, str]]:
@@ -67,6 +97,11 @@ def kv_plan_rows(model: Any, gpu: Any, tp: int) -> list[tuple[str, str]]:
         ),
         ("non-torch memory", f"{plan.non_torch_bytes / gib:.2f} GiB"),
         ("CUDA graphs", f"{plan.cuda_graph_bytes / gib:.2f} GiB"),
+        *(
+            [(f"window KV / linear state ({plan.max_seqs} seqs)", f"{seq / gib:.2f} GiB")]
+            if (seq := plan.seq_state_bytes)
+            else []
+        ),
         ("KV cache per GPU", f"{plan.kv_bytes_per_gpu / gib:.2f} GiB"),
         ("KV bytes per token per GPU", f"{plan.kv_bytes_per_token_per_gpu:,.0f}"),
         ("KV blocks", f"{plan.num_blocks:,} × {plan.block_size} tokens"),
@@ -79,6 +114,10 @@ def show(
     gpu: Annotated[str, Opt(help="GPU id, e.g. a100-80gb, h100, h200, a40.")],
     model: Annotated[str, Opt(help="Model id, e.g. llama-2-7b, llama-3.1-8b.")],
     tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
+    quantization: Annotated[
+        str | None, Opt(help="vLLM --quantization (fp8, modelopt_fp4, mxfp4, …).")
+    ] = None,
+    kv_cache_dtype: Annotated[str | None, Opt(help="vLLM --kv-cache-dtype (auto, fp8).")] = None,
 ) -> None:
     """Step times (ms, including LM head and host time) for typical shapes from each model,
     the model ``--perf-model auto`` picks, and the KV plan."""
@@ -89,7 +128,8 @@ def show(
     try:
         if tp < 1:
             raise TidalError("--tp: must be ≥ 1")
-        m, g = get_model(model), get_gpu(gpu)
+        m = get_model(model, quantization=quantization, kv_cache_dtype=kv_cache_dtype)
+        g = get_gpu(gpu)
         perfs = models_for(m, g, tp)
         auto = build_perf_model("auto", m, g, tp)
     except TidalError as err:
@@ -103,6 +143,12 @@ def show(
         table.add_row(label, *(f"{shape_ms(perf, d, p):.3f}" for perf in perfs.values()))
     console.print(table)
     console.print(f"--perf-model auto: [bold]{perf_model_source(auto)}[/]")
+    for eng, vers in engine_version_rows(g) or [("engines", "no measured tables (A40)")]:
+        console.print(f"--engine {eng}: tables of versions {vers}")
+    console.print(
+        f"weights {m.gemm_quant} (experts {m.moe_quant}), KV cache {m.kv_cache_dtype}"
+        + (f", {m.architecture}" if m.architecture else "")
+    )
     parts = getattr(perfs.get("measured"), "parts", None)
     if parts:
         for k, v in parts.items():

@@ -18,6 +18,8 @@ vLLM                        Tidal flag                       config key
 ``--burstiness``            ``--arrival-cv``                 ``workload.arrival_cv``
 ``--gpu-memory-utilization`` (same)                          ``memory.gpu_memory_utilization``
 ``--num-warmups``           ``--warmup``                     ``workload.warmup_requests``
+``--quantization``, ``-q``  (same)                           ``quantization``
+``--kv-cache-dtype``        (same)                           ``kv_cache_dtype``
 =========================== ================================ =============================
 
 Burstiness is the Gamma shape k of the inter-arrival gaps (vLLM ``bench serve``); Tidal's

@@ -236,6 +236,11 @@ class ClusterConfig(_Strict):
     warmup_s: float = Field(default=60.0, ge=0)
     """Control time before the first request (initial prewarming, static loads)."""
     perf_model: str = "auto"
+    engine: Literal["vllm", "sglang"] = "vllm"
+    engine_version: str | None = None
+    enable_expert_parallel: bool = False
+    moe_distribution: Literal["power_law_1.01", "balanced", "power_law_1.2"] = "power_law_1.01"
+    """``perf_model: engine``'s tables, as in the single-instance config."""
     perf_host: Literal["vllm-v1", "vidur"] = "vllm-v1"
     """Per-step host time of the measured and corrected models (as ``SimulationConfig``)."""
     eager_overhead: bool = False

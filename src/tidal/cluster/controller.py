@@ -46,7 +46,7 @@ from tidal.cluster.weight_load import load_weights
 from tidal.core.request import Request
 from tidal.core.spool import ColumnSet
 from tidal.core.units import s_to_ns
-from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.calibration import build_perf_model, engine_choice
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 
@@ -262,8 +262,9 @@ class ClusterController:
         """Step-time model of an unshared engine of ``spec`` on ``tp`` GPUs (plus the eager-mode
         overhead with ``cluster.eager_overhead``)."""
         perf = build_perf_model(
-            self.cfg.perf_model, spec, self.topo.gpu, tp, host=self.cfg.perf_host
-        )
+            self.cfg.perf_model, spec, self.topo.gpu, tp, host=self.cfg.perf_host,
+            engine=engine_choice(self.cfg),
+        )  # fmt: skip
         if self.cfg.eager_overhead:
             perf = EagerPerfModel(perf, eager_overhead_s(spec, tp))
         return perf

@@ -54,7 +54,6 @@ from tidal.experiments.plan_pool import Prefetcher, simulate_at
 from tidal.experiments.replicas import SimulationStopped
 from tidal.experiments.space import PlanSpec
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import load_config
 from tidal.sim.run import SimResult, load_requests, memory_plan
@@ -168,7 +167,7 @@ class Planner:
             return 1
         mem = memory_plan(cfg)
         bound = roofline_token_throughput(
-            get_model(cfg.model),
+            cfg.model_spec(),
             get_gpu(cfg.gpu),
             cfg.tp,
             self.requests.prompt_len,

@@ -43,7 +43,6 @@ from tidal.core.request import Request
 from tidal.engine.stats import PolicyStats
 from tidal.hardware.calibration import perf_model_source
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -187,7 +186,7 @@ def run_replicated(
     metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, itl)
     mem = built[0][2]
     metrics["roofline_token_throughput"] = replicas * roofline_token_throughput(
-        get_model(cfg.model),
+        cfg.model_spec(),
         get_gpu(cfg.gpu),
         cfg.tp,
         reqs.prompt_len,

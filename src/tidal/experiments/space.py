@@ -113,7 +113,9 @@ class PlanSpec(StrictModel):
         axes = {k: list(v) for k, v in self.search.items()}
         cluster = self.base.get("cluster")
         axes.setdefault("gpu", [self.base.get("gpu", "h100")])
-        axes.setdefault("scheduler.batching", BATCHING.names())
+        # prefill-first is an engine's behaviour (SGLang's), not a policy to choose under vLLM
+        batching = [n for n in BATCHING.names() if n != "prefill-first"]
+        axes.setdefault("scheduler.batching", batching)
         if cluster is None:  # a cluster's TP, budget and batch cap come from cluster.*
             axes.setdefault("tp", list(DEFAULT_TP))
             axes.setdefault("scheduler.ordering", ORDERINGS.names())

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import GPUSpec, get_gpu
@@ -152,10 +153,26 @@ CALIBRATIONS: dict[tuple[str, str, int], LinearCalibration] = {
     **{key: infercept_calibration(*key) for key in INFERCEPT_PROFILES},
 }
 
-PERF_MODELS = ("auto", "roofline", "linear", "measured", "corrected-roofline", "corrected")
+PERF_MODELS = (
+    "auto", "roofline", "linear", "measured", "vidur", "corrected-roofline", "corrected", "engine",
+)  # fmt: skip
 """``roofline``: the plain roofline (:class:`RooflinePerfModel`); ``corrected-roofline`` (alias
 ``corrected``): the roofline fitted on measured kernels (:mod:`tidal.hardware.corrected`);
-``measured``: the bundled GPU operator profiles (:mod:`tidal.hardware.measured`)."""
+``measured`` (alias ``vidur``): the bundled GPU operator profiles of Vidur's older engine
+(:mod:`tidal.hardware.measured`); ``engine``: the measured operator tables of the serving
+engine and version (:mod:`tidal.hardware.engine_perf`)."""
+@dataclass(frozen=True)
+class EngineChoice:
+    """Which engine's tables ``--perf-model engine`` reads (``SimulationConfig``'s keys
+    ``engine``, ``engine_version``, ``enable_expert_parallel``, ``moe_distribution``)."""
+
+    engine: str = "vllm"
+    version: str | None = None
+    expert_parallel: bool = False
+    moe_distribution: str = "power_law_1.01"
+    data_parallel: int = 1
+
+
 PROFILE_PREFIX = "profile:"
 """``profile:PATH``: a step-time profile measured on the real engine (``tidal calibrate``)."""
 MEASURED_PREFIX = "measured:"
@@ -216,6 +233,28 @@ def perf_model_source(perf: PerfModel) -> str:
     return f"{perf.name}:{src}" if isinstance(src, str) and src else perf.name
 
 
+def engine_choice(cfg: Any, data_parallel: int = 1) -> EngineChoice:
+    """The :class:`EngineChoice` of a config holding ``engine``, ``engine_version``,
+    ``enable_expert_parallel`` and ``moe_distribution`` (the simulation or cluster config)."""
+    return EngineChoice(
+        cfg.engine, cfg.engine_version, cfg.enable_expert_parallel, cfg.moe_distribution,
+        data_parallel,
+    )  # fmt: skip
+
+
+def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
+    """``summary.json``'s record of the engine tables a step model read (``perf_model:
+    engine``: data source and its version, engine, engine version, GPU tables, the version of
+    each operator family, and which parts fell back); empty for the other models."""
+    from tidal.hardware.engine_perf import EnginePerfModel
+    from tidal.hardware.perf import WrappedPerfModel
+
+    base = perf.base if isinstance(perf, WrappedPerfModel) else perf
+    if not isinstance(base, EnginePerfModel):
+        return {}
+    return {"perf_model_tables": {**base.tables.describe(), "parts": base.parts}}
+
+
 def build_perf_model(
     kind: str,
     model: ModelSpec,
@@ -224,9 +263,12 @@ def build_perf_model(
     eff_bw: float = 0.8,
     interference: bool = False,
     host: str = "vllm-v1",
+    engine: EngineChoice | None = None,
     **roofline_kw: float,
 ) -> PerfModel:
-    """``profile:PATH``: the profile measured on the real engine (``tidal calibrate``).
+    """``engine``: the serving engine's measured operator tables (``engine`` names the
+    engine, version and expert parallelism; vLLM's newest tables by default).
+    ``profile:PATH``: the profile measured on the real engine (``tidal calibrate``).
     ``auto``: in this order, the papers' calibrated linear model where one exists for (model,
     GPU, TP) (EB paper, INFERCEPT), the bundled measured operator profiles
     (``measured``), else the corrected roofline. ``roofline``: the plain roofline.
@@ -236,7 +278,16 @@ def build_perf_model(
     :mod:`tidal.hardware.interference` (EB paper §1.2) on top of either. ``host``: whose
     per-step host time the measured and corrected models add (``vllm-v1``, the default, or
     ``vidur``; :data:`tidal.hardware.corrected.HOST_MODES`)."""
-    base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)
+    if kind == "engine":
+        from tidal.hardware.engine_perf import EnginePerfModel
+
+        e = engine or EngineChoice()
+        base: PerfModel = EnginePerfModel(
+            model, gpu, tp, e.engine, e.version, host, e.expert_parallel, e.moe_distribution,
+            e.data_parallel,
+        )  # fmt: skip
+    else:
+        base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)
     if not interference:
         return base
     from tidal.hardware.interference import InterferencePerfModel, step_interference
@@ -264,6 +315,8 @@ def _build_base(
         return meas
     cal = CALIBRATIONS.get((model.name, gpu.name, tp))
     kappa = model.kv_bytes_per_token_per_gpu(tp) * tp / (eff_bw * gpu.mem_bw * tp)
+    if kind == "vidur":
+        kind = "measured"
     if kind == "measured" or (kind == "auto" and cal is None):
         meas = measured_model(model, gpu, tp, host=host)
         if meas is not None:

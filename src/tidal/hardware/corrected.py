@@ -180,7 +180,7 @@ def layer_gemms(model: ModelSpec, tp: int) -> list[tuple[str, int, int]]:
     when tp exceeds them). MoE layers report one expert's matrices."""
     h, d = model.hidden_size, model.d_head
     q, kv = model.num_heads // tp, max(model.num_kv_heads // tp, 1)
-    inter = model.intermediate_size // tp if not model.is_moe else model.intermediate_size
+    inter = model.intermediate_size // tp if not model.is_moe else model.moe_inter
     up = 2 * inter if model.gated_mlp else inter
     return [
         ("attn_pre_proj", h, (q + 2 * kv) * d),
@@ -194,7 +194,7 @@ def elementwise_bytes(model: ModelSpec, tp: int) -> dict[str, float]:
     """Bytes read + written per token and layer by each elementwise op on one shard."""
     h, d, dt = model.hidden_size, model.d_head, model.dtype_bytes
     q, kv = model.num_heads // tp, max(model.num_kv_heads // tp, 1)
-    inter = model.intermediate_size // tp
+    inter = model.moe_inter // tp
     act = (3 if model.gated_mlp else 2) * inter
     return {
         "input_layernorm": 2.0 * h * dt,

@@ -24,7 +24,9 @@ CUDAGRAPHS=1``; before, graphs came out of the ``1 − utilization`` headroom). 
     alive at once in one layer under torch.compile (dead buffers are freed) — the residual
     stream beside the QKV projection and the attention output, or beside the fused gate/up
     projection (2I/tp) and its SiLU·mul product (I/tp). A plain 2-matrix MLP holds 2I/tp;
-    an MoE layer holds k·(3I/tp + h) per token (fused-MoE caches). Attention itself is
+    an MoE layer holds k·(3I_e/tp + h) per token (fused-MoE caches, expert width I_e) plus a
+    shared expert's 3I_s/tp; a MoE model's leading dense layers 3I/tp; a Gated DeltaNet layer
+    its q/k/v/z projection. Attention itself is
     skipped in the profiling forward (no KV cache yet).
   - sampler ``S = R·V·28 + T·h·b + R·h·b``: the dummy sampler runs temperature 0.5, top-p 0.9,
     top-k V−1 on PyTorch's top-k/top-p path; at its peak it holds per logit the bf16 logits (2),
@@ -44,6 +46,25 @@ Cross-check: published start-up logs of Llama-3.1-8B on one H100 at utilization 
 0.12–0.35 GiB, activation peak 1.19–1.24 GiB, KV 54.62–54.93 GiB; this plan at 8192 tokens and
 256 sequences without the graph term gives 14.96, 0.35, 0.92 and 54.97 GiB (450 304 tokens);
 with it, 54.57 GiB = 447 024 tokens — ``tests/hardware/test_memory.py`` works it by hand.
+
+**Sliding-window and linear-attention layers** (gpt-oss; Qwen3.5's Gated DeltaNet) hold a
+bounded amount per sequence, not per token. vLLM's hybrid KV-cache manager (v1
+``kv_cache_utils``; the "Hybrid KV Cache Manager" design doc) groups layers by attention type
+into groups of equal page size sharing one block pool: a request holds ⌈tokens/block⌉ blocks in
+a full-attention group, the blocks covering its last ``sliding_window`` tokens in a
+sliding-window group, and one state slot in a linear-attention (Mamba-style) group. Tidal's KV
+manager counts full-attention tokens only (``kv_bytes_per_token_per_gpu`` covers the
+full-attention layers), so the plan sets aside, for each of the ``max_seqs`` sequences that may
+run, its bounded part — the window's KV over ⌈(window − 1)/block⌉ + 1 blocks and the linear
+state (``ModelSpec.state_bytes_per_seq_per_gpu``) — before dividing the rest into blocks:
+
+    available_kv = available − max_seqs · (window KV + linear state)   (per GPU)
+
+Exact when ``max_seqs`` sequences of at least a window's length run; conservative with fewer.
+(vLLM also enlarges a hybrid model's attention block so that its page matches the state's; the
+plan keeps ``block_size``.) A model whose every attention layer is windowed is planned as if
+they were full (conservative). MLA stores one latent per token and layer, replicated on every
+TP rank; an FP8 KV cache stores one byte per element (``ModelSpec.kv_cache_dtype``).
 
 ``activation_reserve_gb`` (a number) replaces activation, non-torch and graphs by one flat
 reserve of that many 10⁹ bytes (the previous method), e.g. to match a paper's stated reserve.
@@ -77,7 +98,13 @@ def forward_peak_bytes(model: ModelSpec, tp: int, tokens: int) -> float:
     mats = 3 if model.gated_mlp else 2
     mlp = h + mats * model.intermediate_size / tp
     if model.is_moe:
-        mlp = h + model.num_active_experts * (mats * model.intermediate_size / tp + h)
+        dense = mlp if model.num_dense_layers else 0.0
+        mlp = h + model.num_active_experts * (mats * model.moe_inter / tp + h)
+        mlp = max(mlp + mats * model.shared_intermediate_size / tp, dense)
+    if model.num_linear_layers:  # Gated DeltaNet: the q/k/v/z projection beside the residual
+        qk = 2 * model.linear_num_key_heads * model.linear_key_head_dim
+        vz = 2 * model.linear_num_value_heads * model.linear_value_head_dim
+        attn = max(attn, h + (qk + vz) / tp)
     return tokens * model.dtype_bytes * max(attn, mlp)
 
 
@@ -85,6 +112,25 @@ def sampler_peak_bytes(model: ModelSpec, tokens: int, reqs: int) -> float:
     """Dummy sampler over ``reqs`` rows of full-vocabulary logits, plus the live hidden states."""
     h, b = model.hidden_size, model.dtype_bytes
     return reqs * model.vocab_size * SAMPLER_BYTES_PER_LOGIT + (tokens + reqs) * h * b
+
+
+def seq_reserve_bytes(model: ModelSpec, tp: int, block_size: int) -> float:
+    """Per sequence, per GPU: the sliding-window KV (⌈(window − 1)/block⌉ + 1 blocks) and the
+    linear-attention state — what the full-attention token count leaves out."""
+    win = 0.0
+    if model.num_sliding_layers and model.sliding_window and model.full_attention_layers:
+        blocks = -(-(model.sliding_window - 1) // block_size) + 1
+        win = model.window_kv_bytes_per_token_per_gpu(tp) * blocks * block_size
+    return win + model.state_bytes_per_seq_per_gpu(tp)
+
+
+def kv_bytes_per_token_planned(model: ModelSpec, tp: int) -> float:
+    """Bytes per full-attention token on one GPU; all-windowed models count their windows as
+    full (module docstring)."""
+    per_tok = model.kv_bytes_per_token_per_gpu(tp)
+    if per_tok == 0 and model.num_sliding_layers:
+        return model.window_kv_bytes_per_token_per_gpu(tp)
+    return per_tok
 
 
 def activation_peak_bytes(model: ModelSpec, tp: int, token_budget: int, max_seqs: int) -> float:
@@ -114,6 +160,8 @@ class MemoryPlan:
     token_budget: int = 0
     max_seqs: int = 0
     method: str = "vllm-profile"
+    seq_state_bytes: float = 0.0
+    """Sliding-window KV and linear-attention state set aside for ``max_seqs`` sequences."""
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -136,6 +184,8 @@ class MemoryPlan:
             "token_budget": self.token_budget,
             "max_seqs": self.max_seqs,
         }
+        if self.seq_state_bytes:
+            plan["seq_state_gib"] = self.seq_state_bytes / GIB
         return {"kv_capacity_tokens": self.kv_capacity_tokens, "kv_plan": plan}
 
 
@@ -152,14 +202,19 @@ def plan_memory(
     max_seqs: int = 256,
     non_torch_gib_per_gpu: float | None = None,
     cuda_graph_gib: float | None = None,
+    moe_gpus: int | None = None,
 ) -> MemoryPlan:
     """vLLM's KV plan (module docstring). Raises a ``ConfigError`` stating every term when the
-    weights do not fit or the cache cannot hold ``min_tokens`` (one request's tokens)."""
+    weights do not fit or the cache cannot hold ``min_tokens`` (one request's tokens).
+    ``moe_gpus``: the GPUs a MoE model's routed experts are spread over (data parallelism:
+    dp·tp, while the other weights are split over ``tp``); default ``tp``."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError("gpu_memory_utilization", "must be in (0, 1]", "e.g. 0.9")
     total = gpu.mem_bytes
     requested = total * gpu_memory_utilization
     weights = model.weight_bytes / tp
+    if moe_gpus is not None and moe_gpus != tp and model.is_moe:
+        weights = model.non_expert_weight_bytes / tp + model.expert_weight_bytes / moe_gpus
     if activation_reserve_gb is not None:
         act, non_torch, graphs, method = activation_reserve_gb * 1e9, 0.0, 0.0, "flat-reserve"
     else:
@@ -169,23 +224,29 @@ def plan_memory(
         graphs = (CUDA_GRAPH_GIB if cuda_graph_gib is None else cuda_graph_gib) * GIB
         method = "vllm-profile"
     reserve = act + non_torch + graphs
-    kv = requested - weights - reserve
-    per_tok = model.kv_bytes_per_token_per_gpu(tp)
+    seq_state = seq_reserve_bytes(model, tp, block_size) * max_seqs
+    kv = requested - weights - reserve - seq_state
+    per_tok = kv_bytes_per_token_planned(model, tp)
     gpu_blocks = int(kv // (per_tok * block_size)) if kv > 0 else 0
     blocks = max(gpu_blocks - 1, 0)
     if blocks * block_size < max(min_tokens, block_size):
+        terms = {
+            "weights": weights, "activation peak": act, "non-torch": non_torch,
+            "CUDA graphs": graphs, f"window/state of {max_seqs} sequences": seq_state,
+        }  # fmt: skip
+        shown = {k: v for k, v in terms.items() if v or "window" not in k}
+        used = " − ".join(f"{k} {v / GIB:.2f} GiB" for k, v in shown.items())
         raise ConfigError(
             "model",
             f"{model.name} does not fit on {tp}× {gpu.name}: {gpu_memory_utilization:g} × "
-            f"{total / GIB:.2f} GiB = {requested / GIB:.2f} GiB per GPU − weights "
-            f"{weights / GIB:.2f} GiB − activation peak {act / GIB:.2f} GiB − non-torch "
-            f"{non_torch / GIB:.2f} GiB − CUDA graphs {graphs / GIB:.2f} GiB leaves "
+            f"{total / GIB:.2f} GiB = {requested / GIB:.2f} GiB per GPU − {used} leaves "
             f"{max(kv, 0) / GIB:.2f} GiB for KV = {blocks * block_size} tokens, but one request "
             f"needs {min_tokens} tokens",
-            "use more tensor parallelism (--tp), a larger GPU, a smaller token budget, or cap "
+            "use more tensor parallelism (--tp), a larger GPU, a smaller token budget, a "
+            "quantized checkpoint or KV cache (--quantization, --kv-cache-dtype fp8), or cap "
             "the lengths",
         )
     return MemoryPlan(
         weights, reserve, kv, per_tok, block_size, blocks,
-        total, requested, act, non_torch, graphs, token_budget, max_seqs, method,
+        total, requested, act, non_torch, graphs, token_budget, max_seqs, method, seq_state,
     )  # fmt: skip

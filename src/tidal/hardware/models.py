@@ -4,6 +4,13 @@ Architectures are the published configs (Hugging Face ``config.json`` of each mo
 follow the usual dense-transformer arithmetic: a matmul of an ``a×b`` weight costs ``2ab`` FLOPs
 per token; attention over a context of ``s`` tokens costs ``4·d_head·n_heads·s`` FLOPs per token
 per layer (QKᵀ and PV); the KV cache stores ``2·n_kv_heads·d_head`` values per token per layer.
+
+Beyond the catalog, :func:`get_model` reads any Hugging Face config of the supported
+architectures (:mod:`tidal.hardware.hf_config`): MoE with shared experts and leading dense
+layers, sliding-window layers, MLA and DSA attention, Gated DeltaNet linear-attention layers
+(their arithmetic: :mod:`tidal.hardware.model_math`), and quantized weights and KV
+(:mod:`tidal.hardware.precision`). Every field they add defaults to what the catalog's models
+were before, so those are unchanged to the byte.
 """
 
 from __future__ import annotations
@@ -11,6 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidal.core.errors import ConfigError, unknown_name
+from tidal.hardware.model_math import (
+    expert_weight_bytes,
+    gdn_params,
+    linear_state_bytes_per_layer,
+    mla_params,
+    quantized_weight_bytes,
+)
+from tidal.hardware.precision import MODEL_DTYPE, kv_bytes_per_element
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +36,8 @@ class ModelSpec:
     num_heads: int
     num_kv_heads: int
     intermediate_size: int
+    """Width of a dense MLP (the dense layers of a MoE model; the experts when
+    ``moe_intermediate_size`` is 0)."""
     vocab_size: int
     head_dim: int = 0
     """0 means hidden_size / num_heads."""
@@ -32,6 +49,52 @@ class ModelSpec:
     tie_embeddings: bool = False
     max_context: int = 4096
     dtype_bytes: int = 2
+    # ---- MoE (Hugging Face configs; every default keeps the catalog's models as they were)
+    moe_intermediate_size: int = 0
+    """Width of one routed expert (0: ``intermediate_size``)."""
+    num_shared_experts: int = 0
+    shared_intermediate_size: int = 0
+    """Total width of the always-active shared-expert MLP (0: none)."""
+    num_dense_layers: int = 0
+    """Layers with a dense MLP of ``intermediate_size`` in a MoE model (DeepSeek's
+    ``first_k_dense_replace``, Qwen's ``mlp_only_layers``)."""
+    # ---- sliding-window layers (gpt-oss)
+    sliding_window: int = 0
+    num_sliding_layers: int = 0
+    """Layers of ``num_layers`` that attend to the last ``sliding_window`` tokens only."""
+    # ---- multi-head latent attention (DeepSeek-V3/R1, Kimi-K2) and DSA sparse attention
+    kv_lora_rank: int = 0
+    """MLA: width of the compressed KV latent (0: not MLA)."""
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    index_topk: int = 0
+    """DSA (DeepSeek-V3.2, GLM-5): context tokens each query attends to (0: dense)."""
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    # ---- hybrid linear attention (Gated DeltaNet layers of Qwen3.5 / Qwen3-Next)
+    num_linear_layers: int = 0
+    """Layers of ``num_layers`` with a constant-size recurrent state instead of a KV cache."""
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    linear_state_dtype_bytes: int = 0
+    """Bytes per element of the recurrent state (0: ``dtype_bytes``; Qwen3.5 keeps float32)."""
+    attn_output_gate: bool = False
+    """Full-attention layers project a sigmoid output gate beside Q (Qwen3.5, Qwen3-Next)."""
+    # ---- precision (operator-table dtype names, :mod:`tidal.hardware.precision`)
+    gemm_quant: str = "bfloat16"
+    """Weights of every linear layer but the routed experts."""
+    moe_quant: str = "bfloat16"
+    """Weights of the routed experts."""
+    kv_cache_dtype: str = "auto"
+    """vLLM ``--kv-cache-dtype``: auto (the model dtype) | bfloat16 | fp8 | fp8_e4m3 | fp8_e5m2."""
+    hf_id: str = ""
+    architecture: str = ""
+    """The config's ``architectures[0]`` (empty for the catalog's models)."""
 
     # ----------------------------------------------------------------- shapes
     @property
@@ -43,32 +106,109 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_inter(self) -> int:
+        """Width of one routed expert."""
+        return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers whose KV cache grows with the whole context."""
+        return self.num_layers - self.num_sliding_layers - self.num_linear_layers
+
+    @property
+    def softmax_attention_layers(self) -> int:
+        """Layers with softmax attention (full or sliding window)."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
     def attn_params_per_layer(self) -> int:
+        """Parameters of one softmax-attention layer (Q, K, V, O; MLA's down/up projections and
+        DSA's indexer)."""
         h, d = self.hidden_size, self.d_head
-        q = h * self.num_heads * d
+        if self.is_mla:
+            return mla_params(self)
+        gate = 2 if self.attn_output_gate else 1
+        q = h * self.num_heads * d * gate
         kv = 2 * h * self.num_kv_heads * d
         o = self.num_heads * d * h
         return q + kv + o
 
     @property
+    def linear_attn_params_per_layer(self) -> int:
+        """Parameters of one Gated DeltaNet layer (:func:`~tidal.hardware.model_math.
+        gdn_params`)."""
+        return gdn_params(self)
+
+    @property
+    def attn_params(self) -> int:
+        """Attention parameters of all layers."""
+        return (
+            self.softmax_attention_layers * self.attn_params_per_layer
+            + self.num_linear_layers * self.linear_attn_params_per_layer
+        )
+
+    @property
     def expert_params(self) -> int:
-        """Parameters of one MLP (one expert for MoE)."""
+        """Parameters of one MLP (one routed expert for MoE)."""
+        mats = 3 if self.gated_mlp else 2
+        return mats * self.hidden_size * self.moe_inter
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """Parameters of the dense MLP of a dense layer."""
         mats = 3 if self.gated_mlp else 2
         return mats * self.hidden_size * self.intermediate_size
 
     @property
+    def shared_expert_params(self) -> int:
+        mats = 3 if self.gated_mlp else 2
+        return mats * self.hidden_size * self.shared_intermediate_size
+
+    @property
     def mlp_params_per_layer(self) -> int:
+        """Parameters of one MoE layer's MLP (routed + shared experts, router), or of the dense
+        MLP of a dense model."""
         if self.is_moe:
-            return self.num_experts * self.expert_params + self.hidden_size * self.num_experts
+            return (
+                self.num_experts * self.expert_params
+                + self.hidden_size * self.num_experts
+                + self.shared_expert_params
+            )
         return self.expert_params
 
     @property
     def active_mlp_params_per_layer(self) -> int:
+        """Parameters one token touches in one MoE layer (top-k routed + shared, router)."""
         if self.is_moe:
             return (
-                self.num_active_experts * self.expert_params + self.hidden_size * self.num_experts
+                self.num_active_experts * self.expert_params
+                + self.hidden_size * self.num_experts
+                + self.shared_expert_params
             )
         return self.expert_params
+
+    @property
+    def mlp_params(self) -> int:
+        """MLP parameters of all layers (dense layers of a MoE model included)."""
+        if not self.is_moe:
+            return self.num_layers * self.mlp_params_per_layer
+        return (
+            self.num_dense_layers * self.dense_mlp_params
+            + self.num_moe_layers * self.mlp_params_per_layer
+        )
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Parameters of all routed experts of all layers (stored in ``moe_quant``)."""
+        return self.num_moe_layers * self.num_experts * self.expert_params
 
     @property
     def embedding_params(self) -> int:
@@ -76,19 +216,31 @@ class ModelSpec:
 
     @property
     def num_params(self) -> int:
-        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden_size
+        norms = self.num_layers * 2 * self.hidden_size
         head = 0 if self.tie_embeddings else self.embedding_params
-        return self.num_layers * per_layer + self.embedding_params + head + self.hidden_size
+        return self.attn_params + self.mlp_params + norms + self.embedding_params + head + (
+            self.hidden_size
+        )
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        """Bytes of all weights: routed experts in ``moe_quant``, the other linear layers in
+        ``gemm_quant``, embeddings, LM head, norms and routers in the model dtype."""
+        if self.gemm_quant == self.moe_quant == MODEL_DTYPE:
+            return self.num_params * self.dtype_bytes
+        return quantized_weight_bytes(self)
 
     # ----------------------------------------------------------------- per token
     @property
     def layer_matmul_params(self) -> int:
         """Matmul parameters touched per token in all layers (active experts only), no LM head."""
-        return self.num_layers * (self.attn_params_per_layer + self.active_mlp_params_per_layer)
+        if not self.is_moe:
+            return self.attn_params + self.num_layers * self.active_mlp_params_per_layer
+        return (
+            self.attn_params
+            + self.num_dense_layers * self.dense_mlp_params
+            + self.num_moe_layers * self.active_mlp_params_per_layer
+        )
 
     @property
     def linear_flops_per_token(self) -> int:
@@ -106,22 +258,94 @@ class ModelSpec:
 
     @property
     def attn_flops_per_ctx_token(self) -> int:
-        """Attention FLOPs of one query token per context token, all layers (QKᵀ + PV)."""
-        return 4 * self.num_layers * self.num_heads * self.d_head
+        """Attention FLOPs of one query token per context token, all softmax-attention layers
+        (QKᵀ + PV; MLA in its uncompressed form: QKᵀ over nope+rope dims, PV over v dims).
+        Sliding layers pay it for at most ``sliding_window`` context tokens, DSA layers for at
+        most ``index_topk``: :meth:`attn_flops_per_token`."""
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            return 2 * self.softmax_attention_layers * self.num_heads * (qk + self.v_head_dim)
+        return 4 * self.softmax_attention_layers * self.num_heads * self.d_head
+
+    def attn_flops_per_token(self, context: int) -> int:
+        """Attention FLOPs of one query token over ``context`` tokens, every layer bounded by
+        what it attends to (window, DSA top-k); DSA's indexer scores every context token with
+        its own ``index_n_heads × index_head_dim`` (QKᵀ only)."""
+        per_layer = self.attn_flops_per_ctx_token // max(self.softmax_attention_layers, 1)
+        full = min(context, self.index_topk) if self.index_topk else context
+        win = min(context, self.sliding_window)
+        index = 2 * self.index_n_heads * self.index_head_dim * context if self.index_topk else 0
+        return per_layer * (self.full_attention_layers * full + self.num_sliding_layers * win) + (
+            self.full_attention_layers * index
+        )
+
+    # ----------------------------------------------------------------- KV cache and state
+    @property
+    def kv_elem_bytes(self) -> int:
+        """Bytes of one KV element (``kv_cache_dtype``; auto = the model dtype)."""
+        return kv_bytes_per_element(self.kv_cache_dtype, self.dtype_bytes)
+
+    @property
+    def index_kv_bytes_per_token_per_layer(self) -> int:
+        """DSA indexer's key cache: FP8 keys plus one fp32 scale per 128 values (vLLM's
+        ``DeepseekV32IndexerCache``), whatever the KV dtype."""
+        d = self.index_head_dim
+        return d + 4 * -(-d // 128) if self.index_topk and d else 0
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.num_layers * self.num_kv_heads * self.d_head * self.dtype_bytes
+        """KV bytes of one context token in all full-attention layers (MLA: the latent plus the
+        rope key; sliding and linear layers excluded: they are bounded per sequence)."""
+        if self.is_mla:
+            per = (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_elem_bytes
+            return self.full_attention_layers * (per + self.index_kv_bytes_per_token_per_layer)
+        return 2 * self.full_attention_layers * self.num_kv_heads * self.d_head * (
+            self.kv_elem_bytes
+        )
 
     def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
-        """KV heads are split over TP ranks; when tp > n_kv_heads, each rank keeps a replica."""
+        """KV heads are split over TP ranks; when tp > n_kv_heads, each rank keeps a replica.
+        MLA's latent is one head: every rank keeps all of it."""
+        if self.is_mla:
+            return float(self.kv_bytes_per_token)
         heads = max(self.num_kv_heads / tp, 1.0)
-        return 2 * self.num_layers * heads * self.d_head * self.dtype_bytes
+        return 2 * self.full_attention_layers * heads * self.d_head * self.kv_elem_bytes
+
+    def window_kv_bytes_per_token_per_gpu(self, tp: int) -> float:
+        """KV bytes per token of the sliding-window layers (held for ≤ ``sliding_window``
+        tokens of each sequence)."""
+        heads = max(self.num_kv_heads / tp, 1.0)
+        return 2 * self.num_sliding_layers * heads * self.d_head * self.kv_elem_bytes
+
+    @property
+    def state_bytes_per_seq(self) -> int:
+        """Linear-attention state of one sequence, all linear layers
+        (:func:`~tidal.hardware.model_math.linear_state_bytes_per_layer`)."""
+        return self.num_linear_layers * linear_state_bytes_per_layer(self)
+
+    def state_bytes_per_seq_per_gpu(self, tp: int) -> float:
+        """``state_bytes_per_seq`` on one of ``tp`` ranks (every state splits by head)."""
+        return self.state_bytes_per_seq / tp
+
+    def kv_bytes_per_seq_per_gpu(self, tp: int, tokens: int) -> float:
+        """KV and state of one sequence of ``tokens`` tokens on one rank: full-attention KV for
+        every token, sliding-window KV for at most ``sliding_window``, the constant state."""
+        win = min(tokens, self.sliding_window)
+        return (
+            self.kv_bytes_per_token_per_gpu(tp) * tokens
+            + self.window_kv_bytes_per_token_per_gpu(tp) * win
+            + self.state_bytes_per_seq_per_gpu(tp)
+        )
 
     @property
     def non_expert_weight_bytes(self) -> int:
-        expert = self.num_layers * self.num_experts * self.expert_params if self.is_moe else 0
-        return self.weight_bytes - expert * self.dtype_bytes
+        """Weight bytes of everything but the routed experts."""
+        return self.weight_bytes - self.expert_weight_bytes
+
+    @property
+    def expert_weight_bytes(self) -> int:
+        """Weight bytes of the routed experts (``moe_quant``)."""
+        return expert_weight_bytes(self)
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -168,22 +392,48 @@ def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
     """vLLM's tensor-parallel rule (``QKVParallelLinear``): the attention heads split evenly,
     ``num_heads % tp == 0``; KV heads split evenly when ``tp ≤ num_kv_heads``
     (``num_kv_heads % tp == 0``), else each is replicated on ``tp / num_kv_heads`` ranks, so
-    ``tp % num_kv_heads == 0``. Raises :class:`ConfigError` naming the valid degrees."""
+    ``tp % num_kv_heads == 0``; Gated DeltaNet key and value heads split evenly. Raises
+    :class:`ConfigError` naming the valid degrees."""
     h, kv = model.num_heads, model.num_kv_heads
-    kv_ok = kv % tp == 0 if tp <= kv else tp % kv == 0
-    if tp >= 1 and h % tp == 0 and kv_ok:
+    lin = (model.linear_num_key_heads, model.linear_num_value_heads)
+
+    def ok(t: int) -> bool:
+        kv_ok = kv % t == 0 if t <= kv else t % kv == 0
+        return h % t == 0 and kv_ok and all(n % t == 0 for n in lin if n)
+
+    if tp >= 1 and ok(tp):
         return
-    valid = [t for t in range(1, h + 1) if h % t == 0 and (kv % t == 0 if t <= kv else t % kv == 0)]
+    linear = f" and {lin[0]}/{lin[1]} linear-attention key/value heads" if any(lin) else ""
     raise ConfigError(
         field,
         f"tensor parallelism {tp} does not divide {model.name}'s {h} attention heads and "
-        f"{kv} KV heads (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
-        "valid: " + ", ".join(map(str, valid)),
+        f"{kv} KV heads{linear} (vLLM splits heads evenly; KV heads replicate when tp > {kv})",
+        "valid: " + ", ".join(str(t) for t in range(1, h + 1) if ok(t)),
     )
 
 
-def get_model(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise unknown_name("model", name, MODELS) from None
+def get_model(
+    name: str,
+    *,
+    quantization: str | None = None,
+    kv_cache_dtype: str | None = None,
+    gemm_quant: str | None = None,
+    moe_quant: str | None = None,
+) -> ModelSpec:
+    """The one place a model name is resolved: a catalog id, a Hugging Face repo id whose
+    config ``aiconfigurator-core`` ships, or a path to a ``config.json`` / model directory
+    (:mod:`tidal.hardware.hf_config`); then the precision flags, vLLM's ``--quantization`` and
+    ``--kv-cache-dtype`` and Tidal's per-part ``gemm_quant`` / ``moe_quant``, over the
+    checkpoint's own (:func:`tidal.hardware.precision.apply_precision`)."""
+    spec = MODELS.get(name)
+    if spec is None:
+        from tidal.hardware.hf_config import is_model_ref, load_hf_model
+
+        if not is_model_ref(name):
+            raise unknown_name("model", name, [*MODELS, "<org/name>", "<path/to/config.json>"])
+        spec = load_hf_model(name)
+    if quantization is kv_cache_dtype is gemm_quant is moe_quant is None:
+        return spec
+    from tidal.hardware.precision import apply_precision
+
+    return apply_precision(spec, quantization, kv_cache_dtype, gemm_quant, moe_quant)

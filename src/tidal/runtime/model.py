@@ -64,11 +64,18 @@ class LlamaConfig:
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> LlamaConfig:
         """The runtime shape of a catalog model (dense Llama-style models only)."""
-        if spec.is_moe or not spec.gated_mlp:
-            kind = "mixture-of-experts" if spec.is_moe else "non-gated MLP"
+        kinds = {
+            "a mixture-of-experts": spec.is_moe,
+            "a non-gated MLP": not spec.gated_mlp,
+            "latent (MLA) attention": spec.is_mla,
+            "linear-attention layers": spec.num_linear_layers > 0,
+            "sliding-window layers": spec.num_sliding_layers > 0,
+        }
+        kind = next((k for k, v in kinds.items() if v), "")
+        if kind:
             raise ConfigError(
                 "model",
-                f"{spec.name} has a {kind}; the runtime implements dense Llama decoders",
+                f"{spec.name} has {kind}; the runtime implements dense Llama decoders",
                 "choose a Llama/Mistral/Qwen-style dense model or tiny-llama",
             )
         return cls(

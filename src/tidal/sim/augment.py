@@ -24,7 +24,7 @@ from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import INFERCEPT_PROFILES, measured_host_link
 from tidal.hardware.gpus import GPUSpec, get_gpu
 from tidal.hardware.memory import MemoryPlan
-from tidal.hardware.models import ModelSpec, get_model
+from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def host_link_bytes_per_s(
 ) -> float:
     """KV bytes per second per GPU and direction over the host link (module docstring), for
     the run's deployment or the given one (a cluster engine)."""
-    model = model or get_model(cfg.model)
+    model = model or cfg.model_spec()
     gpu = gpu or get_gpu(cfg.gpu)
     tp = tp or cfg.tp
     eff = cfg.augment.host_link_efficiency
@@ -188,7 +188,7 @@ def augmented_engine(
     from tidal.engine.augment.env import AugmentEnv
 
     a = cfg.augment
-    model, gpu, tp = deployment or (get_model(cfg.model), get_gpu(cfg.gpu), cfg.tp)
+    model, gpu, tp = deployment or (cfg.model_spec(), get_gpu(cfg.gpu), cfg.tp)
     env = AugmentEnv.build(
         perf,
         int(model.kv_bytes_per_token_per_gpu(tp)),
@@ -243,7 +243,7 @@ def build_augmented(
     """The augmented scheduler of a single-instance run (:func:`augmented_engine`) on a KV
     cache with ``augment.swap_space_gb`` of host swap space and, with the prefix cache,
     ``memory.host_cache_gib`` of host tier (:func:`host_tier_size`)."""
-    model = get_model(cfg.model)
+    model = cfg.model_spec()
     hb = host_blocks(cfg, model, cfg.tp, mem.block_size)
     kv: KVBlockManager
     if cfg.augment.prefix_caching and cfg.memory.prefix_caching:

@@ -15,7 +15,8 @@ from tidal.core.strict import StrictModel
 from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import check_tp, get_model
+from tidal.hardware.models import ModelSpec, check_tp, get_model
+from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
 from tidal.sim.augment import AugmentConfig
 from tidal.workload.config import WorkloadConfig
 
@@ -83,13 +84,45 @@ class SLOConfig(_Strict):
 
 class SimulationConfig(_Strict):
     model: str = "llama-3.1-8b"
+    """A catalog id, a Hugging Face repo id whose config ``aiconfigurator-core`` ships (e.g.
+    ``Qwen/Qwen3-235B-A22B-FP8``), or a path to a ``config.json`` / model directory
+    (:func:`tidal.hardware.models.get_model`)."""
     gpu: str = "h100"
     tp: int = Field(default=1, ge=1)
+    quantization: str | None = None
+    """vLLM ``--quantization``: fp8 | modelopt | modelopt_fp4 | mxfp4 | awq | gptq | … (None:
+    the checkpoint's ``quantization_config`` / ``hf_quant_config.json``, else bf16)."""
+    kv_cache_dtype: str = "auto"
+    """vLLM ``--kv-cache-dtype``: auto (the model dtype, or FP8 where the checkpoint quantizes
+    its KV) | bfloat16 | fp8 | fp8_e4m3 | fp8_e5m2."""
+    gemm_quant: str | None = None
+    """Tidal: the operator tables' dtype of the non-expert linear layers (bfloat16, fp8,
+    fp8_block, nvfp4, int4_wo, …), over ``quantization`` (None: from it)."""
+    moe_quant: str | None = None
+    """Tidal: the tables' dtype of the routed experts (… w4a16_mxfp4), over ``quantization``."""
     perf_model: str = "auto"
     """``auto``: a paper's calibration for (model, GPU, TP), else the bundled measured GPU
     profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
-    ``roofline``, ``corrected-roofline``, ``measured``, ``linear``, ``profile:PATH``,
-    ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
+    ``engine`` (the measured operator tables of ``engine`` at ``engine_version``),
+    ``roofline``, ``corrected-roofline``, ``measured`` (alias ``vidur``), ``linear``,
+    ``profile:PATH``, ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
+    engine: Literal["vllm", "sglang"] = "vllm"
+    """The serving engine simulated: its measured operator tables (``perf_model: engine``)
+    and its scheduler defaults where the config leaves them unset (SGLang: prefill-first
+    batches, its chunked-prefill size, 0.88 of the memory; :mod:`tidal.sim.engine_defaults`)."""
+    engine_version: str | None = None
+    """Its version (``tidal hardware show`` lists those with data); None: the newest the
+    tables hold for the GPU."""
+    data_parallel_size: int = Field(default=1, ge=1)
+    """vLLM's ``--data-parallel-size`` (``perf_model: engine``): dp engines of ``tp`` GPUs
+    each, simulated as one scheduler over dp times the KV cache, ``max_seqs`` and token
+    budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs."""
+    enable_expert_parallel: bool = False
+    """vLLM's ``--enable-expert-parallel``: MoE experts sharded over the TP ranks (EP = TP)
+    instead of each expert split over them."""
+    moe_distribution: Literal["power_law_1.01", "balanced", "power_law_1.2"] = "power_law_1.01"
+    """Routing distribution of the fused-MoE rows read (the tables' token-to-expert loads:
+    balanced, or power-law skewed)."""
     perf_host: Literal["vllm-v1", "vidur"] = "vllm-v1"
     """Per-step host time the measured and corrected models add: vLLM v1's (fitted on the EB
     paper's vLLM-v1 step constants) or ``vidur`` (Vidur's host times of an older vLLM)."""
@@ -116,6 +149,34 @@ class SimulationConfig(_Strict):
         get_model(v)
         return v
 
+    @field_validator("quantization")
+    @classmethod
+    def _quantization(cls, v: str | None) -> str | None:
+        if v is not None:
+            _plain(method_dtypes, v)
+        return v
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_cache_dtype(cls, v: str) -> str:
+        return _plain(check_kv_cache_dtype, v)
+
+    @field_validator("gemm_quant", "moe_quant")
+    @classmethod
+    def _weight_dtype(cls, v: str | None) -> str | None:
+        return v if v is None else _plain(lambda d: check_weight_dtype("dtype", d), v)
+
+    def model_spec(self) -> ModelSpec:
+        """The deployed model: ``model`` under the precision keys (vLLM's ``quantization`` and
+        ``kv_cache_dtype``, Tidal's ``gemm_quant`` / ``moe_quant``)."""
+        return get_model(
+            self.model,
+            quantization=self.quantization,
+            kv_cache_dtype=self.kv_cache_dtype,
+            gemm_quant=self.gemm_quant,
+            moe_quant=self.moe_quant,
+        )
+
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, v: str) -> str:
@@ -131,10 +192,40 @@ class SimulationConfig(_Strict):
             raise ValueError(str(err).removeprefix("perf_model: ")) from None
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            from tidal.sim.engine_defaults import apply_engine_defaults
+
+            return apply_engine_defaults(data)
+        return data
+
+    @model_validator(mode="after")
+    def _engine_only(self) -> SimulationConfig:
+        if self.perf_model == "engine":
+            return self
+        if self.engine_version is not None:
+            raise ValueError(
+                "engine_version selects the measured tables of perf_model: engine; set "
+                "--perf-model engine or drop --engine-version"
+            )
+        if self.data_parallel_size > 1:
+            raise ValueError(
+                "data_parallel_size > 1 needs perf_model: engine (the other step models have "
+                "no data-parallel ranks); set --perf-model engine or drop --data-parallel-size"
+            )
+        if self.enable_expert_parallel:
+            raise ValueError(
+                "enable_expert_parallel needs perf_model: engine (the other step models have "
+                "no expert-parallel MoE); set --perf-model engine or drop the flag"
+            )
+        return self
+
     @model_validator(mode="after")
     def _tp(self) -> SimulationConfig:
         try:
-            check_tp(get_model(self.model), self.tp)
+            check_tp(self.model_spec(), self.tp)
         except ConfigError as err:
             raise ValueError(str(err)) from None
         return self
@@ -182,6 +273,15 @@ class SimulationConfig(_Strict):
                     f"cluster.mix.augmented: {aug} (augmented requests on the mix's arrivals)"
                 )
         return data
+
+
+def _plain(check: Any, value: Any) -> Any:
+    """``check(value)``, its ConfigError re-raised as pydantic's ValueError (field named by
+    pydantic's location)."""
+    try:
+        return check(value)
+    except ConfigError as err:
+        raise ValueError(str(err).split(": ", 1)[-1]) from None
 
 
 def format_validation_error(err: ValidationError) -> str:

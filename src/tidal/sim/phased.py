@@ -21,9 +21,8 @@ import numpy as np
 
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
-from tidal.hardware.calibration import perf_model_source
+from tidal.hardware.calibration import perf_model_source, perf_model_tables
 from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -72,7 +71,7 @@ def run_phases(
     ``vllm bench serve`` runs against one server. Metrics cover all measured phases together;
     ``warmup`` (if any) runs first, unmeasured, at the first phase's concurrency."""
     t0 = time.perf_counter()
-    model = get_model(cfg.model)
+    model = cfg.model_spec()
     sets = [r for r, _ in phases] + ([warmup] if warmup is not None else [])
     for r in sets:
         check_context(model, r)
@@ -123,17 +122,18 @@ def run_phases(
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         get_gpu(cfg.gpu),
-        cfg.tp,
+        cfg.tp * cfg.data_parallel_size,  # every GPU of the dp engines
         np.concatenate([r.prompt_len for r in all_reqs]),
         np.concatenate([r.output_len for r in all_reqs]),
         mem.kv_capacity_tokens,
-        cfg.scheduler.max_seqs,
+        cfg.scheduler.max_seqs * cfg.data_parallel_size,
     )
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(now - t_measured, 1)
     metrics["perf_model"] = perf.name
     metrics["perf_model_source"] = perf_model_source(perf)
+    metrics.update(perf_model_tables(perf))
     metrics["warmup_requests"] = 0 if warmup is None else len(warmup)
     metrics.update(scheduler.extra_metrics())
     metrics.update((scheduler.stats() - before).metrics())  # the measured phases only

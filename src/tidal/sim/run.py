@@ -19,11 +19,16 @@ from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
-from tidal.hardware.calibration import build_perf_model, perf_model_source
+from tidal.hardware.calibration import (
+    build_perf_model,
+    engine_choice,
+    perf_model_source,
+    perf_model_tables,
+)
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import has_measured_interference, step_costs
 from tidal.hardware.memory import MemoryPlan, plan_memory
-from tidal.hardware.models import ModelSpec, get_model
+from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
@@ -86,7 +91,7 @@ def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
     deployment (:func:`tidal.sim.augment.host_tier_size`)."""
     from tidal.sim.augment import host_tier_size
 
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
     return host_tier_size(cfg, model, gpu, cfg.tp, cfg.memory.block_size)
 
 
@@ -154,7 +159,7 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
     ``memory.num_blocks`` blocks where the config fixes them."""
     mem = cfg.memory
     plan = plan_memory(
-        get_model(cfg.model),
+        cfg.model_spec(),
         get_gpu(cfg.gpu),
         cfg.tp,
         mem.block_size,
@@ -165,6 +170,7 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
         max_seqs=cfg.scheduler.max_seqs,
         non_torch_gib_per_gpu=mem.non_torch_gib,
         cuda_graph_gib=mem.cuda_graph_gib,
+        moe_gpus=cfg.tp * cfg.data_parallel_size,
     )
     if mem.num_blocks is not None:
         check_num_blocks(mem.num_blocks, mem.block_size, mem.watermark, max_request_tokens)
@@ -176,19 +182,23 @@ def build_instance(
     cfg: SimulationConfig, max_request_tokens: int, content: bool = False
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
     check_host_tier(cfg, content)
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
     plan = memory_plan(cfg, max_request_tokens)
     interference = cfg.interference
     if interference == "auto":
         interference = has_measured_interference(model, gpu, cfg.tp)
     perf = build_perf_model(
-        cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host
-    )
+        cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host,
+        engine=engine_choice(cfg, cfg.data_parallel_size),
+    )  # fmt: skip
+    dp = cfg.data_parallel_size  # dp engines in one scheduler: dp times the KV and limits
+    if dp > 1:
+        plan = dataclasses.replace(plan, num_blocks=dp * plan.num_blocks)
     kv = make_kv(cfg, plan.num_blocks, content)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
-        s.token_budget,
-        s.max_seqs,
+        dp * s.token_budget,
+        dp * s.max_seqs,
         s.long_prefill_token_threshold,
         costs=step_costs(model, gpu, cfg.tp, perf),
         eb=s.eb,
@@ -233,7 +243,7 @@ def run_simulation(
     if cfg.workload.augmented and cfg.augment.prefix_caching and reqs.content is None:
         reqs = dataclasses.replace(reqs, content=unique_content(reqs.prompt_len))
     t_load = time.perf_counter()
-    check_context(get_model(cfg.model), reqs)
+    check_context(cfg.model_spec(), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
     scheduler, perf, mem = build_instance(cfg, max_tokens, reqs.content is not None)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
@@ -245,21 +255,22 @@ def run_simulation(
     t_sim = time.perf_counter()
     cols = recorder.columns()
     metrics = summarize(cols, cfg.slo.ttft_s, cfg.slo.tpot_s, inst.itl)
-    model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+    model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         gpu,
-        cfg.tp,
+        cfg.tp * cfg.data_parallel_size,  # every GPU of the dp engines
         reqs.prompt_len,
         reqs.output_len,
         mem.kv_capacity_tokens,
-        cfg.scheduler.max_seqs,
+        cfg.scheduler.max_seqs * cfg.data_parallel_size,
     )
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
     metrics["perf_model"] = perf.name
     metrics["perf_model_source"] = perf_model_source(perf)
+    metrics.update(perf_model_tables(perf))
     if "call_ns" in cols:
         from tidal.core.augmented_metrics import augmented_metrics
 

@@ -15,9 +15,10 @@ class WorkloadConfig(StrictModel):
     """Either a trace to replay (``trace``) or a synthetic generator (``num_requests`` + ``rate``).
 
     Length distributions (``length_dist``): ``fixed`` (exactly ``prompt_len``/``output_len``),
-    ``uniform`` (± ``length_jitter`` around them), ``geometric`` (means ``prompt_len``/
-    ``output_len``), ``lognormal`` (medians, shape ``length_sigma``), ``empirical:NAME`` with
-    NAME in ``sharegpt``, ``arxiv``, ``bwb`` (the files under
+    ``uniform`` (± ``length_jitter`` around them), ``uniform-below`` (from ``1 − length_jitter``
+    of them up to them, as ``benchmark_serving.py``'s random dataset), ``geometric`` (means
+    ``prompt_len``/``output_len``), ``lognormal`` (medians, shape ``length_sigma``),
+    ``empirical:NAME`` with NAME in ``sharegpt``, ``arxiv``, ``bwb`` (the files under
     ``shared/traces/length_distributions``) or a path to a CSV with
     ``num_prefill_tokens,num_decode_tokens`` columns; pairs are sampled jointly. See
     :mod:`tidal.workload.lengths` for the exact formulas.

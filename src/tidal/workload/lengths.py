@@ -6,6 +6,10 @@
 - ``fixed``: exactly L.
 - ``uniform``: integers uniform on ``[max(1, round(L(1−j))), max(lo, round(L(1+j)))]``
   (inclusive), j = ``jitter``; mean L up to rounding.
+- ``uniform-below``: integers uniform on ``[max(1, ⌊L(1−j)⌋), L]`` (inclusive): the random
+  dataset of ``benchmark_serving.py`` with ``--random-range-ratio 1 − j`` as InferenceX runs
+  it (its ``sample_uniform``; 0.8 there, i.e. j = 0.2); mean ≈ L(1 − j/2). vLLM's current
+  ``--random-range-ratio r`` is ``uniform`` with j = r.
 - ``geometric``: support 1, 2, …, ``p = 1/L``, mean L (L = 1 gives all ones).
 - ``lognormal``: ``round(exp(N(ln L, σ²)))`` floored at 1; median L, mean ≈ L·exp(σ²/2).
 - ``empirical:NAME`` (``sharegpt``, ``arxiv``, ``bwb``) or ``empirical:PATH``: rows of a CSV
@@ -34,7 +38,14 @@ EMPIRICAL = {
     "bwb": "length_distributions/bwb_stats_llama2_tokenizer_filtered_v2.csv.gz",
 }
 """Names accepted by ``empirical:NAME``, as paths relative to the traces directory."""
-DISTRIBUTIONS = ("fixed", "uniform", "geometric", "lognormal", "empirical:<name or path>")
+DISTRIBUTIONS = (
+    "fixed",
+    "uniform",
+    "uniform-below",
+    "geometric",
+    "lognormal",
+    "empirical:<name or path>",
+)
 PROMPT_COL = "num_prefill_tokens"
 OUTPUT_COL = "num_decode_tokens"
 _MAX_LEN = 2**40
@@ -59,6 +70,14 @@ def uniform_bounds(length: int, jitter: float) -> tuple[int, int]:
 def uniform_lengths(n: int, length: int, jitter: float, rng: np.random.Generator) -> np.ndarray:
     lo, hi = uniform_bounds(length, jitter)
     return rng.integers(lo, hi + 1, size=n, dtype=np.int64)
+
+
+def uniform_below_lengths(
+    n: int, length: int, jitter: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Integers uniform on ``[max(1, ⌊length·(1 − jitter)⌋), length]``."""
+    lo = max(1, int(length * (1.0 - jitter)))
+    return rng.integers(lo, length + 1, size=n, dtype=np.int64)
 
 
 def geometric_lengths(n: int, mean: float, rng: np.random.Generator) -> np.ndarray:
@@ -116,6 +135,11 @@ def sample_lengths(
         return (
             uniform_lengths(n, prompt_len, jitter, rng),
             uniform_lengths(n, output_len, jitter, rng),
+        )
+    if dist == "uniform-below":
+        return (
+            uniform_below_lengths(n, prompt_len, jitter, rng),
+            uniform_below_lengths(n, output_len, jitter, rng),
         )
     if dist == "geometric":
         return geometric_lengths(n, prompt_len, rng), geometric_lengths(n, output_len, rng)

@@ -1,0 +1,203 @@
+"""``bench/silicon.py``: the silicon sample's rows → plans or grouped skips, the measuring
+client's lengths and metrics, and a failing row reported rather than raised."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import silicon
+import silicon_rows as sr
+
+from tidal.sim.config import load_config
+
+BASE = sr.Row(
+    "x", "src", "vllm", "0.19.0", "meta-llama/Llama-3.1-70B", "h100_sxm", "bf16", "", "",
+    1024, 1024, 16, 4, 1, 1, 4, 1, 100.0, 10.0,
+)  # fmt: skip
+TODAY = sr.config_fields()
+NO_DTYPES = TODAY - {"gemm_quant", "moe_quant"}
+
+
+def is_70b(name: str) -> bool:
+    """The row's model resolved: a catalog alias or the Hugging Face id itself."""
+    from tidal.hardware.models import get_model
+
+    return get_model(name).num_layers == 80
+
+
+def row(**kw: object) -> sr.Row:
+    return dataclasses.replace(BASE, **kw)  # type: ignore[arg-type]
+
+
+def test_the_sample_holds_vllm_and_sglang_aggregated_rows() -> None:
+    rows = sr.read_rows(sr.sample_path())
+    assert len(rows) > 2000
+    assert {r.engine for r in rows} == {"vllm", "sglang"}
+    assert all(r.concurrency >= 1 and r.isl >= 1 and r.ttft_ms > 0 for r in rows)
+
+
+def test_a_bf16_row_of_a_catalog_model_becomes_a_loadable_plan() -> None:
+    plan = sr.plan_row(BASE, TODAY)
+    assert isinstance(plan, sr.Plan)
+    cfg = load_config(plan.config)
+    assert is_70b(cfg.model)
+    assert (cfg.gpu, cfg.tp) == ("h100", 4)
+    assert cfg.workload.concurrency == 16
+    assert cfg.workload.num_requests == 160
+    assert cfg.memory.prefix_caching is False
+
+
+@pytest.mark.parametrize(
+    ("change", "group"),
+    [
+        ({"system": "tpu_v5"}, "gpu"),
+        ({"model": "org/NotAModel-7B"}, "model"),
+        ({"gemm_quant": "fp8", "precision": "fp8"}, "precision"),
+        ({"pp": 2}, "parallelism"),
+        ({"attention_dp": 2}, "parallelism"),
+    ],
+)
+def test_skips_name_their_first_obstacle(change: dict, group: str) -> None:
+    fields = {f for f in NO_DTYPES if f not in {"quantization", "pipeline_parallel_size",
+                                                "data_parallel_size"}}  # fmt: skip
+    plan = sr.plan_row(row(**change), fields)
+    assert isinstance(plan, sr.Skip)
+    assert plan.group == group
+    assert plan.reason
+
+
+def test_settings_pass_through_once_the_schema_has_them() -> None:
+    fields = NO_DTYPES | {"quantization", "pipeline_parallel_size", "engine", "engine_version"}
+    plan = sr.plan_row(row(gemm_quant="nvfp4", pp=2), fields, perf_model="engine")
+    assert isinstance(plan, sr.Plan)
+    c = plan.config
+    assert (c["quantization"], c["pipeline_parallel_size"]) == ("modelopt_fp4", 2)
+    assert (c["engine"], c["engine_version"]) == ("vllm", "0.19.0")
+    auto = sr.plan_row(row(), fields)  # the version selects tables: perf_model engine only
+    assert isinstance(auto, sr.Plan)
+    assert "engine_version" not in auto.config
+    assert "engine" not in sr.plan_row(row(), TODAY - {"engine"}).config  # type: ignore[union-attr]
+    # the tables' dtypes directly, where the config has them (moe_quant for MoE models only)
+    dtypes = fields | {"gemm_quant", "moe_quant"}
+    dense = sr.plan_row(row(gemm_quant="fp8", moe_quant="fp8_block"), dtypes)
+    assert isinstance(dense, sr.Plan)
+    assert (dense.config["gemm_quant"], "moe_quant" in dense.config) == ("fp8", False)
+    moe = sr.plan_row(row(model="Qwen/Qwen3-30B-A3B", gemm_quant="fp8", moe_quant="fp8_block"),
+                      dtypes)  # fmt: skip
+    assert isinstance(moe, sr.Plan)
+    assert (moe.config["gemm_quant"], moe.config["moe_quant"]) == ("fp8", "fp8_block")
+
+
+def test_moe_columns_matter_only_for_moe_models() -> None:
+    dense = sr.plan_row(row(moe_tp=1, moe_ep=4), TODAY - {"enable_expert_parallel"})
+    assert isinstance(dense, sr.Plan)  # Llama is dense: its MoE columns are ignored
+    moe = row(model="Qwen/Qwen3-30B-A3B", tp=4, moe_tp=1, moe_ep=4)
+    skip = sr.plan_row(moe, TODAY - {"enable_expert_parallel"})
+    assert isinstance(skip, sr.Skip)
+    assert skip.group == "parallelism"
+    ep = sr.plan_row(moe, TODAY | {"enable_expert_parallel"})
+    assert isinstance(ep, sr.Plan)
+    assert ep.config["enable_expert_parallel"] is True
+    bad = sr.plan_row(row(model="Qwen/Qwen3-30B-A3B", moe_tp=2, moe_ep=4), TODAY)
+    assert isinstance(bad, sr.Skip)
+    assert "≠" in bad.reason
+
+
+def test_client_lengths_are_inferencex_uniform() -> None:
+    rng = np.random.default_rng(1)
+    x = silicon.client_lengths(1024, 5000, 0.8, rng)
+    assert x.min() == int(0.8 * 1024)
+    assert x.max() == 1024
+    assert (silicon.client_lengths(1024, 7, 0.0, rng) == 1024).all()
+    reqs, warm = silicon.client_requests(100, 50, 3, 0.8, 0)
+    assert (len(reqs), len(warm)) == (30, 6)
+    assert (warm.prompt_len == reqs.prompt_len[0]).all()
+
+
+def test_client_metrics_follow_vllm_bench() -> None:
+    cols = {
+        "arrival_ns": np.array([0, 0]),
+        "first_token_ns": np.array([10_000_000, 30_000_000]),
+        "finish_ns": np.array([100_000_000, 30_000_000]),
+        "output_tokens": np.array([10, 1]),
+    }
+    ttft, tpot = silicon.client_metrics(cols)
+    assert ttft == pytest.approx(20.0)
+    assert tpot == pytest.approx(10.0)  # (100 − 10) / 9; a one-token answer has no TPOT
+
+
+def test_a_failing_row_is_reported_not_raised() -> None:
+    plan = sr.plan_row(BASE, TODAY)
+    assert isinstance(plan, sr.Plan)
+    plan.config["tp"] = 3  # 64 heads do not split over 3 GPUs
+    res = silicon.run_plan((plan, 0.8, 0, 0))
+    assert res["status"] == "config"
+    assert "tp" in res["reason"]
+    assert silicon.reason_key("needs 9131 tokens on 1× h200") == "needs # tokens on #× h200"
+
+
+def test_engine_scheduler_defaults_until_the_simulator_has_an_engine_setting() -> None:
+    assert sr.scheduler_defaults("vllm", "h100", 16) == {"token_budget": 8192, "max_seqs": 16}
+    assert sr.scheduler_defaults("vllm", "a100-80gb", 16)["token_budget"] == 2048
+    assert sr.scheduler_defaults("sglang", "h200", 16) == {"token_budget": 8192, "max_seqs": 256}
+    assert sr.scheduler_defaults("sglang", "b200", 512) == {"token_budget": 16384, "max_seqs": 512}
+    plan = sr.plan_row(row(engine="sglang"), TODAY - {"engine", "engine_version"})
+    assert isinstance(plan, sr.Plan)
+    assert plan.config["scheduler"]["max_seqs"] == 256
+    with_engine = sr.plan_row(row(), TODAY | {"engine"})
+    assert isinstance(with_engine, sr.Plan)
+    assert with_engine.config["scheduler"] == {"max_seqs": 16}  # the engine's own budget
+
+
+def test_a_refused_engine_version_falls_back_to_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tidal.sim.config as config
+    from tidal.core.errors import ConfigError
+
+    real = config.load_config
+
+    def strict(data: dict) -> object:
+        if "engine_version" in data:
+            raise ConfigError("engine_version", f"no tables of {data['engine_version']}")
+        return real(data)
+
+    monkeypatch.setattr(config, "load_config", strict)
+    plan = sr.plan_row(BASE, TODAY)
+    assert isinstance(plan, sr.Plan)
+    cfg, note = silicon.load_or_default_version({**plan.config, "engine_version": "nightly"})
+    assert is_70b(cfg.model)
+    assert "nightly" in note
+    assert silicon.load_or_default_version(plan.config)[1] == ""
+
+
+def test_a_quantized_checkpoint_of_the_same_width_keeps_its_dtypes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gpt-oss's MXFP4 experts stay MXFP4 under the sample's "nvfp4" label; an FP8 row of a
+    bf16 checkpoint, or an NVFP4 row of a block-FP8 one, sets the row's dtypes."""
+    assert [sr.dtype_bits(d) for d in ("", "bfloat16", "fp8_block", "nvfp4", "int4_wo")] == [
+        16, 16, 8, 4, 4]  # fmt: skip
+    assert sr.dtype_bits("w4a16_mxfp4") == 4
+    fields = TODAY | {"gemm_quant", "moe_quant"}
+    moe = row(model="Qwen/Qwen3-30B-A3B", gemm_quant="nvfp4", moe_quant="nvfp4")
+    ckpt = {"now": ("bfloat16", "w4a16_mxfp4")}  # the resolved model's checkpoint
+    monkeypatch.setattr(sr, "checkpoint_dtypes", lambda m: ckpt["now"])
+    kept = sr.plan_row(moe, fields)
+    assert isinstance(kept, sr.Plan)
+    assert "moe_quant" not in kept.config
+    assert "gemm_quant" not in kept.config
+    ckpt["now"] = ("fp8_block", "fp8_block")
+    fp4 = sr.plan_row(moe, fields)
+    assert isinstance(fp4, sr.Plan)
+    assert (fp4.config["gemm_quant"], fp4.config["moe_quant"]) == ("nvfp4", "nvfp4")
+    assert "moe_quant" not in sr.plan_row(  # type: ignore[union-attr]
+        dataclasses.replace(moe, gemm_quant="fp8", moe_quant="fp8"), fields
+    ).config
