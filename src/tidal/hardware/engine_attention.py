@@ -107,10 +107,9 @@ def _table_model_signature(name: str) -> tuple[int, ...] | None:
 
 def _same_shape_models(df: pl.DataFrame, m: ModelSpec) -> list[str]:
     """The table's models whose attention shapes are ``m``'s (its own rows first)."""
-    names = sorted(df["model"].unique().to_list())
-    own = [n for n in names if n in (m.hf_id, m.name)]
     sig = _signature(m)
-    return own + [n for n in names if n not in own and _table_model_signature(n) == sig]
+    names = [n for n in sorted(df["model"].unique().to_list()) if _table_model_signature(n) == sig]
+    return sorted(names, key=lambda n: n not in (m.hf_id, m.name))
 
 
 def _pick_dtype(have: list[str], want: str) -> str | None:
