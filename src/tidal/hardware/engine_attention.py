@@ -112,6 +112,12 @@ def _same_shape_models(df: pl.DataFrame, m: ModelSpec) -> list[str]:
     return sorted(names, key=lambda n: n not in (m.hf_id, m.name))
 
 
+def _bf16_compute(df: pl.DataFrame) -> pl.DataFrame:
+    """Rows with bf16 attention compute: the engines' default (FP8 prefill queries are an
+    opt-in flag on Blackwell)."""
+    return df.filter(pl.col("mla_dtype") == "bfloat16") if "mla_dtype" in df.columns else df
+
+
 def _pick_dtype(have: list[str], want: str) -> str | None:
     """``want`` if measured, else the nearest measured GEMM dtype (FP8 flavours, then bf16)."""
     order = [want, *(["fp8_block", "fp8"] if want.startswith("fp8") else []), "bfloat16"]
@@ -123,8 +129,8 @@ def _module_rows(
     df: pl.DataFrame, m: ModelSpec, heads: int, kv_dtype: str, op: str
 ) -> tuple[pl.DataFrame, str] | None:
     """Rows of one op for the model's shapes, per-GPU heads, KV dtype and GEMM dtype."""
-    df = df.filter((pl.col("op_name") == op) & (pl.col("num_heads") == heads)
-                   & (pl.col("kv_cache_dtype") == kv_dtype))  # fmt: skip
+    df = _bf16_compute(df).filter((pl.col("op_name") == op) & (pl.col("num_heads") == heads)
+                                  & (pl.col("kv_cache_dtype") == kv_dtype))  # fmt: skip
     for name in _same_shape_models(df, m):
         sub = df.filter(pl.col("model") == name)
         dtype = _pick_dtype(sub["gemm_type"].unique().to_list(), m.gemm_quant)
@@ -194,6 +200,7 @@ def kernel_grids(ts: TableSet, m: ModelSpec, tp: int, kv_dtype: str
         return None
 
     def rows(df: pl.DataFrame) -> pl.DataFrame:
+        df = _bf16_compute(df)
         return df.filter((pl.col("num_heads") == heads) & (pl.col("kv_cache_dtype") == kv_dtype))
 
     g, c = rows(gen[0]), rows(ctx[0]).filter(pl.col("step") == 0)
