@@ -26,6 +26,7 @@ CASES = {
     "deepseek-v3-sglang": ("deepseek-ai/DeepSeek-V3", "sglang", "mla/sglang"),
     "kimi-k2.5": ("moonshotai/Kimi-K2.5", "vllm", "mla/vllm"),
     "glm-5": ("zhipuai/GLM-5", "sglang", "sparse_attention/sglang"),
+    "glm-5-vllm": ("zhipuai/GLM-5", "vllm", "sparse_attention/vllm"),
     "qwen3.5": ("Qwen/Qwen3.5-397B-A17B", "sglang", "linear_attention/sglang"),
 }
 """case → (model, engine, the table family/engine its attention must come from); H200, TP 8."""
