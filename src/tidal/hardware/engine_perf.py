@@ -35,6 +35,7 @@ import math
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.hardware import engine_attention
 from tidal.hardware.corrected import DEFAULT_HOST, CorrectedRooflinePerfModel
 from tidal.hardware.engine_data import TableSet, fallbacks, resolve_versions
 from tidal.hardware.engine_tables import (
@@ -147,6 +148,9 @@ class EngineDeployment:
 
     # ------------------------------------------------------------------ layers
     def attention_proj(self) -> list[float]:
+        special = engine_attention.projection_us(self)  # MLA, DSA, Gated DeltaNet, gated Q
+        if special is not None:
+            return special
         m, tp = self.model, self.tp
         q, kv, d = m.num_heads // tp, max(m.num_kv_heads // tp, 1), m.d_head
         qkv = self.gemm(m.gemm_quant, (q + 2 * kv) * d, m.hidden_size, "attention_proj")
@@ -243,8 +247,12 @@ class EngineDeployment:
         """The decode grid in the profile format and the prefill (batch × length) grid."""
         m, tp = self.model, self.tp
         q, kv, d = m.num_heads // tp, max(m.num_kv_heads // tp, 1), m.d_head
-        dec, pre = attention_grids(self.ts, q, kv, d, self._kv_dtype())
-        if m.sliding_window and m.num_sliding_layers:
+        special = engine_attention.grids(self)  # MLA, DSA, hybrid linear attention
+        if special is not None:
+            dec, pre = special
+        else:
+            dec, pre = attention_grids(self.ts, q, kv, d, self._kv_dtype())
+        if special is None and m.sliding_window and m.num_sliding_layers:
             wdec, wpre = attention_grids(self.ts, q, kv, d, self._kv_dtype(), m.sliding_window)
             share = m.num_sliding_layers / m.num_layers
             dec = _blend(dec, wdec, share)
