@@ -38,6 +38,10 @@ class _StreamConsole:
 
     def _get(self) -> Console:
         stream = sys.stderr if self._stderr else sys.stdout
+        # A rich ``Live`` (every progress bar) swaps the streams for ``FileProxy`` objects that
+        # write through this very console: the same stream, so the same console, or the live
+        # display's state (``set_live`` / ``clear_live``) would land on a fresh console.
+        stream = getattr(stream, "rich_proxied_file", stream)
         if self._console is None or stream is not self._stream:
             tty = hasattr(stream, "isatty") and stream.isatty()
             self._stream = stream
@@ -48,6 +52,14 @@ class _StreamConsole:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._get(), name)
+
+    # Special methods are looked up on the type, never through ``__getattr__``: rich's ``Live``
+    # does ``with console:`` (buffered output) on every refresh.
+    def __enter__(self) -> Console:
+        return self._get().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._get().__exit__(*exc)
 
 
 def _console(stderr: bool = False) -> Console:

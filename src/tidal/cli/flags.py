@@ -270,7 +270,7 @@ def axis(flag: Flag, help: str, key: str | None = None, name: str | None = None)
 
 
 _PLAN_BASE = FlagTable(
-    TRACE, DEPLOYMENT[:1], MEMORY, SYNTHETIC, CONCURRENCY
+    TRACE, DEPLOYMENT[:1], DEPLOYMENT[3:4], MEMORY, SYNTHETIC, LENGTHS, CONCURRENCY
 ).flags  # fmt: skip
 PLAN = FlagTable(
     (f.prefixed("base.") for f in _PLAN_BASE),
