@@ -8,7 +8,6 @@ import fcntl
 import os
 import re
 import select
-import signal
 import struct
 import subprocess
 import sys
@@ -22,6 +21,11 @@ TIDAL = [
     sys.executable, "-c", "import sys; sys.argv[0] = 'tidal'; from tidal.cli import main; main()"
 ]  # fmt: skip
 """The console script's entry point under this interpreter (no PATH lookup)."""
+
+
+def _controlling_terminal() -> None:
+    """In the child, after ``setsid``: its stdin (the pty) becomes its controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 @dataclass
@@ -46,9 +50,10 @@ def run_in_pty(
     interrupt_when: Callable[[str, float], bool] | None = None,
     columns: int = 80,
 ) -> PtyResult:
-    """``tidal ARGS`` on a fresh pseudo-terminal; the terminal is drained as the command writes
-    (a full pty buffer would block it). ``interrupt_when(output_so_far, elapsed_s)`` returning
-    True sends one SIGINT to the command, as Ctrl-C does."""
+    """``tidal ARGS`` on a fresh pseudo-terminal, its controlling terminal in a session of its
+    own; the terminal is drained as the command writes (a full pty buffer would block it).
+    ``interrupt_when(output_so_far, elapsed_s)`` returning True types one Ctrl-C: the terminal
+    sends SIGINT to the command and every worker process it started, as a user's does."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color"}
@@ -56,7 +61,7 @@ def run_in_pty(
     env.pop("NO_COLOR", None)
     proc = subprocess.Popen(
         [*TIDAL, *args], stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env,
-        close_fds=True,
+        close_fds=True, start_new_session=True, preexec_fn=_controlling_terminal,
     )  # fmt: skip
     os.close(slave)
     chunks: list[bytes] = []
@@ -83,7 +88,7 @@ def run_in_pty(
             if interrupt_when is not None and not interrupted:
                 text = b"".join(chunks).decode(errors="replace")
                 if interrupt_when(text, elapsed):
-                    proc.send_signal(signal.SIGINT)
+                    os.write(master, b"\x03")  # Ctrl-C: SIGINT to the foreground group
                     interrupted = True
         proc.wait(timeout=10)
     finally:

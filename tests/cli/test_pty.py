@@ -66,3 +66,13 @@ def test_plan_sweep_report_and_a_long_simulate_in_a_terminal(tmp_path):
     _ok(res, "simulate")
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     assert summary["metrics"]["num_completed"] == 20_000
+
+
+def test_ctrl_c_says_what_was_kept_and_exits_130(tmp_path):
+    """A long simulate stopped by Ctrl-C (after its progress bar appeared): exit 130 and a line
+    saying what was written, not typer's silent 130."""
+    sim = ["simulate", "--num-requests", "400000", "--rate", "100", "--out", "sim"]
+    res = run_in_pty(sim, tmp_path, interrupt_when=lambda text, _: "simulating" in text)
+    assert res.returncode == 130, res.text
+    assert "interrupted: nothing written" in res.text
+    assert not (tmp_path / "sim").exists()

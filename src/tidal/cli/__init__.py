@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tidal.cli import help_layout
 from tidal.core.errors import TidalError
 
 app = typer.Typer(
@@ -19,6 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+help_layout.install()
 UNWRAPPED_WIDTH = 1000
 """Columns of a console whose stream is not a terminal (a pipe, a file, a test's capture):
 nothing wraps, whatever $COLUMNS says."""
@@ -76,6 +80,17 @@ Opt = typer.Option
 def _fail(err: Exception) -> None:
     err_console.print(f"[bold red]error:[/] {err}")
     raise typer.Exit(2)
+
+
+@contextmanager
+def on_interrupt(note: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C within the block prints ``interrupted: NOTE`` — what was kept and how to resume —
+    on stderr and exits 130 (128 + SIGINT), rather than typer's silent 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err_console.print(f"\n[bold yellow]interrupted:[/] {note()}", highlight=False)
+        raise typer.Exit(130) from None
 
 
 def _set(d: dict[str, Any], dotted: str, value: Any) -> None:
@@ -171,7 +186,8 @@ def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> An
 
     if out is not None:
         check_run_dir(out)  # before the run, not after it
-    with sigterm_as_exit():
+    note = "nothing written (a run's files are written when it ends); run the command again"
+    with on_interrupt(lambda: note), sigterm_as_exit():
         return _simulate_and_write(cfg, out, show_progress, load_requests(cfg))
 
 

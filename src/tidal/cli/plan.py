@@ -15,6 +15,7 @@ from tidal.cli import (
     app,
     console,
     err_console,
+    on_interrupt,
 )
 from tidal.cli.flags import PLAN
 
@@ -60,6 +61,7 @@ def plan(
     from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
 
     from tidal.experiments.grid import parse_grid_arg
+    from tidal.experiments.plan_cache import SIMS_DIR
     from tidal.experiments.planner import plan as run_plan
     from tidal.experiments.planner import write_plan
     from tidal.experiments.space import load_plan_spec
@@ -110,9 +112,18 @@ def plan(
             )
             bar.update(task, advance=1, description=f"planning: {ev.option.label}")
 
-        with bar:
-            outcome = run_plan(spec, exhaustive=exhaustive, on_evaluation=show, workers=workers)
-        write_plan(outcome, out)
+        def kept() -> str:
+            n = len(list((out / SIMS_DIR).glob("*.json")))
+            return (
+                f"{n} simulations kept in {out / SIMS_DIR}; run the same command again to "
+                "resume (finished simulations are reused)"
+            )
+
+        with on_interrupt(kept), bar:
+            outcome = run_plan(
+                spec, exhaustive=exhaustive, on_evaluation=show, workers=workers, out_dir=out
+            )
+            write_plan(outcome, out)
     except TidalError as err:
         _fail(err)
         return
@@ -133,7 +144,13 @@ def plan(
     console.print(t)
     if not outcome.candidates:
         console.print("[bold]no deployment in the search space meets the SLO[/]")
+    reused = (
+        f", {outcome.simulations_reused} reused from an earlier run"
+        if outcome.simulations_reused
+        else ""
+    )
     console.print(
         f"{outcome.simulations_run} simulations (the exhaustive grid: "
-        f"{outcome.exhaustive_simulations}) in {outcome.wall_s:.1f} s; plan in {out / 'plan.json'}"
+        f"{outcome.exhaustive_simulations}{reused}) in {outcome.wall_s:.1f} s; "
+        f"plan in {out / 'plan.json'}"
     )

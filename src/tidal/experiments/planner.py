@@ -35,10 +35,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError
-from tidal.experiments.plan_io import write_plan
+from tidal.experiments.plan_cache import PlanCache
+from tidal.experiments.plan_io import write_candidate_run, write_plan
 from tidal.experiments.plan_options import (
     Evaluation,
     Option,
@@ -102,6 +104,8 @@ class Planner:
         self._guess: dict[tuple[str, int], int] = {}
         self._stop = certain_failure_stop(self.targets, self.requests)
         self.prefetch: Prefetcher | None = None
+        self.cache: PlanCache | None = None
+        """Set by :func:`plan` with an output directory: verdicts on disk as they come."""
 
     # costs ------------------------------------------------------------------
     def costs(self, opt: Option, capacity: int) -> tuple[float, float]:
@@ -131,16 +135,22 @@ class Planner:
         assert opt.config is not None
         stopped = False
         result: SimResult | None = None
-        try:
-            result = self._simulate(opt, capacity, early_stop)
-            metrics = result.metrics
-            passed = meets_slo(metrics, self.targets)
-        except SimulationStopped:
-            stopped, passed, metrics = True, False, {}
-        except ConfigError as err:
-            # this capacity cannot hold the deployment (e.g. a cluster with fewer GPUs per
-            # node than a model's TP): a miss, and more capacity may fit
-            passed, metrics = False, {"error": str(err)}
+        rec = self.cache.load(opt.config, capacity, early_stop) if self.cache else None
+        if rec is not None:
+            passed, stopped, metrics = rec["passed"], rec["stopped_early"], rec["metrics"]
+        else:
+            try:
+                result = self._simulate(opt, capacity, early_stop)
+                metrics = result.metrics
+                passed = meets_slo(metrics, self.targets)
+            except SimulationStopped:
+                stopped, passed, metrics = True, False, {}
+            except ConfigError as err:
+                # this capacity cannot hold the deployment (e.g. a cluster with fewer GPUs
+                # per node than a model's TP): a miss, and more capacity may fit
+                passed, metrics = False, {"error": str(err)}
+            if self.cache is not None:
+                self.cache.store(opt.config, capacity, early_stop, passed, stopped, metrics)
         ev = Evaluation(opt, capacity, passed, stopped, metrics, result if passed else None)
         self._memo[(opt.index, capacity)] = ev
         self.evaluations.append(ev)
@@ -258,6 +268,8 @@ class Planner:
             for _, dropped in found[spec.top :]:
                 dropped.result = None
             del found[spec.top :]
+            if any(e is ev for _, e in found):
+                self._keep(ev)
         kept = [ev for _, ev in found]
         candidates = [self.candidate(ev) for ev in kept]
         exhaustive_n = spec.max_replicas * len(runnable)
@@ -270,9 +282,34 @@ class Planner:
             exhaustive_n,
             self.span_s,
             len(self.requests),
-            {c["label"]: ev.result for c, ev in zip(candidates, kept, strict=True) if ev.result},
+            {
+                c["label"]: res
+                for c, ev in zip(candidates, kept, strict=True)
+                if (res := self._result_of(ev)) is not None
+            },
             time.perf_counter() - t0,
         )
+
+    def _keep(self, ev: Evaluation) -> None:
+        """A deployment entering the top list: its run directory on disk (with a cache), from
+        the simulation just run or — a verdict replayed from an interrupted plan — run again
+        once, without an early stop (it passed: the same run)."""
+        opt = ev.option
+        assert opt.config is not None
+        if self.cache is None or self.cache.has_run(opt.config, ev.capacity):
+            return
+        res = ev.result
+        if res is None:
+            res = self._simulate(opt, ev.capacity, early_stop=False)
+        ev.result = None
+        config = opt.config.model_dump(mode="json")
+        write_candidate_run(self.cache.run_dir(opt.config, ev.capacity), config, res, ev.capacity)
+
+    def _result_of(self, ev: Evaluation) -> SimResult | Path | None:
+        opt = ev.option
+        if self.cache is not None and opt.config is not None:
+            return self.cache.run_dir(opt.config, ev.capacity)
+        return ev.result
 
     def _sort_key(self, ev: Evaluation) -> tuple[Any, ...]:
         first = next(iter(self.targets))
@@ -317,15 +354,23 @@ def plan(
     on_evaluation: Callable[[Evaluation], None] | None = None,
     requests: RequestSet | None = None,
     workers: int = 1,
+    out_dir: str | Path | None = None,
 ) -> PlanOutcome:
-    """The plan; ``workers`` > 1 prefetches simulations on a process pool (same outcome)."""
+    """The plan; ``workers`` > 1 prefetches simulations on a process pool (same outcome).
+    With ``out_dir`` every simulation's verdict is written under ``out_dir/simulations`` as it
+    comes and those found there are reused (:mod:`tidal.experiments.plan_cache`): the same
+    plan, resumed."""
     if workers < 1:
         raise ConfigError("workers", f"must be >= 1, got {workers}")
     planner = Planner(prepare_spec(spec), requests, on_evaluation)
-    if workers == 1:
-        return planner.run(exhaustive)
-    planner.prefetch = Prefetcher(workers, planner.spec, planner.targets, planner.requests)
+    if out_dir is not None:
+        planner.cache = PlanCache(out_dir, planner.spec, planner.targets, planner.requests)
+    if workers > 1:
+        planner.prefetch = Prefetcher(workers, planner.spec, planner.targets, planner.requests)
     try:
-        return planner.run(exhaustive)
+        outcome = planner.run(exhaustive)
     finally:
-        planner.prefetch.close()
+        if planner.prefetch is not None:
+            planner.prefetch.close()
+    outcome.simulations_reused = planner.cache.reused if planner.cache else 0
+    return outcome
