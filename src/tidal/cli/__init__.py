@@ -74,6 +74,24 @@ def _console(stderr: bool = False) -> Console:
 console = _console()
 err_console = _console(stderr=True)
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        import tidal
+
+        console.print(f"tidal {tidal.__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True,
+        callback=_print_version,
+    ),
+) -> None:
+    """Tidal: LLM serving — an exact fast simulator and a real engine under one scheduler."""
+
 Opt = typer.Option
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from tidal.cli.flagspec import Flag, FlagTable
 from tidal.engine.policy import describe_batching
+from tidal.hardware.gpus import GPUS
 
 
 def _rate(text: str) -> float | None:
@@ -34,7 +35,7 @@ S, I, F = str | None, int | None, float | None
 
 DEPLOYMENT = (
     Flag("model", S, "Model id, e.g. llama-3.1-8b, qwen3-8b.", "model", shows="llama-3.1-8b"),
-    Flag("gpu", S, "GPU id: h100 h200 a100-80gb l40s rtx-pro-6000 b200.", "gpu", shows="h100"),
+    Flag("gpu", S, f"GPU id: {' '.join(GPUS)} (tidal gpus).", "gpu", shows="h100"),
     Flag(
         "tp", I, "Tensor-parallel degree.", "tp",
         decls=("--tp",), vllm=("--tensor-parallel-size", "-tp"), shows=1,
