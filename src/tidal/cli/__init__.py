@@ -163,6 +163,7 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("num_preemptions", "preemptions", "{:.0f}"),
         ("mode_switches", "EB+ mode switches", "{:.0f}"),
         ("eb_time_share", "EB time share", "{:.1%}"),
+        ("prefix_cache_hit_rate", "prefix cache hit rate", "{:.1%}"),
         ("cold_starts", "cold starts", "{:.0f}"),
         ("prewarm_hit_rate", "prewarm hit rate", "{:.1%}"),
         ("gpu_seconds", "GPU-seconds", "{:,.0f}"),
@@ -178,6 +179,8 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
     ]
     keys += augmented
     present = {k for r in rows.values() for k in r}
+    if not any(r.get("prefix_caching") and r.get("prefix_cache_queries") for r in rows.values()):
+        present.discard("prefix_cache_hit_rate")  # caching off, or nothing it could cache
     keys = [k for k in keys if k[0] in present]
     t = Table(title=title)
     t.add_column("metric")

@@ -127,20 +127,7 @@ def plan(
     except TidalError as err:
         _fail(err)
         return
-    t = Table(title=f"cheapest deployments meeting {spec.targets()} ({spec.objective})")
-    for col in ("#", "deployment", "GPUs", "GPU-hours", "$", "TTFT p99 s", "TPOT p99 ms"):
-        t.add_column(col, justify="left" if col == "deployment" else "right")
-    for i, c in enumerate(outcome.candidates):
-        m = c["metrics"]
-        t.add_row(
-            str(i + 1),
-            c["label"],
-            str(c["num_gpus"]),
-            f"{c['gpu_hours']:.2f}",
-            f"{c['dollars']:.2f}",
-            f"{m['ttft_p99_s']:.3f}",
-            f"{m['tpot_p99_s'] * 1e3:.1f}" if m.get("tpot_p99_s") is not None else "—",
-        )
+    t = plan_table(outcome)
     console.print(t)
     if not outcome.candidates:
         console.print("[bold]no deployment in the search space meets the SLO[/]")
@@ -154,3 +141,37 @@ def plan(
         f"{outcome.exhaustive_simulations}{reused}) in {outcome.wall_s:.1f} s; "
         f"plan in {out / 'plan.json'}"
     )
+
+
+def plan_table(outcome: Any) -> Table:
+    """The returned deployments, cheapest first. A deployment that other options served
+    identically (a knob that made no difference) lists those knobs' values under its label;
+    with prefix caching on, a column gives its hit rate."""
+    spec = outcome.spec
+    t = Table(title=f"cheapest deployments meeting {spec.targets()} ({spec.objective})")
+    cached = any(
+        c["metrics"].get("prefix_caching") and c["metrics"].get("prefix_cache_queries")
+        for c in outcome.candidates
+    )
+    cols = ["#", "deployment", "GPUs", "GPU-hours", "$", "TTFT p99 s", "TPOT p99 ms"]
+    for col in [*cols, *(["prefix hit"] if cached else [])]:
+        t.add_column(col, justify="left" if col == "deployment" else "right")
+    for i, c in enumerate(outcome.candidates):
+        m = c["metrics"]
+        label = c["label"]
+        if c.get("varied"):
+            knobs = "; ".join(
+                f"{k.rsplit('.', 1)[-1]} {', '.join(map(str, v))}" for k, v in c["varied"].items()
+            )
+            label += f"\n[dim]  the same with {knobs}[/]"
+        t.add_row(
+            str(i + 1),
+            label,
+            str(c["num_gpus"]),
+            f"{c['gpu_hours']:.2f}",
+            f"{c['dollars']:.2f}",
+            f"{m['ttft_p99_s']:.3f}",
+            f"{m['tpot_p99_s'] * 1e3:.1f}" if m.get("tpot_p99_s") is not None else "—",
+            *([f"{m.get('prefix_cache_hit_rate', 0.0):.1%}"] if cached else []),
+        )
+    return t

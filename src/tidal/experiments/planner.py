@@ -32,6 +32,7 @@ headroom first), then by the label, so the answer is deterministic.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -105,6 +106,7 @@ class Planner:
         self._stop = certain_failure_stop(self.targets, self.requests)
         self.prefetch: Prefetcher | None = None
         self.cache: PlanCache | None = None
+        self._ties: dict[tuple[int, int], list[Evaluation]] = {}
         """Set by :func:`plan` with an output directory: verdicts on disk as they come."""
 
     # costs ------------------------------------------------------------------
@@ -263,8 +265,7 @@ class Planner:
             assert opt.config is not None
             self._guess[(opt.config.gpu, opt.config.tp)] = best_c
             ev = self._memo[(opt.index, best_c)]
-            found.append((self._sort_key(ev), ev))
-            found.sort(key=lambda x: x[0])
+            self._add_found(found, ev)
             for _, dropped in found[spec.top :]:
                 dropped.result = None
             del found[spec.top :]
@@ -289,6 +290,25 @@ class Planner:
             },
             time.perf_counter() - t0,
         )
+
+    def _add_found(self, found: list[tuple[tuple[Any, ...], Evaluation]], ev: Evaluation) -> None:
+        """``ev`` enters the top list (sorted), or — the same GPUs serving the traffic the same
+        way, every metric equal, as a deployment already there (a knob that made no
+        difference) — that entry's tie group, represented by its first member by sort key, so
+        that the top list holds distinct deployments."""
+        for i, (_, rep) in enumerate(found):
+            if same_service(rep, ev):
+                group = [*self._ties.pop((rep.option.index, rep.capacity), [rep]), ev]
+                first = min(group, key=self._sort_key)
+                for e in group:
+                    if e is not first:
+                        e.result = None
+                self._ties[(first.option.index, first.capacity)] = group
+                found[i] = (self._sort_key(first), first)
+                break
+        else:
+            found.append((self._sort_key(ev), ev))
+        found.sort(key=lambda x: x[0])
 
     def _keep(self, ev: Evaluation) -> None:
         """A deployment entering the top list: its run directory on disk (with a cache), from
@@ -337,7 +357,54 @@ class Planner:
             "gpu_hours": gh,
             "dollars": usd,
             "metrics": scalar,
+            **self._tie_fields(ev),
         }
+
+    def _tie_fields(self, ev: Evaluation) -> dict[str, Any]:
+        """``same_as`` (the tied deployments' labels) and ``varied`` (each knob that differs
+        within the tie → its values), when other options served the same as ``ev``."""
+        group = self._ties.get((ev.option.index, ev.capacity), [ev])
+        if len(group) < 2:
+            return {}
+        keys = sorted({k for e in group for k in e.option.values})
+        varied = {
+            k: _sorted_values({e.option.values.get(k) for e in group})
+            for k in keys
+            if len({str(e.option.values.get(k)) for e in group}) > 1
+        }
+        same = [f"{e.capacity}× {e.option.label}" for e in group if e is not ev]
+        return {"same_as": same, "varied": varied}
+
+
+def _sorted_values(values: set[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:  # mixed types
+        return sorted(values, key=str)
+
+
+CONFIG_METRICS = frozenset({"kv_capacity_tokens", "roofline_token_throughput"})
+"""Metrics that describe the deployment's configuration, not how it served the traffic."""
+
+
+def same_service(a: Evaluation, b: Evaluation) -> bool:
+    """The same GPUs (type, TP, capacity) serving the traffic identically: every scalar metric
+    but :data:`CONFIG_METRICS` equal (NaN equal to NaN; the KV plan, a dict, is config too)."""
+    ca, cb = a.option.config, b.option.config
+    if ca is None or cb is None or a.capacity != b.capacity:
+        return False
+    if (ca.gpu, ca.tp) != (cb.gpu, cb.tp):
+        return False
+
+    def served(m: dict[str, Any]) -> str:
+        kept = {
+            k: v
+            for k, v in m.items()
+            if k not in CONFIG_METRICS and (v is None or isinstance(v, bool | int | float | str))
+        }
+        return json.dumps(kept, sort_keys=True)
+
+    return served(a.metrics) == served(b.metrics)
 
 
 def _gt(a: tuple[float, float], b: tuple[float, float]) -> bool:
