@@ -383,13 +383,21 @@ def _sorted_values(values: set[Any]) -> list[Any]:
         return sorted(values, key=str)
 
 
-CONFIG_METRICS = frozenset({"kv_capacity_tokens", "roofline_token_throughput"})
-"""Metrics that describe the deployment's configuration, not how it served the traffic."""
+SERVICE_METRICS = (
+    "ttft_", "tpot_", "itl_", "e2e_", "queue_", "goodput", "request_throughput",
+    "token_throughput", "output_token_throughput", "slo_attainment", "num_completed",
+    "num_requests", "num_preemptions", "duration_s", "prefix_cache_hit", "effective_throughput",
+    "normalized_latency_",
+)  # fmt: skip
+"""Prefixes of the metrics that say how the traffic was served (latencies, throughput, SLO,
+completions, preemptions, cache hits) — not the deployment's configuration (KV plan, roofline)
+nor a policy's internal state (EB⁺'s controller estimates, which differ between max_seqs even
+when it never left mixed batching and served exactly as MB)."""
 
 
 def same_service(a: Evaluation, b: Evaluation) -> bool:
-    """The same GPUs (type, TP, capacity) serving the traffic identically: every scalar metric
-    but :data:`CONFIG_METRICS` equal (NaN equal to NaN; the KV plan, a dict, is config too)."""
+    """The same GPUs (type, TP, capacity) serving the traffic identically: every metric of
+    :data:`SERVICE_METRICS` equal, the same ones present (NaN equal to NaN)."""
     ca, cb = a.option.config, b.option.config
     if ca is None or cb is None or a.capacity != b.capacity:
         return False
@@ -397,12 +405,8 @@ def same_service(a: Evaluation, b: Evaluation) -> bool:
         return False
 
     def served(m: dict[str, Any]) -> str:
-        kept = {
-            k: v
-            for k, v in m.items()
-            if k not in CONFIG_METRICS and (v is None or isinstance(v, bool | int | float | str))
-        }
-        return json.dumps(kept, sort_keys=True)
+        kept = {k: v for k, v in m.items() if k.startswith(SERVICE_METRICS)}
+        return json.dumps(kept, sort_keys=True, default=str)
 
     return served(a.metrics) == served(b.metrics)
 
