@@ -57,7 +57,8 @@ class Block:
     script: str
     prose: str
     """The paragraph before the block, the block, and the text up to the next heading or
-    block after it: where its claims must be stated."""
+    shell block after it (output blocks included), without HTML comments: where its claims
+    must be stated."""
     checks: list[tuple[str, list[Claim], float]] = field(default_factory=list)
 
     @property
@@ -106,10 +107,12 @@ def parse_readme(text: str) -> list[Block]:
         if marker is None or before[marker.end() :].strip():
             raise AssertionError(f"README line {line}: a bash block without a readme-test marker")
         prev_end = fences[i - 1].end() if i else 0
-        nxt = fences[i + 1].start() if i + 1 < len(fences) else len(text)
+        later = [f.start() for f in fences[i + 1 :] if f.group(1) == "bash"]
+        nxt = later[0] if later else len(text)
         heading = text.find("\n#", m.end())
         stop = min(nxt, heading) if heading != -1 else nxt
         prose = text[max(prev_end, m.start() - 1500) : stop]
+        prose = re.sub(r"<!--.*?-->", "", prose, flags=re.S)  # the claims, not the checks
         block = Block(line, marker.group(1), marker.group(2).strip(), m.group(2), prose)
         for c in CHECK.finditer(text[m.end() : stop]):
             claims, tol = _claims(c.group(2))
