@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tidal.cli import help_layout
 from tidal.core.errors import TidalError
 
 app = typer.Typer(
@@ -19,6 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+help_layout.install()
 UNWRAPPED_WIDTH = 1000
 """Columns of a console whose stream is not a terminal (a pipe, a file, a test's capture):
 nothing wraps, whatever $COLUMNS says."""
@@ -38,6 +42,10 @@ class _StreamConsole:
 
     def _get(self) -> Console:
         stream = sys.stderr if self._stderr else sys.stdout
+        # A rich ``Live`` (every progress bar) swaps the streams for ``FileProxy`` objects that
+        # write through this very console: the same stream, so the same console, or the live
+        # display's state (``set_live`` / ``clear_live``) would land on a fresh console.
+        stream = getattr(stream, "rich_proxied_file", stream)
         if self._console is None or stream is not self._stream:
             tty = hasattr(stream, "isatty") and stream.isatty()
             self._stream = stream
@@ -49,6 +57,14 @@ class _StreamConsole:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._get(), name)
 
+    # Special methods are looked up on the type, never through ``__getattr__``: rich's ``Live``
+    # does ``with console:`` (buffered output) on every refresh.
+    def __enter__(self) -> Console:
+        return self._get().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._get().__exit__(*exc)
+
 
 def _console(stderr: bool = False) -> Console:
     """The console of the current stream (see :class:`_StreamConsole`)."""
@@ -58,12 +74,41 @@ def _console(stderr: bool = False) -> Console:
 console = _console()
 err_console = _console(stderr=True)
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        import tidal
+
+        console.print(f"tidal {tidal.__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True,
+        callback=_print_version,
+    ),
+) -> None:
+    """Tidal: LLM serving — an exact fast simulator and a real engine under one scheduler."""
+
 Opt = typer.Option
 
 
 def _fail(err: Exception) -> None:
     err_console.print(f"[bold red]error:[/] {err}")
     raise typer.Exit(2)
+
+
+@contextmanager
+def on_interrupt(note: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C within the block prints ``interrupted: NOTE`` — what was kept and how to resume —
+    on stderr and exits 130 (128 + SIGINT), rather than typer's silent 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err_console.print(f"\n[bold yellow]interrupted:[/] {note()}", highlight=False)
+        raise typer.Exit(130) from None
 
 
 def _set(d: dict[str, Any], dotted: str, value: Any) -> None:
@@ -118,6 +163,7 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("num_preemptions", "preemptions", "{:.0f}"),
         ("mode_switches", "EB+ mode switches", "{:.0f}"),
         ("eb_time_share", "EB time share", "{:.1%}"),
+        ("prefix_cache_hit_rate", "prefix cache hit rate", "{:.1%}"),
         ("cold_starts", "cold starts", "{:.0f}"),
         ("prewarm_hit_rate", "prewarm hit rate", "{:.1%}"),
         ("gpu_seconds", "GPU-seconds", "{:,.0f}"),
@@ -133,6 +179,8 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
     ]
     keys += augmented
     present = {k for r in rows.values() for k in r}
+    if not any(r.get("prefix_caching") and r.get("prefix_cache_queries") for r in rows.values()):
+        present.discard("prefix_cache_hit_rate")  # caching off, or nothing it could cache
     keys = [k for k in keys if k[0] in present]
     t = Table(title=title)
     t.add_column("metric")
@@ -159,7 +207,8 @@ def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> An
 
     if out is not None:
         check_run_dir(out)  # before the run, not after it
-    with sigterm_as_exit():
+    note = "nothing written (a run's files are written when it ends); run the command again"
+    with on_interrupt(lambda: note), sigterm_as_exit():
         return _simulate_and_write(cfg, out, show_progress, load_requests(cfg))
 
 

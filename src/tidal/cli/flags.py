@@ -10,6 +10,7 @@ from typing import Any
 
 from tidal.cli.flagspec import Flag, FlagTable
 from tidal.engine.policy import describe_batching
+from tidal.hardware.gpus import GPUS
 
 
 def _rate(text: str) -> float | None:
@@ -42,8 +43,7 @@ DEPLOYMENT = (
     ),
     Flag(
         "gpu", S,
-        "GPU id: h100 h200 a100-80gb l40s a40 rtx-pro-6000 b200 b300 gb200 gb300 (or the "
-        "operator tables' ids: h100_sxm …).",
+        f"GPU id: {' '.join(GPUS)} (tidal gpus; or the operator tables' ids: h100_sxm …).",
         "gpu", shows="h100",
     ),
     Flag(
@@ -144,7 +144,11 @@ SYNTHETIC = (
 
 LENGTHS = (
     Flag(
-        "length_dist", S, "fixed|uniform|uniform-below|geometric|lognormal|empirical:NAME.",
+        "length_dist", S,
+        "fixed|uniform|uniform-below|geometric|lognormal|empirical:NAME|empirical:PATH. Names: sharegpt "
+        "(the 8k-filtered ShareGPT table of Vidur/Sarathi-Serve: whole conversations, mean "
+        "2,340 prompt / 439 output tokens — not vLLM's first-turn ShareGPT, ~200/200), arxiv, "
+        "bwb.",
         "workload.length_dist", shows="fixed",
     ),
     Flag("max_prompt_len", I, "Cap prompt lengths.", "workload.max_prompt_len"),
@@ -325,7 +329,8 @@ def axis(flag: Flag, help: str, key: str | None = None, name: str | None = None)
 
 
 _PLAN_BASE = FlagTable(
-    TRACE, DEPLOYMENT[:1], PRECISION, MEMORY, SYNTHETIC, CONCURRENCY
+    TRACE, DEPLOYMENT[:1], DEPLOYMENT[3:4], DEPLOYMENT[5:7], PRECISION, MEMORY, SYNTHETIC,
+    LENGTHS, CONCURRENCY
 ).flags  # fmt: skip
 PLAN = FlagTable(
     (f.prefixed("base.") for f in _PLAN_BASE),

@@ -159,3 +159,78 @@ def show(
     for k, v in kv_plan_rows(m, g, tp):
         kv.add_row(k, v)
     console.print(kv)
+
+
+
+DATA_NOTE = "step-time data (--perf-model auto; anything not listed: corrected roofline)"
+
+
+def _backing_lines(title: str, rows: dict[str, Any]) -> Table:
+    """One line per catalog entry: what data backs its step times (wraps at any width)."""
+    t = Table.grid(padding=(0, 2))
+    t.add_column(no_wrap=True)
+    t.add_column()
+    for name, b in rows.items():
+        t.add_row(name, b.describe())
+    t.title = title
+    t.title_justify = "left"
+    return t
+
+
+def gpu_tables() -> list[Table]:
+    from tidal.hardware.catalog import backing
+    from tidal.hardware.gpus import GPUS
+
+    by_gpu, _ = backing()
+    t = Table(title="GPUs (--gpu; NAME@TBs for a what-if memory bandwidth)")
+    for col in ("gpu", "bf16 TFLOP/s", "HBM TB/s", "GiB", "peer GB/s", "$/h"):
+        t.add_column(col, justify="left" if col == "gpu" else "right")
+    for name, g in GPUS.items():
+        link = f"{g.nvlink_gbs:g} NVLink" if g.nvlink_gbs else f"{g.pcie_gbs:g} PCIe"
+        gib = g.mem_bytes / 1024**3
+        t.add_row(
+            name, f"{g.bf16_tflops:g}", f"{g.mem_bw_tbs:g}", f"{gib:.2f}", link,
+            f"{g.price_per_hour:g}",
+        )  # fmt: skip
+    return [t, _backing_lines(f"GPUs: {DATA_NOTE}", by_gpu)]
+
+
+def model_tables() -> list[Table]:
+    from tidal.hardware.catalog import backing
+    from tidal.hardware.models import MODELS
+
+    _, by_model = backing()
+    t = Table(title="Models (--model)")
+    for col in ("model", "params B", "layers", "heads q/kv", "max context", "KV KiB/tok"):
+        t.add_column(col, justify="left" if col == "model" else "right")
+    for name, m in MODELS.items():
+        t.add_row(
+            name, f"{m.num_params / 1e9:.2f}", str(m.num_layers),
+            f"{m.num_heads}/{m.num_kv_heads}", f"{m.max_context:,}",
+            f"{m.kv_bytes_per_token / 1024:g}",
+        )  # fmt: skip
+    return [t, _backing_lines(f"Models: {DATA_NOTE}", by_model)]
+
+
+def _print(tables: list[Table]) -> None:
+    for t in tables:
+        console.print(t)
+        console.print()
+
+
+@app.command("gpus")
+def gpus() -> None:
+    """The GPU catalog: spec-sheet numbers and the measured data behind each GPU's step times."""
+    _print(gpu_tables())
+
+
+@app.command("models")
+def models() -> None:
+    """The model catalog: shapes and the measured data behind each model's step times."""
+    _print(model_tables())
+
+
+@hardware_app.command("list")
+def list_catalog() -> None:
+    """Both catalogs (``tidal gpus`` and ``tidal models``)."""
+    _print(gpu_tables() + model_tables())

@@ -15,6 +15,7 @@ from tidal.cli import (
     app,
     console,
     err_console,
+    on_interrupt,
 )
 from tidal.cli.flags import PLAN
 
@@ -60,6 +61,7 @@ def plan(
     from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
 
     from tidal.experiments.grid import parse_grid_arg
+    from tidal.experiments.plan_cache import SIMS_DIR
     from tidal.experiments.planner import plan as run_plan
     from tidal.experiments.planner import write_plan
     from tidal.experiments.space import load_plan_spec
@@ -110,30 +112,66 @@ def plan(
             )
             bar.update(task, advance=1, description=f"planning: {ev.option.label}")
 
-        with bar:
-            outcome = run_plan(spec, exhaustive=exhaustive, on_evaluation=show, workers=workers)
-        write_plan(outcome, out)
+        def kept() -> str:
+            n = len(list((out / SIMS_DIR).glob("*.json")))
+            return (
+                f"{n} simulations kept in {out / SIMS_DIR}; run the same command again to "
+                "resume (finished simulations are reused)"
+            )
+
+        with on_interrupt(kept), bar:
+            outcome = run_plan(
+                spec, exhaustive=exhaustive, on_evaluation=show, workers=workers, out_dir=out
+            )
+            write_plan(outcome, out)
     except TidalError as err:
         _fail(err)
         return
+    t = plan_table(outcome)
+    console.print(t)
+    if not outcome.candidates:
+        console.print("[bold]no deployment in the search space meets the SLO[/]")
+    reused = (
+        f", {outcome.simulations_reused} reused from an earlier run"
+        if outcome.simulations_reused
+        else ""
+    )
+    console.print(
+        f"{outcome.simulations_run} simulations (the exhaustive grid: "
+        f"{outcome.exhaustive_simulations}{reused}) in {outcome.wall_s:.1f} s; "
+        f"plan in {out / 'plan.json'}"
+    )
+
+
+def plan_table(outcome: Any) -> Table:
+    """The returned deployments, cheapest first. A deployment that other options served
+    identically (a knob that made no difference) lists those knobs' values under its label;
+    with prefix caching on, a column gives its hit rate."""
+    spec = outcome.spec
     t = Table(title=f"cheapest deployments meeting {spec.targets()} ({spec.objective})")
-    for col in ("#", "deployment", "GPUs", "GPU-hours", "$", "TTFT p99 s", "TPOT p99 ms"):
+    cached = any(
+        c["metrics"].get("prefix_caching") and c["metrics"].get("prefix_cache_queries")
+        for c in outcome.candidates
+    )
+    cols = ["#", "deployment", "GPUs", "GPU-hours", "$", "TTFT p99 s", "TPOT p99 ms"]
+    for col in [*cols, *(["prefix hit"] if cached else [])]:
         t.add_column(col, justify="left" if col == "deployment" else "right")
     for i, c in enumerate(outcome.candidates):
         m = c["metrics"]
+        label = c["label"]
+        if c.get("varied"):
+            knobs = "; ".join(
+                f"{k.rsplit('.', 1)[-1]} {', '.join(map(str, v))}" for k, v in c["varied"].items()
+            )
+            label += f"\n[dim]  the same with {knobs}[/]"
         t.add_row(
             str(i + 1),
-            c["label"],
+            label,
             str(c["num_gpus"]),
             f"{c['gpu_hours']:.2f}",
             f"{c['dollars']:.2f}",
             f"{m['ttft_p99_s']:.3f}",
             f"{m['tpot_p99_s'] * 1e3:.1f}" if m.get("tpot_p99_s") is not None else "—",
+            *([f"{m.get('prefix_cache_hit_rate', 0.0):.1%}"] if cached else []),
         )
-    console.print(t)
-    if not outcome.candidates:
-        console.print("[bold]no deployment in the search space meets the SLO[/]")
-    console.print(
-        f"{outcome.simulations_run} simulations (the exhaustive grid: "
-        f"{outcome.exhaustive_simulations}) in {outcome.wall_s:.1f} s; plan in {out / 'plan.json'}"
-    )
+    return t

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+from tidal.cli import Opt, TidalError, _fail, app, console, err_console, on_interrupt
 
 
 @contextmanager
@@ -46,7 +46,8 @@ def report(
     from tidal.report.render import render_report
 
     try:
-        with figure_status(err_console) as progress:
+        note = "the figures drawn so far are kept; run the command again to draw them all"
+        with on_interrupt(lambda: note), figure_status(err_console) as progress:
             target, figs = render_report(results, format, progress)
     except TidalError as err:
         _fail(err)

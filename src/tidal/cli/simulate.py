@@ -14,6 +14,7 @@ from tidal.cli import (
     _set,
     app,
     console,
+    err_console,
     metrics_table,
 )
 from tidal.cli.flags import SIMULATE
@@ -67,6 +68,10 @@ def simulate(
         f"({info['simulated_requests_per_s']:,.0f} req/s, {info['num_events']:,} events)"
         + (f"; results in {out}" if out else "")
     )
+    from tidal.cli.notes import run_notes
+
+    for note in run_notes(cfg, result):
+        err_console.print(note, highlight=False)
 
 
 def _cluster_flags(

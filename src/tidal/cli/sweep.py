@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console, vllm_names
+from tidal.cli import (
+    Opt,
+    TidalError,
+    _fail,
+    app,
+    console,
+    err_console,
+    on_interrupt,
+    vllm_names,
+)
 
 
 @app.command()
@@ -57,7 +66,14 @@ def sweep(
         g = dict(axes)
         if len(g) < len(axes):
             raise TidalError("grid: an axis is given twice (under vLLM's name and Tidal's)")
-        with Progress(
+        def kept() -> str:
+            done = len(list((out / "cells").glob("*/summary.json")))
+            return (
+                f"{done} finished cells kept in {out / 'cells'} (results.parquet has them); "
+                "run the same command again to resume (finished cells are reused)"
+            )
+
+        with on_interrupt(kept), Progress(
             "[progress.description]{task.description}",
             BarColumn(),
             MofNCompleteColumn(),

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+from tidal.experiments.plan_cache import copy_run
 from tidal.experiments.plan_options import PlanOutcome
+from tidal.sim.run import SimResult
 
 
 def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
     """``DIR/plan.json``, ``DIR/evaluations.parquet`` and one run directory per returned
     candidate under ``DIR/runs/`` (``tidal report DIR`` draws them)."""
     from tidal.core.io import write_json, write_parquet
-    from tidal.experiments.results import _clean, write_run
+    from tidal.experiments.results import _clean
 
     out = Path(out_dir)
     spec = outcome.spec
@@ -66,19 +69,49 @@ def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
     ]
     cols = {k: [r[k] for r in rows] for k in (rows[0] if rows else {"candidate": None})}
     write_parquet(out / "evaluations.parquet", cols)
+    names = []
     for rank, cand in enumerate(outcome.candidates):
         res = outcome.results[cand["label"]]
         slug = re.sub(r"[^A-Za-z0-9=.-]+", "-", cand["label"]).strip("-").lower()
-        write_run(
-            out / "runs" / f"{rank + 1:02d}-{slug}",
-            cand["config"],
-            res.config.seed,
-            res.metrics,
-            res.columns,
-            res.run_info,
-            extra_tables=res.extras.get("tables"),
-            extra_json=res.extras.get("json") or {"deployment": {"replicas": cand["replicas"]}},
-        )
-    write_json(out / "plan_run.json", {"wall_s": outcome.wall_s})
+        names.append(f"{rank + 1:02d}-{slug}")
+        if isinstance(res, Path):
+            copy_run(res, out / "runs" / names[-1])  # kept as the plan went
+        else:
+            write_candidate_run(out / "runs" / names[-1], cand["config"], res, cand["replicas"])
+    _drop_stale_runs(out / "runs", names)
+    write_json(
+        out / "plan_run.json",
+        {"wall_s": outcome.wall_s, "simulations_reused": outcome.simulations_reused},
+    )
     write_json(out / "plan.json", _clean(doc))
     return out / "plan.json"
+
+
+def write_candidate_run(
+    run_dir: Path, config: dict[str, Any], res: SimResult, replicas: int
+) -> None:
+    """One deployment's run directory (``tidal report`` draws it): ``config`` is the option's
+    (per-replica) config."""
+    from tidal.experiments.results import write_run
+
+    write_run(
+        run_dir,
+        config,
+        res.config.seed,
+        res.metrics,
+        res.columns,
+        res.run_info,
+        extra_tables=res.extras.get("tables"),
+        extra_json=res.extras.get("json") or {"deployment": {"replicas": replicas}},
+    )
+
+
+def _drop_stale_runs(runs: Path, keep: list[str]) -> None:
+    """Run directories of an earlier plan into the same directory that this plan did not
+    return (the plan directory is the plan's own)."""
+    import shutil
+
+    if runs.is_dir():
+        for d in runs.iterdir():
+            if d.is_dir() and d.name not in keep and (d / "summary.json").is_file():
+                shutil.rmtree(d)

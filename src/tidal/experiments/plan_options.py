@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,9 +77,12 @@ class PlanOutcome:
     exhaustive_simulations: int
     span_s: float
     num_requests: int
-    results: dict[str, SimResult] = field(default_factory=dict)
-    """SimResult of each returned candidate, by its label."""
+    results: dict[str, SimResult | Path] = field(default_factory=dict)
+    """SimResult of each returned candidate, by its label (or, for a plan written as it went,
+    its run directory under ``simulations/``)."""
     wall_s: float = 0.0
+    simulations_reused: int = 0
+    """Evaluations replayed from an earlier, interrupted run into the same directory."""
 
     @property
     def best(self) -> dict[str, Any] | None:

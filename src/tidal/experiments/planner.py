@@ -32,13 +32,16 @@ headroom first), then by the label, so the answer is deterministic.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError
-from tidal.experiments.plan_io import write_plan
+from tidal.experiments.plan_cache import PlanCache
+from tidal.experiments.plan_io import write_candidate_run, write_plan
 from tidal.experiments.plan_options import (
     Evaluation,
     Option,
@@ -101,6 +104,9 @@ class Planner:
         self._guess: dict[tuple[str, int], int] = {}
         self._stop = certain_failure_stop(self.targets, self.requests)
         self.prefetch: Prefetcher | None = None
+        self.cache: PlanCache | None = None
+        self._ties: dict[tuple[int, int], list[Evaluation]] = {}
+        """Set by :func:`plan` with an output directory: verdicts on disk as they come."""
 
     # costs ------------------------------------------------------------------
     def costs(self, opt: Option, capacity: int) -> tuple[float, float]:
@@ -130,16 +136,22 @@ class Planner:
         assert opt.config is not None
         stopped = False
         result: SimResult | None = None
-        try:
-            result = self._simulate(opt, capacity, early_stop)
-            metrics = result.metrics
-            passed = meets_slo(metrics, self.targets)
-        except SimulationStopped:
-            stopped, passed, metrics = True, False, {}
-        except ConfigError as err:
-            # this capacity cannot hold the deployment (e.g. a cluster with fewer GPUs per
-            # node than a model's TP): a miss, and more capacity may fit
-            passed, metrics = False, {"error": str(err)}
+        rec = self.cache.load(opt.config, capacity, early_stop) if self.cache else None
+        if rec is not None:
+            passed, stopped, metrics = rec["passed"], rec["stopped_early"], rec["metrics"]
+        else:
+            try:
+                result = self._simulate(opt, capacity, early_stop)
+                metrics = result.metrics
+                passed = meets_slo(metrics, self.targets)
+            except SimulationStopped:
+                stopped, passed, metrics = True, False, {}
+            except ConfigError as err:
+                # this capacity cannot hold the deployment (e.g. a cluster with fewer GPUs
+                # per node than a model's TP): a miss, and more capacity may fit
+                passed, metrics = False, {"error": str(err)}
+            if self.cache is not None:
+                self.cache.store(opt.config, capacity, early_stop, passed, stopped, metrics)
         ev = Evaluation(opt, capacity, passed, stopped, metrics, result if passed else None)
         self._memo[(opt.index, capacity)] = ev
         self.evaluations.append(ev)
@@ -252,11 +264,12 @@ class Planner:
             assert opt.config is not None
             self._guess[(opt.config.gpu, opt.config.tp)] = best_c
             ev = self._memo[(opt.index, best_c)]
-            found.append((self._sort_key(ev), ev))
-            found.sort(key=lambda x: x[0])
+            self._add_found(found, ev)
             for _, dropped in found[spec.top :]:
                 dropped.result = None
             del found[spec.top :]
+            if any(e is ev for _, e in found):
+                self._keep(ev)
         kept = [ev for _, ev in found]
         candidates = [self.candidate(ev) for ev in kept]
         exhaustive_n = spec.max_replicas * len(runnable)
@@ -269,9 +282,53 @@ class Planner:
             exhaustive_n,
             self.span_s,
             len(self.requests),
-            {c["label"]: ev.result for c, ev in zip(candidates, kept, strict=True) if ev.result},
+            {
+                c["label"]: res
+                for c, ev in zip(candidates, kept, strict=True)
+                if (res := self._result_of(ev)) is not None
+            },
             time.perf_counter() - t0,
         )
+
+    def _add_found(self, found: list[tuple[tuple[Any, ...], Evaluation]], ev: Evaluation) -> None:
+        """``ev`` enters the top list (sorted), or — the same GPUs serving the traffic the same
+        way, every metric equal, as a deployment already there (a knob that made no
+        difference) — that entry's tie group, represented by its first member by sort key, so
+        that the top list holds distinct deployments."""
+        for i, (_, rep) in enumerate(found):
+            if same_service(rep, ev):
+                group = [*self._ties.pop((rep.option.index, rep.capacity), [rep]), ev]
+                first = min(group, key=self._sort_key)
+                for e in group:
+                    if e is not first:
+                        e.result = None
+                self._ties[(first.option.index, first.capacity)] = group
+                found[i] = (self._sort_key(first), first)
+                break
+        else:
+            found.append((self._sort_key(ev), ev))
+        found.sort(key=lambda x: x[0])
+
+    def _keep(self, ev: Evaluation) -> None:
+        """A deployment entering the top list: its run directory on disk (with a cache), from
+        the simulation just run or — a verdict replayed from an interrupted plan — run again
+        once, without an early stop (it passed: the same run)."""
+        opt = ev.option
+        assert opt.config is not None
+        if self.cache is None or self.cache.has_run(opt.config, ev.capacity):
+            return
+        res = ev.result
+        if res is None:
+            res = self._simulate(opt, ev.capacity, early_stop=False)
+        ev.result = None
+        config = opt.config.model_dump(mode="json")
+        write_candidate_run(self.cache.run_dir(opt.config, ev.capacity), config, res, ev.capacity)
+
+    def _result_of(self, ev: Evaluation) -> SimResult | Path | None:
+        opt = ev.option
+        if self.cache is not None and opt.config is not None:
+            return self.cache.run_dir(opt.config, ev.capacity)
+        return ev.result
 
     def _sort_key(self, ev: Evaluation) -> tuple[Any, ...]:
         first = next(iter(self.targets))
@@ -299,7 +356,58 @@ class Planner:
             "gpu_hours": gh,
             "dollars": usd,
             "metrics": scalar,
+            **self._tie_fields(ev),
         }
+
+    def _tie_fields(self, ev: Evaluation) -> dict[str, Any]:
+        """``same_as`` (the tied deployments' labels) and ``varied`` (each knob that differs
+        within the tie → its values), when other options served the same as ``ev``."""
+        group = self._ties.get((ev.option.index, ev.capacity), [ev])
+        if len(group) < 2:
+            return {}
+        keys = sorted({k for e in group for k in e.option.values})
+        varied = {
+            k: _sorted_values({e.option.values.get(k) for e in group})
+            for k in keys
+            if len({str(e.option.values.get(k)) for e in group}) > 1
+        }
+        same = [f"{e.capacity}× {e.option.label}" for e in group if e is not ev]
+        return {"same_as": same, "varied": varied}
+
+
+def _sorted_values(values: set[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:  # mixed types
+        return sorted(values, key=str)
+
+
+SERVICE_METRICS = (
+    "ttft_", "tpot_", "itl_", "e2e_", "queue_", "goodput", "request_throughput",
+    "token_throughput", "output_token_throughput", "slo_attainment", "num_completed",
+    "num_requests", "num_preemptions", "duration_s", "prefix_cache_hit", "effective_throughput",
+    "normalized_latency_",
+)  # fmt: skip
+"""Prefixes of the metrics that say how the traffic was served (latencies, throughput, SLO,
+completions, preemptions, cache hits) — not the deployment's configuration (KV plan, roofline)
+nor a policy's internal state (EB⁺'s controller estimates, which differ between max_seqs even
+when it never left mixed batching and served exactly as MB)."""
+
+
+def same_service(a: Evaluation, b: Evaluation) -> bool:
+    """The same GPUs (type, TP, capacity) serving the traffic identically: every metric of
+    :data:`SERVICE_METRICS` equal, the same ones present (NaN equal to NaN)."""
+    ca, cb = a.option.config, b.option.config
+    if ca is None or cb is None or a.capacity != b.capacity:
+        return False
+    if (ca.gpu, ca.tp) != (cb.gpu, cb.tp):
+        return False
+
+    def served(m: dict[str, Any]) -> str:
+        kept = {k: v for k, v in m.items() if k.startswith(SERVICE_METRICS)}
+        return json.dumps(kept, sort_keys=True, default=str)
+
+    return served(a.metrics) == served(b.metrics)
 
 
 def _gt(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -316,15 +424,23 @@ def plan(
     on_evaluation: Callable[[Evaluation], None] | None = None,
     requests: RequestSet | None = None,
     workers: int = 1,
+    out_dir: str | Path | None = None,
 ) -> PlanOutcome:
-    """The plan; ``workers`` > 1 prefetches simulations on a process pool (same outcome)."""
+    """The plan; ``workers`` > 1 prefetches simulations on a process pool (same outcome).
+    With ``out_dir`` every simulation's verdict is written under ``out_dir/simulations`` as it
+    comes and those found there are reused (:mod:`tidal.experiments.plan_cache`): the same
+    plan, resumed."""
     if workers < 1:
         raise ConfigError("workers", f"must be >= 1, got {workers}")
     planner = Planner(prepare_spec(spec), requests, on_evaluation)
-    if workers == 1:
-        return planner.run(exhaustive)
-    planner.prefetch = Prefetcher(workers, planner.spec, planner.targets, planner.requests)
+    if out_dir is not None:
+        planner.cache = PlanCache(out_dir, planner.spec, planner.targets, planner.requests)
+    if workers > 1:
+        planner.prefetch = Prefetcher(workers, planner.spec, planner.targets, planner.requests)
     try:
-        return planner.run(exhaustive)
+        outcome = planner.run(exhaustive)
     finally:
-        planner.prefetch.close()
+        if planner.prefetch is not None:
+            planner.prefetch.close()
+    outcome.simulations_reused = planner.cache.reused if planner.cache else 0
+    return outcome

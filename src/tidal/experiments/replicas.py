@@ -204,6 +204,13 @@ def run_replicated(
     metrics["replicas"] = replicas
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))
+    if reqs.content is not None:  # vLLM's prefix-cache counters, summed over the replicas
+        from tidal.sim.cluster_metrics import CacheCounts
+
+        counts = CacheCounts()
+        for s, _, _ in built:
+            counts.add(s.kv)
+        metrics.update(counts.metrics(cfg.memory.prefix_caching))
     share = PolicyStats.total(s.stats() for s, _, _ in built).eb_time_share
     if share is not None:  # busy-time share over the replicas (not a mean of their shares)
         metrics["eb_time_share"] = share

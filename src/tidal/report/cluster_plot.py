@@ -51,6 +51,7 @@ def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) 
     fig, axes = plt.subplots(n_gpu, 1, figsize=(12, 0.55 * n_gpu + 1.2), sharex=True)
     axes = np.atleast_1d(axes)
     end = float(log["time_ns"].max()) / 1e9 if len(log["time_ns"]) else 1.0
+    gib = ctl.pages_per_gpu * ctl.page_bytes / 2**30
     for g in range(n_gpu):
         ax = axes[g]
         times, rows = gpu_series(log, g, len(names))
@@ -68,7 +69,8 @@ def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) 
                 )
                 base = base + y
         ax.set_ylim(0, 1)
-        ax.set_yticks([])
+        ax.yaxis.tick_right()  # each row's scale: 0 to the GPU's planned memory
+        ax.set_yticks([0, 1], ["0", f"{gib:.0f} GiB"], fontsize=6)
         ax.set_ylabel(f"GPU {g}", rotation=0, ha="right", va="center", fontsize=7)
         if t0_s is not None:
             ax.axvline(t0_s, color="k", linewidth=0.5)
@@ -84,7 +86,11 @@ def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) 
         handles=handles, ncol=len(handles), fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.05)
     )
     axes[-1].set_xlabel("time (s)")
-    fig.suptitle(f"{ctl.cfg.placement} on {ctl.cfg.spec}: GPU memory by model", y=0.995)
+    fig.suptitle(
+        f"{ctl.cfg.placement} on {ctl.cfg.spec}: GPU memory by model (each row one GPU, 0 to "
+        f"{gib:.0f} GiB planned)",
+        y=0.995,
+    )
     fig.tight_layout()
     out = Path(path)
     atomic_write(out, lambda p: fig.savefig(p, dpi=110, format="png"))

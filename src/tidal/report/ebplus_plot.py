@@ -31,17 +31,19 @@ def plot_ebplus(
     mode = np.array([1 if m == "eb" else 0 for m in _col(table, "mode")])
     events = _col(table, "event")
     ev = np.isin(events, ["evaluate", "surge"])
-    fig, axes = plt.subplots(4, 1, figsize=(9, 9), sharex=True, constrained_layout=True)
+    fig, axes = plt.subplots(4, 1, figsize=(11, 9), sharex=True, constrained_layout=True)
+    outside = {"loc": "upper left", "fontsize": 8, "borderaxespad": 0.0}
 
     ax = axes[0]
-    ax.step(t, mode, where="post", color="tab:red", label="mode (1 = EB)")
+    ax.step(t, mode, where="post", color="tab:red", label="mode (left axis: MB / EB)")
     ax.set_yticks([0, 1], ["MB", "EB"])
     ax.set_ylim(-0.2, 1.2)
     ax2 = ax.twinx()
     ax2.plot(t, _col(table, "demand"), ".", ms=2, color="0.6", label="demand")
     ax2.plot(t, _col(table, "n_obs"), color="tab:blue", lw=1, label="N_obs (EMA)")
     ax2.set_ylabel("requests")
-    ax2.legend(loc="upper right", fontsize=8)
+    handles = [*ax.get_legend_handles_labels()[0], *ax2.get_legend_handles_labels()[0]]
+    ax2.legend(handles=handles, bbox_to_anchor=(1.09, 1.0), **outside)  # past the right axis
     ax.set_title(title)
 
     ax = axes[1]
@@ -54,11 +56,12 @@ def plot_ebplus(
     )
     ax.axhline(0, color="0.5", lw=0.5)
     ax.set_ylabel("µs / token")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(bbox_to_anchor=(1.01, 1.0), **outside)
 
     ax = axes[2]
-    ax.plot(t, _col(table, "theta"), color="tab:purple")
+    ax.plot(t, _col(table, "theta"), color="tab:purple", label="θ̂ (decode share)")
     ax.set_ylabel("θ̂")
+    ax.legend(bbox_to_anchor=(1.01, 1.0), **outside)
 
     ax = axes[3]
     ax.plot(t, _col(table, "k_hat"), label="k̂ = θ̂·N_obs")
@@ -68,7 +71,7 @@ def plot_ebplus(
         ax.plot(t, np.where(n_mb >= 0, n_mb, np.nan), label="N_MB (MB-mode cap)")
     ax.set_ylabel("requests")
     ax.set_xlabel("time (s)")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(bbox_to_anchor=(1.01, 1.0), **outside)
 
     out = Path(path)
     atomic_write(out, lambda p: fig.savefig(p, dpi=110, format="png"))

@@ -203,20 +203,33 @@ def roofline(runs: Sequence[RunDir], out: Path) -> FigureFile | None:
         return None
     shown = pick(have, 12)
     title, labels = _title(shown)
-    fig, ax = _new(1, 1, w=max(5.0, 1.0 + 0.7 * len(shown)), h=4.0)
-    a = ax[0][0]
-    x = np.arange(len(shown))
     got = [r.metrics["token_throughput"] for r in shown]
     bound = [r.metrics["roofline_token_throughput"] for r in shown]
-    a.bar(x - 0.2, bound, 0.4, label="roofline bound", color="0.75")
-    a.bar(x + 0.2, got, 0.4, label="achieved", color="C0")
-    for i, (g, rb) in enumerate(zip(got, bound, strict=True)):
-        a.text(i + 0.2, g, f"{g / rb:.0%}", ha="center", va="bottom", fontsize=7)
-    a.set_xticks(x, labels, rotation=30 if len(shown) > 3 else 0, ha="right", fontsize=7)
-    a.set_ylabel("tokens/s (prompt + output)")
-    a.set_xlabel("run")
+    x = np.arange(len(shown))
+    if max((len(str(lb)) for lb in labels), default=0) > 16:
+        # long run labels: horizontal bars, the labels readable on the y axis
+        fig, ax = _new(1, 1, w=9.0, h=1.6 + 0.55 * len(shown))
+        a = ax[0][0]
+        a.barh(x - 0.2, bound, 0.4, label="roofline bound", color="0.75")
+        a.barh(x + 0.2, got, 0.4, label="achieved", color="C0")
+        for i, (g, rb) in enumerate(zip(got, bound, strict=True)):
+            a.text(g, i + 0.2, f" {g / rb:.0%}", ha="left", va="center", fontsize=7)
+        a.set_yticks(x, labels, fontsize=7)
+        a.invert_yaxis()
+        a.set_xlabel("tokens/s (prompt + output)")
+        a.grid(alpha=0.3, axis="x")
+    else:
+        fig, ax = _new(1, 1, w=max(5.0, 1.0 + 0.7 * len(shown)), h=4.0)
+        a = ax[0][0]
+        a.bar(x - 0.2, bound, 0.4, label="roofline bound", color="0.75")
+        a.bar(x + 0.2, got, 0.4, label="achieved", color="C0")
+        for i, (g, rb) in enumerate(zip(got, bound, strict=True)):
+            a.text(i + 0.2, g, f"{g / rb:.0%}", ha="center", va="bottom", fontsize=7)
+        a.set_xticks(x, labels, rotation=30 if len(shown) > 3 else 0, ha="right", fontsize=7)
+        a.set_ylabel("tokens/s (prompt + output)")
+        a.set_xlabel("run")
+        a.grid(alpha=0.3, axis="y")
     legend_outside(a)
-    a.grid(alpha=0.3, axis="y")
     caption = (
         "Achieved token throughput beside the roofline bound (peak FLOPs and bandwidth, "
         "no schedule can beat it); the percentage is achieved / bound. At low load the achieved "

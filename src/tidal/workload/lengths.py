@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from tidal.workload.config import WorkloadConfig
 
 EMPIRICAL = {
+    # The 8k-filtered ShareGPT table of the Vidur / Sarathi-Serve line of work (Vidur's configs
+    # name it; the file is etalon's data/processed_traces/, Llama-2 tokenizer): each row is a
+    # whole conversation, prompt + output ≤ 8,192 and output ≤ 1,024 tokens; 30,731 rows,
+    # mean 2,340 prompt / 439 output tokens. vLLM's `bench serve --dataset-name sharegpt`
+    # instead sends the *first turn* of ShareGPT_V3 conversations (prompt ≤ 1,024, prompt +
+    # output ≤ 2,048: ~200/200 tokens); that set is not bundled — give its lengths as
+    # empirical:PATH, or replay it against a server with `tidal bench serve`.
     "sharegpt": "length_distributions/sharegpt_8k_filtered_stats_llama2_tokenizer.csv.gz",
     "arxiv": "length_distributions/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv.gz",
     "bwb": "length_distributions/bwb_stats_llama2_tokenizer_filtered_v2.csv.gz",
