@@ -97,7 +97,7 @@ def test_yaml_config_with_flag_override(tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--gpu", "h1000"], "valid: a100-80gb, a40, b200, h100"),
+        (["--gpu", "h1000"], "valid: a100-80gb, a40, b200, b300, gb200, gb300, h100"),
         (["--model", "gpt-7"], "valid:"),
         (["--batching", "magic"], "batching"),
         (["--rate", "-3"], "rate"),

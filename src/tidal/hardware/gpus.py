@@ -114,8 +114,10 @@ def get_gpu(name: str) -> GPUSpec:
     try:
         gpu = GPUS[GPU_ALIASES.get(base, base)]
     except KeyError:
-        valid = [*GPUS, *(a for a in GPU_ALIASES if a not in GPUS)]
-        raise unknown_name("gpu", name, valid) from None
+        err = unknown_name("gpu", name, GPUS)
+        aliases = ", ".join(sorted(a for a in GPU_ALIASES if a not in GPUS))
+        raise ConfigError("gpu", f"unknown value {name!r}", f"{err.fix}; or the tables' ids "
+                          f"{aliases}") from None  # fmt: skip
     if bw:
         gpu = gpu.with_bandwidth(_bandwidth(name, bw))
     return gpu
