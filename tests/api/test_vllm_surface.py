@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("httpx2")
 
-from tests.api.conftest import in_process, metric, wait_idle  # noqa: E402
-from tests.runtime.helpers import run, tiny_engine  # noqa: E402
-from tidal.runtime.hf_tokenizer import HFTokenizer  # noqa: E402
-from tidal.runtime.tokenizer import ByteTokenizer, write_hf_tokenizer  # noqa: E402
+from tests.api.conftest import in_process, metric, wait_idle
+from tests.runtime.helpers import run, tiny_engine
+from tidal.runtime.hf_tokenizer import HFTokenizer
+from tidal.runtime.tokenizer import ByteTokenizer, write_hf_tokenizer
 
 pytestmark = pytest.mark.engine
 TOK = ByteTokenizer(512)
@@ -139,8 +139,11 @@ def test_completion_logprobs_are_the_models_log_softmax(app):
     assert "".join(lp["tokens"]) == r["choices"][0]["text"]
     assert lp["text_offset"] == [sum(len(t) for t in lp["tokens"][:i]) for i in range(n)]
     for tok, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True):
-        assert v <= 0 and math.isfinite(v)
-        assert len(top) == 3 and top[tok] == v and v == max(top.values())
+        assert v <= 0
+        assert math.isfinite(v)
+        assert len(top) == 3
+        assert top[tok] == v
+        assert v == max(top.values())
     assert sum(math.exp(v) for v in lp["top_logprobs"][0].values()) <= 1 + 1e-6
 
 
@@ -160,7 +163,7 @@ def test_chat_logprobs_plain_and_streamed(app):
     assert "".join(c["token"] for c in content) == r["choices"][0]["message"]["content"]
     for c in content:
         assert bytes(c["bytes"]).decode() == c["token"]
-        assert [t["logprob"] for t in c["top_logprobs"]][0] == c["logprob"]
+        assert next(t["logprob"] for t in c["top_logprobs"]) == c["logprob"]
         assert len(c["top_logprobs"]) == 2
     s = client.post(
         "/v1/chat/completions",
@@ -191,7 +194,7 @@ def test_streamed_n_interleaves_choices_and_counts_usage(app):
         texts[ch["index"]] = texts.get(ch["index"], "") + ch["text"]
         if ch["finish_reason"]:
             finishes[ch["index"]] = ch["finish_reason"]
-    assert finishes == {i: "length" for i in range(4)}
+    assert finishes == dict.fromkeys(range(4), "length")
     plain = client.post("/v1/completions", json={**body, "stream": False}).json()
     assert texts == {c["index"]: c["text"] for c in plain["choices"]}
     assert events[-1]["choices"] == []
