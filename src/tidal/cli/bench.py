@@ -269,7 +269,15 @@ def run_bench(
     if out is not None:
         errors = sorted({r.error for r in results if r.error})[:20]
         extras = {"wall_s": wall, "errors": errors, "failure_reasons": reasons}
-        write_run(out, cfg, settings.seed, metrics, cols, extras)
+        write_run(
+            out,
+            cfg,
+            settings.seed,
+            metrics,
+            cols,
+            extras,
+            extra_summary={"failure_reasons": reasons},
+        )
     summary = summary_dict(cfg, settings.seed, metrics)
     summary["failure_reasons"] = reasons
     return summary
