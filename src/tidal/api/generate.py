@@ -70,9 +70,9 @@ class Generation:
         text, sent = "", 0
         entries: list[TokenEntry] = []
         events = self.state.driver.events(self.handle)
-        if self.prefix:
-            yield Delta(self.index, self.prefix, None, [])
         try:
+            if self.prefix:
+                yield Delta(self.index, self.prefix, None, [])
             async for ev in events:
                 if ev.token is not None:
                     if self.sink is not None and self.num_tokens < len(self.sink):
