@@ -289,3 +289,15 @@ def test_a_chat_template_that_refuses_the_messages_is_a_400(tmp_path):
         assert r.status_code == 200
         r = _post(client, "/v1/completions", {**BASE, "prompt": "\ud800"})
         assert r.status_code == 400  # the Hugging Face tokenizer is protected alike
+
+
+def test_continuous_usage_stats_puts_the_usage_so_far_in_every_chunk(app):
+    """vLLM's stream option (guidellm sends it); before: ignored."""
+    client, _ = app
+    body = {**BASE, "stream": True, "temperature": 0}
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    events = _events(client.post("/v1/completions", json=body).text)
+    counts = [e["usage"]["completion_tokens"] for e in events]
+    assert counts == sorted(counts)
+    assert counts[-1] == BASE["max_tokens"]
+    assert all("usage" in e for e in events)

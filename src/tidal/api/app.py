@@ -273,7 +273,7 @@ async def _completion_response(
 
         def chunk(d: Delta) -> dict[str, Any]:
             choice = resp.completion_choice(d.index, d.text, d.finish, lp(d.entries))
-            return resp.completion(rid, created, name, [choice], None)
+            return resp.completion(rid, created, name, [choice], _running_usage(body, batch))
 
         def usage() -> dict[str, Any]:
             return resp.usage_chunk("text_completion", rid, created, name, batch.usage())
@@ -301,7 +301,11 @@ async def _chat_response(
 
         def chunk(d: Delta) -> dict[str, Any]:
             delta = {"content": d.text} if d.text or d.finish is None else {}
-            return resp.chat_chunk(rid, created, name, d.index, delta, d.finish, lp(d.entries))
+            out = resp.chat_chunk(rid, created, name, d.index, delta, d.finish, lp(d.entries))
+            use = _running_usage(body, batch)
+            if use is not None:
+                out["usage"] = use
+            return out
 
         def usage() -> dict[str, Any]:
             return resp.usage_chunk("chat.completion.chunk", rid, created, name, batch.usage())
@@ -321,6 +325,15 @@ async def _chat_response(
 
 def _include_usage(body: proto._Sampling) -> bool:
     return bool(body.stream_options and body.stream_options.include_usage)
+
+
+def _running_usage(body: proto._Sampling, batch: Batch) -> dict[str, Any] | None:
+    """The usage so far, in every chunk with ``include_usage`` and ``continuous_usage_stats``
+    (vLLM's option)."""
+    so = body.stream_options
+    if so is not None and so.include_usage and so.continuous_usage_stats:
+        return batch.usage()
+    return None
 
 
 def _sse(

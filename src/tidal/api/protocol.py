@@ -75,6 +75,8 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: bool = False
+    continuous_usage_stats: bool = False
+    """vLLM's: every chunk carries the usage so far."""
 
 
 def _off(name: str, value: Any, default: Any = None) -> Any:
