@@ -126,10 +126,11 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
     weights = cfg.weights or (cfg.model if hf else None)
     if weights:
         load_safetensors(model, weights)
-    else:  # dummy weights: a catalog model, served with the byte tokenizer
+    else:
+        model.init_dummy(cfg.seed)
+    if not hf:  # a catalog shape is served with the byte tokenizer: emit only its text ids
         from tidal.runtime.tokenizer import ByteTokenizer
 
-        model.init_dummy(cfg.seed)
         model.restrict_outputs(ByteTokenizer(lcfg.vocab_size).text_ids())
     model = model.to(device).eval()
     per_block = PagedKVCache.bytes_per_block(lcfg, cfg.block_size, dtype)
