@@ -5,11 +5,12 @@ Enough for dummy weights (and any model whose vocabulary starts with the 256 byt
 incrementally, so a multi-byte character split across tokens is emitted once complete; invalid
 byte sequences become U+FFFD.
 
-:meth:`ByteTokenizer.text_ids` are the ids a catalog-shape model (dummy or ``--weights``, served
-with this tokenizer) may emit (:func:`tidal.runtime.config.build_engine` masks the others): each decodes to one whole
-character that encodes back to that one id, so any sequence of them decodes to text that a
-client re-tokenizes to as many tokens as the server counted (a random model sampling bytes
-≥ 0x80 or reserved ids would give U+FFFD and vanishing tokens). The same tokenizer as a
+:meth:`ByteTokenizer.text_ids` are the ids a catalog-shape model (dummy or ``--weights``,
+served with this tokenizer) may emit (:func:`tidal.runtime.config.build_engine` masks the
+others): each decodes to one whole character that encodes back to that one id, so any
+sequence of them decodes to text that a client re-tokenizes to as many tokens as the server
+counted (a random model sampling bytes ≥ 0x80 or reserved ids would give U+FFFD and vanishing
+tokens). The same tokenizer as a
 Hugging Face ``tokenizer.json`` (for clients that count tokens, e.g. ``aiperf --tokenizer``,
 ``guidellm --processor``): :func:`write_hf_tokenizer`, shipped in :data:`HF_DIR`.
 """
