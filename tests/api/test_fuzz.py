@@ -26,7 +26,11 @@ OUTCOMES: dict[int, int] = {}
 
 # built at import (schemathesis parametrizes from the schema); the engine starts in `served`
 _driver = EngineDriver(build_engine(RuntimeConfig(num_kv_blocks=16, block_size=16, num_threads=1)))
-_app = create_app(_driver, "tiny-llama", max_body_bytes=64 << 10)  # a 256-token context
+# a 256-token context; n samples and lists of prompts multiply a request's work: a short queue
+# (429 beyond) and a short default output keep every request within the client's timeout
+_app = create_app(
+    _driver, "tiny-llama", max_body_bytes=64 << 10, max_queue=8, default_max_tokens=16
+)
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 
 
@@ -58,8 +62,12 @@ _json = st.recursive(
     max_leaves=12,
 )
 _VALID = {
-    "prompt": st.sampled_from(["hi", "", [256, 1, 2], [[7, 8]], ["a"]]),
-    "messages": st.just([{"role": "user", "content": "hi"}]),
+    "prompt": st.sampled_from(
+        ["hi", "", [256, 1, 2], [[7, 8]], ["a"], ["a", "b"], "\ud800x", [True, False], [1.0]]
+    ),
+    "messages": st.sampled_from(
+        [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "a\udfffb"}]]
+    ),
     "max_tokens": st.integers(-2, 8),
     "temperature": st.sampled_from([0, 0.7, 2, 2.5, -1]),
     "top_p": st.sampled_from([0.5, 1, 0, 1.5]),
@@ -72,6 +80,8 @@ _VALID = {
     "stream_options": st.sampled_from([{"include_usage": True}, {}, None]),
     "ignore_eos": st.booleans(),
     "n": st.integers(0, 3),
+    "logprobs": st.sampled_from([None, 0, 3, 21, True]),
+    "echo": st.booleans(),
     "best_of": st.integers(0, 3),
     "logit_bias": st.sampled_from([{}, {"1": 2}]),
     "tool_choice": st.sampled_from(["none", "auto", "required"]),

@@ -41,8 +41,6 @@ def _post(client, path="/v1/completions", **kw):
         ("min_p", 0.1),
         ("top_logprobs", 2),
         ("guided_json", {"type": "object"}),
-        ("echo", True),
-        ("n", 2),
     ],
 )
 def test_an_unimplemented_parameter_is_a_400_naming_it(app, param, value):

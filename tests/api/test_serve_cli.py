@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("uvicorn")
 
+from tests.api.conftest import _free_port
 from tidal.cli import app
 
 pytestmark = pytest.mark.engine
@@ -52,3 +53,75 @@ def test_an_unresolvable_host_is_a_named_error():
     r = _serve("--host", "no such host.invalid")
     assert r.exit_code == 2
     assert "--host" in r.output
+
+
+def _serve_captured(monkeypatch, *args: str):
+    """``tidal serve ARGS`` up to the point it would run the server: the uvicorn server."""
+    import tidal.cli.serve as serve_mod
+
+    seen = {}
+
+    def fake(server, driver):
+        seen["server"], seen["driver"] = server, driver
+        return 0
+
+    monkeypatch.setattr(serve_mod, "run_supervised", fake)
+    r = _serve("--port", str(_free_port()), "--device", "cpu", "--threads", "1", *args)
+    return r, seen
+
+
+def test_vllm_serve_flags_change_the_server(monkeypatch):
+    """Before: --max-model-len, --gpu-memory-utilization, --enable-prefix-caching and
+    --disable-log-requests were refused as unknown flags."""
+    r, seen = _serve_captured(
+        monkeypatch,
+        "--max-model-len", "300",
+        "--no-enable-prefix-caching",
+        "--disable-log-requests",
+        "--served-model-name", "demo",
+        "--num-kv-blocks", "64",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    driver, server = seen["driver"], seen["server"]
+    assert driver.rt.max_model_len == 300
+    assert not driver.rt.config.prefix_caching
+    assert type(driver.scheduler.kv).__name__ == "KVBlockManager"
+    assert server.config.access_log is False
+    assert server.config.app.state.tidal.model_name == "demo"
+    assert "byte_tokenizer" in r.output  # where clients find the tokenizer to count with
+    r, seen = _serve_captured(monkeypatch, "--num-kv-blocks", "64")
+    assert seen["driver"].rt.max_model_len == 64 * 16  # the KV cache bounds the default
+    assert type(seen["driver"].scheduler.kv).__name__ == "PrefixCachingBlockManager"
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (("--max-model-len", "5000"), "max_model_len"),  # beyond tiny-llama's 4096 positions
+        (("--max-model-len", "2000", "--num-kv-blocks", "64"), "max_model_len"),  # beyond KV
+        (("--gpu-memory-utilization", "0.5"), "gpu_memory_utilization"),  # a CPU engine
+        (("--gpu-memory-utilization", "0.5", "--kv-cache-gb", "1"), "gpu_memory_utilization"),
+    ],
+)
+def test_impossible_vllm_serve_flags_are_named_errors(monkeypatch, args, field):
+    r, seen = _serve_captured(monkeypatch, *args)
+    assert r.exit_code != 0
+    assert field in r.output
+    assert "Traceback" not in r.output
+    assert not seen
+
+
+def test_kv_budget_by_utilization():
+    from tidal.hardware.models import get_model
+    from tidal.runtime.config import kv_bytes_for
+    from tidal.runtime.model import LlamaConfig
+
+    cfg = LlamaConfig.from_spec(get_model("llama-3.1-8b"))
+    gib = 2**30
+    kv = kv_bytes_for(0.9, 60 * gib, 80 * gib, 2048, 256, cfg)
+    reserve = 2048 * 14336 * 16 + 256 * cfg.vocab_size * 8
+    assert kv == 0.9 * 80 * gib - 20 * gib - reserve
+    from tidal.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gpu_memory_utilization"):
+        kv_bytes_for(0.2, 60 * gib, 80 * gib, 2048, 256, cfg)

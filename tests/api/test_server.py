@@ -106,7 +106,10 @@ def test_stop_sequence_truncates_and_finishes_with_stop(live):
             400,
             "temperature",
         ),
-        (json.dumps({"model": "tiny-llama", "prompt": "x", "n": 2}).encode(), 400, None),
+        (json.dumps({"model": "tiny-llama", "prompt": "x", "n": 0}).encode(), 400, "n"),
+        (json.dumps({"model": "tiny-llama", "prompt": "x", "n": 65}).encode(), 400, "n"),
+        (json.dumps({"model": "tiny-llama", "prompt": [True, False]}).encode(), 400, "prompt"),
+        (json.dumps({"model": "tiny-llama", "prompt": [[1, 2.5]]}).encode(), 400, "prompt"),
         (json.dumps({"model": "tiny-llama", "prompt": [1, 2, 99999]}).encode(), 400, "prompt"),
         (
             json.dumps({"model": "tiny-llama", "prompt": "x", "max_tokens": 10**6}).encode(),

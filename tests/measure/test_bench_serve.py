@@ -156,6 +156,41 @@ def test_rejected_requests_are_counted_as_failed(tmp_path):
     assert server["tidal:request_rejected_total"] == m["num_failed"]
     errors = pl.read_parquet(tmp_path / "requests.parquet")["error"].to_list()
     assert sum("HTTP 429" in e for e in errors) == m["num_failed"]
+    assert summary["failure_reasons"] == {"HTTP 429": m["num_failed"]}  # the reason, counted
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["failure_reasons"] == {"HTTP 429": m["num_failed"]}
+
+
+def test_bench_cli_takes_vllm_forms(tmp_path):
+    """vLLM's forms: --goodput with several SLOs after one flag, --host/--port, --backend
+    openai-chat, --percentile-metrics/--metric-percentiles (before: refused)."""
+    live, thread = start_server()
+    try:
+        port = live.url.rsplit(":", 1)[1]
+        args = ["bench", "serve", "--host", "127.0.0.1", "--port", port, "--backend",
+                "openai-chat", "--num-prompts", "4", "--random-input-len", "16",
+                "--random-output-len", "4", "--ignore-eos", "--goodput", "ttft:5000",
+                "tpot:1000", "--percentile-metrics", "ttft,e2el", "--metric-percentiles",
+                "50,95", "--result-dir", str(tmp_path)]  # fmt: skip
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        bad = CliRunner().invoke(app, [*args[:6], "--backend", "tgi"])
+        assert bad.exit_code == 2
+        assert "backend" in bad.output
+        bad = CliRunner().invoke(app, [*args[:6], "--goodput", "ttft:5", "oops"])
+        assert bad.exit_code == 2
+        assert "oops" in bad.output
+    finally:
+        stop_server(live, thread)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    cfg, m = summary["config"], summary["metrics"]
+    assert cfg["endpoint"] == "/v1/chat/completions"
+    assert cfg["base_url"] == live.url
+    assert cfg["goodput_slo_s"] == {"ttft": 5.0, "tpot": 1.0}
+    assert m["num_completed"] == 4
+    assert m["ttft_p95_s"] >= m["ttft_p50_s"] > 0
+    assert m["e2el_p50_s"] > 0
+    assert "percentiles: ttft" in res.output
 
 
 def test_send_offsets_follow_vllm_semantics():

@@ -89,7 +89,9 @@ def _dense_logits(model: LlamaForCausalLM, ids: list[int]) -> torch.Tensor:
         o = torch.einsum("hqk,khd->qhd", s.softmax(-1), v).reshape(len(ids), -1)
         x = x + a.o_proj(o)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return model.lm_head(model.model.norm(x))
+    logits = model.lm_head(model.model.norm(x))
+    # dummy weights emit only the byte tokenizer's text ids (the model's output mask)
+    return logits if model.output_mask is None else logits + model.output_mask
 
 
 @torch.inference_mode()

@@ -2,7 +2,10 @@
 
 Routes: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (JSON, or server-sent events
 with ``stream: true`` ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage
-chunk), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text).
+chunk; ``n`` samples, a list of prompts, ``echo`` and ``logprobs``: :mod:`tidal.api.generate`),
+``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text, :mod:`.metrics`), and
+vLLM's ``GET /version``, ``POST /tokenize`` and ``POST /detokenize``. ``model`` may be omitted
+(the served model, as vLLM).
 
 Behaviour at the edges:
 * before routing or parsing (:mod:`tidal.api.guard`): an API key, when set, is required as
@@ -13,6 +16,8 @@ Behaviour at the edges:
 * a client that disconnects, streaming or not, aborts its request: the engine frees its KV at
   the next step boundary;
 * malformed bodies get 400 with an OpenAI-style error naming the field; an unknown model 404;
+  text that is not valid Unicode (a lone surrogate) and a chat the model's template refuses
+  (its ``raise_exception``) 400 with the reason;
   a prompt that fills the context 400 naming the prompt, a prompt plus ``max_tokens`` beyond it
   400 naming ``max_tokens`` (``context_length_exceeded``, as vLLM);
 * stop sequences are matched in the engine thread on the detokenised text
@@ -24,7 +29,6 @@ Behaviour at the edges:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -34,19 +38,19 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+import tidal
 from tidal.api import protocol as proto
-from tidal.api.errors import APIError, install
+from tidal.api import responses as resp
+from tidal.api.errors import APIError, error_body, install
+from tidal.api.generate import Batch, Delta, submit_batch
 from tidal.api.guard import Guard
 from tidal.api.metrics import EngineMetrics
-from tidal.api.stops import StopStrings
 from tidal.runtime.driver import EngineDriver, RequestHandle
-from tidal.runtime.hf_tokenizer import HFTokenizer, IncrementalHFDecoder
-from tidal.runtime.sampling import SamplingParams
+from tidal.runtime.hf_tokenizer import ChatTemplateError, HFTokenizer, IncrementalHFDecoder
 from tidal.runtime.tokenizer import ByteTokenizer, IncrementalDecoder
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 """8 MiB: a 128k-token prompt as JSON token ids is ~1 MB."""
-RETRY_AFTER_S = "1"
 
 
 class ServerState:
@@ -67,8 +71,8 @@ class ServerState:
         self.max_queue = max_queue
         self.default_max_tokens = default_max_tokens
         self.max_streams = max_streams
-        self.metrics = EngineMetrics(driver)
-        self.created = proto.now_s()
+        self.metrics = EngineMetrics(driver, model_name)
+        self.created = resp.now_s()
         self.streams = 0
         self.lifespans = 0
         """Streamed requests submitted and not yet ended in the engine."""
@@ -157,71 +161,67 @@ def create_app(
         }
         return {"object": "list", "data": [card]}
 
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        """vLLM's ``/version``: the server's version."""
+        return {"version": tidal.__version__}
+
+    @app.post("/tokenize")
+    async def tokenize(body: proto.TokenizeRequest) -> dict[str, Any]:
+        """vLLM's ``/tokenize``: the ids a completion (``prompt``) or a chat (``messages``)
+        would be given, their count and the context length."""
+        _check_model(state, body.model)
+        if body.messages is not None:
+            ids = _chat_ids(state, body.messages)
+        else:
+            assert body.prompt is not None
+            add = body.add_special_tokens is not False
+            ids = state.tokenizer.encode(body.prompt, add_bos=add)
+        return {
+            "count": len(ids),
+            "max_model_len": driver.rt.max_model_len,
+            "tokens": ids,
+            "token_strs": None,
+        }
+
+    @app.post("/detokenize")
+    async def detokenize(body: proto.DetokenizeRequest) -> dict[str, Any]:
+        """vLLM's ``/detokenize``: the text of token ids (special tokens skipped)."""
+        _check_model(state, body.model)
+        _check_ids(state, body.tokens, "tokens")
+        return {"prompt": state.tokenizer.decode(body.tokens)}
+
     @app.post("/v1/completions")
     async def completions(body: proto.CompletionRequest, request: Request) -> Any:
         _check_model(state, body.model)
-        ids = _prompt_ids(state, body.prompt)
+        prompts = [_prompt_ids(state, p) for p in body.prompts()]
+        prefixes = None
+        if body.echo:
+            dec = state.tokenizer.decode
+            prefixes = [p if isinstance(p, str) else dec(p) for p in body.prompts()]
         max_tokens = body.max_tokens or 16
-        gen = _submit(state, ids, max_tokens, body, request, "prompt")
-        rid, created = proto.new_id("cmpl"), proto.now_s()
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-
-            def chunk(text: str, finish: str | None) -> dict[str, Any]:
-                return proto.completion(rid, created, state.model_name, text, finish, None)
-
-            return _sse(
-                gen,
-                chunk,
-                lambda: proto.usage_chunk(
-                    "text_completion", rid, created, state.model_name, gen.usage()
-                ),
-                include_usage,
-                None,
-            )
-        text, finish = await gen.collect()
-        return proto.completion(rid, created, state.model_name, text, finish, gen.usage())
+        batch = submit_batch(state, prompts, max_tokens, body, request, "prompt", prefixes)
+        return await _completion_response(state, body, batch)
 
     @app.post("/v1/chat/completions")
     async def chat(body: proto.ChatCompletionRequest, request: Request) -> Any:
         _check_model(state, body.model)
-        ids = state.tokenizer.encode_chat(
-            {"role": m.role, "content": m.text()} for m in body.messages
-        )
+        ids = _chat_ids(state, body.messages)
         room = driver.rt.max_model_len - len(ids)
         max_tokens = body.max_completion_tokens or body.max_tokens
         if max_tokens is None:
             max_tokens = max(1, min(state.default_max_tokens, room))
-        gen = _submit(state, ids, max_tokens, body, request, "messages")
-        rid, created = proto.new_id("chatcmpl"), proto.now_s()
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-
-            def chunk(text: str, finish: str | None) -> dict[str, Any]:
-                delta = {"content": text} if text or finish is None else {}
-                return proto.chat_chunk(rid, created, state.model_name, delta, finish)
-
-            first = proto.chat_chunk(
-                rid, created, state.model_name, {"role": "assistant", "content": ""}, None
-            )
-            return _sse(
-                gen,
-                chunk,
-                lambda: proto.usage_chunk(
-                    "chat.completion.chunk", rid, created, state.model_name, gen.usage()
-                ),
-                include_usage,
-                first,
-            )
-        text, finish = await gen.collect()
-        return proto.chat_completion(rid, created, state.model_name, text, finish, gen.usage())
+        batch = submit_batch(state, [ids], max_tokens, body, request, "messages")
+        return await _chat_response(state, body, batch)
 
     return app
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_model(state: ServerState, model: str) -> None:
-    if model != state.model_name:
+def _check_model(state: ServerState, model: str | None) -> None:
+    """``model`` omitted means the served model (vLLM); another name is a 404."""
+    if model is not None and model != state.model_name:
         raise APIError(
             404,
             f"model {model!r} does not exist; this server serves {state.model_name!r}",
@@ -230,182 +230,126 @@ def _check_model(state: ServerState, model: str) -> None:
         )
 
 
-def _prompt_ids(state: ServerState, prompt: Any) -> list[int]:
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return state.tokenizer.encode(prompt)
-    ids = list(prompt)
+def _check_ids(state: ServerState, ids: list[int], param: str) -> None:
     vocab = state.tokenizer.vocab_size
     if not ids:
-        raise APIError(400, "prompt: empty", "prompt")
+        raise APIError(400, f"{param}: empty", param)
     if any(not 0 <= t < vocab for t in ids):
-        raise APIError(400, f"prompt: token ids must be in [0, {vocab})", "prompt")
-    return ids
+        raise APIError(400, f"{param}: token ids must be in [0, {vocab})", param)
 
 
-def _submit(
-    state: ServerState,
-    ids: list[int],
-    max_tokens: int,
-    body: proto._Sampling,
-    request: Request,
-    prompt_param: str,
-) -> _Generation:
-    d = state.driver
-    if not d.alive:
-        raise APIError(503, "the engine is not running", code="engine_unavailable")
-    _check_context(state, len(ids), max_tokens, prompt_param)
-    if d.num_queued() >= state.max_queue:
-        state.metrics.rejected.inc()
-        raise APIError(
-            429,
-            f"too many requests waiting ({state.max_queue}); retry later",
-            code="rate_limit_exceeded",
-            headers={"Retry-After": RETRY_AFTER_S},
-        )
-    if body.stream and state.max_streams is not None and state.streams >= state.max_streams:
-        state.metrics.rejected.inc()
-        raise APIError(
-            429,
-            f"too many concurrent streams ({state.max_streams}); retry later",
-            code="rate_limit_exceeded",
-            headers={"Retry-After": RETRY_AFTER_S},
-        )
-    stop_ids = set(_stop_token_ids(state, body))
-    if not body.ignore_eos and state.tokenizer.eos_id >= 0:  # -1: the model declares none
-        stop_ids.add(state.tokenizer.eos_id)
-    if body.min_tokens > max_tokens:
-        msg = f"min_tokens ({body.min_tokens}) must be <= max_tokens ({max_tokens})"
-        raise APIError(400, msg, "min_tokens")
-    params = SamplingParams(
-        1.0 if body.temperature is None else body.temperature,
-        body.top_p or 1.0,
-        body.seed,
-        body.top_k,
-        body.min_tokens,
-        tuple(sorted(stop_ids)) if body.min_tokens else (),
-    )
-    stops = StopStrings(body.stop_list, body.min_tokens, state.new_decoder().step)
-    try:
-        handle = d.submit(
-            ids,
-            max_tokens,
-            params,
-            stop_ids,
-            loop=asyncio.get_running_loop(),
-            stop_check=stops if stops.stops else None,
-        )
-    except ValueError as err:
-        raise APIError(400, str(err), "max_tokens", "context_length_exceeded") from None
-    except RuntimeError as err:  # the engine died since the check above
-        raise APIError(503, str(err), code="engine_unavailable") from None
-    if body.stream:
-        handle.extra["stream"] = True
-        state.count_stream(+1)
-    return _Generation(state, handle, stops, request)
-
-
-def _check_context(state: ServerState, n: int, max_tokens: int, prompt_param: str) -> None:
-    ctx = state.driver.rt.max_model_len
-    if n >= ctx:
-        msg = f"the prompt has {n} tokens; this model's context is {ctx} tokens"
-        raise APIError(400, msg, prompt_param, "context_length_exceeded")
-    if n + max_tokens > ctx:
-        msg = (
-            f"this model's context is {ctx} tokens; the prompt ({n} tokens) leaves room for "
-            f"at most max_tokens = {ctx - n}, not {max_tokens}"
-        )
-        raise APIError(400, msg, "max_tokens", "context_length_exceeded")
-
-
-def _stop_token_ids(state: ServerState, body: proto._Sampling) -> list[int]:
-    ids = body.stop_token_ids or []
-    vocab = state.tokenizer.vocab_size
-    if any(not 0 <= t < vocab for t in ids):
-        raise APIError(400, f"stop_token_ids: token ids must be in [0, {vocab})", "stop_token_ids")
-    return ids
-
-
-class _Generation:
-    """One request's text stream: detokenise, apply stop strings, watch for disconnects."""
-
-    def __init__(
-        self, state: ServerState, handle: RequestHandle, stops: StopStrings, request: Request
-    ) -> None:
-        self.state = state
-        self.driver = state.driver
-        self.handle = handle
-        self.stops = stops
-        self.hold = stops.hold
-        self.num_tokens = 0
-        self._watch = asyncio.ensure_future(_watch_disconnect(request, self.driver, handle))
-
-    def usage(self) -> dict[str, Any]:
-        req = self.handle.request
-        return proto.usage(req.prompt_len, self.num_tokens, max(req.num_cached_tokens, 0))
-
-    async def deltas(self) -> AsyncIterator[tuple[str, str | None]]:
-        """(text delta, finish reason) pairs; the last one has a finish reason."""
-        dec = self.state.new_decoder()
-        text, sent = "", 0
-        events = self.driver.events(self.handle)
+def _prompt_ids(state: ServerState, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, str):
         try:
-            async for ev in events:
-                if ev.token is not None:
-                    self.num_tokens += 1
-                    text += dec.step(ev.token)
-                finish = ev.finish_reason
-                if finish is not None:
-                    text += dec.flush()
-                if finish == "error":
-                    raise APIError(500, self.handle.error or "engine error", code="engine_error")
-                if finish == "stop" and self.stops.cut >= 0:  # set before this event was sent
-                    yield text[sent : self.stops.cut], finish
-                    return
-                end = len(text) if finish is not None else max(sent, len(text) - self.hold)
-                if end > sent or finish is not None:
-                    yield text[sent:end], finish
-                    sent = end
-        finally:
-            await events.aclose()  # aborts the request if it is still running
-            self._watch.cancel()
-
-    async def collect(self) -> tuple[str, str]:
-        parts, finish = [], "length"
-        async for delta, fin in self.deltas():
-            parts.append(delta)
-            if fin is not None:
-                finish = fin
-        return "".join(parts), finish
+            return state.tokenizer.encode(prompt)
+        except (UnicodeError, TypeError, ValueError) as err:  # the validators let none through
+            raise APIError(400, f"prompt: cannot be encoded ({err!r})", "prompt") from None
+    ids = list(prompt)
+    _check_ids(state, ids, "prompt")
+    return ids
 
 
-async def _watch_disconnect(request: Request, driver: EngineDriver, handle: RequestHandle) -> None:
-    """Abort the request when its client goes away (for streams and plain responses alike)."""
-    while not handle.finished:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            if not handle.finished:
-                driver.abort(handle)
-            return
+def _chat_ids(state: ServerState, messages: list[proto.ChatMessage]) -> list[int]:
+    """The chat's prompt ids; a template that refuses the messages is a 400 with its reason."""
+    try:
+        return state.tokenizer.encode_chat({"role": m.role, "content": m.text()} for m in messages)
+    except ChatTemplateError as err:
+        raise APIError(400, str(err), "messages", "invalid_chat") from None
+    except (UnicodeError, TypeError) as err:
+        raise APIError(400, f"messages: cannot be encoded ({err!r})", "messages") from None
+
+
+async def _completion_response(
+    state: ServerState, body: proto.CompletionRequest, batch: Batch
+) -> Any:
+    rid, created, name = resp.new_id("cmpl"), resp.now_s(), state.model_name
+    text_of = state.tokenizer.token_text
+    want_lp = body.num_logprobs is not None
+
+    def lp(entries: list[resp.TokenEntry]) -> dict[str, Any] | None:
+        return resp.completion_logprobs(entries, text_of) if want_lp else None
+
+    if body.stream:
+
+        def chunk(d: Delta) -> dict[str, Any]:
+            choice = resp.completion_choice(d.index, d.text, d.finish, lp(d.entries))
+            return resp.completion(rid, created, name, [choice], _running_usage(body, batch))
+
+        def usage() -> dict[str, Any]:
+            return resp.usage_chunk("text_completion", rid, created, name, batch.usage())
+
+        return _sse(batch, chunk, usage, _include_usage(body), [])
+    results = await batch.collect()
+    choices = [
+        resp.completion_choice(i, text, finish, lp(entries))
+        for i, (text, finish, entries) in enumerate(results)
+    ]
+    return resp.completion(rid, created, name, choices, batch.usage())
+
+
+async def _chat_response(
+    state: ServerState, body: proto.ChatCompletionRequest, batch: Batch
+) -> Any:
+    rid, created, name = resp.new_id("chatcmpl"), resp.now_s(), state.model_name
+    text_of = state.tokenizer.token_text
+    want_lp = body.num_logprobs is not None
+
+    def lp(entries: list[resp.TokenEntry]) -> dict[str, Any] | None:
+        return resp.chat_logprobs(entries, text_of) if want_lp else None
+
+    if body.stream:
+
+        def chunk(d: Delta) -> dict[str, Any]:
+            delta = {"content": d.text} if d.text or d.finish is None else {}
+            out = resp.chat_chunk(rid, created, name, d.index, delta, d.finish, lp(d.entries))
+            use = _running_usage(body, batch)
+            if use is not None:
+                out["usage"] = use
+            return out
+
+        def usage() -> dict[str, Any]:
+            return resp.usage_chunk("chat.completion.chunk", rid, created, name, batch.usage())
+
+        first = [
+            resp.chat_chunk(rid, created, name, g.index, {"role": "assistant", "content": ""}, None)
+            for g in batch.gens
+        ]
+        return _sse(batch, chunk, usage, _include_usage(body), first)
+    results = await batch.collect()
+    choices = [
+        resp.chat_choice(i, text, finish, lp(entries))
+        for i, (text, finish, entries) in enumerate(results)
+    ]
+    return resp.chat_completion(rid, created, name, choices, batch.usage())
+
+
+def _include_usage(body: proto._Sampling) -> bool:
+    return bool(body.stream_options and body.stream_options.include_usage)
+
+
+def _running_usage(body: proto._Sampling, batch: Batch) -> dict[str, Any] | None:
+    """The usage so far, in every chunk with ``include_usage`` and ``continuous_usage_stats``
+    (vLLM's option)."""
+    so = body.stream_options
+    if so is not None and so.include_usage and so.continuous_usage_stats:
+        return batch.usage()
+    return None
 
 
 def _sse(
-    gen: _Generation,
-    chunk: Callable[[str, str | None], dict[str, Any]],
+    batch: Batch,
+    chunk: Callable[[Delta], dict[str, Any]],
     usage: Callable[[], dict[str, Any]],
     include_usage: bool,
-    first: dict[str, Any] | None,
+    first: list[dict[str, Any]],
 ) -> StreamingResponse:
     async def stream() -> AsyncIterator[str]:
-        if first is not None:
-            yield _event(first)
+        for f in first:
+            yield _event(f)
         try:
-            async for delta, finish in gen.deltas():
-                yield _event(chunk(delta, finish))
+            async for d in batch.stream():
+                yield _event(chunk(d))
         except APIError as err:
-            from tidal.api.errors import error_body
-
             yield _event(error_body(err.status, err.message, err.param, err.code))
         if include_usage:
             yield _event(usage())

@@ -40,12 +40,17 @@ def error_body(
 ) -> dict[str, Any]:
     return {
         "error": {
-            "message": message,
+            "message": _printable(message),
             "type": _TYPES.get(status, "invalid_request_error"),
             "param": param,
             "code": code,
         }
     }
+
+
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate escaped, so the reply encodes as UTF-8 JSON."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def error_response(err: APIError) -> JSONResponse:
@@ -58,18 +63,28 @@ async def _api_error(_: Request, err: Exception) -> JSONResponse:
     return error_response(err)
 
 
+def _type_tag(part: str) -> bool:
+    """A union member's tag in an error location (``str``, ``list[int]``), not a field."""
+    return part in ("str", "int", "float", "bool", "list", "dict") or "[" in part
+
+
 async def _validation_error(_: Request, err: Exception) -> JSONResponse:
     """Malformed JSON or a body that breaks the schema: 400 naming the first bad field."""
     assert isinstance(err, RequestValidationError)
     problems = []
     param = None
     for e in err.errors():
-        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        loc = [str(p) for p in e.get("loc", ()) if p != "body" and not _type_tag(str(p))]
         where = ".".join(loc)
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         if not where and e.get("type") in ("json_invalid", "model_attributes_type", "dict_type"):
             msg = f"the request body must be a JSON object ({msg})"
-        problems.append(f"{where}: {msg}" if where else msg)
+        problem = f"{where}: {msg}" if where else msg
+        if problem not in problems:
+            problems.append(problem)
+        if not where:  # a check across fields names its field first ("echo: ...")
+            head = msg.split(":", 1)[0]
+            where = head if ":" in msg and head.isidentifier() else ""
         if param is None and where:
             param = where
     message = "; ".join(problems) or "invalid request body"

@@ -1,4 +1,6 @@
-"""Prometheus metrics of a serving engine (names after vLLM's, with a ``tidal:`` prefix).
+"""Prometheus metrics of a serving engine, each under two names: ``tidal:NAME`` (no labels) and
+vLLM's ``vllm:NAME`` with the label ``model_name`` (the served name), so vLLM's dashboards and
+the clients that scrape ``vllm:*`` read the same values.
 
 Gauges are read from the engine at scrape time: ``num_requests_running``,
 ``num_requests_waiting`` (inbox + scheduler queue), ``kv_cache_usage_perc`` (used blocks /
@@ -13,7 +15,8 @@ several apps can live in one process (tests).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -40,36 +43,77 @@ _LATENCY_BUCKETS = (
 )
 
 
+class _Both:
+    """One metric as ``tidal:NAME`` and ``vllm:NAME{model_name=...}`` (updated together)."""
+
+    def __init__(
+        self,
+        kind: type[Counter] | type[Histogram],
+        name: str,
+        doc: str,
+        registry: CollectorRegistry,
+        model: str,
+        labels: Sequence[str] = (),
+        **kw: Any,
+    ) -> None:
+        self.own = kind(f"tidal:{name}", doc, list(labels), registry=registry, **kw)
+        self.vllm = kind(f"vllm:{name}", doc, ["model_name", *labels], registry=registry, **kw)
+        self.model = model
+        self.has_labels = bool(labels)
+
+    def pair(self, *values: str) -> tuple[Counter | Histogram, Counter | Histogram]:
+        if self.has_labels:
+            return self.own.labels(*values), self.vllm.labels(self.model, *values)
+        return self.own, self.vllm.labels(self.model)
+
+    def inc(self, amount: float = 1, *labels: str) -> None:
+        for m in self.pair(*labels):
+            m.inc(amount)  # type: ignore[union-attr]
+
+    def observe(self, value: float) -> None:
+        for m in self.pair():
+            m.observe(value)  # type: ignore[union-attr]
+
+
+def _gauge(name: str, doc: str, model: str, value: float) -> Iterator[Metric]:
+    yield GaugeMetricFamily(f"tidal:{name}", doc, value)
+    g = GaugeMetricFamily(f"vllm:{name}", doc, labels=["model_name"])
+    g.add_metric([model], value)
+    yield g
+
+
+def _counter(name: str, doc: str, model: str, value: float) -> Iterator[Metric]:
+    yield CounterMetricFamily(f"tidal:{name}", doc, value)
+    c = CounterMetricFamily(f"vllm:{name}", doc, labels=["model_name"])
+    c.add_metric([model], value)
+    yield c
+
+
 class _EngineState(Collector):
-    def __init__(self, driver: EngineDriver) -> None:
+    def __init__(self, driver: EngineDriver, model: str) -> None:
         self.driver = driver
+        self.model = model
 
     def collect(self) -> Iterator[Metric]:
-        d = self.driver
+        d, m = self.driver, self.model
         s = d.scheduler
-        yield GaugeMetricFamily(
-            "tidal:num_requests_running", "Requests in the running set.", s.num_running
+        yield from _gauge(
+            "num_requests_running", "Requests in the running set.", m, s.num_running
         )
-        yield GaugeMetricFamily(
-            "tidal:num_requests_waiting", "Requests queued, not yet running.", d.num_queued()
+        yield from _gauge(
+            "num_requests_waiting", "Requests queued, not yet running.", m, d.num_queued()
         )
-        yield GaugeMetricFamily(
-            "tidal:kv_cache_usage_perc", "Share of KV cache blocks in use (0-1).", s.kv.usage()
+        yield from _gauge(
+            "kv_cache_usage_perc", "Share of KV cache blocks in use (0-1).", m, s.kv.usage()
         )
-        yield CounterMetricFamily(
-            "tidal:num_preemptions", "Preemptions by recompute.", s.num_preemptions
+        yield from _counter("num_preemptions", "Preemptions by recompute.", m, s.num_preemptions)
+        yield from _counter(
+            "prefix_cache_queries", "Prefix cache queries, in tokens.", m, s.kv.cache_queries
+        )
+        yield from _counter(
+            "prefix_cache_hits", "Prefix cache hits, in tokens.", m, s.kv.cache_hits
         )
         yield CounterMetricFamily("tidal:engine_steps", "Engine steps run.", d.num_steps)
-        yield CounterMetricFamily(
-            "tidal:prefix_cache_queries",
-            "Prefix cache queries, in tokens (vLLM's name).",
-            s.kv.cache_queries,
-        )
-        yield CounterMetricFamily(
-            "tidal:prefix_cache_hits",
-            "Prefix cache hits, in tokens (vLLM's name).",
-            s.kv.cache_hits,
-        )
         yield CounterMetricFamily(
             "tidal:engine_step_failures",
             "Steps that raised (their batch failed).",
@@ -84,45 +128,44 @@ class _EngineState(Collector):
 
 
 class EngineMetrics:
-    def __init__(self, driver: EngineDriver) -> None:
+    def __init__(self, driver: EngineDriver, model: str = "") -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.ttft = Histogram(
-            "tidal:time_to_first_token_seconds",
-            "Time to first token.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        lat: dict[str, Any] = {"buckets": _LATENCY_BUCKETS}
+        self.ttft = _Both(
+            Histogram, "time_to_first_token_seconds", "Time to first token.", r, model, **lat
         )
-        self.tpot = Histogram(
-            "tidal:time_per_output_token_seconds",
+        self.tpot = _Both(
+            Histogram,
+            "time_per_output_token_seconds",
             "Mean time per output token after the first, per request.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            r,
+            model,
+            **lat,
         )
-        self.e2e = Histogram(
-            "tidal:e2e_request_latency_seconds",
-            "Arrival to last token.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.e2e = _Both(
+            Histogram, "e2e_request_latency_seconds", "Arrival to last token.", r, model, **lat
         )
-        self.prompt_tokens = Counter("tidal:prompt_tokens", "Prompt tokens.", registry=r)
-        self.generation_tokens = Counter("tidal:generation_tokens", "Generated tokens.", registry=r)
-        self.requests = Counter(
-            "tidal:request_success",
+        self.prompt_tokens = _Both(Counter, "prompt_tokens", "Prompt tokens.", r, model)
+        self.generation_tokens = _Both(Counter, "generation_tokens", "Generated tokens.", r, model)
+        self.requests = _Both(
+            Counter,
+            "request_success",
             "Requests ended, by finish reason.",
-            ["finished_reason"],
-            registry=r,
+            r,
+            model,
+            labels=["finished_reason"],
         )
-        self.rejected = Counter(
-            "tidal:request_rejected", "Requests refused with 429 (queue full).", registry=r
+        self.rejected = _Both(
+            Counter, "request_rejected", "Requests refused with 429 (queue full).", r, model
         )
-        r.register(_EngineState(driver))
+        r.register(_EngineState(driver, model))
         driver.done_callbacks.append(self.on_done)
 
     def on_done(self, h: RequestHandle) -> None:
         """Driver thread; prometheus_client's metrics are thread-safe."""
         req = h.request
-        self.requests.labels(h.finish_reason or "unknown").inc()
+        self.requests.inc(1, h.finish_reason or "unknown")
         self.prompt_tokens.inc(req.prompt_len)
         self.generation_tokens.inc(req.num_output_tokens)
         if req.first_token_ns >= 0:

@@ -42,8 +42,10 @@ def fidelity(
     measured: Annotated[
         Path | None,
         Opt(
-            help="A measured run (`tidal bench serve --result-dir DIR`, any server) to compare "
-            "the simulator with, instead of running the real engine here."
+            help="A measured run to compare the simulator with, instead of running the real "
+            "engine here: `tidal bench serve --result-dir DIR` (any server), or the result "
+            "file of vllm bench serve --save-detailed, aiperf (profile_export.jsonl) or "
+            "guidellm (benchmarks.json)."
         ),
     ] = None,
     gpu: Annotated[str | None, Opt(help="--measured: the GPU it ran on (h100, h200, ...).")] = None,

@@ -46,14 +46,34 @@ def serve(
     ] = None,
     max_queue: Annotated[int, Opt(help="Requests allowed to wait; beyond, HTTP 429.")] = 1024,
     served_model_name: Annotated[
-        str | None, Opt(help="Model name clients use (default: --model).")
+        str | None, Opt(help="Model name clients use (default: --model; vLLM's flag).")
     ] = None,
+    max_model_len: Annotated[
+        int | None,
+        Opt(help="Longest prompt + output served (vLLM's; default: what the model and KV hold)."),
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        Opt(help="CUDA: size the KV cache as this share of device memory, less weights (vLLM's)."),
+    ] = None,
+    enable_prefix_caching: Annotated[
+        bool,
+        Opt(
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            help="vLLM's automatic prefix caching.",
+        ),
+    ] = True,
+    disable_log_requests: Annotated[
+        bool, Opt(help="No per-request log lines (vLLM's; the access log at --log-level info).")
+    ] = False,
     device: Annotated[str, Opt(help="auto | cpu | cuda | cuda:N.")] = "auto",
     dtype: Annotated[str, Opt(help="float32 | bfloat16 | float16.")] = "float32",
     num_kv_blocks: Annotated[int | None, Opt(help="KV cache blocks (default: --kv-cache-gb).")] = (
         None
     ),
-    kv_cache_gb: Annotated[float, Opt(help="KV cache size when --num-kv-blocks is unset.")] = 0.25,
+    kv_cache_gb: Annotated[
+        float | None, Opt(help="KV cache GB when --num-kv-blocks is unset (default 0.25).")
+    ] = None,
     block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
     token_budget: Annotated[
         int, Opt("--token-budget", "--max-num-batched-tokens", help="Max tokens per step (B).")
@@ -92,6 +112,7 @@ def serve(
         from tidal.runtime.config import RuntimeConfig, build_engine
         from tidal.runtime.driver import EngineDriver
         from tidal.runtime.hf_tokenizer import tokenizer_for
+        from tidal.runtime.tokenizer import HF_DIR, ByteTokenizer
     except ImportError as err:
         _fail(TidalError(f"{err}; install the server with: pip install 'tidal[serve]'"))
         return
@@ -115,6 +136,13 @@ def serve(
             )
         )
         return
+    if gpu_memory_utilization is not None and (kv_cache_gb or num_kv_blocks):
+        _fail(
+            TidalError(
+                "gpu_memory_utilization: give it or --kv-cache-gb/--num-kv-blocks, not both "
+                "(each sizes the KV cache)"
+            )
+        )
     try:
         cfg = RuntimeConfig(
             model=model,
@@ -122,7 +150,10 @@ def serve(
             device=device,
             dtype=dtype,  # type: ignore[arg-type]
             num_kv_blocks=num_kv_blocks,
-            kv_cache_gb=kv_cache_gb,
+            kv_cache_gb=0.25 if kv_cache_gb is None else kv_cache_gb,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            prefix_caching=enable_prefix_caching,
             block_size=block_size,
             token_budget=token_budget,
             max_seqs=max_seqs,
@@ -152,10 +183,19 @@ def serve(
         tokenizer=tokenizer,
     )
     console.print(
-        f"serving {name} ({rt.kv.num_blocks} KV blocks of {rt.kv.block_size}) on "
-        f"http://{host}:{port}/v1"
+        f"serving {name} ({rt.kv.num_blocks} KV blocks of {rt.kv.block_size}, context "
+        f"{rt.max_model_len}) on http://{host}:{port}/v1"
     )
-    server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level=log_level))
+    if isinstance(tokenizer, ByteTokenizer):
+        console.print(
+            f"tokenizer: bytes (for clients that count tokens: {HF_DIR}, e.g. "
+            "aiperf --tokenizer, guidellm --processor)",
+            soft_wrap=True,
+        )
+    uv = uvicorn.Config(
+        api, host=host, port=port, log_level=log_level, access_log=not disable_log_requests
+    )
+    server = uvicorn.Server(uv)
     code = run_supervised(server, driver)
     if code:
         raise typer.Exit(code)

@@ -1,12 +1,14 @@
 """The simulator against a run measured elsewhere (``tidal fidelity --measured DIR``).
 
 ``DIR`` holds a measured run (``tidal bench serve --result-dir DIR`` against vLLM, SGLang or
-``tidal serve``). Its completed requests are replayed in the simulator with their own send
-times and lengths (:mod:`tidal.workload.measured`), on the GPU and scheduler settings given (or
-a calibrated ``--profile``), and compared request by request with the same statistics as the
-real-engine fidelity (:mod:`tidal.experiments.fidelity_metrics`). Client-side times include the
-HTTP and streaming path, which the simulator does not model: on a fast server that is part of the
-error.
+``tidal serve``), or is a benchmark client's result file (``vllm bench serve --save-detailed``
+JSON, aiperf's ``profile_export.jsonl``, guidellm's ``benchmarks.json``:
+:mod:`tidal.workload.client_results`). Its completed requests are replayed in the simulator
+with their own send times and lengths (:mod:`tidal.workload.measured`), on the GPU and
+scheduler settings given (or a calibrated ``--profile``), and compared request by request with
+the same statistics as the real-engine fidelity (:mod:`tidal.experiments.fidelity_metrics`).
+Client-side times include the HTTP and streaming path, which the simulator does not model: on a
+fast server that is part of the error.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ def measured_requests_path(measured: Path) -> Path:
     path = p / "requests.parquet" if p.is_dir() else p
     if not path.is_file():
         raise ConfigError(
-            "measured", f"{path} does not exist", "give the --result-dir of `tidal bench serve`"
+            "measured",
+            f"{path} does not exist",
+            "give the --result-dir of `tidal bench serve`, or a vllm/aiperf/guidellm result file",
         )
     return path
 
@@ -75,8 +79,9 @@ def run_measured_fidelity(
     sim = run_simulation(cfg, reqs)
     real = measured_columns(path)
     result: dict[str, Any] = fidelity_summary(real, sim.columns)
-    summary_path = path.parent / "summary.json"
-    measured_summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary_path = path.parent / "summary.json"  # a tidal bench serve run's, beside its parquet
+    own = path.suffix == ".parquet" and summary_path.exists()
+    measured_summary = json.loads(summary_path.read_text()) if own else {}
     result.update(
         {
             "measured": str(path),

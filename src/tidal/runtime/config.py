@@ -45,6 +45,12 @@ class RuntimeConfig(BaseModel):
     num_kv_blocks: int | None = Field(default=None, ge=1)
     """KV blocks; when unset, as many as ``kv_cache_gb`` holds."""
     kv_cache_gb: float = Field(default=0.25, gt=0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    """vLLM's: on CUDA, the KV cache takes what this share of the device's memory leaves after
+    the weights and an activation reserve (instead of ``kv_cache_gb``); refused on a CPU."""
+    max_model_len: int | None = Field(default=None, ge=2)
+    """vLLM's: the longest prompt + output served (default: the model's positions or the KV
+    cache, whichever is less); beyond either, refused."""
     block_size: int = Field(default=16, ge=1)
     watermark: float = Field(default=0.01, ge=0, lt=1)
     prefix_caching: bool = True
@@ -122,12 +128,19 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
         load_safetensors(model, weights)
     else:
         model.init_dummy(cfg.seed)
+    if not hf:  # a catalog shape is served with the byte tokenizer: emit only its text ids
+        from tidal.runtime.tokenizer import ByteTokenizer
+
+        model.restrict_outputs(ByteTokenizer(lcfg.vocab_size).text_ids())
     model = model.to(device).eval()
     per_block = PagedKVCache.bytes_per_block(lcfg, cfg.block_size, dtype)
-    num_blocks = cfg.num_kv_blocks or int(cfg.kv_cache_gb * 1e9 // per_block)
+    kv_bytes = cfg.kv_cache_gb * 1e9
+    if cfg.gpu_memory_utilization is not None and cfg.num_kv_blocks is None:
+        kv_bytes = _kv_bytes_by_utilization(cfg, device, lcfg)
+    num_blocks = cfg.num_kv_blocks or int(kv_bytes // per_block)
     if num_blocks < 1:
         raise ConfigError(
-            "kv_cache_gb", f"{cfg.kv_cache_gb} GB holds no KV block of {per_block} bytes"
+            "kv_cache_gb", f"{kv_bytes / 1e9:.3g} GB holds no KV block of {per_block} bytes"
         )
     cache = PagedKVCache(lcfg, num_blocks, cfg.block_size, device, dtype)
     kv: KVBlockManager
@@ -146,8 +159,69 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
     runner = ModelRunner(model, cache, kv, device, cfg.seed)
     executor = RuntimeExecutor(runner, synchronize=device.type == "cuda")
     engine = Engine(scheduler, executor, WallClock())
-    max_len = min(lcfg.max_position, num_blocks * cfg.block_size)
+    max_len = _max_model_len(cfg, lcfg.max_position, num_blocks * cfg.block_size)
     return RuntimeEngine(cfg, engine, runner, max_len)
+
+
+def _max_model_len(cfg: RuntimeConfig, positions: int, kv_tokens: int) -> int:
+    """The context served: ``max_model_len`` when set and possible, else what fits."""
+    if cfg.max_model_len is None:
+        return min(positions, kv_tokens)
+    if cfg.max_model_len > positions:
+        raise ConfigError(
+            "max_model_len",
+            f"{cfg.max_model_len} exceeds the model's {positions} positions",
+            f"use at most {positions}",
+        )
+    if cfg.max_model_len > kv_tokens:
+        raise ConfigError(
+            "max_model_len",
+            f"{cfg.max_model_len} tokens do not fit the KV cache ({kv_tokens} tokens)",
+            "lower it, or give the KV cache more memory (--kv-cache-gb, --num-kv-blocks)",
+        )
+    return cfg.max_model_len
+
+
+ACTIVATION_BYTES = 16
+"""Bytes per (token in a step × widest layer) reserved for activations when the KV cache is
+sized by ``gpu_memory_utilization`` (a conservative stand-in for vLLM's profiling run), plus
+8 bytes per (running request × vocabulary entry) for the logits."""
+
+
+def _kv_bytes_by_utilization(  # type: ignore[no-untyped-def]
+    cfg: RuntimeConfig, device, lcfg
+) -> float:
+    """KV bytes = utilization × device memory − memory in use now (the weights included) −
+    an activation reserve for a ``token_budget`` step."""
+    import torch
+
+    if device.type != "cuda":
+        raise ConfigError(
+            "gpu_memory_utilization",
+            f"sizes a CUDA device's KV cache; this engine runs on {device.type}",
+            "size the KV cache with --kv-cache-gb or --num-kv-blocks",
+        )
+    free, total = torch.cuda.mem_get_info(device)
+    util = cfg.gpu_memory_utilization or 0.0
+    return kv_bytes_for(util, free, total, cfg.token_budget, cfg.max_seqs, lcfg)
+
+
+def kv_bytes_for(  # type: ignore[no-untyped-def]
+    util: float, free: int, total: int, token_budget: int, max_seqs: int, lcfg
+) -> float:
+    """The KV budget of :func:`_kv_bytes_by_utilization` from the device's free/total bytes."""
+    width = max(lcfg.hidden_size, lcfg.intermediate_size)
+    reserve = token_budget * width * ACTIVATION_BYTES + max_seqs * lcfg.vocab_size * 8
+    kv = util * total - (total - free) - reserve
+    if kv <= 0:
+        raise ConfigError(
+            "gpu_memory_utilization",
+            f"{util} of {total / 2**30:.1f} GiB leaves no room for the KV cache "
+            f"({(total - free) / 2**30:.1f} GiB in use, {reserve / 2**30:.2f} GiB reserved "
+            "for activations)",
+            "raise it, or lower --max-num-batched-tokens",
+        )
+    return kv
 
 
 def profile_step_costs(cfg: RuntimeConfig) -> StepCosts | None:

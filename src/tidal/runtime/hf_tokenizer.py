@@ -8,7 +8,9 @@ post-processor adds BOS where the model expects it); a chat is rendered by the t
 itself). Decoding skips special tokens. Streaming decodes incrementally: the text of the tokens
 since a moving offset is decoded again each step and only a complete suffix (not ending in an
 incomplete UTF-8 sequence, U+FFFD) is emitted, so byte-level pieces join into characters.
-A model without a chat template gets the byte tokenizer's ``<|role|>`` format.
+A model without a chat template gets the byte tokenizer's ``<|role|>`` format. A template that
+refuses the messages (its ``raise_exception``, e.g. Llama-2-chat's "roles must alternate") or
+fails on them raises :class:`ChatTemplateError` with the template's reason (the API's 400).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as err:
         raise ConfigError("model", f"cannot read {path}: {err}") from None
     return data if isinstance(data, dict) else {}
+
+
+class ChatTemplateError(ValueError):
+    """The model's chat template refused or could not render the messages."""
 
 
 class HFTokenizer:
@@ -87,20 +93,38 @@ class HFTokenizer:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.globals["raise_exception"] = raise_exception
             self._template = env.from_string(self.chat_template)
-        return str(
-            self._template.render(
-                messages=msgs,
-                add_generation_prompt=True,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
+        from jinja2.exceptions import TemplateError
+
+        try:
+            return str(
+                self._template.render(
+                    messages=msgs,
+                    add_generation_prompt=True,
+                    bos_token=self.bos_token,
+                    eos_token=self.eos_token,
+                )
             )
-        )
+        except TemplateError as err:  # raise_exception, or an undefined name, in the template
+            msg = f"the model's chat template refused the messages: {err}"
+            raise ChatTemplateError(msg) from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:
+            raise ChatTemplateError(
+                f"the model's chat template failed on these messages: {err!r}"
+            ) from None
 
     def encode_chat(self, messages: Iterable[Mapping[str, str]]) -> list[int]:
         return self.encode(self.apply_chat_template(messages), add_bos=False)
 
     def decoder(self) -> IncrementalHFDecoder:
         return IncrementalHFDecoder(self)
+
+    def token_text(self, token: int) -> tuple[str, bytes]:
+        """One token's text and bytes; a piece that is no whole character alone: its vocabulary
+        entry (as vLLM shows byte-level pieces)."""
+        text = self.decode([token])
+        if "\ufffd" in text or (not text and token < self.vocab_size):
+            text = self._tok.id_to_token(token) or ""
+        return text, text.encode("utf-8", "surrogatepass")
 
 
 class IncrementalHFDecoder:

@@ -234,6 +234,23 @@ class LlamaForCausalLM(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rotary = Rotary(cfg.head_dim, cfg.max_position, cfg.rope_theta)
+        self.output_mask: torch.Tensor | None = None
+        """0 for the ids the model may emit, −∞ for the others (None: every id)."""
+
+    def restrict_outputs(self, allowed: list[int]) -> None:
+        """Let the model emit only ``allowed`` ids: the others' logits become −∞ (for dummy
+        weights, whose random logits would otherwise spread over ids that are no text)."""
+        w = self.lm_head.weight
+        mask = torch.full((self.config.vocab_size,), float("-inf"), device=w.device)
+        mask[torch.tensor(sorted(set(allowed)), dtype=torch.long)] = 0.0
+        self.output_mask = mask
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        """``.to(device)`` moves the output mask too (it stays float32)."""
+        out = super()._apply(fn, *args, **kwargs)
+        if self.output_mask is not None:
+            self.output_mask = self.output_mask.to(self.lm_head.weight.device)
+        return out
 
     @torch.inference_mode()
     def forward(
@@ -247,7 +264,8 @@ class LlamaForCausalLM(nn.Module):
             x = x + layer.self_attn(layer.input_layernorm(x), batch, rope, k_cache, v_cache)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         x = self.model.norm(x.index_select(0, batch.sample_rows))
-        return self.lm_head(x).float()
+        logits = self.lm_head(x).float()
+        return logits if self.output_mask is None else logits + self.output_mask
 
     @torch.no_grad()
     def init_dummy(self, seed: int = 0) -> None:

@@ -25,7 +25,7 @@ from tidal.engine.scheduler import Scheduler
 from tidal.runtime.attention import DecodeSegment, PrefillSegment
 from tidal.runtime.kv_cache import PagedKVCache
 from tidal.runtime.model import ForwardBatch, LlamaForCausalLM
-from tidal.runtime.sampling import GREEDY, SamplingParams, sample
+from tidal.runtime.sampling import GREEDY, SamplingParams, record_logprobs, sample
 
 _SEED_MIX = 0x9E3779B97F4A7C15
 _MASK63 = (1 << 63) - 1
@@ -76,6 +76,7 @@ class ModelRunner:
         params = [self._params.get(r.request_id, GREEDY) for r in samplers]
         gens = [self._gens.get(r.request_id) for r in samplers]
         tokens = sample(logits, params, gens, [r.num_output_tokens for r in samplers])
+        record_logprobs(logits, params, tokens)
         for req, tok in zip(samplers, tokens, strict=True):
             assert req.token_ids is not None
             req.token_ids.append(tok)

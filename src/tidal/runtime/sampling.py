@@ -8,11 +8,17 @@ set of most likely tokens whose (renormalised) probability reaches p (Holtzman e
 setting the others' logits to −∞ first. ``min_tokens`` masks the ``suppress_ids`` (the request's
 stop tokens) to −∞ while fewer than ``min_tokens`` tokens have been generated, greedy or not, so
 no stop token can be sampled before then (vLLM's ``min_tokens``).
+
+Logprobs (``logprobs`` = k, vLLM's default "raw" mode): the log-softmax of the model's logits,
+before temperature, truncation and ``min_tokens`` masking; for each sampled token its own
+logprob and the k most likely (id, logprob) pairs are appended to the request's
+``logprob_sink`` (:func:`record_logprobs`), in the order the tokens are sampled.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +39,11 @@ class SamplingParams:
     min_tokens: int = 0
     """Tokens generated before any of ``suppress_ids`` may be sampled."""
     suppress_ids: tuple[int, ...] = ()
+    logprobs: int | None = None
+    """Top logprobs recorded per sampled token (0: the sampled token's only); None: none."""
+    logprob_sink: list[TokenLogprobs] | None = field(default=None, compare=False, repr=False)
+    """Where the runner appends one :data:`TokenLogprobs` per sampled token (the caller's list,
+    read by the caller as the tokens arrive; set with ``logprobs``)."""
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also refuses NaN
@@ -45,6 +56,8 @@ class SamplingParams:
             raise ValueError("top_k must be -1 or 0 (all tokens) or >= 1")
         if self.min_tokens < 0:
             raise ValueError("min_tokens must be >= 0")
+        if self.logprobs is not None and (self.logprobs < 0 or self.logprob_sink is None):
+            raise ValueError("logprobs must be >= 0 and come with a logprob_sink")
 
     @property
     def greedy(self) -> bool:
@@ -53,10 +66,42 @@ class SamplingParams:
     @property
     def is_default_greedy(self) -> bool:
         """Plain argmax: nothing for the runner to remember about this request."""
-        return self.greedy and not (self.min_tokens and self.suppress_ids)
+        return (
+            self.greedy and not (self.min_tokens and self.suppress_ids) and self.logprobs is None
+        )
 
 
 GREEDY = SamplingParams()
+
+TokenLogprobs = tuple[float, list[tuple[int, float]]]
+"""(the sampled token's logprob, the top (id, logprob) pairs, most likely first)."""
+NEG_INF_LOGPROB = -9999.0
+"""A logprob of −∞ (a token the model cannot emit) as JSON can carry it (vLLM's value)."""
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else NEG_INF_LOGPROB
+
+
+def record_logprobs(
+    logits: torch.Tensor, params: list[SamplingParams], tokens: list[int]
+) -> None:
+    """Append each row's :data:`TokenLogprobs` to its request's sink (rows that asked only)."""
+    rows = [i for i, p in enumerate(params) if p.logprobs is not None]
+    if not rows:
+        return
+    lp = logits[rows].float().log_softmax(-1).cpu()
+    chosen = lp[torch.arange(len(rows)), torch.tensor([tokens[i] for i in rows])].tolist()
+    k = max(params[i].logprobs or 0 for i in rows)
+    top_v, top_i = lp.topk(min(k, lp.shape[-1]), dim=-1) if k else (None, None)
+    for j, i in enumerate(rows):
+        p = params[i]
+        top: list[tuple[int, float]] = []
+        if p.logprobs and top_v is not None and top_i is not None:
+            ids, vals = top_i[j, : p.logprobs].tolist(), top_v[j, : p.logprobs].tolist()
+            top = [(int(t), _finite(v)) for t, v in zip(ids, vals, strict=True)]
+        assert p.logprob_sink is not None
+        p.logprob_sink.append((_finite(chosen[j]), top))
 
 
 def _top_k(logits: torch.Tensor, k: int) -> torch.Tensor:

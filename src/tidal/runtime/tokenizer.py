@@ -1,19 +1,33 @@
 """A byte-level tokenizer: ids 0–255 are the bytes of UTF-8 text, then a few specials.
 
 Enough for dummy weights (and any model whose vocabulary starts with the 256 bytes). Ids from
-258 up to the model's vocabulary size are "reserved": a model may sample them, and they decode
-to nothing. Streaming decodes incrementally, so a multi-byte character split across tokens is
-emitted once complete; invalid byte sequences become U+FFFD.
+258 up to the model's vocabulary size are "reserved": they decode to nothing. Streaming decodes
+incrementally, so a multi-byte character split across tokens is emitted once complete; invalid
+byte sequences become U+FFFD.
+
+:meth:`ByteTokenizer.text_ids` are the ids a catalog-shape model (dummy or ``--weights``,
+served with this tokenizer) may emit (:func:`tidal.runtime.config.build_engine` masks the
+others): each decodes to one whole character that encodes back to that one id, so any
+sequence of them decodes to text that a client re-tokenizes to as many tokens as the server
+counted (a random model sampling bytes ≥ 0x80 or reserved ids would give U+FFFD and vanishing
+tokens). The same tokenizer as a
+Hugging Face ``tokenizer.json`` (for clients that count tokens, e.g. ``aiperf --tokenizer``,
+``guidellm --processor``): :func:`write_hf_tokenizer`, shipped in :data:`HF_DIR`.
 """
 
 from __future__ import annotations
 
 import codecs
+import json
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 BOS = 256
 EOS = 257
 NUM_SPECIAL = 2
+HF_DIR = Path(__file__).resolve().parent.parent / "data" / "byte_tokenizer"
+"""The byte tokenizer as a Hugging Face tokenizer directory (:func:`write_hf_tokenizer`)."""
 
 
 class ByteTokenizer:
@@ -42,6 +56,79 @@ class ByteTokenizer:
 
     def decoder(self) -> IncrementalDecoder:
         return IncrementalDecoder()
+
+    def text_ids(self) -> list[int]:
+        """Printable ASCII, newline and tab, and EOS: ids whose text re-encodes to themselves."""
+        return [9, 10, *range(0x20, 0x7F), EOS]
+
+    def token_text(self, token: int) -> tuple[str, bytes]:
+        """One token's text and bytes (a byte that is no character alone: ``bytes:\\xNN``,
+        vLLM's convention)."""
+        if token >= 256:
+            return ({BOS: "<s>", EOS: "</s>"}.get(token, ""), b"")
+        b = bytes((token,))
+        return (b.decode() if token < 0x80 else f"bytes:\\x{token:02x}", b)
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2's byte-to-character map (the ``ByteLevel`` pre-tokenizer's alphabet)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def write_hf_tokenizer(directory: str | os.PathLike[str]) -> Path:
+    """The byte tokenizer as a Hugging Face tokenizer directory (``tokenizer.json``,
+    ``tokenizer_config.json``): id b is byte b, 256 ``<s>`` (added before a prompt), 257
+    ``</s>``; ``transformers.AutoTokenizer`` and ``tokenizers`` encode as :meth:`encode`."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    vocab = {c: i for i, c in enumerate(_byte_alphabet())}
+    special = [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for i, t in ((BOS, "<s>"), (EOS, "</s>"))
+    ]  # fmt: skip
+    spec: dict[str, object] = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": special,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                          "use_regex": False},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                       {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                     {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [BOS], "tokens": ["<s>"]}},
+        },
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                    "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": []},
+    }  # fmt: skip
+    (d / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False))
+    conf = {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "add_bos_token": True,
+        "model_max_length": 1 << 20,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    (d / "tokenizer_config.json").write_text(json.dumps(conf, indent=1))
+    return d
 
 
 class IncrementalDecoder:

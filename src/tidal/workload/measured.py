@@ -7,7 +7,8 @@ tokens as it actually produced (``output_tokens``; a server may stop before ``ma
 Requests that failed or never finished are left out: they cost the server nothing to replay.
 Rows are sorted by arrival; ``extra["source_row"]`` keeps each request's row in the file, so a
 simulation can be compared with the measurement request by request
-(:func:`measured_columns`).
+(:func:`measured_columns`). The result files of ``vllm bench serve``, aiperf and guidellm are
+read alike (:mod:`tidal.workload.client_results`).
 """
 
 from __future__ import annotations
@@ -25,11 +26,19 @@ REQUIRED = ("arrival_ns", "prompt_len", "finish_ns", "output_tokens")
 
 
 def is_measured(path: str | os.PathLike[str]) -> bool:
-    return Path(path).name.lower().endswith(".parquet")
+    """A ``requests.parquet``, or a benchmark client's per-request result file."""
+    from tidal.workload.client_results import client_format
+
+    return Path(path).name.lower().endswith(".parquet") or client_format(path) is not None
 
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     import polars as pl
+
+    from tidal.workload.client_results import client_format, read_client_results
+
+    if not path.name.lower().endswith(".parquet") and client_format(path) is not None:
+        return read_client_results(path)
 
     if not path.is_file():
         raise ConfigError("trace", f"{path} does not exist", "give DIR/requests.parquet of a run")
