@@ -128,7 +128,7 @@ def _azure_expected(rows) -> list[tuple[int, int, int]] | None:
         ns = int((sec - _EPOCH).total_seconds()) * 10**9 + int(stamp[20:]) * 100
         out.append((ns, pi, oi))
     if not out:
-        return []  # a header alone: no requests (the run then says the workload is empty)
+        return None  # a header alone: refused as "a header but no requests"
     ts = [e[0] for e in out]
     if max(ts) - min(ts) > MAX_SPAN_NS or any(abs(x) >= 2**63 for x in ts):
         return None

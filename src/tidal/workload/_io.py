@@ -9,18 +9,16 @@ dropped after the numbering, so the numbers stay exact).
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from tidal.core.errors import TraceError
 from tidal.core.units import NS_PER_S
+from tidal.workload._read import read_bytes  # noqa: F401  (re-exported)
 
 LINE = "__line"
-_GZIP_MAGIC = b"\x1f\x8b"
 MAX_SPAN_NS = 2**60
 """Longest supported time from a trace's first arrival to any later time it holds (arrivals,
 tool-call durations): about 36.5 years. Simulated times are int64 nanoseconds and "never" is
@@ -50,17 +48,6 @@ def span_message(written: str, offset_s: float) -> str:
         f"{MAX_SPAN_S:.3g} s (about {MAX_SPAN_S / 31_557_600:.0f} years) a trace may span in "
         "integer nanoseconds; fix or delete that row"
     )
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's content, gunzipped when it starts with the gzip magic number."""
-    data = path.read_bytes()
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise TraceError(str(path), None, None, f"corrupt gzip data: {exc}") from None
-    return data
 
 
 def _ragged_line(data: bytes, ncols: int) -> tuple[int, int] | None:
