@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tidal.core import bounded as _read
 from tidal.core.errors import ConfigError, TraceError
-from tidal.workload import _read
 from tidal.workload.servegen_table import read_servegen
 from tidal.workload.traces import detect_format, load_azure, load_mooncake, load_trace
 
@@ -272,3 +272,16 @@ def test_the_released_traces_pass_the_limits() -> None:
         except ConfigError as err:  # the shared traces are not on every machine
             pytest.skip(str(err))
         assert len(rs) > 1000
+
+
+@pytest.mark.parametrize("prefix", ["profile:", "measured:"])
+def test_a_profile_that_is_a_directory_binary_or_a_bomb_is_named(tmp_path: Path, prefix) -> None:
+    """§13: ``profile:DIR`` raised IsADirectoryError; a gzip profile was gunzipped whole."""
+    from tidal.hardware.calibration import check_perf_model
+
+    binary = tmp_path / "p.bin"
+    binary.write_bytes(b"\x00\x01")
+    bomb = gzip_bomb(tmp_path / "p.json.gz", b"{", 64)
+    for path, needle in ((tmp_path, "is a directory"), (binary, "binary data"), (bomb, "NUL")):
+        with pytest.raises(ConfigError, match=needle):
+            check_perf_model(f"{prefix}{path}")

@@ -14,9 +14,9 @@ import io
 import numpy as np
 import polars as pl
 
+from tidal.core.bounded import read_bytes  # noqa: F401  (re-exported)
 from tidal.core.errors import TraceError
 from tidal.core.units import NS_PER_S
-from tidal.workload._read import read_bytes  # noqa: F401  (re-exported)
 
 LINE = "__line"
 MAX_SPAN_NS = 2**60

@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import polars as pl
 
+from tidal.core.bounded import max_input_bytes, read_stream
 from tidal.core.errors import TraceError
 from tidal.workload._io import (
     LINE,
@@ -32,7 +33,6 @@ from tidal.workload._io import (
     read_csv_strings,
     span_message,
 )
-from tidal.workload._read import max_input_bytes, read_stream
 from tidal.workload.paths import resolve_trace
 
 CHUNK_RE = re.compile(r"chunk-(\d+)-trace\.csv(\.gz)?$")
@@ -66,7 +66,7 @@ class ServeGenTable:
 
 def _members(path: Path) -> Iterator[tuple[str, str, bytes]]:
     """(where, member path, bytes) of every chunk trace file under ``path``; each read under
-    :mod:`tidal.workload._read`'s limits, all of them together under one file's text limit."""
+    :mod:`tidal.core.bounded`'s limits, all of them together under one file's text limit."""
     if path.is_dir():
         for f in sorted(path.rglob("chunk-*-trace.csv*")):
             if CHUNK_RE.search(f.name):

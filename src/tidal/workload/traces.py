@@ -21,6 +21,7 @@ import re
 import numpy as np
 import polars as pl
 
+from tidal.core.bounded import PARQUET_MAGIC, sniff
 from tidal.core.errors import ConfigError, TraceError
 from tidal.core.units import NS_PER_MS
 from tidal.workload._io import (
@@ -34,7 +35,6 @@ from tidal.workload._io import (
     span_message,
 )
 from tidal.workload._mooncake import mooncake_content, read_records
-from tidal.workload._read import PARQUET_MAGIC, sniff
 from tidal.workload.base import RequestSet
 from tidal.workload.content import PrefixContent
 from tidal.workload.measured import is_measured, load_measured
@@ -186,11 +186,11 @@ def load_mooncake(
 
 
 def _first_line(head: bytes, where: str) -> str:
-    """The first non-blank line of a file's first bytes (:func:`tidal.workload._read.sniff`)."""
+    """The first non-blank line of a file's first bytes (:func:`tidal.core.bounded.sniff`)."""
     nul = head.find(b"\0")
     if nul >= 0:
         line = head.count(b"\n", 0, nul) + 1
-        raise TraceError(where, line, None, "binary data (a NUL byte): not a text trace")
+        raise TraceError(where, line, None, "binary data (a NUL byte): not a text file")
     text = head.decode("utf-8", errors="replace").lstrip()
     if not text:
         raise TraceError(where, None, None, "the file is empty")

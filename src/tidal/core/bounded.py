@@ -1,6 +1,7 @@
-"""Bounded reading of trace files: streamed in chunks, gunzipped in chunks, sniffed by content.
+"""Bounded reading of input files: streamed in chunks, gunzipped in chunks, sniffed by content.
 
-Every text input (CSV, JSON Lines, a ServeGen tar member) goes through :func:`read_stream`,
+Every text input (trace CSV, JSON Lines, a ServeGen tar member; profiles, without the line
+limit) goes through :func:`read_stream`,
 which holds at most the accepted text in memory and refuses, with :class:`TraceError` naming the
 limit, as soon as one is passed:
 
@@ -83,8 +84,8 @@ class _LineGuard:
     """Running state of the checks of :func:`read_stream` (bytes since the last newline, lines
     so far, text so far)."""
 
-    def __init__(self, where: str, limit: int) -> None:
-        self.where, self.limit = where, limit
+    def __init__(self, where: str, limit: int, max_line: int | None) -> None:
+        self.where, self.limit, self.max_line = where, limit, max_line
         self.total = self.newlines = self.open_line = 0
 
     def feed(self, chunk: bytes) -> None:
@@ -94,36 +95,41 @@ class _LineGuard:
         nul = chunk.find(b"\0")
         if nul >= 0:
             line = self.newlines + chunk.count(b"\n", 0, nul) + 1
-            raise TraceError(self.where, line, None, "binary data (a NUL byte): not a text trace")
+            raise TraceError(self.where, line, None, "binary data (a NUL byte): not a text file")
         first = chunk.find(b"\n")
         if first < 0:
             self.open_line += len(chunk)
         else:
             # a chunk is no longer than the line limit, so an over-long line spans chunks
+            # (unless it is the first line of the chunk, checked here with what came before)
             self._check(self.open_line + first, self.newlines + 1)
             self.newlines += chunk.count(b"\n")
             self.open_line = len(chunk) - chunk.rfind(b"\n") - 1
         self._check(self.open_line, self.newlines + 1)
 
     def _check(self, length: int, line: int) -> None:
-        if length > MAX_LINE_BYTES:
+        if self.max_line is not None and length > self.max_line:
             raise TraceError(
                 self.where,
                 line,
                 None,
-                f"a line longer than {MAX_LINE_BYTES:,} bytes, the limit of one record "
+                f"a line longer than {self.max_line:,} bytes, the limit of one record "
                 "(is this a trace file?)",
             )
 
 
 def read_stream(
-    stream: BinaryIO, where: str, compressed: BinaryIO | None = None, limit: int | None = None
+    stream: BinaryIO,
+    where: str,
+    compressed: BinaryIO | None = None,
+    limit: int | None = None,
+    max_line: int | None = MAX_LINE_BYTES,
 ) -> bytes:
     """All of ``stream``, read in chunks under the module's limits (``compressed``: the file a
-    gzip stream reads, whose position gives the compression ratio). A leading UTF-8 BOM is
-    dropped."""
+    gzip stream reads, whose position gives the compression ratio; ``max_line`` None for a
+    document that may be one long line, e.g. JSON). A leading UTF-8 BOM is dropped."""
     limit = max_input_bytes() if limit is None else limit
-    guard = _LineGuard(where, limit)
+    guard = _LineGuard(where, limit, max_line)
     parts: list[bytes] = []
     while True:
         try:
@@ -159,27 +165,29 @@ def _drop_bom(chunk: bytes, where: str) -> bytes:
 
 def _open(path: Path, where: str) -> BinaryIO:
     if path.is_dir():
-        raise TraceError(where, None, None, "is a directory, not a trace file")
+        raise TraceError(where, None, None, "is a directory, not a file")
     try:
         return open(path, "rb")
     except OSError as exc:
         raise TraceError(where, None, None, f"cannot read it: {exc.strerror}") from None
 
 
-def read_bytes(path: Path, where: str | None = None) -> bytes:
+def read_bytes(
+    path: Path, where: str | None = None, max_line: int | None = MAX_LINE_BYTES
+) -> bytes:
     """The file's text, gunzipped when it starts with the gzip magic number, under the limits
     of :func:`read_stream` (a plain file's size is checked before reading)."""
     where = str(path) if where is None else where
     limit = max_input_bytes()
-    with _open(path, where) as f:
+    with _open(Path(path), where) as f:
         if f.read(2) == GZIP_MAGIC:
             f.seek(0)
             with gzip.GzipFile(fileobj=f, mode="rb") as gz:
-                return read_stream(gz, where, compressed=f, limit=limit)  # type: ignore[arg-type]
+                return read_stream(gz, where, f, limit, max_line)  # type: ignore[arg-type]
         f.seek(0)
         if os.fstat(f.fileno()).st_size > limit:
             raise _too_big(where, limit, "it holds")
-        return read_stream(f, where, limit=limit)
+        return read_stream(f, where, limit=limit, max_line=max_line)
 
 
 def sniff(path: Path, size: int = 65536) -> bytes:
