@@ -16,12 +16,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tidal.core.errors import ConfigError, TraceError
 from tidal.workload.augmented_jsonl import load_augmented_jsonl
 from tidal.workload.traces import load_azure, load_mooncake
+
+pytestmark = pytest.mark.fuzz
 
 MAX_SPAN_NS = 2**60  # the loaders' documented limits (tidal.workload._io)
 MAX_TOKENS = 2**31 - 1
