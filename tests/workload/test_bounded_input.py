@@ -104,6 +104,30 @@ def test_a_1mb_gzip_bomb_is_refused_fast_and_small(tmp_path: Path) -> None:
     assert float(fields["RSS_MB"]) < 200, out
 
 
+def _filler_bomb(path: Path, filler: bytes, mib: int) -> Path:
+    """Like :func:`gzip_bomb` with another filler byte (streamed through zlib, level 9)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = filler * (1 << 20)
+    with open(path, "wb") as f:
+        f.write(c.compress(AZURE_HEADER))
+        for _ in range(mib):
+            f.write(c.compress(block))
+        f.write(c.flush())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("filler", "needle"), [(b" ", "a line longer than"), (b"\n", "expands more than 200×")]
+)
+def test_bombs_of_spaces_or_blank_lines_are_refused_early(tmp_path, filler, needle) -> None:
+    """No NUL byte to stop at: one endless line hits the line limit, blank lines the ratio."""
+    path = _filler_bomb(tmp_path / "b.csv.gz", filler, 48)
+    t = time.perf_counter()
+    with pytest.raises(TraceError, match=needle):
+        load_azure(path)
+    assert time.perf_counter() - t < 2.0
+
+
 def test_a_long_line_is_refused_with_the_limit_and_line(tmp_path: Path) -> None:
     body = AZURE_HEADER + ROW + b"x" * (_read.MAX_LINE_BYTES + 10) + b"\n" + ROW
     path = tmp_path / "long.csv"
