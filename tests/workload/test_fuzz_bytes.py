@@ -258,3 +258,45 @@ def test_seeds_load() -> None:
     for name, fn in LOADERS.items():
         assert _check(fn, name, SEEDS[name], record=False) is not None, name
     assert json.loads(SEEDS["m.jsonl"].split(b"\n")[0])["input_length"] == 1000
+
+
+# --- what the fuzz found (kept as regression cases) --------------------------------------
+
+CR_RAGGED = (
+    b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    b"2023-11-16 18:15:46.6805900,3\r4,44,9\n"
+)
+"""A ragged row with a lone carriage return: polars refused it, then the field counter
+(``csv.reader``) raised ``_csv.Error`` (a traceback) while looking for the line."""
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("a.csv", CR_RAGGED),
+        ("a.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\n\xff\xfe\r,1,2,3\n"),
+        ("chunk-1-trace.csv", b"0\r1\n"),
+        ("rates.csv", b"model,window_start_s\rtotal_rate_rps\nm,0,1,2\n"),
+    ],
+)
+def test_a_csv_the_field_counter_cannot_read_is_a_named_error(name: str, data: bytes) -> None:
+    import csv
+    import io
+
+    with pytest.raises(csv.Error):  # the input does reach the failing path
+        list(csv.reader(io.StringIO(data.decode("utf-8", errors="replace"))))
+    assert _check(LOADERS[name], name, data, record=False) is None
+
+
+def test_a_last_request_without_hash_ids_shares_nothing(tmp_path: Path) -> None:
+    """``PrefixContent.from_segments`` indexed past its arrays when the last request had no
+    segments (``IndexError``)."""
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(
+        b'{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+        b'{"timestamp": 1, "input_length": 5, "output_length": 5}\n'
+    )
+    c = load_mooncake(path, hash_block_tokens=512).content
+    assert c is not None
+    assert c.count.tolist() == [2, 0]
+    assert c.ends.tolist() == [512, 600]

@@ -53,9 +53,12 @@ def span_message(written: str, offset_s: float) -> str:
 def _ragged_line(data: bytes, ncols: int) -> tuple[int, int] | None:
     """First (line, field count) whose field count differs from ``ncols`` (slow, for errors)."""
     reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace")))
-    for row in reader:
-        if row and len(row) != ncols:
-            return reader.line_num, len(row)
+    try:
+        for row in reader:
+            if row and len(row) != ncols:
+                return reader.line_num, len(row)
+    except csv.Error:  # e.g. a lone carriage return in a field: no count to report
+        return None
     return None
 
 
