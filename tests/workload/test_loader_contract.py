@@ -172,3 +172,23 @@ def test_the_scan_and_polars_give_the_same_dtypes() -> None:
     }
     assert lines == [1]
     assert np.array_equal(fast["hash_ids"].to_list(), slow["hash_ids"].to_list())
+
+
+def test_augmented_lines_end_at_newline_only(tmp_path: Path) -> None:
+    """``str.splitlines`` also split at U+2028, form feeds and lone CRs, so the line named
+    by an error was not the editor's line (and a JSON string holding U+2028 broke in two)."""
+    from tidal.workload.augmented_jsonl import read_augmented_jsonl
+
+    good = {"prompt_tokens": 3, "segments": [{"decode_tokens": 2}], "tool": "qa"}
+    text = (
+        json.dumps(good | {"note": "a\u2028b\x0cc"}, ensure_ascii=False)
+        + "\n"
+        + json.dumps(good | {"prompt_tokens": 0})
+        + "\n"
+    )
+    path = tmp_path / "aug.jsonl"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=r"line 2, column 'prompt_tokens'"):
+        read_augmented_jsonl(path)
+    path.write_text(text.split("\n")[0] + "\n")
+    assert [r[0] for r in read_augmented_jsonl(path)] == [1]
