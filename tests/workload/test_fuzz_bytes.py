@@ -159,8 +159,19 @@ LOADERS: dict[str, Callable[[Path], object]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(LOADERS))
-def test_every_text_loader_survives_bytes(name: str) -> None:
+KIND = {
+    "a.csv": "azure",
+    "m.jsonl": "mooncake",
+    "aug.jsonl": "augmented",
+    "chunk-1-trace.csv": "servegen_chunk",
+    "lengths.csv": "length_table",
+    "rates.csv": "aggregate_rates",
+}
+
+
+def _bytes_test(name: str) -> Callable[..., None]:
+    """A module-level hypothesis test of one loader (so each gets its own statistics)."""
+
     @FUZZ
     @given(data=contents(SEEDS[name]))
     @example(data=SEEDS[name])
@@ -168,10 +179,16 @@ def test_every_text_loader_survives_bytes(name: str) -> None:
     @example(data=b"\xef\xbb\xbf")
     @example(data=b"\x00" * 4096)
     @example(data=gzip.compress(SEEDS[name].split(b"\n")[0] + b"\n" + bytes(1 << 20)))
-    def run(data: bytes) -> None:
+    def test(data: bytes) -> None:
         _check(LOADERS[name], name, data)
 
-    run()
+    test.__name__ = test.__qualname__ = f"test_bytes_{KIND[name]}"
+    return test
+
+
+for _name in LOADERS:
+    _t = _bytes_test(_name)
+    globals()[_t.__name__] = _t
 
 
 @FUZZ
