@@ -309,3 +309,19 @@ def test_a_profile_that_is_a_directory_binary_or_a_bomb_is_named(tmp_path: Path,
     for path, needle in ((tmp_path, "is a directory"), (binary, "binary data"), (bomb, "NUL")):
         with pytest.raises(ConfigError, match=needle):
             check_perf_model(f"{prefix}{path}")
+
+
+def test_a_sharegpt_dataset_is_read_bounded_and_odd_turns_are_skipped(tmp_path: Path) -> None:
+    """``bench serve --dataset-path``: a directory, a bomb, or a turn that is no object was a
+    traceback (IsADirectoryError, a whole gunzip, AttributeError)."""
+    from tidal.measure.dataset import sharegpt_requests
+
+    rng = np.random.default_rng(0)
+    for path in (tmp_path, gzip_bomb(tmp_path / "d.json.gz", b"[", 64)):
+        with pytest.raises(ConfigError, match="dataset-path"):
+            sharegpt_requests(path, 3, rng, None)
+    good = {"conversations": [{"value": "hello there"}, {"value": "hi, how can I help"}]}
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps([{"conversations": ["x", 3]}, good]))
+    reqs = sharegpt_requests(path, 3, rng, None)
+    assert [r.prompt for r in reqs] == ["hello there"]
