@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tidal.core import bounded as _read
+from tidal.core import bounded
 from tidal.core.errors import ConfigError, TraceError
 from tidal.workload.servegen_table import read_servegen
 from tidal.workload.traces import detect_format, load_azure, load_mooncake, load_trace
@@ -129,7 +129,7 @@ def test_bombs_of_spaces_or_blank_lines_are_refused_early(tmp_path, filler, need
 
 
 def test_a_long_line_is_refused_with_the_limit_and_line(tmp_path: Path) -> None:
-    body = AZURE_HEADER + ROW + b"x" * (_read.MAX_LINE_BYTES + 10) + b"\n" + ROW
+    body = AZURE_HEADER + ROW + b"x" * (bounded.MAX_LINE_BYTES + 10) + b"\n" + ROW
     path = tmp_path / "long.csv"
     path.write_bytes(body)
     with pytest.raises(TraceError, match=r"line 3: a line longer than 1,048,576 bytes"):
@@ -139,14 +139,14 @@ def test_a_long_line_is_refused_with_the_limit_and_line(tmp_path: Path) -> None:
 def test_the_text_limit_is_named_and_checked_before_reading(tmp_path, monkeypatch) -> None:
     path = tmp_path / "big.csv"
     path.write_bytes(AZURE_HEADER + ROW * 100)
-    monkeypatch.setenv(_read.ENV_MAX_BYTES, "1000")
+    monkeypatch.setenv(bounded.ENV_MAX_BYTES, "1000")
     with pytest.raises(TraceError, match=r"more than 1,000 bytes.*TIDAL_MAX_TRACE_BYTES"):
         load_azure(path)
     gz = tmp_path / "big.csv.gz"
     gz.write_bytes(gzip.compress(AZURE_HEADER + ROW * 100))
     with pytest.raises(TraceError, match=r"more than 1,000 bytes"):
         load_azure(gz)
-    monkeypatch.setenv(_read.ENV_MAX_BYTES, "100000")
+    monkeypatch.setenv(bounded.ENV_MAX_BYTES, "100000")
     assert len(load_azure(gz)) == 100
 
 
@@ -154,12 +154,12 @@ def test_a_highly_compressed_text_passes_the_ratio_check_only_below_its_floor(
     tmp_path, monkeypatch
 ) -> None:
     """Real traces compress 3–15×; the ratio limit applies past RATIO_AFTER bytes only."""
-    monkeypatch.setattr(_read, "RATIO_AFTER", 1 << 16)
+    monkeypatch.setattr(bounded, "RATIO_AFTER", 1 << 16)
     path = tmp_path / "rep.csv.gz"
     path.write_bytes(gzip.compress(AZURE_HEADER + ROW * 20_000, 9))
     with pytest.raises(TraceError, match=r"expands more than 200×"):
         load_azure(path)
-    monkeypatch.setattr(_read, "RATIO_AFTER", 32 << 20)
+    monkeypatch.setattr(bounded, "RATIO_AFTER", 32 << 20)
     assert len(load_azure(path)) == 20_000
 
 
@@ -283,7 +283,7 @@ def test_a_servegen_member_bomb_is_refused(tmp_path: Path) -> None:
 
 def test_a_directory_or_unreadable_path_is_named(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="is a directory"):
-        _read.read_bytes(tmp_path)
+        bounded.read_bytes(tmp_path)
     with pytest.raises((TraceError, ConfigError)):
         load_azure(tmp_path / "missing.csv")
 
