@@ -306,6 +306,16 @@ def test_a_csv_the_field_counter_cannot_read_is_a_named_error(name: str, data: b
     assert _check(LOADERS[name], name, data, record=False) is None
 
 
+def test_an_aggregate_rate_row_without_a_model_is_named() -> None:
+    """A blank ``model`` cell reached ``np.unique`` as None (``TypeError``)."""
+    data = b"model,window_start_s,total_rate_rps\n,0,1.5\nm,600,2\n"
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "rates.csv"
+        path.write_bytes(data)
+        with pytest.raises(TidalError, match=r"line 2, column 'model': expected a model name"):
+            read_aggregate_rates(path)
+
+
 def test_a_last_request_without_hash_ids_shares_nothing(tmp_path: Path) -> None:
     """``PrefixContent.from_segments`` indexed past its arrays when the last request had no
     segments (``IndexError``)."""
