@@ -32,7 +32,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tidal.core.errors import ConfigError
+from tidal.core.bounded import read_bytes
+from tidal.core.errors import ConfigError, TraceError
 
 FORMAT = "tidal-gpu-profile/1"
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
@@ -211,14 +212,12 @@ def load_profile(path: str | Path) -> GPUProfile:
     if not p.exists():
         raise ConfigError("profile", f"{p} does not exist", "give a tidal-gpu-profile/1 file")
     try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+        raw = read_bytes(p, max_line=None)
         return GPUProfile.model_validate_json(raw)
     except ValidationError as err:
         what = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise ConfigError("profile", f"{p} is not a valid {FORMAT} file: {what}") from None
-    except (OSError, EOFError, ValueError) as err:
+    except (OSError, EOFError, ValueError, TraceError) as err:
         raise ConfigError("profile", f"{p} is not a valid {FORMAT} file: {err}") from None
 
 

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from tidal.core.errors import ConfigError
+from tidal.core.bounded import read_bytes
+from tidal.core.errors import ConfigError, TraceError
 from tidal.hardware.perf import PerfModel, StepShape
 
 FEATURES = ("const", "tokens", "decodes", "prefill_chunks", "prefill_attn", "prefill_ctx")
@@ -152,8 +153,8 @@ class ProfiledPerfModel(PerfModel):
                 "perf_model", f"profile {p} does not exist", "create it with `tidal calibrate`"
             )
         try:
-            return cls.from_json(json.loads(p.read_text()), source=str(p))
-        except (ValueError, KeyError, TypeError) as err:
+            return cls.from_json(json.loads(read_bytes(p, max_line=None)), source=str(p))
+        except (ValueError, KeyError, TypeError, TraceError) as err:
             raise ConfigError("perf_model", f"{p} is not a valid profile: {err}") from None
 
 

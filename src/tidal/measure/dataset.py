@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tidal.core.errors import ConfigError
+from tidal.core.bounded import read_bytes
+from tidal.core.errors import ConfigError, TidalError
 
 DATASETS = ("random", "sharegpt", "trace")
 BYTES_PER_TOKEN = 4
@@ -72,13 +73,15 @@ def sharegpt_requests(
     path: Path, n: int, rng: np.random.Generator, output_len: int | None
 ) -> list[BenchRequest]:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
+        data = json.loads(read_bytes(Path(path), max_line=None))
+    except (OSError, ValueError, TidalError) as err:
         raise ConfigError("dataset-path", f"cannot read ShareGPT JSON {path}: {err}") from None
     pairs = []
     for conv in data if isinstance(data, list) else []:
         turns = conv.get("conversations") if isinstance(conv, dict) else None
         if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        if not (isinstance(turns[0], dict) and isinstance(turns[1], dict)):
             continue
         prompt, reply = turns[0].get("value"), turns[1].get("value")
         if isinstance(prompt, str) and isinstance(reply, str) and prompt:

@@ -9,18 +9,16 @@ dropped after the numbering, so the numbers stay exact).
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from tidal.core.bounded import read_bytes  # noqa: F401  (re-exported)
 from tidal.core.errors import TraceError
 from tidal.core.units import NS_PER_S
 
 LINE = "__line"
-_GZIP_MAGIC = b"\x1f\x8b"
 MAX_SPAN_NS = 2**60
 """Longest supported time from a trace's first arrival to any later time it holds (arrivals,
 tool-call durations): about 36.5 years. Simulated times are int64 nanoseconds and "never" is
@@ -52,23 +50,15 @@ def span_message(written: str, offset_s: float) -> str:
     )
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's content, gunzipped when it starts with the gzip magic number."""
-    data = path.read_bytes()
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise TraceError(str(path), None, None, f"corrupt gzip data: {exc}") from None
-    return data
-
-
 def _ragged_line(data: bytes, ncols: int) -> tuple[int, int] | None:
     """First (line, field count) whose field count differs from ``ncols`` (slow, for errors)."""
     reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace")))
-    for row in reader:
-        if row and len(row) != ncols:
-            return reader.line_num, len(row)
+    try:
+        for row in reader:
+            if row and len(row) != ncols:
+                return reader.line_num, len(row)
+    except csv.Error:  # e.g. a lone carriage return in a field: no count to report
+        return None
     return None
 
 

@@ -19,7 +19,9 @@ import math
 
 import numpy as np
 
+from tidal.core.errors import ConfigError
 from tidal.core.units import NS_PER_S
+from tidal.workload._io import MAX_SPAN_NS, MAX_SPAN_S
 
 
 def _check(n: int, rate: float) -> None:
@@ -30,10 +32,24 @@ def _check(n: int, rate: float) -> None:
 
 
 def gaps_to_ns(gaps_s: np.ndarray) -> np.ndarray:
-    """Arrival times ``[0, g_1, g_1+g_2, …]`` in int64 ns from n − 1 gaps in seconds."""
+    """Arrival times ``[0, g_1, g_1+g_2, …]`` in int64 ns from n − 1 gaps in seconds.
+
+    Raises :class:`ConfigError` (``workload.rate``) when the last arrival lies beyond
+    :data:`~tidal.workload._io.MAX_SPAN_NS` (e.g. 10,000 requests at 1e-6 req/s), which would
+    wrap the int64 clock into negative times."""
+    with np.errstate(over="ignore"):
+        t = np.cumsum(gaps_s) * NS_PER_S
+    if len(t) and not t[-1] <= MAX_SPAN_NS:
+        raise ConfigError(
+            "workload.rate",
+            f"{len(t) + 1} arrivals at this rate span {t[-1] / NS_PER_S:.3g} s, beyond the "
+            f"{MAX_SPAN_S:.3g} s (about {MAX_SPAN_S / 31_557_600:.0f} years) a run may span in "
+            "integer nanoseconds",
+            "raise the rate or lower num_requests",
+        )
     out = np.empty(len(gaps_s) + 1, dtype=np.int64)
     out[0] = 0
-    out[1:] = np.rint(np.cumsum(gaps_s) * NS_PER_S)
+    out[1:] = np.rint(t)
     return out
 
 

@@ -143,7 +143,7 @@ def read_augmented_jsonl(path: Path) -> list[tuple[int, int, AugmentedSpec, floa
     where = str(path)
     text = read_bytes(path).decode("utf-8", errors="replace")
     out = []
-    for line, raw in enumerate(text.splitlines(), start=1):
+    for line, raw in enumerate(text.split("\n"), start=1):  # physical lines: \n only
         if not raw.strip():
             continue
         try:

@@ -10,6 +10,14 @@ from pydantic import ConfigDict, Field, model_validator
 from tidal.core.strict import StrictModel
 from tidal.workload.parallel_probe import ParallelProbeOptions
 
+MAX_TOKENS = 2**31 - 1
+"""Largest token count of one field (the loaders' :data:`tidal.workload._io.MAX_TOKENS`)."""
+MAX_SPAN_S = 2**60 / 1e9
+"""Longest time a run may span (:data:`tidal.workload._io.MAX_SPAN_NS`, in seconds)."""
+MAX_REQUESTS = 20_000_000
+"""Most requests a synthetic or generated workload may hold (``num_requests × n``): its arrays,
+then the simulator's state, are allocated per request (as ServeGen's ``max_expected``)."""
+
 
 class WorkloadConfig(StrictModel):
     """Either a trace to replay (``trace``) or a synthetic generator (``num_requests`` + ``rate``).
@@ -35,14 +43,14 @@ class WorkloadConfig(StrictModel):
     spread_ticks: bool = False
     """Mooncake only: move each request uniformly within its timestamp tick (3 s in the
     conversation trace) instead of replaying the quantised times."""
-    hash_block_tokens: int = Field(default=512, ge=1)
+    hash_block_tokens: int = Field(default=512, ge=1, le=MAX_TOKENS)
     """Mooncake only: tokens per ``hash_ids`` entry (512 in the FAST'25 traces); the ids are
     the prompts' content for prefix caching."""
-    shared_prefix_groups: int = Field(default=0, ge=0)
+    shared_prefix_groups: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Synthetic: G system prompts; request i starts with prompt ``i mod G`` (0: none)."""
-    shared_prefix_len: int = Field(default=0, ge=0)
+    shared_prefix_len: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Synthetic: tokens of each shared system prompt (the prompt length adds to it)."""
-    n: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, le=MAX_REQUESTS)
     """Synthetic: parallel sampling, each prompt answered ``n`` times (vLLM's
     ``SamplingParams.n``). As vLLM v1 does, the n branches are n requests of one prompt that
     arrive together and share it through the prefix cache; ``num_requests`` counts prompts."""
@@ -55,7 +63,7 @@ class WorkloadConfig(StrictModel):
     turns: int = Field(default=1, ge=1)
     """Synthetic: turns per multi-turn session (1: independent requests); each turn's prompt
     is the previous prompt + its answer + new user tokens (:mod:`tidal.workload.sessions`)."""
-    think_time_s: float = Field(default=0.0, ge=0)
+    think_time_s: float = Field(default=0.0, ge=0, le=MAX_SPAN_S, allow_inf_nan=False)
     """Multi-turn sessions: mean (exponential) time between an answer and the next turn."""
     handoff: Literal["kv", "text"] = "kv"
     """Sessions as agent chains (``think_time_s: 0``): each agent gets the previous context
@@ -72,15 +80,16 @@ class WorkloadConfig(StrictModel):
     """Time window end (exclusive), seconds from the trace's first arrival; applied before
     rate scaling."""
 
-    num_requests: int | None = Field(default=None, ge=1)
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     """Synthetic and generated workloads: the request count; with a trace: keep the first N
     (as ``max_requests``)."""
     rate: float | None = Field(default=None, gt=0)
     """Synthetic arrival rate in requests/s; ``inf`` sends everything at t = 0."""
-    arrival_cv: float = Field(default=1.0, gt=0)
-    """Coefficient of variation of inter-arrival times: 1 = Poisson, otherwise Gamma."""
-    prompt_len: int = Field(default=512, ge=1)
-    output_len: int = Field(default=256, ge=1)
+    arrival_cv: float = Field(default=1.0, ge=1e-3, le=1e3)
+    """Coefficient of variation of inter-arrival times: 1 = Poisson, otherwise Gamma (shape
+    1/cv², finite and sampled in float64 for cv in [1e-3, 1e3])."""
+    prompt_len: int = Field(default=512, ge=1, le=MAX_TOKENS)
+    output_len: int = Field(default=256, ge=1, le=MAX_TOKENS)
     length_dist: str = "fixed"
     length_jitter: float = Field(default=0.5, ge=0, lt=1)
     length_sigma: float = Field(default=1.0, gt=0)
@@ -142,6 +151,11 @@ class WorkloadConfig(StrictModel):
             if self.num_requests is None:
                 raise ValueError(
                     "num_requests: a synthetic workload needs a request count (or give a trace)"
+                )
+            if self.num_requests * self.n > MAX_REQUESTS:
+                raise ValueError(
+                    f"num_requests: {self.num_requests} prompts × n {self.n} exceed the "
+                    f"{MAX_REQUESTS:,} requests a workload may hold"
                 )
             if self.rate is None and self.concurrency is None:
                 raise ValueError(

@@ -74,7 +74,10 @@ class PrefixContent:
         offset = np.cumsum(count) - count
         pos = np.arange(len(ids), dtype=np.int64) - np.repeat(offset, count)
         csum = np.cumsum(lens)
-        ends = csum - np.repeat(csum[offset] - lens[offset], count) if len(ids) else csum
+        # a request without segments may sit at the end (offset == len(ids)): clip its index,
+        # its value is repeated zero times
+        first = np.minimum(offset, max(len(ids) - 1, 0))
+        ends = csum - np.repeat(csum[first] - lens[first], count) if len(ids) else csum
         hashes = np.empty(len(ids), dtype=np.uint64)
         for p in range(int(count.max()) if len(count) and len(ids) else 0):
             at = np.flatnonzero(pos == p)

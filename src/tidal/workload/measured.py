@@ -19,10 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from tidal.core.errors import ConfigError
+from tidal.core.errors import ConfigError, TraceError
+from tidal.workload._io import MAX_SPAN_NS, MAX_TOKENS
 from tidal.workload.base import RequestSet
 
 REQUIRED = ("arrival_ns", "prompt_len", "finish_ns", "output_tokens")
+TIMES = ("arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns")
+"""Integer columns checked when present (ns; −1 means "never" except for arrivals)."""
 
 
 def is_measured(path: str | os.PathLike[str]) -> bool:
@@ -32,7 +35,47 @@ def is_measured(path: str | os.PathLike[str]) -> bool:
     return Path(path).name.lower().endswith(".parquet") or client_format(path) is not None
 
 
+def _row_error(path: Path, row: int, column: str, message: str) -> TraceError:
+    """A bad value: the file, the row (1-based, in file order) and the column."""
+    return TraceError(f"{path}, row {row + 1}", None, column, message)
+
+
+def _int_column(df: Any, path: Path, column: str) -> np.ndarray:
+    """An integer column as int64, without nulls (a float, string or null is refused)."""
+    import polars as pl
+
+    s = df[column]
+    if s.dtype == pl.Boolean or not s.dtype.is_integer():
+        raise TraceError(
+            str(path), None, column, f"expected an integer column (Int64), got {s.dtype}"
+        )
+    nulls = s.is_null().to_numpy()
+    if nulls.any():
+        raise _row_error(path, int(np.argmax(nulls)), column, "expected an integer, got null")
+    if s.dtype == pl.UInt64 and len(s) and int(s.max()) > 2**63 - 1:
+        row = int(np.argmax(s.to_numpy() > 2**63 - 1))
+        raise _row_error(path, row, column, f"expected an integer < 2^63, got {s[row]}")
+    return s.cast(pl.Int64).to_numpy()
+
+
+def _success(df: Any, path: Path) -> np.ndarray:
+    import polars as pl
+
+    if "success" not in df.columns:
+        return np.ones(len(df), dtype=bool)
+    s = df["success"]
+    if s.dtype != pl.Boolean:
+        raise TraceError(
+            str(path), None, "success", f"expected a boolean column, got {s.dtype}"
+        )
+    nulls = s.is_null().to_numpy()
+    if nulls.any():
+        raise _row_error(path, int(np.argmax(nulls)), "success", "expected true or false, got null")
+    return s.to_numpy().astype(bool)
+
+
 def _read(path: Path) -> dict[str, np.ndarray]:
+    """The columns, every one the loader uses typed and checked (:func:`_check_rows`)."""
     import polars as pl
 
     from tidal.workload.client_results import client_format, read_client_results
@@ -53,16 +96,57 @@ def _read(path: Path) -> dict[str, np.ndarray]:
             f"{path} has no column {', '.join(missing)}",
             "give the requests.parquet of `tidal bench serve` or `tidal simulate`",
         )
-    cols = {c: df[c].to_numpy() for c in df.columns if c not in ("error", "itl_ns")}
+    checked = {c: _int_column(df, path, c) for c in (*REQUIRED, *TIMES) if c in df.columns}
+    checked["success"] = _success(df, path)
+    skip = ("error", "itl_ns", *checked)
+    cols = {c: df[c].to_numpy() for c in df.columns if c not in skip}
+    cols.update(checked)
+    _check_rows(cols, path)
     return cols
+
+
+def _first(mask: np.ndarray) -> int | None:
+    idx = np.flatnonzero(mask)
+    return int(idx[0]) if idx.size else None
+
+
+def _check_rows(cols: dict[str, np.ndarray], path: Path) -> None:
+    """Values in range: arrivals ≥ 0 and within :data:`MAX_SPAN_NS`; a completed request's
+    prompt in ``[1, MAX_TOKENS]``, its output ≤ MAX_TOKENS and its finish not before its
+    arrival; other times ≥ −1."""
+    arrival = cols["arrival_ns"]
+    span = f"expected ns in [0, {MAX_SPAN_NS}]"
+    checks: list[tuple[str, np.ndarray, str]] = [
+        ("arrival_ns", (arrival < 0) | (arrival > MAX_SPAN_NS), span)
+    ]
+    for c in TIMES[1:]:
+        if c in cols:
+            checks.append((c, (cols[c] < -1) | (cols[c] > 2 * MAX_SPAN_NS), "expected ns or −1"))
+    done = _done(cols)
+    prompt, out = cols["prompt_len"], cols["output_tokens"]
+    bad_prompt = done & ((prompt < 1) | (prompt > MAX_TOKENS))
+    checks += [
+        ("prompt_len", bad_prompt, f"expected [1, {MAX_TOKENS}]"),
+        ("output_tokens", (out < 0) | (out > MAX_TOKENS), f"expected [0, {MAX_TOKENS}]"),
+        ("finish_ns", done & (cols["finish_ns"] < arrival), "a request finishes before it arrives"),
+    ]
+    for column, bad, what in checks:
+        row = _first(bad)
+        if row is not None:
+            raise _row_error(path, row, column, f"{what}, got {cols[column][row]}")
+    kept = arrival[done]
+    if len(kept) and int(kept.max()) - int(kept.min()) > MAX_SPAN_NS:
+        raise TraceError(str(path), None, "arrival_ns", f"arrivals span more than {MAX_SPAN_NS} ns")
+
+
+def _done(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Completed requests: a success (when recorded) that finished with ≥ 1 output token."""
+    return cols["success"] & (cols["finish_ns"] >= 0) & (cols["output_tokens"] >= 1)
 
 
 def _completed(cols: dict[str, np.ndarray]) -> np.ndarray:
     """Rows of completed requests, in arrival order (ties by row)."""
-    ok = (cols["finish_ns"] >= 0) & (cols["output_tokens"] >= 1) & (cols["prompt_len"] >= 1)
-    if "success" in cols:
-        ok &= cols["success"].astype(bool)
-    rows = np.flatnonzero(ok)
+    rows = np.flatnonzero(_done(cols))
     return rows[np.argsort(cols["arrival_ns"][rows], kind="stable")]
 
 

@@ -41,7 +41,7 @@ from pydantic import ConfigDict, Field
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
 from tidal.core.units import NS_PER_S
-from tidal.workload._io import float_column, read_bytes, read_csv_strings
+from tidal.workload._io import fail_at, float_column, read_bytes, read_csv_strings
 from tidal.workload.base import RequestSet
 from tidal.workload.concurrency import window_concurrency
 from tidal.workload.lengths import quantile_lengths
@@ -103,7 +103,9 @@ def read_aggregate_rates(path: Path | None = None) -> dict[str, np.ndarray]:
     df = read_csv_strings(read_bytes(p), where, ["model", "window_start_s", "total_rate_rps"])
     start = float_column(df, "window_start_s", where)
     rate = float_column(df, "total_rate_rps", where)
-    model = df["model"].to_numpy()
+    name = df["model"].str.strip_chars()
+    fail_at(df, (name.is_null() | (name == "")).to_numpy(), where, "model", "expected a model name")
+    model = name.to_numpy()
     out = {}
     for m in np.unique(model):
         sel = model == m

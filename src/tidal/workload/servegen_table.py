@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import tarfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -20,6 +21,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import polars as pl
 
+from tidal.core.bounded import max_input_bytes, read_stream
 from tidal.core.errors import TraceError
 from tidal.workload._io import (
     LINE,
@@ -63,7 +65,8 @@ class ServeGenTable:
 
 
 def _members(path: Path) -> Iterator[tuple[str, str, bytes]]:
-    """(where, member path, bytes) of every chunk trace file under ``path``."""
+    """(where, member path, bytes) of every chunk trace file under ``path``; each read under
+    :mod:`tidal.core.bounded`'s limits, all of them together under one file's text limit."""
     if path.is_dir():
         for f in sorted(path.rglob("chunk-*-trace.csv*")):
             if CHUNK_RE.search(f.name):
@@ -72,15 +75,28 @@ def _members(path: Path) -> Iterator[tuple[str, str, bytes]]:
     if CHUNK_RE.search(path.name):
         yield str(path), f"{path.parent.name}/{path.name}", read_bytes(path)
         return
+    yield from _tar_members(path)
+
+
+def _tar_members(path: Path) -> Iterator[tuple[str, str, bytes]]:
+    """Chunk files of a (compressed) tar archive, streamed; a truncated or corrupt archive
+    raises :class:`TraceError` naming it."""
+    budget = max_input_bytes()
     try:
         with tarfile.open(path, "r:*") as tar:
             for m in tar:
-                if m.isfile() and CHUNK_RE.search(m.name):
-                    member = tar.extractfile(m)
-                    assert member is not None
-                    yield f"{path}:{m.name}", m.name, member.read()
-    except tarfile.TarError as exc:
-        raise TraceError(str(path), None, None, f"not a readable tar file: {exc}") from None
+                if not (m.isfile() and CHUNK_RE.search(m.name)):
+                    continue
+                where = f"{path}:{m.name}"
+                member = tar.extractfile(m)
+                assert member is not None
+                data = read_stream(member, where, limit=budget)  # type: ignore[arg-type]
+                budget -= len(data)
+                yield where, m.name, data
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise TraceError(
+            str(path), None, None, f"not a readable tar file (truncated or corrupt?): {exc}"
+        ) from None
 
 
 def _parse_member(data: bytes, where: str) -> dict[str, np.ndarray]:
@@ -171,7 +187,7 @@ def read_servegen(path: str | os.PathLike[str]) -> ServeGenTable:
             _parse_member(data, where)
         raise TraceError(str(p), None, None, "malformed ServeGen trace")
     _check_span(cols, members)
-    ids = np.array([_chunk_id(name) for _, name, _ in members])
+    ids = np.array([_chunk_id(name, where) for where, name, _ in members], dtype=np.int64)
     models = {PurePosixPath(name).parent.name for _, name, _ in members} - {""}
     return ServeGenTable(
         source=str(p),
@@ -186,8 +202,11 @@ def read_servegen(path: str | os.PathLike[str]) -> ServeGenTable:
     )
 
 
-def _chunk_id(name: str) -> int:
-    """The chunk index in a ServeGen member's file name (members are filtered by CHUNK_RE)."""
+def _chunk_id(name: str, where: str) -> int:
+    """The chunk index in a ServeGen member's file name (members are filtered by CHUNK_RE):
+    a client id, which must fit int64."""
     m = CHUNK_RE.search(name)
     assert m is not None
+    if len(m.group(1)) > 18 and int(m.group(1)) > 2**63 - 1:
+        raise TraceError(where, None, None, f"the chunk (client) id {m.group(1)} exceeds 2^63 - 1")
     return int(m.group(1))

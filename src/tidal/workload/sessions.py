@@ -23,7 +23,9 @@ import math
 
 import numpy as np
 
+from tidal.core.errors import ConfigError
 from tidal.core.units import NS_PER_S
+from tidal.workload._io import MAX_SPAN_NS, MAX_SPAN_S
 from tidal.workload.arrivals import arrival_times
 from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
@@ -36,15 +38,36 @@ _TEXT_ID = 1 << 42
 """Ids of the text handoffs (request i: _TEXT_ID + i), never shared."""
 
 
+def _check_span(
+    start: np.ndarray, think_s: np.ndarray, turn: np.ndarray, session: np.ndarray, mean: float
+) -> None:
+    """A session's start plus its think times must stay within :data:`MAX_SPAN_NS` (the
+    simulator adds them to int64 ns finish times); else :class:`ConfigError` naming
+    ``think_time_s``."""
+    if len(think_s) == 0:
+        return
+    waits = np.bincount(session, weights=np.where(turn > 0, think_s, 0.0))
+    worst = start[: len(waits)] / NS_PER_S + waits
+    if not float(worst.max()) * NS_PER_S <= MAX_SPAN_NS:
+        raise ConfigError(
+            "workload.think_time_s",
+            f"think times of mean {mean:g} s make a session last {float(worst.max()):.3g} s, "
+            f"beyond the {MAX_SPAN_S:.3g} s a run may span in integer nanoseconds",
+            "lower think_time_s (--think-time) or the number of turns",
+        )
+
+
 def sessions(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     n, turns = cfg.num_requests or 0, cfg.turns
     num_sessions = -(-n // turns)
     rate = math.inf if cfg.rate is None else cfg.rate * cfg.rate_scale
     start = arrival_times(num_sessions, rate, cfg.arrival_cv, rng)
     user, out = config_lengths(cfg, n, rng)
-    think = np.rint(rng.exponential(cfg.think_time_s, n) * NS_PER_S).astype(np.int64)
+    think_s = rng.exponential(cfg.think_time_s, n)
     turn = np.arange(n) % turns
     session = np.arange(n) // turns
+    _check_span(start, think_s, turn, session, cfg.think_time_s)
+    think = np.rint(think_s * NS_PER_S).astype(np.int64)
     shared = cfg.shared_prefix_len if cfg.shared_prefix_groups else 0
     group = rng.integers(max(cfg.shared_prefix_groups, 1), size=num_sessions)
     ids: list[int] = []

@@ -15,22 +15,18 @@ Malformed content raises :class:`TraceError` with file, 1-based line and column.
 
 from __future__ import annotations
 
-import io
-import json
-import math
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from tidal.core.bounded import PARQUET_MAGIC, sniff
 from tidal.core.errors import ConfigError, TraceError
 from tidal.core.units import NS_PER_MS
 from tidal.workload._io import (
     LINE,
     MAX_SPAN_NS,
-    MAX_TOKENS,
     fail_at,
     int_column,
     outlier_beyond_span,
@@ -38,6 +34,7 @@ from tidal.workload._io import (
     read_csv_strings,
     span_message,
 )
+from tidal.workload._mooncake import mooncake_content, read_records
 from tidal.workload.base import RequestSet
 from tidal.workload.content import PrefixContent
 from tidal.workload.measured import is_measured, load_measured
@@ -50,7 +47,6 @@ AZURE_PROMPT = "ContextTokens"
 AZURE_OUTPUT = "GeneratedTokens"
 AZURE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S%.f"
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
-_MOONCAKE_SCHEMA = {"timestamp": pl.Float64, "input_length": pl.Int64, "output_length": pl.Int64}
 _TAR_RE = re.compile(r"\.(tar|tar\.gz|tgz)$")
 _JSONL_RE = re.compile(r"\.(jsonl|ndjson|json)(\.gz)?$")
 _NS_RANGE_US = (2**63 - 1) // 1000
@@ -115,6 +111,8 @@ def load_azure(path: str | os.PathLike[str]) -> RequestSet:
     p = resolve_trace(path)
     where = str(p)
     df = read_csv_strings(read_bytes(p), where, [AZURE_TIME, AZURE_PROMPT, AZURE_OUTPUT])
+    if len(df) == 0:
+        raise TraceError(where, None, None, "the file holds a header but no requests")
     t_ns = _azure_times(df, where)
     prompt = int_column(df, AZURE_PROMPT, where)
     output = int_column(df, AZURE_OUTPUT, where)
@@ -124,116 +122,26 @@ def load_azure(path: str | os.PathLike[str]) -> RequestSet:
 # --- Mooncake ----------------------------------------------------------------------------
 
 
-def _check_json_value(value: object, where: str, line: int, key: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TraceError(where, line, key, f"expected a number, got {value!r}")
-    if key == "timestamp":
-        if value < 0:
-            raise TraceError(where, line, key, f"expected a time ≥ 0 ms, got {value!r}")
-    elif value != int(value) or not 1 <= value <= MAX_TOKENS:
-        raise TraceError(
-            where, line, key, f"expected an integer in [1, {MAX_TOKENS}], got {value!r}"
-        )
-
-
-def _scan_jsonl(data: bytes, where: str) -> tuple[pl.DataFrame, list[int]]:
-    """Line-by-line parse that raises at the first malformed line (slow path): the table and
-    the physical line of each record."""
-    rows: dict[str, list[float | int]] = {k: [] for k in MOONCAKE_KEYS}
-    lines = []
-    for line, raw in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise TraceError(where, line, None, f"not valid JSON: {msg}") from None
-        if not isinstance(obj, dict):
-            raise TraceError(where, line, None, "expected a JSON object")
-        for key in MOONCAKE_KEYS:
-            if key not in obj:
-                raise TraceError(where, line, key, "missing key")
-            _check_json_value(obj[key], where, line, key)
-            rows[key].append(obj[key] if key == "timestamp" else int(obj[key]))
-        lines.append(line)
-    return pl.DataFrame(rows, schema=_MOONCAKE_SCHEMA), lines
-
-
-def _valid_mooncake(df: pl.DataFrame) -> bool:
-    if df.select(MOONCAKE_KEYS).null_count().sum_horizontal().item() != 0:
-        return False
-    ts = df["timestamp"].to_numpy()
-    lengths_ok = all(
-        bool(df[k].is_between(1, MAX_TOKENS).all()) for k in ("input_length", "output_length")
-    )
-    return bool(np.all(np.isfinite(ts) & (ts >= 0))) and lengths_ok
-
-
-def _record_lines(data: bytes) -> list[int]:
-    """Physical line (1-based) of each non-blank line, i.e. of each JSON Lines record."""
-    text = data.decode("utf-8", errors="replace").splitlines()
-    return [i for i, raw in enumerate(text, start=1) if raw.strip()]
-
-
-def _read_mooncake(data: bytes, where: str, hash_ids: bool = False) -> pl.DataFrame:
-    """Fast path with polars; on any problem a line-by-line scan names the bad line (or reads
-    what polars would not, e.g. ``5.0`` tokens; it keeps no ``hash_ids``). Times must span at
-    most :data:`MAX_SPAN_NS`."""
-    schema: dict[str, pl.DataType | type[pl.DataType]] = dict(_MOONCAKE_SCHEMA)
-    if hash_ids:
-        schema["hash_ids"] = pl.List(pl.Int64)
-    try:
-        df = pl.read_ndjson(io.BytesIO(data), schema=schema)
-    except pl.exceptions.PolarsError:
-        df = None
-    lines = None
-    if df is None or not _valid_mooncake(df):
-        df, lines = _scan_jsonl(data, where)
+def _read_mooncake(
+    data: bytes, where: str, hash_ids: bool = False
+) -> tuple[pl.DataFrame, list[int]]:
+    """The validated records (:mod:`tidal.workload._mooncake`) and their physical lines; times
+    must span at most :data:`MAX_SPAN_NS`."""
+    df, lines = read_records(data, where, hash_ids)
     if len(df) == 0:
         raise TraceError(where, None, None, "the file holds no requests")
     t_ms = df["timestamp"].to_numpy()
     i = outlier_beyond_span(t_ms, MAX_SPAN_NS / NS_PER_MS)
     if i is not None:
-        line = (lines or _record_lines(data))[i]
         off = abs(float(t_ms[i]) - float(np.median(t_ms))) / 1e3
-        raise TraceError(where, line, "timestamp", span_message(f"{t_ms[i]:g} ms", off))
-    return df
+        raise TraceError(where, lines[i], "timestamp", span_message(f"{t_ms[i]:g} ms", off))
+    return df, lines
 
 
 def tick_ms_of(t_ms: np.ndarray) -> float:
     """Quantisation step: the median gap between distinct timestamps (0 if fewer than 2)."""
     distinct = np.unique(t_ms)
     return float(np.median(np.diff(distinct))) if len(distinct) > 1 else 0.0
-
-
-def mooncake_content(df: pl.DataFrame, where: str, block_tokens: int) -> PrefixContent | None:
-    """``hash_ids`` as segments: each id covers ``block_tokens`` tokens, the last one the rest
-    of the prompt; the trace guarantees ``len(hash_ids) == ceil(input_length / 512)``. A file
-    read by the slow path (no ``hash_ids`` column) or without any ids has no content (None);
-    a request without ids shares nothing."""
-    if "hash_ids" not in df.columns or df["hash_ids"].null_count() == len(df):
-        return None
-    given = df["hash_ids"].is_not_null().to_numpy()
-    ids_col = df["hash_ids"].fill_null([])
-    count = ids_col.list.len().to_numpy().astype(np.int64)
-    prompt = df["input_length"].to_numpy().astype(np.int64)
-    bad = np.flatnonzero(given & (count != -(-prompt // block_tokens)))
-    if len(bad):
-        i = int(bad[0])
-        raise TraceError(
-            where,
-            i + 1,
-            "hash_ids",
-            f"{count[i]} ids for {prompt[i]} prompt tokens, expected ceil(input_length / "
-            f"{block_tokens}) = {-(-prompt[i] // block_tokens)}; set workload.hash_block_tokens "
-            "(--hash-block-tokens) to the trace's block size",
-        )
-    ids = ids_col.explode().drop_nulls().to_numpy().astype(np.int64)
-    lens = np.full(len(ids), block_tokens, dtype=np.int64)
-    last = np.cumsum(count) - 1
-    lens[last[count > 0]] = (prompt - block_tokens * (count - 1))[count > 0]
-    return PrefixContent.from_segments(ids, lens, count)
 
 
 def load_mooncake(
@@ -254,10 +162,10 @@ def load_mooncake(
     """
     p = resolve_trace(path)
     where = str(p)
-    df = _read_mooncake(read_bytes(p), where, hash_block_tokens is not None)
+    df, lines = _read_mooncake(read_bytes(p), where, hash_block_tokens is not None)
     content = None
     if hash_block_tokens is not None:
-        content = mooncake_content(df, where, hash_block_tokens)
+        content = mooncake_content(df, lines, where, hash_block_tokens)
     t_ms = df["timestamp"].to_numpy().astype(np.float64)
     if len(t_ms):
         t_ms = t_ms - t_ms.min()
@@ -277,26 +185,38 @@ def load_mooncake(
 # --- format detection and dispatch -------------------------------------------------------
 
 
-def _first_line(path: Path) -> str:
-    data = read_bytes(path)[:4096]
-    text = data.decode("utf-8", errors="replace").lstrip()
+def _first_line(head: bytes, where: str) -> str:
+    """The first non-blank line of a file's first bytes (:func:`tidal.core.bounded.sniff`)."""
+    nul = head.find(b"\0")
+    if nul >= 0:
+        line = head.count(b"\n", 0, nul) + 1
+        raise TraceError(where, line, None, "binary data (a NUL byte): not a text file")
+    text = head.decode("utf-8", errors="replace").lstrip()
+    if not text:
+        raise TraceError(where, None, None, "the file is empty")
     return text.split("\n", 1)[0]
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """``azure``, ``mooncake`` or ``servegen`` from the name, the extension, then the content."""
+    """``azure``, ``mooncake``, ``servegen`` or ``measured`` from the name, the first bytes
+    (Parquet and tar magic numbers, a JSON object, an Azure header), never the whole file."""
     p = resolve_trace(path)
     name = p.name.lower()
     if is_measured(p):
         return "measured"
     if p.is_dir() or _TAR_RE.search(name) or CHUNK_RE.search(p.name):
         return "servegen"
+    head = sniff(p)
+    if head.startswith(PARQUET_MAGIC):
+        return "measured"
+    if head[257:262] == b"ustar":
+        return "servegen"
     if _JSONL_RE.search(name):
         return "mooncake"
-    first = _first_line(p)
+    first = _first_line(head, str(p))
     if first.startswith("{"):
         return "mooncake"
-    header = [c.strip() for c in first.split(",")]
+    header = [c.strip().strip('"') for c in first.split(",")]
     if AZURE_TIME in header:
         return "azure"
     if "num_prefill_tokens" in header:
@@ -307,7 +227,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         )
     raise ConfigError(
         "trace_format",
-        f"cannot tell the format of {p}",
+        f"cannot tell the format of {p} (its first line: {first[:80]!r})",
         "set trace_format to one of: " + ", ".join(FORMATS),
     )
 
