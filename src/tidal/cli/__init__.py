@@ -42,7 +42,10 @@ class _StreamConsole:
             tty = hasattr(stream, "isatty") and stream.isatty()
             self._stream = stream
             self._console = Console(
-                stderr=self._stderr, width=None if tty else UNWRAPPED_WIDTH, soft_wrap=not tty
+                stderr=self._stderr,
+                width=None if tty else UNWRAPPED_WIDTH,
+                soft_wrap=not tty,
+                markup=False,  # user values print as given (tidal.cli.plain)
             )
         return self._console
 
@@ -62,7 +65,9 @@ Opt = typer.Option
 
 
 def _fail(err: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {err}")
+    from tidal.cli.plain import styled
+
+    err_console.print(styled(("error:", "bold red"), " ", str(err)))
     raise typer.Exit(2)
 
 

@@ -138,10 +138,15 @@ def explain(
         return
     from rich.table import Table
 
+    from tidal.cli.plain import styled
+
     c = res["costs"]
     console.print(
-        f"[bold]{res['model']} on {res['tp']}× {res['gpu']}[/], μ_L = {prompt_len:g}, "
-        f"μ_O = {output_len:g} (decode share r = {res['decode_share']:.3f})"
+        styled(
+            (f"{res['model']} on {res['tp']}× {res['gpu']}", "bold"),
+            f", μ_L = {prompt_len:g}, μ_O = {output_len:g} "
+            f"(decode share r = {res['decode_share']:.3f})",
+        )
     )
     console.print(
         f"step costs: α_p = {c['alpha_p'] * 1e3:.3f} ms, β_p = {c['beta_p'] * 1e6:.2f} µs/token, "
@@ -183,7 +188,11 @@ def explain(
         "fit. r* = decode share beyond which MB's marginal cost exceeds a pure decode step."
     )
     console.print(
-        f"→ [bold]{res['winner'].upper()}[/] wins by {res['margin']:.1%} (throughput, from the "
-        f"per-token costs); MB's marginal cost exceeds a pure decode step beyond a decode share "
-        f"of {_fmt_share(res['threshold_decode_share'])}."
+        styled(
+            "→ ",
+            (res["winner"].upper(), "bold"),
+            f" wins by {res['margin']:.1%} (throughput, from the per-token costs); MB's "
+            "marginal cost exceeds a pure decode step beyond a decode share of "
+            f"{_fmt_share(res['threshold_decode_share'])}.",
+        )
     )

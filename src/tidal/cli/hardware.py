@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli.plain import styled
 
 hardware_app = typer.Typer(help="GPU and model catalog: step-time models and memory plans.")
 app.add_typer(hardware_app, name="hardware")
@@ -102,7 +103,7 @@ def show(
     for label, d, p in SHAPES:
         table.add_row(label, *(f"{shape_ms(perf, d, p):.3f}" for perf in perfs.values()))
     console.print(table)
-    console.print(f"--perf-model auto: [bold]{perf_model_source(auto)}[/]")
+    console.print(styled("--perf-model auto: ", (perf_model_source(auto), "bold")))
     parts = getattr(perfs.get("measured"), "parts", None)
     if parts:
         for k, v in parts.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from tidal.cli import (
@@ -59,6 +60,7 @@ def plan(
     """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO."""
     from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
 
+    from tidal.core.outpath import check_out_dir
     from tidal.experiments.grid import parse_grid_arg
     from tidal.experiments.planner import plan as run_plan
     from tidal.experiments.planner import write_plan
@@ -66,6 +68,7 @@ def plan(
     from tidal.sim.config import load_yaml
 
     try:
+        check_out_dir(out, "out", replaced=False)
         data: dict[str, Any] = load_yaml(config) if config else {}
         data = _deep_merge(data, PLAN.config(flags or {}))
         axes = data.setdefault("search", {})
@@ -108,7 +111,7 @@ def plan(
             bar.console.print(
                 f"  {ev.capacity:>3}× {ev.option.label}: {verdict} the SLO", highlight=False
             )
-            bar.update(task, advance=1, description=f"planning: {ev.option.label}")
+            bar.update(task, advance=1, description=escape(f"planning: {ev.option.label}"))
 
         with bar:
             outcome = run_plan(spec, exhaustive=exhaustive, on_evaluation=show, workers=workers)
@@ -132,7 +135,7 @@ def plan(
         )
     console.print(t)
     if not outcome.candidates:
-        console.print("[bold]no deployment in the search space meets the SLO[/]")
+        console.print("no deployment in the search space meets the SLO", style="bold")
     console.print(
         f"{outcome.simulations_run} simulations (the exhaustive grid: "
         f"{outcome.exhaustive_simulations}) in {outcome.wall_s:.1f} s; plan in {out / 'plan.json'}"

@@ -92,7 +92,8 @@ def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
 
 def check_host_tier(cfg: SimulationConfig, content: bool) -> None:
     """A host tier needs prompt content to cache (the config's own checks refuse it without
-    the prefix cache: :class:`~tidal.sim.config.SimulationConfig`)."""
+    the prefix cache: :class:`~tidal.sim.config.SimulationConfig`); turning the cache off
+    needs it too, or the setting would change nothing (issue 32 §2)."""
     if cfg.memory.host_cache_gib > 0 and not content:
         raise ConfigError(
             "memory.host_cache_gib",
@@ -101,6 +102,13 @@ def check_host_tier(cfg: SimulationConfig, content: bool) -> None:
             "use a workload with content (Mooncake hash_ids, --shared-prefix-groups, "
             "sessions, parallel sampling; augmented: augment.prefix_caching) or set "
             "--host-cache-gib 0",
+        )
+    if not cfg.memory.prefix_caching and not content:
+        raise ConfigError(
+            "memory.prefix_caching",
+            "off (--no-prefix-caching), but the workload gives no prompt content, so nothing "
+            "would be cached with it on either: the setting would change nothing",
+            "remove --no-prefix-caching (memory.prefix_caching: false)",
         )
 
 
