@@ -90,6 +90,16 @@ def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
     return host_tier_size(cfg, model, gpu, cfg.tp, cfg.memory.block_size)
 
 
+def cached_prefill_bound(cfg: SimulationConfig, reqs: RequestSet) -> tuple[float, float] | None:
+    """The prefill the roofline charges when the prefix cache may serve shared content
+    (:func:`tidal.workload.prefill_bound.unavoidable_prefill`); None: every prompt token."""
+    if not cfg.memory.prefix_caching or reqs.content is None:
+        return None
+    from tidal.workload.prefill_bound import unavoidable_prefill
+
+    return unavoidable_prefill(reqs.prompt_len, reqs.content)
+
+
 def check_host_tier(cfg: SimulationConfig, content: bool) -> None:
     """A host tier needs prompt content to cache (the config's own checks refuse it without
     the prefix cache: :class:`~tidal.sim.config.SimulationConfig`); turning the cache off
@@ -262,6 +272,7 @@ def run_simulation(
         reqs.output_len,
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs,
+        prefill=cached_prefill_bound(cfg, reqs),
     )
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
