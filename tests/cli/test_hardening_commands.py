@@ -175,3 +175,31 @@ def test_rate_inf_is_recorded_so_that_the_config_re_runs(tmp_path: Path) -> None
 def test_ebplus_explain_refuses_a_concurrency_out_of_range(n, needle):
     argv = ["ebplus", "explain", "--gpu", "h200", "--model", "qwen3-8b", "--prompt-len", "512"]
     _fails([*argv, "--output-len", "256", "--concurrency", n], needle)
+
+
+@pytest.mark.parametrize("name", ["summary.json", "requests.parquet"])
+def test_report_on_a_truncated_file_names_it(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "r"
+    res = runner.invoke(app, [*SIM, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = (out / name).read_bytes()
+    (out / name).write_bytes(data[: len(data) // 3])
+    _fails(["report", str(out)], f"{out / name} is damaged")
+
+
+def test_the_engine_checks_memory_before_it_allocates(monkeypatch) -> None:
+    pytest.importorskip("torch")
+    import tidal.runtime.memcheck as mc
+    from tidal.core.errors import ConfigError
+    from tidal.runtime.config import RuntimeConfig, build_engine
+
+    monkeypatch.setattr(mc, "host_available_bytes", lambda: 8 * 10**9)
+    with pytest.raises(ConfigError, match=r"model: llama-2-70b .* needs 2\d\d\.\d GB"):
+        build_engine(RuntimeConfig(model="llama-2-70b"))
+    with pytest.raises(ConfigError, match=r"kv_cache_gb: the KV cache needs 1,000,000\.0 GB"):
+        build_engine(RuntimeConfig(model="tiny-llama", kv_cache_gb=1e6))
+    from tidal.hardware.models import get_model
+    from tidal.runtime.model import LlamaConfig
+
+    eight_b = LlamaConfig.from_spec(get_model("llama-3.1-8b"))
+    assert mc.param_count(eight_b) == pytest.approx(8.03e9, rel=0.01)
