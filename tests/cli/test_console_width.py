@@ -45,7 +45,7 @@ def test_a_terminal_seen_first_does_not_leak_into_a_later_capture(monkeypatch) -
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stdout", buf)
     assert console.width == UNWRAPPED_WIDTH
-    console.print("[bold]" + "x" * 120 + "[/]")
+    console.print("x" * 120, style="bold")
     assert buf.getvalue() == "x" * 120 + "\n"
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)

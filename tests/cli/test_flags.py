@@ -89,11 +89,12 @@ def test_each_plan_flag_reaches_its_config_key(monkeypatch, flag):
     assert got == expected(flag, value)
 
 
-def test_cluster_flags_set_nothing_outside_a_cluster(monkeypatch):
+def test_cluster_flags_are_refused_outside_a_cluster():
+    """Issue 32 §2: a cluster flag in a single-instance run is refused, not dropped."""
     argv = ["simulate", "--alpha", "0.9", "--mix", "servegen", "--rate", "3"]
-    data = capture(monkeypatch, tidal.sim.config, "load_config", argv)
-    assert "cluster" not in data
-    assert data["workload"] == {"rate": 3.0}
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 2
+    assert "--alpha, --mix: ignored in a single-instance run" in res.output
 
 
 def test_in_a_cluster_rate_and_workload_are_the_mix(monkeypatch):

@@ -13,6 +13,7 @@ from typing import Any, cast
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tidal.cli import help_layout
 from tidal.core.errors import TidalError
@@ -50,7 +51,10 @@ class _StreamConsole:
             tty = hasattr(stream, "isatty") and stream.isatty()
             self._stream = stream
             self._console = Console(
-                stderr=self._stderr, width=None if tty else UNWRAPPED_WIDTH, soft_wrap=not tty
+                stderr=self._stderr,
+                width=None if tty else UNWRAPPED_WIDTH,
+                soft_wrap=not tty,
+                markup=False,  # user values print as given (tidal.cli.plain)
             )
         return self._console
 
@@ -96,7 +100,9 @@ Opt = typer.Option
 
 
 def _fail(err: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {err}")
+    from tidal.cli.plain import styled
+
+    err_console.print(styled(("error:", "bold red"), " ", str(err)))
     raise typer.Exit(2)
 
 
@@ -107,7 +113,9 @@ def on_interrupt(note: Callable[[], str]) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        err_console.print(f"\n[bold yellow]interrupted:[/] {note()}", highlight=False)
+        err_console.print(
+            Text.assemble("\n", ("interrupted:", "bold yellow"), f" {note()}"), highlight=False
+        )
         raise typer.Exit(130) from None
 
 

@@ -164,6 +164,11 @@ def calibrate(
         _fail(TidalError(f"{err}; install the engine with: pip install 'tidal[engine]'"))
         return
     try:
+        from tidal.core.outpath import check_out_file
+
+        check_out_file(out, "out")  # before the profiling, not after it
+        if save_samples is not None:
+            check_out_file(save_samples, "save-samples")
         if repeats < 1:
             raise TidalError("repeats: must be >= 1")
         if clock not in CLOCK_CHOICES:
@@ -306,7 +311,7 @@ def warn_noise(noise: dict[str, Any]) -> None:
     if not noise["warnings"]:
         return
     err_console.print(
-        "[yellow]warning:[/] a noisy calibration: "
+        "warning: a noisy calibration: "
         + "; ".join(noise["warnings"])
         + ". Step-time errors of that size come from the machine, not the model: calibrate "
         "again when the machine is quieter (`uptime`), or with more --repeats (medians over "

@@ -35,6 +35,7 @@ def explain_setting(
     N̂* capped at ``max_seqs``; θ0 from the CFR closed form with p0 = 1/μ_O; k = θ0·N. The
     crossover uses the simulator's step model (β_MB^e = β_EB^w + ΔI_step) and, where the paper
     measured one, its β_MB^e fit too."""
+    from tidal.cli.ranges import ExplainArgs, check_args
     from tidal.engine import eb_theory as th
     from tidal.hardware.calibration import build_perf_model
     from tidal.hardware.corrected import check_host
@@ -45,6 +46,15 @@ def explain_setting(
 
     if prompt_len <= 0 or output_len <= 0:
         raise TidalError("prompt-len/output-len: must be positive token counts")
+    check_args(
+        ExplainArgs, prompt_len=prompt_len, output_len=output_len, concurrency=concurrency,
+        tp=tp, max_seqs=max_seqs,
+    )  # fmt: skip
+    if concurrency is not None and concurrency > max_seqs:
+        raise TidalError(
+            f"concurrency: {concurrency} requests in flight, but at most --max-seqs "
+            f"{max_seqs} run at once (raise --max-seqs, or give N ≤ {max_seqs})"
+        )
     m, g = get_model(model), get_gpu(gpu)
     check_host(perf_host, "perf-host")
     perf = build_perf_model(perf_model, m, g, tp, interference=True, host=perf_host)
@@ -138,10 +148,15 @@ def explain(
         return
     from rich.table import Table
 
+    from tidal.cli.plain import styled
+
     c = res["costs"]
     console.print(
-        f"[bold]{res['model']} on {res['tp']}× {res['gpu']}[/], μ_L = {prompt_len:g}, "
-        f"μ_O = {output_len:g} (decode share r = {res['decode_share']:.3f})"
+        styled(
+            (f"{res['model']} on {res['tp']}× {res['gpu']}", "bold"),
+            f", μ_L = {prompt_len:g}, μ_O = {output_len:g} "
+            f"(decode share r = {res['decode_share']:.3f})",
+        )
     )
     console.print(
         f"step costs: α_p = {c['alpha_p'] * 1e3:.3f} ms, β_p = {c['beta_p'] * 1e6:.2f} µs/token, "
@@ -183,7 +198,11 @@ def explain(
         "fit. r* = decode share beyond which MB's marginal cost exceeds a pure decode step."
     )
     console.print(
-        f"→ [bold]{res['winner'].upper()}[/] wins by {res['margin']:.1%} (throughput, from the "
-        f"per-token costs); MB's marginal cost exceeds a pure decode step beyond a decode share "
-        f"of {_fmt_share(res['threshold_decode_share'])}."
+        styled(
+            "→ ",
+            (res["winner"].upper(), "bold"),
+            f" wins by {res['margin']:.1%} (throughput, from the per-token costs); MB's "
+            "marginal cost exceeds a pure decode step beyond a decode share of "
+            f"{_fmt_share(res['threshold_decode_share'])}.",
+        )
     )

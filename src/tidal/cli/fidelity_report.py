@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tidal.cli import console
+from tidal.cli.plain import styled
 
 
 def print_fidelity(result: dict[str, Any], out: Path) -> None:
@@ -70,10 +71,10 @@ def print_fidelity(result: dict[str, Any], out: Path) -> None:
         )
     hint = noise_hint(result)
     if hint:
-        console.print(f"[yellow]note:[/] {hint}")
+        console.print(styled(("note:", "yellow"), " ", hint))
     noisy = noise_warning(result)
     if noisy:
-        console.print(f"[yellow]warning:[/] {noisy}")
+        console.print(styled(("warning:", "yellow"), " ", noisy))
     if not result.get("scheduler_overhead"):  # a measured run: no engine internals
         console.print(f"results in {out}")
         return

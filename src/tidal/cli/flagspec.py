@@ -102,6 +102,15 @@ class FlagTable:
     def __getitem__(self, name: str) -> Flag:
         return next(f for f in self.flags if f.name == name)
 
+    def key_names(self) -> dict[str, str]:
+        """Config key → the flags that set it (``--a or --b``), for error messages."""
+        out: dict[str, str] = {}
+        for flag in self.flags:
+            if flag.key is not None and not flag.axis:
+                name = flag.names[0].split("/")[0]
+                out[flag.key] = f"{out[flag.key]} or {name}" if flag.key in out else name
+        return out
+
     def config(self, values: dict[str, Any]) -> dict[str, Any]:
         """The nested config dict of the flags given (``search`` holds the axes, flat keys)."""
         out: dict[str, Any] = {}

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli.plain import styled
 
 hardware_app = typer.Typer(help="GPU and model catalog: step-time models and memory plans.")
 app.add_typer(hardware_app, name="hardware")
@@ -142,7 +143,7 @@ def show(
     for label, d, p in SHAPES:
         table.add_row(label, *(f"{shape_ms(perf, d, p):.3f}" for perf in perfs.values()))
     console.print(table)
-    console.print(f"--perf-model auto: [bold]{perf_model_source(auto)}[/]")
+    console.print(styled("--perf-model auto: ", (perf_model_source(auto), "bold")))
     for eng, vers in engine_version_rows(g) or [("engines", "no measured tables (A40)")]:
         console.print(f"--engine {eng}: tables of versions {vers}")
     console.print(

@@ -61,7 +61,7 @@ def overload_warning(cfg: Any, metrics: dict[str, Any], columns: Any) -> str | N
     if served >= (1 - OVERLOAD_SHORTFALL) * offered or late < max(QUEUE_GROWTH * early, 1.0):
         return None
     return (
-        f"[bold yellow]overloaded:[/] the workload offers {offered:.2f} req/s and this "
+        f"overloaded: the workload offers {offered:.2f} req/s and this "
         f"deployment served {served:.2f} req/s; the queue grew all run (median wait "
         f"{early:.2f} s for the first fifth of arrivals, {late:.1f} s for the last), so the "
         "latencies measure the backlog, not the service. Lower the rate, or size the "
@@ -82,7 +82,7 @@ def profile_note(cfg: Any) -> str | None:
     if device == "cpu" and info.get("cpu"):
         device = f"cpu ({info['cpu']})"
     return (
-        f"[bold]note:[/] step times come from the profile {path.name}, measured on {device}; "
+        f"note: step times come from the profile {path.name}, measured on {device}; "
         f"'roofline tok/s' is the roofline of --gpu {cfg.gpu}, another machine."
     )
 
@@ -98,7 +98,7 @@ def precision_note(cfg: Any, metrics: dict[str, Any]) -> str | None:
         else ""
     )
     return (
-        f"[bold]note:[/] TTFT p50 is {ttft * 1e6:.0f} µs, below the table's 1 ms precision"
+        f"note: TTFT p50 is {ttft * 1e6:.0f} µs, below the table's 1 ms precision"
         f"{why}; summary.json has the exact values."
     )
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tidal.cli import (
     Opt,
@@ -60,6 +62,7 @@ def plan(
     """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO."""
     from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
 
+    from tidal.core.outpath import check_out_dir
     from tidal.experiments.grid import parse_grid_arg
     from tidal.experiments.plan_cache import SIMS_DIR
     from tidal.experiments.planner import plan as run_plan
@@ -68,6 +71,7 @@ def plan(
     from tidal.sim.config import load_yaml
 
     try:
+        check_out_dir(out, "out", replaced=False)
         data: dict[str, Any] = load_yaml(config) if config else {}
         data = _deep_merge(data, PLAN.config(flags or {}))
         axes = data.setdefault("search", {})
@@ -110,7 +114,7 @@ def plan(
             bar.console.print(
                 f"  {ev.capacity:>3}× {ev.option.label}: {verdict} the SLO", highlight=False
             )
-            bar.update(task, advance=1, description=f"planning: {ev.option.label}")
+            bar.update(task, advance=1, description=escape(f"planning: {ev.option.label}"))
 
         def kept() -> str:
             n = len(list((out / SIMS_DIR).glob("*.json")))
@@ -130,7 +134,7 @@ def plan(
     t = plan_table(outcome)
     console.print(t)
     if not outcome.candidates:
-        console.print("[bold]no deployment in the search space meets the SLO[/]")
+        console.print("no deployment in the search space meets the SLO", style="bold")
     reused = (
         f", {outcome.simulations_reused} reused from an earlier run"
         if outcome.simulations_reused
@@ -163,7 +167,7 @@ def plan_table(outcome: Any) -> Table:
             knobs = "; ".join(
                 f"{k.rsplit('.', 1)[-1]} {', '.join(map(str, v))}" for k, v in c["varied"].items()
             )
-            label += f"\n[dim]  the same with {knobs}[/]"
+            label = Text(label).append(f"\n  the same with {knobs}", style="dim")
         t.add_row(
             str(i + 1),
             label,

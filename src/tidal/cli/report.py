@@ -43,10 +43,13 @@ def report(
     ] = "html",
 ) -> None:
     """Draw the figures of a results directory and write a report beside them."""
+    from tidal.report.integrity import check_results
     from tidal.report.render import render_report
 
     try:
         note = "the figures drawn so far are kept; run the command again to draw them all"
+        if results.is_dir():
+            check_results(results)
         with on_interrupt(lambda: note), figure_status(err_console) as progress:
             target, figs = render_report(results, format, progress)
     except TidalError as err:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+from tidal.cli.plain import styled
 
 if TYPE_CHECKING:
     from tidal.runtime.driver import EngineDriver
@@ -211,7 +212,9 @@ def run_supervised(server: Any, driver: EngineDriver) -> int:
     driver.on_fatal.append(on_fatal)
     server.run()
     if driver.failure is not None:
-        err_console.print(f"[bold red]error:[/] the engine died: {driver.failure!r}; exiting")
+        err_console.print(
+            styled(("error:", "bold red"), f" the engine died: {driver.failure!r}; exiting")
+        )
         return EXIT_ENGINE_DIED
     return 0
 

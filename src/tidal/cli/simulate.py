@@ -39,7 +39,7 @@ def simulate(
         data: dict[str, Any] = load_yaml(config) if config else {}
         data = _deep_merge(data, _cluster_flags(SIMULATE.config(given), given, data))
         data.setdefault("workload", {})
-        cfg = load_config(data)
+        cfg = load_config(data, SIMULATE.key_names())
         result = _run_and_write(cfg, out)
         if out is not None and "ebplus" in result.extras.get("tables", {}):
             from tidal.report.ebplus_plot import plot_ebplus
@@ -69,9 +69,15 @@ def simulate(
         + (f"; results in {out}" if out else "")
     )
     from tidal.cli.notes import run_notes
+    from tidal.cli.plain import styled
 
     for note in run_notes(cfg, result):
-        err_console.print(note, highlight=False)
+        head, _, tail = note.partition(":")  # plain text: user values are never markup
+        style = "bold yellow" if head == "overloaded" else "bold"
+        err_console.print(styled((head + ":", style), tail), highlight=False)
+
+
+_CLUSTER_ONLY = [f.name for f in SIMULATE if f.key and f.key.startswith("cluster.")]
 
 
 def _cluster_flags(
@@ -81,6 +87,12 @@ def _cluster_flags(
     outside one, the cluster flags set nothing."""
     in_cluster = any(given.get(k) is not None for k in ("cluster", "models", "placement"))
     if not (in_cluster or "cluster" in data):
+        stray = [SIMULATE[f].names[0] for f in _CLUSTER_ONLY if given.get(f) is not None]
+        if stray:
+            raise TidalError(
+                f"{', '.join(stray)}: ignored in a single-instance run (they set up a "
+                "multi-model cluster); add --cluster NODESxGPUS:GPU, or remove them"
+            )
         flags.pop("cluster", None)
         return flags
     workload = flags.get("workload", {})

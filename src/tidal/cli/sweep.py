@@ -17,6 +17,7 @@ from tidal.cli import (
     on_interrupt,
     vllm_names,
 )
+from tidal.cli.plain import styled
 
 
 @app.command()
@@ -56,11 +57,13 @@ def sweep(
         TimeRemainingColumn,
     )
 
+    from tidal.core.outpath import check_out_dir
     from tidal.experiments.grid import parse_grid
     from tidal.experiments.sweep import run_sweep, split_sweep_config
     from tidal.sim.config import load_yaml
 
     try:
+        check_out_dir(out, "out", replaced=False)
         base, yaml_grid = split_sweep_config(load_yaml(config))
         axes = [vllm_names.grid_key(k, v) for k, v in parse_grid(grid or [], yaml_grid).items()]
         g = dict(axes)
@@ -107,6 +110,6 @@ def sweep(
         f"{len(outcome.failed)} failed in {outcome.wall_s:.1f} s; results in {outcome.results_path}"
     )
     for cid, msg in outcome.failed.items():
-        err_console.print(f"[bold red]cell {cid} failed:[/] {msg}")
+        err_console.print(styled((f"cell {cid} failed:", "bold red"), " ", msg))
     if outcome.failed:
         raise typer.Exit(1)

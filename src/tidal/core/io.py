@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -23,6 +24,8 @@ from typing import Any
 from tidal.core.errors import ConfigError
 from tidal.core.spool import ColumnSet
 
+_TEMP_SUFFIX = re.compile(r"[A-Za-z0-9_]+")
+"""What ``tempfile.mkdtemp`` appends to a prefix (letters, digits, ``_``; no ``.``)."""
 RUN_MARKERS = ("summary.json", "run.json")
 """Files whose presence makes a directory a run directory (which a new run may replace)."""
 
@@ -103,16 +106,26 @@ def sink_parquet(path: Path, cols: ColumnSet) -> None:
 
 
 def clear_stale(final: Path) -> None:
-    """Remove ``.NAME.tmp-*`` / ``.NAME.old-*`` siblings left by a killed writer of ``final``."""
-    if final.parent.is_dir():
-        for kind in ("tmp", "old"):
-            for p in final.parent.glob(f".{final.name}.{kind}-*"):
+    """Remove ``.NAME.tmp-*`` / ``.NAME.old-*`` siblings left by a killed writer of ``final``.
+
+    NAME is matched literally (never as a glob: ``--out 'o_*'`` must not clear other runs'
+    siblings) and the rest must be what ``mkdtemp`` appends."""
+    if not final.parent.is_dir():
+        return
+    prefixes = tuple(f".{final.name}.{kind}-" for kind in ("tmp", "old"))
+    for p in final.parent.iterdir():
+        for prefix in prefixes:
+            rest = p.name[len(prefix) :]
+            if p.name.startswith(prefix) and _TEMP_SUFFIX.fullmatch(rest):
                 shutil.rmtree(p, ignore_errors=True)
 
 
 def check_run_dir(final: str | Path) -> None:
-    """Refuse a ``final`` that :func:`replacing_dir` may not replace (see there)."""
-    final = Path(final)
+    """Refuse a ``final`` that :func:`replacing_dir` may not replace (see there), or cannot
+    create (:func:`tidal.core.outpath.check_out_dir`)."""
+    from tidal.core.outpath import check_out_dir
+
+    final = check_out_dir(final)
     if final.exists() and not final.is_dir():
         raise ConfigError("out", f"{final} exists and is not a directory", "give a directory")
     nonempty = final.is_dir() and any(final.iterdir())

@@ -43,7 +43,10 @@ def run_process_pool(
         return
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(items)), mp_context=ctx, initializer=_ignore_sigint
+        max_workers=min(workers, len(items)),
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(os.getpid(),),
     )
     pending: dict[Future[Any], int] = {}
     nxt = 0
@@ -62,6 +65,14 @@ def run_process_pool(
             pool.shutdown(wait=True)
         else:
             _kill_pool(pool)
+
+
+def _init_worker(parent: int) -> None:
+    """A worker dies with its parent (:mod:`tidal.core.orphan`) and ignores Ctrl-C."""
+    from tidal.core.orphan import die_with_parent
+
+    die_with_parent(parent)
+    _ignore_sigint()
 
 
 def _ignore_sigint() -> None:

@@ -70,7 +70,7 @@ def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
         raise TidalError(f"profile: {profile} was measured for {measured_for}, not {model}")
     if prof.info.get("clock", "wall") != clock:
         log(
-            f"[yellow]warning:[/] the profile was timed with the {prof.info.get('clock')} clock, "
+            f"warning: the profile was timed with the {prof.info.get('clock')} clock, "
             f"this run uses the {clock} clock"
         )
     return prof

@@ -12,6 +12,7 @@ prefetches the search never asks for are wasted work, never part of the result.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
@@ -39,9 +40,12 @@ def simulate_at(
     return run_simulation(load_config(data), requests)
 
 
-def _init(spec: PlanSpec, targets: dict[str, float], requests: RequestSet) -> None:
+def _init(spec: PlanSpec, targets: dict[str, float], requests: RequestSet, parent: int) -> None:
+    """A worker's state; it dies with its parent (:mod:`tidal.core.orphan`)."""
+    from tidal.core.orphan import die_with_parent
     from tidal.experiments.plan_options import certain_failure_stop
 
+    die_with_parent(parent)
     _WORKER.update(spec=spec, requests=requests, stop=certain_failure_stop(targets, requests))
 
 
@@ -73,7 +77,10 @@ class Prefetcher:
     ) -> None:
         ctx = multiprocessing.get_context("spawn")  # forking polars/BLAS threads can deadlock
         self.pool = ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=_init, initargs=(spec, targets, requests)
+            workers,
+            mp_context=ctx,
+            initializer=_init,
+            initargs=(spec, targets, requests, os.getpid()),
         )
         self.futures: dict[tuple[int, int, bool], Future[tuple[str, Any]]] = {}
 

@@ -87,13 +87,13 @@ class Planner:
     ) -> None:
         self.spec = spec
         self.targets = spec.targets()
-        base = load_config(_with_slo(spec.base, self.targets))
-        if base.workload.concurrency is not None:
+        if (spec.base.get("workload") or {}).get("concurrency") is not None:
             raise ConfigError(
                 "workload.concurrency",
                 "the planner sizes a deployment for arrival times; closed-loop clients have none",
                 "give a trace or a synthetic rate",
             )
+        base = load_config(_with_slo(spec.base, self.targets))
         self.requests = requests if requests is not None else load_requests(base)
         arr = self.requests.arrival_ns
         self.span_s = max(int(arr.max()) - int(arr.min()), 1) / 1e9

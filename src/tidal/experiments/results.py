@@ -40,7 +40,22 @@ def summary_dict(
 ) -> dict[str, Any]:
     out = {"config": config, "seed": seed, "tidal_version": tidal.__version__, "metrics": metrics}
     out.update(extra or {})
-    return _clean(out)
+    cleaned = _clean(out)
+    cleaned["config"] = _config_values(config)
+    return cleaned
+
+
+def _config_values(x: Any) -> Any:
+    """A config as JSON that re-runs to the same result: an infinite value (``rate: inf``)
+    is written ``"inf"``, which the config reads back as infinity (issue 32 §14; ``null``
+    would mean "unset"). A validated config holds no NaN."""
+    if isinstance(x, dict):
+        return {k: _config_values(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_config_values(v) for v in x]
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return _clean(x)
 
 
 def write_run(

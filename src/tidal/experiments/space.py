@@ -35,6 +35,7 @@ each unit of it costing ``gpus_per_unit`` GPUs; the run is then a plain ``run_si
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -43,6 +44,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
 from tidal.experiments.replicas import ROUTERS
+from tidal.sim.fieldcheck import check_field_value
 
 DEFAULT_TP = [1, 2, 4]
 DEFAULT_SERVING_POLICIES = ["vllm", "infercept", "augserve"]
@@ -93,6 +95,24 @@ class PlanSpec(StrictModel):
             raise ValueError("give at least one target, e.g. ttft_p99_s: 2.0")
         return v
 
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, v: dict[str, float]) -> dict[str, float]:
+        """A price is a finite positive USD per GPU-hour of a catalog GPU (issue 32 §14: a
+        negative price made the most GPUs the cheapest, an unknown GPU was dropped)."""
+        from tidal.hardware.gpus import get_gpu
+
+        for gpu, price in v.items():
+            try:
+                get_gpu(gpu)
+            except ConfigError as err:
+                raise ValueError(str(err).removeprefix("gpu: ")) from None
+            if not math.isfinite(price) or price <= 0:
+                raise ValueError(
+                    f"{gpu}={price} is not a price (give USD per GPU-hour > 0)"
+                )
+        return v
+
     @field_validator("search")
     @classmethod
     def _search(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
@@ -136,6 +156,8 @@ class PlanSpec(StrictModel):
                     "set it in base; compare workloads with tidal sweep",
                 )
             _check_names(key, values)
+            for v in values:
+                check_field_value(key, v, f"search.{key}")
             reg = _registry(key)
             if reg is None:
                 continue

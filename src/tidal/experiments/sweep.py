@@ -36,7 +36,7 @@ from tidal.core.io import write_json, write_parquet
 from tidal.core.signals import sigterm_as_exit
 from tidal.experiments.executors import run_cells
 from tidal.experiments.grid import Grid, apply_cell, canonical, cell_id, cell_seed, cells
-from tidal.experiments.results import _clean, write_run
+from tidal.experiments.results import _clean, _config_values, write_run
 
 CELLS_DIR = "cells"
 RESULTS_FILE = "results.parquet"
@@ -92,7 +92,8 @@ def is_finished(cell_dir: Path, cell: Cell) -> bool:
         summary = json.loads((cell_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return False
-    return summary.get("config") == _clean(cell.config) and summary.get("seed") == cell.seed
+    config = _config_values(cell.config)
+    return summary.get("config") == config and summary.get("seed") == cell.seed
 
 
 @dataclass

@@ -23,8 +23,13 @@ def roofline_token_throughput(
     output_len: np.ndarray,
     kv_capacity_tokens: int,
     max_seqs: int,
+    prefill: tuple[float, float] | None = None,
 ) -> float:
-    """Upper bound on (prompt + output) tokens per second for these requests."""
+    """Upper bound on (prompt + output) tokens per second for these requests.
+
+    ``prefill``: (prompt tokens a schedule must compute, Σ of their positions) when a prefix
+    cache may serve the rest (:func:`tidal.workload.prefill_bound.unavoidable_prefill`);
+    None: every prompt token is computed."""
     if len(prompt_len) == 0:
         return 0.0
     L = prompt_len.astype(np.float64)
@@ -32,11 +37,18 @@ def roofline_token_throughput(
     # Decode steps after the first token: O - 1, each attending L + j tokens (j = 1..O-1).
     dec = np.maximum(O - 1.0, 0.0)
     dec_ctx = dec * L + dec * (dec + 1.0) / 2.0
+    computed, positions = (
+        (float(L.sum()), float((L * L / 2.0).sum())) if prefill is None else prefill
+    )
     flops = (
-        model.linear_flops_per_token * (L + dec)
-        + model.head_flops_per_token * (1.0 + dec)
-        + model.attn_flops_per_ctx_token * (L * L / 2.0 + dec_ctx)
-    ).sum()
+        model.linear_flops_per_token * computed
+        + model.attn_flops_per_ctx_token * positions
+        + (
+            model.linear_flops_per_token * dec
+            + model.head_flops_per_token * (1.0 + dec)
+            + model.attn_flops_per_ctx_token * dec_ctx
+        ).sum()
+    )
     mean_footprint = float(np.mean(L + O / 2.0))
     batch = max(1.0, min(float(max_seqs), kv_capacity_tokens / max(mean_footprint, 1.0)))
     kv_read = model.kv_bytes_per_token * dec_ctx.sum()

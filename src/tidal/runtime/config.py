@@ -112,6 +112,7 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
     from tidal.runtime.executor import RuntimeExecutor
     from tidal.runtime.hf import hf_llama_config, is_hf_dir
     from tidal.runtime.kv_cache import PagedKVCache
+    from tidal.runtime.memcheck import check_engine_memory
     from tidal.runtime.model import LlamaConfig, LlamaForCausalLM
     from tidal.runtime.runner import ModelRunner
     from tidal.runtime.weights import load_safetensors
@@ -122,6 +123,9 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
     dtype = getattr(torch, cfg.dtype)
     hf = is_hf_dir(cfg.model)
     lcfg = hf_llama_config(cfg.model) if hf else LlamaConfig.from_spec(get_model(cfg.model))
+    per_block = PagedKVCache.bytes_per_block(lcfg, cfg.block_size, dtype)
+    kv_bytes = (cfg.num_kv_blocks or cfg.kv_cache_gb * 1e9 // per_block) * per_block
+    check_engine_memory(lcfg, torch.empty((), dtype=dtype).element_size(), kv_bytes, device)
     model = LlamaForCausalLM(lcfg).to(dtype)
     weights = cfg.weights or (cfg.model if hf else None)
     if weights:

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
+from tidal.core.yaml_safe import safe_load_bounded
 from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
@@ -261,6 +262,18 @@ class SimulationConfig(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _applied(self, info: ValidationInfo) -> SimulationConfig:
+        """Refuse a value the run's mode ignores (:mod:`tidal.sim.applicability`); the
+        validation context's ``flag_names`` (config key → flag) names the flags."""
+        from tidal.sim.applicability import describe, ignored
+
+        found = ignored(self)
+        if found:
+            names = (info.context or {}).get("flag_names")
+            raise ValueError(describe(found, names))
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _cluster_augmented(cls, data: Any) -> Any:
@@ -290,24 +303,46 @@ def format_validation_error(err: ValidationError) -> str:
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        named = re.match(r"[\w.]+: ", msg) is not None  # a model-level check names its field
+        # a model-level check names its field (and the flag that set it)
+        named = re.match(r"[\w.]+( \([^)]*\))?: ", msg) is not None
         lines.append(msg if not loc and named else f"{loc or 'config'}: {msg}")
     return "\n".join(lines)
 
 
-def load_config(data: dict[str, Any]) -> SimulationConfig:
+def load_config(
+    data: dict[str, Any], flag_names: dict[str, str] | None = None
+) -> SimulationConfig:
+    """``data`` validated; ``flag_names`` (config key → flag) names flags in the errors."""
     try:
-        return SimulationConfig.model_validate(data)
+        return SimulationConfig.model_validate(data, context={"flag_names": flag_names or {}})
     except ValidationError as err:
         raise ConfigError("config", "\n" + format_validation_error(err)) from None
 
 
+MAX_CONFIG_BYTES = 16 << 20
+"""A config file larger than this is refused before it is read."""
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping of a YAML config file; a missing path, a directory, a binary or huge
+    file, invalid YAML and an alias bomb (:mod:`tidal.core.yaml_safe`) are named errors."""
     p = Path(path)
     if not p.exists():
         raise ConfigError("config", f"file {p} does not exist", "give the path of a YAML file")
+    if not p.is_file():
+        raise ConfigError("config", f"{p} is not a file", "give the path of a YAML file")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            "config", f"{p} is over {MAX_CONFIG_BYTES >> 20} MiB", "a config is a few KiB of YAML"
+        )
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            "config", f"{p} is not UTF-8 text (byte {err.start})", "give a YAML file"
+        ) from None
+    try:
+        data = safe_load_bounded(text, str(p)) or {}
     except yaml.YAMLError as err:
         raise ConfigError("config", f"{p} is not valid YAML: {err}") from None
     if not isinstance(data, dict):

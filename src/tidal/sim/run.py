@@ -95,9 +95,20 @@ def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
     return host_tier_size(cfg, model, gpu, cfg.tp, cfg.memory.block_size)
 
 
+def cached_prefill_bound(cfg: SimulationConfig, reqs: RequestSet) -> tuple[float, float] | None:
+    """The prefill the roofline charges when the prefix cache may serve shared content
+    (:func:`tidal.workload.prefill_bound.unavoidable_prefill`); None: every prompt token."""
+    if not cfg.memory.prefix_caching or reqs.content is None:
+        return None
+    from tidal.workload.prefill_bound import unavoidable_prefill
+
+    return unavoidable_prefill(reqs.prompt_len, reqs.content)
+
+
 def check_host_tier(cfg: SimulationConfig, content: bool) -> None:
     """A host tier needs prompt content to cache (the config's own checks refuse it without
-    the prefix cache: :class:`~tidal.sim.config.SimulationConfig`)."""
+    the prefix cache: :class:`~tidal.sim.config.SimulationConfig`); turning the cache off
+    needs it too, or the setting would change nothing (issue 32 §2)."""
     if cfg.memory.host_cache_gib > 0 and not content:
         raise ConfigError(
             "memory.host_cache_gib",
@@ -106,6 +117,13 @@ def check_host_tier(cfg: SimulationConfig, content: bool) -> None:
             "use a workload with content (Mooncake hash_ids, --shared-prefix-groups, "
             "sessions, parallel sampling; augmented: augment.prefix_caching) or set "
             "--host-cache-gib 0",
+        )
+    if not cfg.memory.prefix_caching and not content:
+        raise ConfigError(
+            "memory.prefix_caching",
+            "off (--no-prefix-caching), but the workload gives no prompt content, so nothing "
+            "would be cached with it on either: the setting would change nothing",
+            "remove --no-prefix-caching (memory.prefix_caching: false)",
         )
 
 
@@ -264,6 +282,7 @@ def run_simulation(
         reqs.output_len,
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs * cfg.data_parallel_size,
+        prefill=cached_prefill_bound(cfg, reqs),
     )
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps

@@ -245,6 +245,24 @@ def _augmented(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     return first_n(rs, cfg.max_requests)
 
 
+def _check_mooncake_keys(cfg: WorkloadConfig, fmt: str) -> None:
+    """``hash_block_tokens`` and ``spread_ticks`` shape a Mooncake trace only: on another
+    format they are refused, not ignored (issue 32 §2)."""
+    if fmt == "mooncake":
+        return
+    default = WorkloadConfig.model_fields["hash_block_tokens"].default
+    for key, given in (
+        ("hash_block_tokens", cfg.hash_block_tokens != default),
+        ("spread_ticks", cfg.spread_ticks),
+    ):
+        if given:
+            raise ConfigError(
+                f"workload.{key}",
+                f"applies to Mooncake traces only, and {cfg.trace} is a {fmt} trace",
+                "remove it",
+            )
+
+
 def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     """The request set described by ``cfg`` (module docstring gives the order of the steps)."""
     if cfg.augmented is not None:
@@ -258,6 +276,7 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
         rs = time_window(rs, cfg.start_s, cfg.end_s)
     else:
         fmt = detect_format(cfg.trace) if cfg.trace_format == "auto" else cfg.trace_format
+        _check_mooncake_keys(cfg, fmt)
         if fmt == "servegen":
             rs = _servegen(cfg, rng)
         else:

@@ -1,0 +1,58 @@
+"""YAML read with a bound on its expanded size (issue 32 §9): aliases make a few hundred
+bytes stand for gigabytes once expanded (a "billion laughs"). ``yaml.safe_load`` shares the
+aliased objects, so loading is cheap, but any copy that expands them — a JSON round trip,
+``model_dump``, a sweep cell — is not. The document's node graph is composed first and its
+size with every alias expanded is counted (memoized per node, so counting is linear in the
+graph); a document beyond :data:`MAX_EXPANDED_NODES` is refused before it is constructed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tidal.core.errors import ConfigError
+
+MAX_EXPANDED_NODES = 1_000_000
+"""Scalars, sequences and mappings counted with aliases expanded (a config has hundreds)."""
+
+
+def expanded_nodes(root: yaml.Node | None, limit: int = MAX_EXPANDED_NODES) -> int:
+    """Nodes of ``root`` with every alias expanded, counting stops past ``limit``."""
+    sizes: dict[int, int] = {}
+    order: list[tuple[yaml.Node, bool]] = [(root, False)] if root is not None else []
+    on_path: set[int] = set()
+    while order:
+        node, done = order.pop()
+        key = id(node)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done:
+            on_path.discard(key)
+            sizes[key] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:  # a recursive alias: infinite once expanded
+            return limit + 1
+        on_path.add(key)
+        order.append((node, True))
+        order.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes.get(id(root), 0) if root is not None else 0
+
+
+def safe_load_bounded(text: str, where: str, limit: int = MAX_EXPANDED_NODES) -> Any:
+    """``yaml.safe_load(text)``, refusing a document larger than ``limit`` nodes expanded."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    n = expanded_nodes(root, limit)
+    if n > limit:
+        raise ConfigError(
+            "config",
+            f"{where}: its aliases expand to more than {limit:,} YAML nodes (an alias bomb, "
+            "or a recursive alias)",
+            "write the values out, or use fewer nested aliases",
+        )
+    return yaml.safe_load(text)
