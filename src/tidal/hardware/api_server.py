@@ -6,9 +6,10 @@ it (the prefill step samples the first token: no extra step). That is what vLLM'
 ``vllm:time_to_first_token_seconds`` measures, up to the frontend's output processing: vLLM
 stamps ``arrival_time`` once the OpenAI server has parsed and tokenized the request and hands
 it to the engine client, and takes the first-token latency when the frontend's output
-processor handles the first output (vLLM's metrics design notes, docs.vllm.ai
-``design/metrics``). A benchmark client (``vllm bench serve``, aiperf) starts its clock before
-the HTTP request and stops it at the first streamed chunk, so its TTFT and E2E also hold
+processor handles the first output (``IterationStats.update_from_output`` in vLLM's
+``vllm/v1/metrics/stats.py``; vLLM's metrics design notes, docs.vllm.ai ``design/metrics``).
+A benchmark client (``vllm bench serve``, aiperf) starts its clock before the HTTP request
+and stops it at the first streamed chunk, so its TTFT and E2E also hold
 
 * the ingress: HTTP and JSON parsing, the prompt's tokenization in the API server process
   (work in proportion to the prompt: ``prompt_token_s`` per token), input processing and the
