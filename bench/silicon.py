@@ -14,8 +14,13 @@ replay of the sample uses the same workload): ``10·C`` requests with input and 
 uniform on ``[⌊r·L⌋, L]``, r = ``--range-ratio`` (0.8 there; 0: fixed lengths), after ``2·C``
 warm-up requests of the first prompt's lengths (``--num-warmups 2·C``) that are not measured.
 TTFT and TPOT as vLLM's client computes them: means over requests of ``first token − send`` and
-``(E2E − TTFT) / (output − 1)``. Server settings the sample does not record: prefix caching off
-(InferenceX's recipes of both engines); the engine's defaults once the simulator has an
+``(E2E − TTFT) / (output − 1)``; the TTFT compared is the simulator's client-side one
+(``ttft_client_mean_s``: the engine-side TTFT plus the API server's request path,
+``tidal.hardware.api_server``) where the run reports it (``perf_model: engine``), else the
+engine-side one; both are written per row (``sim_ttft_ms``, ``sim_ttft_engine_ms``, and
+``ttft_side`` says which one ``sim_ttft_ms`` is). Server settings the sample does not record:
+prefix caching off (InferenceX's recipes of both engines); the engine's defaults once the
+simulator has an
 ``engine`` setting, until then ``silicon_rows.scheduler_defaults``: vLLM 8192 batched tokens
 (``vllm serve``'s default on ≥ 70 GiB GPUs but A100; InferenceX sets it too) and C running
 requests (InferenceX's ``--max-num-seqs C``), SGLang's ``chunked_prefill_size`` by GPU memory
@@ -135,10 +140,13 @@ def run_plan(args: tuple[Plan, float, int, int]) -> dict[str, Any]:
         reqs, warm = client_requests(row.isl, row.osl, row.concurrency, ratio, seed)
         res = run_phases(cfg, [(reqs, row.concurrency)], warm)
         ttft, tpot = client_metrics(res.columns)
+        client = res.metrics.get("ttft_client_mean_s")
         return {
             "status": "ok",
-            "sim_ttft_ms": ttft,
+            "sim_ttft_ms": ttft if client is None else 1e3 * client,
             "sim_tpot_ms": tpot,
+            "sim_ttft_engine_ms": ttft,
+            "ttft_side": "engine" if client is None else "client",
             "perf_model": res.metrics.get("perf_model", ""),
             "wall_s": time.perf_counter() - t0,
             "notes": ";".join(plan.notes),

@@ -161,6 +161,8 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
         ("ttft_p90_s", "TTFT p90 s", "{:.3f}"),
         ("ttft_p95_s", "TTFT p95 s", "{:.3f}"),
         ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
+        ("ttft_client_p50_s", "TTFT p50 s (client)", "{:.3f}"),
+        ("ttft_client_p99_s", "TTFT p99 s (client)", "{:.3f}"),
         ("tpot_p50_s", "TPOT p50 ms", "ms"),
         ("tpot_p99_s", "TPOT p99 ms", "ms"),
         ("itl_p99_s", "ITL p99 ms", "ms"),

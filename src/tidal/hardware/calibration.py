@@ -255,6 +255,20 @@ def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
     return {"perf_model_tables": {**base.tables.describe(), "parts": base.parts}}
 
 
+def client_side_metrics(perf: PerfModel, cols: Any) -> dict[str, Any]:
+    """``summary.json``'s client-side TTFT / E2E family (:mod:`tidal.hardware.api_server`)
+    with ``perf_model: engine``, whose engine is known; empty for the other models."""
+    from tidal.hardware.api_server import client_metrics, overhead_for
+    from tidal.hardware.engine_perf import EnginePerfModel
+    from tidal.hardware.perf import WrappedPerfModel
+
+    base = perf.base if isinstance(perf, WrappedPerfModel) else perf
+    if not isinstance(base, EnginePerfModel):
+        return {}
+    over = overhead_for(base.tables.engine)
+    return {} if over is None else client_metrics(over, cols)
+
+
 def build_perf_model(
     kind: str,
     model: ModelSpec,

@@ -21,7 +21,7 @@ import numpy as np
 
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
-from tidal.hardware.calibration import perf_model_source, perf_model_tables
+from tidal.hardware.calibration import client_side_metrics, perf_model_source, perf_model_tables
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
@@ -134,6 +134,7 @@ def run_phases(
     metrics["perf_model"] = perf.name
     metrics["perf_model_source"] = perf_model_source(perf)
     metrics.update(perf_model_tables(perf))
+    metrics.update(client_side_metrics(perf, cols))
     metrics["warmup_requests"] = 0 if warmup is None else len(warmup)
     metrics.update(scheduler.extra_metrics())
     metrics.update((scheduler.stats() - before).metrics())  # the measured phases only

@@ -21,6 +21,7 @@ from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import (
     build_perf_model,
+    client_side_metrics,
     engine_choice,
     perf_model_source,
     perf_model_tables,
@@ -290,6 +291,7 @@ def run_simulation(
     metrics["perf_model"] = perf.name
     metrics["perf_model_source"] = perf_model_source(perf)
     metrics.update(perf_model_tables(perf))
+    metrics.update(client_side_metrics(perf, cols))
     if "call_ns" in cols:
         from tidal.core.augmented_metrics import augmented_metrics
 
