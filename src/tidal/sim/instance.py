@@ -1,6 +1,6 @@
 """One simulated serving instance: the engine's step loop (:class:`~tidal.engine.engine.Engine`)
 over the cost-model executor (:class:`~tidal.engine.executor.ModelledExecutor`, exact
-fast-forward of pure-decode runs, DESIGN.md §2), driven by the simulation's events.
+fast-forward of pure-decode runs, docs/DESIGN.md §2), driven by the simulation's events.
 
 The instance only adapts events to the loop: an arrival or a wake-up starts a step on an idle
 engine, a step-end event commits the step(s) and starts the next, and a control event that
@@ -73,20 +73,6 @@ class SimInstance:
     @perf.setter
     def perf(self, perf: PerfModel) -> None:
         self.executor.perf = perf
-
-    @property
-    def next_event_ns(self) -> Callable[[], int]:
-        """Time of the next external event that could change this instance's schedule
-        (arrival, tool-call return, control tick); set by the simulation."""
-        return self.executor.next_event_ns
-
-    @next_event_ns.setter
-    def next_event_ns(self, fn: Callable[[], int]) -> None:
-        self.executor.next_event_ns = fn
-
-    @property
-    def fast_forward(self) -> bool:
-        return self.executor.fast_forward
 
     @property
     def itl(self) -> LogHistogram:

@@ -215,7 +215,8 @@ class Simulation:
         idx = len(self._cur_seq)
         inst.scheduler.on_pause = self._pauser(idx)
         self._resumes.append([])
-        inst.next_event_ns = self.next_external_ns if self.horizon is None else self.horizon(idx)
+        horizon = self.next_external_ns if self.horizon is None else self.horizon(idx)
+        inst.engine.next_event_ns = horizon
         self._cur_seq.append(-1)
 
     def _on_finish(self, req: Request) -> None:

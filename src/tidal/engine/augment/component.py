@@ -330,13 +330,13 @@ class Augmentation(StateListener):
         if rid in self.paused or rid in self.swap_in_q:
             self.discard(req)
             self.paused.pop(rid, None)
+            self.state.aborted(req, now_ns)
         elif req.state == RequestState.WAITING:
             self.waiting.remove(req)
             self.discard(req)
+            self.state.aborted(req, now_ns)
         else:
             self.state.abort(req, now_ns)
-        req.state = RequestState.ABORTED
-        req.finish_ns = now_ns
         self.runs.pop(rid, None)
 
     # ------------------------------------------------------------------ step
