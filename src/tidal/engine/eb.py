@@ -121,6 +121,12 @@ class ExclusiveBatching(BatchingPolicy):
             self.gate.stale = True
         self.ctl.observe(req.prompt_len, req.num_output_tokens, now_ns)
 
+    def on_aborted(self, req: Request, now_ns: int) -> None:
+        """The running set may have lost a member: re-project the KV bound. No observation:
+        an aborted output says nothing about output lengths."""
+        if self.gate is not None:
+            self.gate.stale = True
+
     # ------------------------------------------------------------------ KV heuristics
     def kv_full(self) -> bool:
         """ "KV full" by the admission bound (τ_KV, or fewer free blocks than decoders)."""

@@ -177,6 +177,9 @@ class EBPlus(BatchingPolicy):
         if self.mode == "mb":
             self._missed(self.sched_ns)  # the cache overflowed under MB mode's margin
 
+    def on_aborted(self, req: Request, now_ns: int) -> None:
+        self.eb.on_aborted(req, now_ns)
+
     def _missed(self, now_ns: int) -> None:
         """The forecast missed: from now on EB's ε (and the count cap, ``feedback``)."""
         self.mb_eps = self.ctl.opts.bound.eps
