@@ -1,4 +1,4 @@
-"""A request and its progress, counted the vLLM-v1 way (DESIGN.md §1).
+"""A request and its progress, counted the vLLM-v1 way (docs/DESIGN.md §1).
 
 ``num_computed_tokens`` chases ``num_tokens`` (prompt + generated + returned by external calls).
 "Prefill" and "decode" are derived, not states: a request whose computed count is behind by more

@@ -1,7 +1,7 @@
 """Exclusive batching (EB): prefill-only and decode-only steps, refilled at a threshold.
 
 "Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516), as specified in
-``shared/research/ebplus.md`` §2–§3.2. The batch holds up to N requests; it decodes until the
+``docs/research/ebplus.md`` §2–§3.2. The batch holds up to N requests; it decodes until the
 running count has dropped enough that refilling pays for a prefill step's fixed cost, then
 prefills exactly the vacated slots, with no decode token in a prefill step and no prefill token in
 a decode step. The phase machine runs at the start of every step:
@@ -163,7 +163,7 @@ class ExclusiveBatching(BatchingPolicy):
             plan.preempted.append(req)
 
     def _transition(self, now_ns: int, plan: StepPlan) -> None:
-        """Phase transitions before a step (ebplus.md §3.2)."""
+        """Phase transitions before a step (docs/research/ebplus.md §3.2)."""
         st, ctl = self.state, self.ctl
         n_dec = len(st.pool)
         pending = len(st.prefilling)

@@ -2,7 +2,7 @@
 
 It owns the waiting queue, the running set (admission order), the running prefills and the
 lazily advanced decode pool over a :class:`~tidal.core.kv.KVBlockManager`, and performs the
-vLLM-v1 mechanisms every batching policy shares (``shared/research/ebplus.md`` §4.1):
+vLLM-v1 mechanisms every batching policy shares (``docs/research/ebplus.md`` §4.1):
 
 * **chunk**: a request's next prefill chunk is ``min(deficit, budget, cap)`` with
   ``deficit = num_tokens − num_computed_tokens`` and ``cap = long_prefill_token_threshold``

@@ -207,12 +207,13 @@ class EngineDriver:
     ) -> None:
         """Run an external call (tool, retrieval…) of an augmented request as a real await.
 
-        The request leaves the engine at the next step boundary — its KV is discarded, as in
-        vLLM's handling of augmented requests (augserve.md's "vLLM baseline") — then ``call()``
-        is awaited on the event loop while other requests keep running; its returned tokens are
-        appended (``num_extra_tokens``) and the request re-enters the waiting queue at the tail
-        to be prefilled, prompt and output so far included. ``handle.extra["external_calls"]``
-        records ``(position, number of tokens)`` of each call's result.
+        The request leaves the engine at the next step boundary — its KV is discarded, as in vLLM's
+        handling of augmented requests (docs/research/augserve.md's "vLLM baseline") — then
+        ``call()`` is awaited on the event loop while other requests keep running; its returned
+        tokens are appended (``num_extra_tokens``) and the request re-enters the waiting queue at
+        the tail to be prefilled, prompt and output so far included.
+        ``handle.extra["external_calls"]`` records ``(position, number of tokens)`` of each call's
+        result.
 
         Hook for the interception policies of issue 4 (Preserve / Swap / value scheduling,
         :class:`tidal.engine.augment.component.Augmentation`): there the scheduler pauses

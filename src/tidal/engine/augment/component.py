@@ -30,7 +30,7 @@ queued requests ("preserve"), memory held by requests waiting for their swap-in 
 resident block during a transfer stall ("swap"), and every resident block during the share of
 a step spent recomputing discarded or preempted context ("recompute"). ``recompute_time_share``
 is the recomputing share of the computing steps' time (each step split by token share), the
-quantity INFERCEPT measures for vLLM (37–40% of model forward time, augserve.md §1.2).
+quantity INFERCEPT measures for vLLM (37–40% of model forward time, docs/research/augserve.md §1.2).
 """
 
 from __future__ import annotations
