@@ -1,4 +1,4 @@
-"""One step loop for both backends (DESIGN.md §1): the simulator's event-driven path
+"""One step loop for both backends (docs/DESIGN.md §1): the simulator's event-driven path
 (``Engine.start`` / ``Engine.on_step_end``) and the synchronous ``Engine.step`` the runtime calls
 are the same loop, and the cost-model executor's step rule (compute + idle penalty + stall) is
 the one both see."""

@@ -98,8 +98,12 @@ class Engine:
         self.start_ns = now_ns
         if now_ns >= self.sample_at and self.on_sample is not None:
             self.on_sample(now_ns, plan)
+        k = 1
         if self.fast_forward and plan.num_decodes and not plan.prefills:
-            output = self._fast_forward(plan, now_ns, -1)
+            k, sensitive = sched.repeatable_steps(plan)  # :meth:`_fast_forward`, inlined
+        if k > 1:
+            horizon = self.next_event_ns() if sensitive else None
+            output = self.executor.execute(plan, now_ns, -1, k, horizon)
         else:
             output = self.executor.execute(plan, now_ns)
         self.output = output
