@@ -38,7 +38,13 @@ def _never() -> int:
 
 class Engine:
     def __init__(
-        self, scheduler: Scheduler, executor: Executor, clock: Clock | None = None
+        self,
+        scheduler: Scheduler,
+        executor: Executor,
+        clock: Clock | None = None,
+        on_idle: Callable[[int], None] | None = None,
+        on_sample: Callable[[int, StepPlan], None] | None = None,
+        sample_at: int = INF_NS,
     ) -> None:
         self.scheduler = scheduler
         self.executor = executor
@@ -60,12 +66,12 @@ class Engine:
         """When the engine last ran out of work."""
         self.busy_ns = 0
         """Time spent in committed steps."""
-        self.on_idle: Callable[[int], None] | None = None
+        self.on_idle = on_idle
         """Called when a schedule at the given time found nothing to run."""
-        self.on_sample: Callable[[int, StepPlan], None] | None = None
+        self.on_sample = on_sample
         """Called with a step's start time and plan when the step starts at or after
         :attr:`sample_at` (the callee moves ``sample_at`` on; periodic timelines)."""
-        self.sample_at = INF_NS
+        self.sample_at = sample_at
         self.schedule_ns = 0
         self.execute_ns = 0
         self.update_ns = 0

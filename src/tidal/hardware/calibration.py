@@ -90,16 +90,18 @@ class InferceptProfile:
         return self.swap_tokens_per_iteration / 2 / self.iteration_s(self.saturation_tokens)
 
 
+# The source labels of these tables reach every result's metrics (golden digests pin them), so
+# they keep their wording: ``augserve.md`` and ``ebplus.md`` are the notes in docs/research/.
 INFERCEPT_PROFILES: dict[tuple[str, str, int], InferceptProfile] = {
     ("gpt-j-6b", "a100-80gb", 1): InferceptProfile(
-        0.0463, 10.0, 0.00462, 108.99, "INFERCEPT exps/6B_bench.sh (docs/research/augserve.md §2.4)"
+        0.0463, 10.0, 0.00462, 108.99, "INFERCEPT exps/6B_bench.sh (augserve.md §2.4)"
     ),
     ("vicuna-13b", "a100-80gb", 2): InferceptProfile(
         0.0279,
         15.4,
         -0.3297119141,
         93.994140625,
-        "INFERCEPT exps/13B_tp2_bench.sh (docs/research/augserve.md §2.4)",
+        "INFERCEPT exps/13B_tp2_bench.sh (augserve.md §2.4)",
     ),
 }
 
@@ -140,14 +142,14 @@ CALIBRATIONS: dict[tuple[str, str, int], LinearCalibration] = {
         24.853e-6,
         8.9212e-3,
         45.865e-6,
-        "eb-vllm pd_calibration_Qwen3-8B_H200.json (docs/research/ebplus.md §1.1)",
+        "eb-vllm pd_calibration_Qwen3-8B_H200.json (ebplus.md §1.1)",
     ),
     ("qwen3-8b", "rtx-pro-6000", 1): LinearCalibration(
         4.6912e-3,
         50.079e-6,
         10.3760e-3,
         103.881e-6,
-        "eb-vllm pd_calibration_Qwen3-8B_RTXPRO6000.json (docs/research/ebplus.md §1.1)",
+        "eb-vllm pd_calibration_Qwen3-8B_RTXPRO6000.json (ebplus.md §1.1)",
     ),
     **{key: infercept_calibration(*key) for key in INFERCEPT_PROFILES},
 }

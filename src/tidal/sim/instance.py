@@ -36,10 +36,9 @@ class SimInstance:
     ) -> None:
         self.index = index
         self.executor = ModelledExecutor(perf, fast_forward)
-        self.engine = engine = Engine(scheduler, self.executor)
-        engine.on_idle = self._on_idle
-        engine.on_sample = self._sample
-        engine.sample_at = 0
+        self.engine = engine = Engine(
+            scheduler, self.executor, on_idle=self._on_idle, on_sample=self._sample, sample_at=0
+        )
         self.on_step_end: Callable[[int], int | None] = engine.on_step_end
         """Commit the finished step(s), then start the next; returns its end time or None."""
         self.timeline_interval_ns = timeline_interval_ns
