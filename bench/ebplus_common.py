@@ -1,5 +1,5 @@
 """Shared pieces of the EB/EB⁺ benchmarks: the paper's workloads and grids, one-run helpers
-with the paper's warm-up protocol, and the reference numbers (``shared/research/ebplus.md`` §5).
+with the paper's warm-up protocol, and the reference numbers (``docs/research/ebplus.md`` §5).
 """
 
 from __future__ import annotations

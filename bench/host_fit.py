@@ -3,7 +3,7 @@
 Data (weifang231/eb-vllm, ``reproduce/calibration/pd_calibration_<model>_<GPU>.json``; facts
 only): vLLM-v1 step times fitted as α + β·x over prefill chunks of 256–4096 tokens and decode
 batches of 16–1024 requests at 512 context, ``enforce_eager=True``, CUDA events around
-``execute_model`` (shared/research/ebplus.md §1.1). Fitted here: Llama-3.1-8B and Mistral-7B
+``execute_model`` (docs/research/ebplus.md §1.1). Fitted here: Llama-3.1-8B and Mistral-7B
 on H200 and RTX PRO 6000. Held out: Qwen3-8B on both (``CALIBRATIONS``), the cross-check.
 
 Model of an eager step (S sequences; K = the corrected roofline's kernels + LM head):

@@ -85,11 +85,11 @@ def test_a_failed_step_fails_its_batch_and_the_engine_goes_on(monkeypatch):
         real = executor.execute
         calls = {"n": 0}
 
-        def execute(plan, scheduler, *rest):
+        def execute(plan, *rest):
             calls["n"] += 1
             if calls["n"] == 1:
                 raise RuntimeError("injected device fault")
-            return real(plan, scheduler, *rest)
+            return real(plan, *rest)
 
         monkeypatch.setattr(executor, "execute", execute)
         r = client.post("/v1/completions", json=_body(temperature=0))
@@ -105,11 +105,11 @@ def test_a_stream_whose_step_fails_ends_with_an_error_event(monkeypatch):
         real = executor.execute
         steps = {"n": 0}
 
-        def execute(plan, scheduler, *rest):
+        def execute(plan, *rest):
             steps["n"] += 1
             if steps["n"] == 3:
                 raise RuntimeError("injected mid-stream fault")
-            return real(plan, scheduler, *rest)
+            return real(plan, *rest)
 
         monkeypatch.setattr(executor, "execute", execute)
         r = client.post("/v1/completions", json=_body(temperature=0, max_tokens=20, stream=True))
@@ -124,7 +124,7 @@ def test_persistent_step_failures_end_the_engine_and_health_tells_the_truth(monk
         fatal = []
         driver.on_fatal.append(fatal.append)
 
-        def execute(plan, scheduler, *rest):
+        def execute(plan, *rest):
             raise RuntimeError("the device is gone")
 
         monkeypatch.setattr(driver.engine.executor, "execute", execute)
@@ -192,11 +192,11 @@ def test_a_failed_step_leaves_no_half_written_block_in_the_prefix_cache(monkeypa
         real = executor.execute
         calls = {"n": 0}
 
-        def execute(plan, scheduler, *rest):
+        def execute(plan, *rest):
             calls["n"] += 1
             if calls["n"] == 1:
                 raise RuntimeError("injected fault before any KV was written")
-            return real(plan, scheduler, *rest)
+            return real(plan, *rest)
 
         monkeypatch.setattr(executor, "execute", execute)
         assert client.post("/v1/completions", json=ref).status_code == 500

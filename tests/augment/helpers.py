@@ -93,8 +93,8 @@ def _check_after_each_step(s: Scheduler) -> None:
     step is in flight, when the running set's counters are mid-step)."""
     update = s.update
 
-    def checked(plan, end_ns, num_steps=1):
-        update(plan, end_ns, num_steps)
+    def checked(plan, output, end_ns):
+        update(plan, output, end_ns)
         s.check()
 
     s.update = checked  # type: ignore[method-assign]

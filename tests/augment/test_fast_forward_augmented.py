@@ -1,5 +1,5 @@
 """Exact fast-forward with augmented requests: identical per-request timestamps with and
-without it under every serving policy (DESIGN.md §2)."""
+without it under every serving policy (docs/DESIGN.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One step loop for both backends (DESIGN.md §1): the simulator's event-driven path
+"""One step loop for both backends (docs/DESIGN.md §1): the simulator's event-driven path
 (``Engine.start`` / ``Engine.on_step_end``) and the synchronous ``Engine.step`` the runtime calls
 are the same loop, and the cost-model executor's step rule (compute + idle penalty + stall) is
 the one both see."""
@@ -101,12 +101,11 @@ def test_fast_forward_commits_a_run_in_one_step_of_the_loop():
 
 def test_step_rule_compute_plus_stall_and_a_stall_alone():
     ex = ModelledExecutor(unit_perf())
-    s = make_scheduler()
     stall = StepPlan(stall_ns=7 * US)
-    assert ex.execute(stall, s, 0, -1) == 7 * US
-    assert ex.execute(stall, s, 0, 10 * MS) == 7 * US  # no compute, no idle penalty
+    assert ex.execute(stall, 0, -1).duration_ns == 7 * US
+    assert ex.execute(stall, 0, 10 * MS).duration_ns == 7 * US  # no compute, no idle penalty
     mixed = StepPlan(num_decodes=3, decode_ctx=30, stall_ns=7 * US)
-    assert ex.execute(mixed, s, 0, -1) == 1 * MS + 3 * US + 7 * US
+    assert ex.execute(mixed, 0, -1).duration_ns == 1 * MS + 3 * US + 7 * US
 
 
 def test_idle_penalty_on_the_first_step_after_idle_and_not_fast_forwarded():

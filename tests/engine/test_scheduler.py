@@ -9,6 +9,7 @@ from tests.conftest import make_request, make_scheduler, request_set, simulate, 
 from tidal.core.clock import VirtualClock
 from tidal.engine.engine import Engine
 from tidal.engine.executor import ModelledExecutor
+from tidal.engine.plan import StepOutput
 
 MS = 1_000_000
 US = 1_000
@@ -30,7 +31,7 @@ def test_long_prompt_is_chunked_within_the_token_budget():
     for t in range(3):
         plan = s.schedule(t)
         chunks.append([n for _, n in plan.prefills])
-        s.update(plan, t + 1)
+        s.update(plan, StepOutput(1), t + 1)
     assert chunks == [[128], [128], [44]]
     req = next(iter(s.running.values()))
     assert req.num_output_tokens == 1
@@ -40,7 +41,7 @@ def test_long_prompt_is_chunked_within_the_token_budget():
 def test_decodes_go_first_and_new_prompts_take_the_rest_of_the_budget():
     s = make_scheduler(token_budget=100)
     s.add_request(make_request(0, 50, 10))
-    s.update(s.schedule(0), 1)  # request 0 prefilled, now decoding
+    s.update(s.schedule(0), StepOutput(1), 1)  # request 0 prefilled, now decoding
     s.add_request(make_request(1, 500, 10))
     plan = s.schedule(1)
     assert plan.num_decodes == 1

@@ -77,8 +77,8 @@ def _recording(rt):
     runner = rt.runner
     seen: dict[tuple[int, int], list[torch.Tensor]] = {}
 
-    def run_step(plan, scheduler):
-        batch, samplers = runner.build(plan, scheduler)
+    def run_step(plan):
+        batch, samplers = runner.build(plan)
         logits = runner.model(batch, runner._layers)
         tokens = sample(logits, [GREEDY] * len(samplers), [None] * len(samplers))
         for req, row, tok in zip(samplers, logits, tokens, strict=True):

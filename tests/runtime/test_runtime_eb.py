@@ -4,16 +4,14 @@ from the machine's calibrated profile. Greedy outputs must not depend on the bat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.runtime.helpers import prompts, run, tiny_engine
+from tests.runtime.helpers import prompts, run, tiny_engine, write_cpu_profile
 from tidal.core.errors import ConfigError
 from tidal.engine.eb import ExclusiveBatching
 from tidal.engine.ebplus import EBPlus
-from tidal.hardware.profiled import DEFAULT_KNOTS, FEATURES, ProfiledPerfModel
 from tidal.runtime.config import RuntimeConfig, profile_step_costs
 
 pytest.importorskip("torch")
@@ -22,14 +20,7 @@ pytest.importorskip("torch")
 @pytest.fixture
 def profile(tmp_path):
     """A plausible CPU profile: 2 ms per step, 20 µs per token, 5 µs per decode request."""
-    coef = dict.fromkeys(FEATURES, 0.0)
-    coef.update({"const": 2e-3, "tokens": 20e-6, "decodes": 5e-6})
-    coef.update({f"hinge_{k}": 0.0 for k in DEFAULT_KNOTS})
-    coef["decode_ctx"] = 1e-8
-    path = tmp_path / "cpu.json"
-    prof = ProfiledPerfModel(coef, DEFAULT_KNOTS, info={"model": "tiny-llama"})
-    path.write_text(json.dumps(prof.to_json()))
-    return str(path)
+    return write_cpu_profile(tmp_path / "cpu.json")
 
 
 def test_profile_costs_are_the_papers_linear_fit_of_the_profile(profile):

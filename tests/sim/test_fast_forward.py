@@ -1,4 +1,4 @@
-"""Exact fast-forward: identical per-request timestamps with and without it (DESIGN.md §2)."""
+"""Exact fast-forward: identical per-request timestamps with and without it (docs/DESIGN.md §2)."""
 
 from __future__ import annotations
 

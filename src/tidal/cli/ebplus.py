@@ -136,7 +136,7 @@ def explain(
     as_json: Annotated[bool, Opt("--json", help="Print the numbers as JSON.")] = False,
 ) -> None:
     """Which of EB and MB wins for a setting, by how much, and the decode share beyond which
-    MB's marginal cost exceeds a pure decode step (closed forms, ebplus.md §2)."""
+    MB's marginal cost exceeds a pure decode step (closed forms, docs/research/ebplus.md §2)."""
     try:
         args = (gpu, model, prompt_len, output_len, concurrency, tp, perf_model, max_seqs)
         res = explain_setting(*args, perf_host=perf_host)

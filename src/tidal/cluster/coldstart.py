@@ -1,4 +1,4 @@
-"""The cold-start state machine (warmserve.md §1.4 stages (a)–(e), §2.5, §4.1 item 5).
+"""The cold-start state machine (docs/research/warmserve.md §1.4 stages (a)–(e), §2.5, §4.1 item 5).
 
 Stages: (a) worker + CUDA context, (b) engine process, (c) communication group (TP > 1),
 (d) weights, (e) KV allocation. What is prewarmed skips a stage:

@@ -1,6 +1,6 @@
 """Typed configuration of a multi-model cluster run (YAML section ``cluster:`` of
-:class:`tidal.sim.config.SimulationConfig`). Every constant names its source: the WarmServe
-artifact (warmserve.md Appendix B), ServerlessLLM/MuxServe (§3.5) or an assumed default (§4.3).
+:class:`tidal.sim.config.SimulationConfig`). Every constant names its source: the WarmServe artifact
+(docs/research/warmserve.md Appendix B), ServerlessLLM/MuxServe (§3.5) or an assumed default (§4.3).
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
     "e": ("placement",),
     "f": (),
 }
-"""warmserve.md §3.5: (a) vanilla vLLM autoscaling, (b) device+engine prewarm only, (c) unified
-memory without forecast-driven prewarming, (d) no KV reservation, (e) round-robin placement,
-(f) full WarmServe."""
+"""docs/research/warmserve.md §3.5: (a) vanilla vLLM autoscaling, (b) device+engine prewarm only,
+(c) unified memory without forecast-driven prewarming, (d) no KV reservation, (e) round-robin
+placement, (f) full WarmServe."""
 
 
 _Strict = StrictModel
 
 
 class StartupConfig(_Strict):
-    """Cold-start stage durations and bandwidths [ASSUMED, warmserve.md §4.3]."""
+    """Cold-start stage durations and bandwidths [ASSUMED, docs/research/warmserve.md §4.3]."""
 
     worker_s: float = Field(default=4.0, ge=0)
     """Worker (Ray actor) and CUDA context creation; 0 when device-prewarmed."""
@@ -59,7 +59,7 @@ class StartupConfig(_Strict):
     ssd_gbs: float = Field(default=3.0, gt=0)
     """SSD → host bandwidth per node (shared by the node's loads)."""
     map_gbs: float = Field(default=50.0, gt=0)
-    """CUDA VMM page-mapping throughput (≈0.2 s per 10 GB, warmserve.md §1.4)."""
+    """CUDA VMM page-mapping throughput (≈0.2 s per 10 GB, docs/research/warmserve.md §1.4)."""
     lazy_kv_tokens: int = Field(default=2048, ge=0)
     """With lazy KV mapping the first step waits for the blocks of this many tokens (one
     max-length request) to be mapped."""
@@ -140,13 +140,13 @@ class WarmServeConfig(_Strict):
     ``request`` is the artifact's rule (target ⌊total · in-flight / B⌋ free blocks) with only a
     one-request floor, which starves an instance whose load rises after it shrank."""
     checkpoints: Literal["dram", "ssd"] = "dram"
-    """Where weight loads read from. The artifact reads each rank's safetensors file from the
-    node's local disk (``utils.py`` ``get_weights``; ``--use-loaded-model`` switches to pinned
-    host memory), and the OS page cache keeps a file once read. ``dram`` (default): the page
-    cache (or the preload) already holds every checkpoint, the steady state of a testbed that
-    has run before and the setting ServerlessLLM gets too (warmserve.md §2.4, §5 Q10). ``ssd``:
-    a cold page cache at t = 0 — the first read of a checkpoint on a node crosses the node's SSD
-    link, later ones come from DRAM."""
+    """Where weight loads read from. The artifact reads each rank's safetensors file from the node's
+    local disk (``utils.py`` ``get_weights``; ``--use-loaded-model`` switches to pinned host
+    memory), and the OS page cache keeps a file once read. ``dram`` (default): the page cache (or
+    the preload) already holds every checkpoint, the steady state of a testbed that has run before
+    and the setting ServerlessLLM gets too (docs/research/warmserve.md §2.4, §5 Q10). ``ssd``: a
+    cold page cache at t = 0 — the first read of a checkpoint on a node crosses the node's SSD link,
+    later ones come from DRAM."""
     min_free_blocks: int = Field(default=-1)
     """Floor of the KV reservation target (−1: the blocks of one max-length request; the
     artifact has no floor, which can leave an idle instance with no KV at all)."""
@@ -181,7 +181,7 @@ class WarmServeConfig(_Strict):
 
 
 class ServerlessLLMConfig(_Strict):
-    """ServerlessLLM's autoscaler and router (warmserve.md §3.5 B-SL, Appendix A)."""
+    """ServerlessLLM's autoscaler and router (docs/research/warmserve.md §3.5 B-SL, Appendix A)."""
 
     target: int = Field(default=32, ge=1)
     """Target ongoing requests per instance (ServerlessLLM default 2; 32 matches WarmServe's B)."""
@@ -197,8 +197,8 @@ class ServerlessLLMConfig(_Strict):
 
 
 class MuxServeConfig(_Strict):
-    """MuxServe's static placement and SM sharing (warmserve.md §3.5 B-MX, §4.1 item 8; see
-    :mod:`tidal.cluster.policies.muxserve`)."""
+    """MuxServe's static placement and SM sharing (docs/research/warmserve.md §3.5 B-MX, §4.1 item
+    8; see :mod:`tidal.cluster.policies.muxserve`)."""
 
     slowdown: Literal["profile", "k"] = "profile"
     """How an MPS share slows an engine's steps: ``profile`` = MuxServe's measured latency

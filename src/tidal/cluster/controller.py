@@ -1,6 +1,6 @@
-"""The cluster controller: shared mechanisms every placement policy uses (warmserve.md §2.5,
-§4.1). A policy (``tidal.cluster.policies``) decides *where* and *when*, reading the controller
-as a :class:`~tidal.cluster.view.ClusterView` and acting through
+"""The cluster controller: shared mechanisms every placement policy uses (docs/research/warmserve.md
+§2.5, §4.1). A policy (``tidal.cluster.policies``) decides *where* and *when*, reading the
+controller as a :class:`~tidal.cluster.view.ClusterView` and acting through
 :class:`~tidal.cluster.view.ClusterActions`; the controller does it:
 
 * GPU grants: an instance takes a group of idle GPUs; its weights come from a warm replica
@@ -15,7 +15,7 @@ as a :class:`~tidal.cluster.view.ClusterView` and acting through
   policy keeps them as a warm replica: warm scale-down);
 * load and accounting: per-model in-flight load, GPU-seconds, start kinds, memory log.
 
-Event discipline (exactness, DESIGN.md §2): the controller changes an engine's work only from
+Event discipline (exactness, docs/DESIGN.md §2): the controller changes an engine's work only from
 control events or arrivals (``backend.deliver``); a request finishing only updates counters and,
 if something must react, schedules a control event at the same time.
 """

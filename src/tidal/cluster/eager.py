@@ -10,11 +10,11 @@ MPS) shows it: a LLaMA-7B decode step takes 11.9 / 12.4 / 12.8 / 14.7 ms on 1 / 
 (batch 8, 128 tokens) where the roofline on A100 gives 9.0 / 5.4 / 3.3 / 2.3 ms.
 
 :data:`EAGER_OVERHEAD_MS` is, per model family and degree, the median over the profiled decode
-points (batch ≤ 64, context ≤ 1024) of measured minus roofline-on-A100 step time — tight per
-cell (interquartile range ≤ 1 ms except 65B on 4 GPUs, 10–16 ms). :class:`EagerPerfModel` adds it
-to every step. With it an H100 decode step of 7B/TP1, 13B/TP2, 70B/TP4 takes about 9, 13 and
-27 ms, still below the artifact's measured 15, 20 and 30 ms (warmserve.md §2.1), so the setting
-is a conservative estimate of eager-mode cost.
+points (batch ≤ 64, context ≤ 1024) of measured minus roofline-on-A100 step time — tight per cell
+(interquartile range ≤ 1 ms except 65B on 4 GPUs, 10–16 ms). :class:`EagerPerfModel` adds it to
+every step. With it an H100 decode step of 7B/TP1, 13B/TP2, 70B/TP4 takes about 9, 13 and 27 ms,
+still below the artifact's measured 15, 20 and 30 ms (docs/research/warmserve.md §2.1), so the
+setting is a conservative estimate of eager-mode cost.
 """
 
 from __future__ import annotations

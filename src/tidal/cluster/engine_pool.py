@@ -1,5 +1,5 @@
-"""The pool of prewarmed engine processes a cold start activates (warmserve.md §4.1): a handoff
-per activation, and a refill ``engine_s`` after the pool falls below its refill mark."""
+"""The pool of prewarmed engine processes a cold start activates (docs/research/warmserve.md §4.1):
+a handoff per activation, and a refill ``engine_s`` after the pool falls below its refill mark."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Load forecasting per model and window (warmserve.md §2.1), in plain numpy.
+"""Load forecasting per model and window (docs/research/warmserve.md §2.1), in plain numpy.
 
 WarmServe predicts, one window (W = 5 min) ahead, the time-averaged and the peak in-flight load
 of each model. Its prediction for window k+1, made at the end of window k, is

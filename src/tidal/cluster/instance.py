@@ -1,11 +1,10 @@
 """Records of the cluster's moving parts: model instances and prewarmed weight replicas.
 
-Instance life cycle (warmserve.md §1.4, §2.5): STARTING (cold-start stages run; requests
-assigned to it wait) → READY (an engine serves) → STOPPING (out of routing, draining) →
+Instance life cycle (docs/research/warmserve.md §1.4, §2.5): STARTING (cold-start stages run;
+requests assigned to it wait) → READY (an engine serves) → STOPPING (out of routing, draining) →
 STOPPED (its GPUs released). A replica is a copy of one model's weight shards on a GPU group:
-LOADING (transfers in flight, pages held from the start) → WARM; it is consumed by an
-activation or destroyed by an eviction (its pages freed; a loading replica's transfers
-cancelled).
+LOADING (transfers in flight, pages held from the start) → WARM; it is consumed by an activation or
+destroyed by an eviction (its pages freed; a loading replica's transfers cancelled).
 """
 
 from __future__ import annotations

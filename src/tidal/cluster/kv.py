@@ -1,4 +1,5 @@
-"""KV blocks that a running instance can give back to the GPU pool (warmserve.md §2.7).
+"""KV blocks that a running instance can give back to the GPU pool (docs/research/warmserve.md
+§2.7).
 
 The artifact's allocator, on every block free, moves free blocks to a *reserved* state while
 more than ``target_free`` are free; reserved blocks leave the instance for good and their pages

@@ -1,4 +1,5 @@
-"""Per-model in-flight load, as the WarmServe controller tracks it (warmserve.md §2.1, §2.6).
+"""Per-model in-flight load, as the WarmServe controller tracks it (docs/research/warmserve.md §2.1,
+§2.6).
 
 A request counts from its arrival at the router to its completion (held requests included).
 Two views:

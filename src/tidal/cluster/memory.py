@@ -1,4 +1,4 @@
-"""GPU memory as pages (warmserve.md §1.2, §4.1 item 3).
+"""GPU memory as pages (docs/research/warmserve.md §1.2, §4.1 item 3).
 
 Each GPU's pool is ``⌊gpu_memory_utilization · HBM / page⌋`` pages (the universal worker takes
 90% of the GPU and splits it into 2 MiB pages). Pages are held by *owners* (a prewarmed or
@@ -128,7 +128,7 @@ class ClusterMemory:
         self, now_ns: int, gpus: tuple[int, ...], owner: Hashable, new_owner: Hashable, kind: str
     ) -> None:
         """Hand ``owner``'s pages to ``new_owner`` of ``kind`` without copying (zero-copy
-        handoff of prewarmed weights to an engine, warmserve.md §2.8)."""
+        handoff of prewarmed weights to an engine, docs/research/warmserve.md §2.8)."""
         for g in gpus:
             pool = self.pools[g]
             h = pool.held.pop(owner)

@@ -1,4 +1,4 @@
-"""The logical models a cluster serves (warmserve.md §1.3).
+"""The logical models a cluster serves (docs/research/warmserve.md §1.3).
 
 The same catalog model may appear several times (the artifact serves two "virtual" Llama-2-7B
 models with their own traffic); repeated ids are named ``id#k`` in order of appearance. Each
@@ -29,7 +29,8 @@ ARTIFACT_SERVICE_MS = {
     "llama-2-70b": (100.0, 30.0),
 }
 """(prefill ms, decode ms per token) the artifact uses to turn a trace into concurrency
-(warmserve.md §2.1). Other models use the row of the nearest size (see :func:`service_ms`)."""
+(docs/research/warmserve.md §2.1). Other models use the row of the nearest size (see
+:func:`service_ms`)."""
 
 
 def service_ms(spec: ModelSpec) -> tuple[float, float]:

@@ -1,7 +1,7 @@
-"""MuxServe-style spatial sharing: the slowdown of an engine whose CUDA MPS thread percentage
-(SM share) is ``p`` (warmserve.md §4.1 item 8; the WarmServe artifact's ``muxserve_utils.py``
-launches each colocated engine with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = p``, a hard cap that
-holds whether or not the other engines on the mesh are busy).
+"""MuxServe-style spatial sharing: the slowdown of an engine whose CUDA MPS thread percentage (SM
+share) is ``p`` (docs/research/warmserve.md §4.1 item 8; the WarmServe artifact's
+``muxserve_utils.py`` launches each colocated engine with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = p``,
+a hard cap that holds whether or not the other engines on the mesh are busy).
 
 Two slowdown models:
 
@@ -14,13 +14,14 @@ Two slowdown models:
   linearly in ``p``; below 30% (not profiled) it grows as 30/p from the 30% value (time ∝ 1/SMs,
   the compute-bound limit); mesh sizes above 8 use the 8-GPU row.
 * ``k``: the spec's illustrative closed form, ``1 / min(1, p · k)`` with ``k_prefill`` for steps
-  that prefill and ``k_decode`` for pure-decode steps [ASSUMED, warmserve.md §4.1 item 8].
+  that prefill and ``k_decode`` for pure-decode steps [ASSUMED, docs/research/warmserve.md §4.1 item
+  8].
 
 Not modelled: colocated engines also contend for HBM bandwidth when they run at the same time
 (the profile was measured with one engine); this favours MuxServe.
 
 The factor multiplies the wrapped model's seconds with one IEEE operation, on scalars and on
-numpy arrays alike, so vectorised decode runs stay bit-identical (DESIGN.md §2).
+numpy arrays alike, so vectorised decode runs stay bit-identical (docs/DESIGN.md §2).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def profile_slowdown(num_gpus: int, percent: float, prefill: bool) -> float:
 
 
 def k_slowdown(share: float, k: float) -> float:
-    """``1 / min(1, share · k)`` [ASSUMED form of warmserve.md §4.1 item 8]."""
+    """``1 / min(1, share · k)`` [ASSUMED form of docs/research/warmserve.md §4.1 item 8]."""
     return 1.0 / min(1.0, share * k)
 
 

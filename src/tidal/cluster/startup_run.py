@@ -1,5 +1,5 @@
-"""Running a cold start's :class:`~tidal.cluster.coldstart.StartupPlan` for one instance with
-timers and weight transfers (warmserve.md §4.1): it calls the controller back when ready."""
+"""Running a cold start's :class:`~tidal.cluster.coldstart.StartupPlan` for one instance with timers
+and weight transfers (docs/research/warmserve.md §4.1): it calls the controller back when ready."""
 
 from __future__ import annotations
 

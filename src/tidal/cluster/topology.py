@@ -1,8 +1,10 @@
-"""Cluster topology: ``NxG:gpu`` = N nodes of G GPUs each (e.g. ``2x8:h100``, warmserve.md §1.3).
+"""Cluster topology: ``NxG:gpu`` = N nodes of G GPUs each (e.g. ``2x8:h100``,
+docs/research/warmserve.md §1.3).
 
 GPUs are numbered globally, node-major: GPU ``g`` lives on node ``g // gpus_per_node``. Links per
 GPU come from the GPU catalog (:mod:`tidal.hardware.gpus`); the host-to-GPU load bandwidth and the
-SSD bandwidth are configuration (warmserve.md §4.3) because they are effective, not peak, figures.
+SSD bandwidth are configuration (docs/research/warmserve.md §4.3) because they are effective, not
+peak, figures.
 """
 
 from __future__ import annotations

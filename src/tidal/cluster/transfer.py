@@ -1,4 +1,5 @@
-"""Bandwidth-limited, cancellable transfers over shared links (warmserve.md §4.1 item 4).
+"""Bandwidth-limited, cancellable transfers over shared links (docs/research/warmserve.md §4.1 item
+4).
 
 A transfer moves ``nbytes`` over a path of links (e.g. ``ssd:0`` then ``pcie:3``). Concurrent
 transfers share every link max-min fairly (progressive filling; each transfer may also carry its

@@ -1,5 +1,6 @@
-"""Loading a model's weight shards onto GPUs as transfers (warmserve.md §4.3): one per shard
-over the GPU's host link, after the node's SSD link when the checkpoint is not in host DRAM."""
+"""Loading a model's weight shards onto GPUs as transfers (docs/research/warmserve.md §4.3): one per
+shard over the GPU's host link, after the node's SSD link when the checkpoint is not in host
+DRAM."""
 
 from __future__ import annotations
 

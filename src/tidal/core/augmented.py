@@ -1,7 +1,7 @@
 """Augmented requests: a prompt, then decode segments separated by external calls.
 
 A request with K calls is ``prefill P → decode g_0 → call 0 → … → call K−1 → decode g_K``
-(``shared/research/augserve.md`` §1.1, the segment structure of INFERCEPT's workload driver).
+(``docs/research/augserve.md`` §1.1, the segment structure of INFERCEPT's workload driver).
 Call k lasts ``T_k`` ns and returns ``a_k`` tokens, which are appended to the context
 (``Request.num_extra_tokens``) and prefilled like a prompt before decoding resumes.
 
@@ -20,7 +20,7 @@ from itertools import accumulate
 
 TOOLS: tuple[str, ...] = ("calculator", "qa", "ve", "chatbot", "image", "tts", "other")
 """Tool (augmentation) types; the index is the ``tool`` column of an augmented workload.
-The first six are INFERCEPT's augmentations (augserve.md §1.2)."""
+The first six are INFERCEPT's augmentations (docs/research/augserve.md §1.2)."""
 
 
 def tool_index(name: str) -> int:
@@ -51,7 +51,7 @@ class ToolCall:
 @dataclass(frozen=True, slots=True)
 class AugmentedSpec:
     """The true segment structure of one request (the simulator's ground truth; schedulers see
-    it only through a predictor, augserve.md §1.1 [DEF])."""
+    it only through a predictor, docs/research/augserve.md §1.1 [DEF])."""
 
     calls: tuple[ToolCall, ...]
     final_decode: int

@@ -1,13 +1,13 @@
 """Metrics of augmented (tool-calling) workloads, from per-request columns.
 
 * **Normalized latency** (INFERCEPT's definition, ``benchmarks/final_tput_bench_real.py``;
-  augserve.md §2.6): ``(finish − arrival − Σ call time) / output tokens``, where, as in
-  INFERCEPT's driver, the output sequence holds the generated tokens *and* the tokens the
-  calls returned (they are appended to it).
-* **Effective throughput** (AugServe: requests handled within the latency constraints per unit
-  time; augserve.md §4.1 [DEF]): completed requests with TTFT ≤ ``slo_ttft_s`` and, when
-  ``slo_norm_latency_s`` is given, normalized latency ≤ it, divided by the makespan (first
-  arrival to last completion, as ``goodput``). TTFT is the first token of the initial prompt.
+  docs/research/augserve.md §2.6): ``(finish − arrival − Σ call time) / output tokens``, where, as
+  in INFERCEPT's driver, the output sequence holds the generated tokens *and* the tokens the calls
+  returned (they are appended to it).
+* **Effective throughput** (AugServe: requests handled within the latency constraints per unit time;
+  docs/research/augserve.md §4.1 [DEF]): completed requests with TTFT ≤ ``slo_ttft_s`` and, when
+  ``slo_norm_latency_s`` is given, normalized latency ≤ it, divided by the makespan (first arrival
+  to last completion, as ``goodput``). TTFT is the first token of the initial prompt.
 """
 
 from __future__ import annotations

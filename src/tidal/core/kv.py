@@ -127,9 +127,9 @@ class KVBlockManager:
         return True
 
     def swap_out_blocks(self, req: Request, n: int) -> int:
-        """Chunked swap-out: move up to ``n`` of ``req``'s GPU blocks to host memory (bounded
-        by its GPU blocks and the free host blocks). Returns the number moved. Counting only
-        (no block ids): the simulator's budgeted, pipelined swapping (augserve.md §2.2)."""
+        """Chunked swap-out: move up to ``n`` of ``req``'s GPU blocks to host memory (bounded by its
+        GPU blocks and the free host blocks). Returns the number moved. Counting only (no block
+        ids): the simulator's budgeted, pipelined swapping (docs/research/augserve.md §2.2)."""
         if self.track_ids:
             raise RuntimeError("partial swaps are not supported with block ids")
         m = max(0, min(n, req.num_blocks, self.num_free_host_blocks))

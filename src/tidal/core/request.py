@@ -1,4 +1,4 @@
-"""A request and its progress, counted the vLLM-v1 way (DESIGN.md §1).
+"""A request and its progress, counted the vLLM-v1 way (docs/DESIGN.md §1).
 
 ``num_computed_tokens`` chases ``num_tokens`` (prompt + generated + returned by external calls).
 "Prefill" and "decode" are derived, not states: a request whose computed count is behind by more
@@ -8,6 +8,7 @@ catches up, the step samples one new token. Timestamps are integer nanoseconds, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -22,7 +23,35 @@ class RequestState(IntEnum):
     PAUSED = 2
     """Waiting on an external call (augmented requests)."""
     FINISHED = 3
+    """Reached ``max_output_len`` (finish reason ``length``)."""
     ABORTED = 4
+    """Dropped before it finished (client disconnect, external call, error)."""
+    STOPPED = 5
+    """Its :class:`StopRule` matched a sampled token (finish reason ``stop``; real engine)."""
+
+
+FINISH_REASONS = {
+    RequestState.FINISHED: "length",
+    RequestState.STOPPED: "stop",
+    RequestState.ABORTED: "abort",
+}
+"""The OpenAI/vLLM ``finish_reason`` of each ending state."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopRule:
+    """When a request ends before ``max_output_len`` (vLLM's stop conditions); the scheduler
+    applies it to every token the request samples, in order (the simulator's requests have none:
+    they run to their trace's output length, as ``--ignore-eos``)."""
+
+    token_ids: frozenset[int] = frozenset()
+    """End-of-sequence and ``stop_token_ids``: sampling one ends the request (it is output)."""
+    check: Callable[[int], bool] | None = None
+    """Fed each sampled token that is not in ``token_ids``; True ends the request (the API's
+    stop strings match on the detokenised text)."""
+
+    def __call__(self, token: int) -> bool:
+        return token in self.token_ids or (self.check is not None and self.check(token))
 
 
 @dataclass(slots=True, eq=False)
@@ -31,7 +60,8 @@ class Request:
     arrival_ns: int
     prompt_len: int
     max_output_len: int
-    """Output tokens to generate (the trace's output length; EOS ignored, as ``--ignore-eos``)."""
+    """Output tokens to generate (the trace's output length; EOS ignored, as ``--ignore-eos``,
+    unless a :attr:`stop` rule ends the request earlier)."""
     model: str = ""
     state: RequestState = RequestState.WAITING
     num_computed_tokens: int = 0
@@ -55,6 +85,8 @@ class Request:
     """What the tokens are, for prefix caching (None: unique, never shared)."""
     num_cached_tokens: int = -1
     """Prompt tokens found in the prefix cache at the first admission (-1: not yet)."""
+    stop: StopRule | None = None
+    """Ends the request early on a sampled token (real engine; None: only the length does)."""
 
     @property
     def num_tokens(self) -> int:
@@ -63,6 +95,11 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.state >= RequestState.FINISHED
+
+    @property
+    def finish_reason(self) -> str | None:
+        """``length``, ``stop`` or ``abort`` once the request ended; None before."""
+        return FINISH_REASONS.get(self.state)
 
     def __repr__(self) -> str:
         return (

@@ -1,4 +1,4 @@
-"""Time units. Every simulated time is an integer number of nanoseconds (DESIGN.md §2)."""
+"""Time units. Every simulated time is an integer number of nanoseconds (docs/DESIGN.md §2)."""
 
 from __future__ import annotations
 

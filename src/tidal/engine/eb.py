@@ -1,7 +1,7 @@
 """Exclusive batching (EB): prefill-only and decode-only steps, refilled at a threshold.
 
 "Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516), as specified in
-``shared/research/ebplus.md`` §2–§3.2. The batch holds up to N requests; it decodes until the
+``docs/research/ebplus.md`` §2–§3.2. The batch holds up to N requests; it decodes until the
 running count has dropped enough that refilling pays for a prefill step's fixed cost, then
 prefills exactly the vacated slots, with no decode token in a prefill step and no prefill token in
 a decode step. The phase machine runs at the start of every step:
@@ -121,6 +121,12 @@ class ExclusiveBatching(BatchingPolicy):
             self.gate.stale = True
         self.ctl.observe(req.prompt_len, req.num_output_tokens, now_ns)
 
+    def on_aborted(self, req: Request, now_ns: int) -> None:
+        """The running set may have lost a member: re-project the KV bound. No observation:
+        an aborted output says nothing about output lengths."""
+        if self.gate is not None:
+            self.gate.stale = True
+
     # ------------------------------------------------------------------ KV heuristics
     def kv_full(self) -> bool:
         """ "KV full" by the admission bound (τ_KV, or fewer free blocks than decoders)."""
@@ -157,7 +163,7 @@ class ExclusiveBatching(BatchingPolicy):
             plan.preempted.append(req)
 
     def _transition(self, now_ns: int, plan: StepPlan) -> None:
-        """Phase transitions before a step (ebplus.md §3.2)."""
+        """Phase transitions before a step (docs/research/ebplus.md §3.2)."""
         st, ctl = self.state, self.ctl
         n_dec = len(st.pool)
         pending = len(st.prefilling)

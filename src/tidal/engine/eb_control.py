@@ -1,4 +1,4 @@
-"""EB's online controller (Algorithm 1 of arXiv 2606.00516, ``shared/research/ebplus.md`` §3.1).
+"""EB's online controller (Algorithm 1 of arXiv 2606.00516, ``docs/research/ebplus.md`` §3.1).
 
 Every ``update_every`` completions the output-length hazard is re-fitted on a ``window``-sample
 window (:mod:`tidal.engine.output_stats`); ``θ* = θ0 + Δθ`` — the CFR base θ0 (§2.3: ``p0·α_p/α_d``

@@ -4,7 +4,7 @@ cache, §2.5, and EB⁺'s MB mode's margin), ``phase`` (the phase machine, §3.2
 (EB⁺'s demand EMA N_obs and its filters, §3.3), ``selector`` (EB⁺'s crossover test and its
 MB mode, §3.3) and ``cost`` (how the crossover prices the two policies).
 
-Defaults follow the authors' scheduler (``shared/research/ebplus.md`` §3.4) except ``delta``
+Defaults follow the authors' scheduler (``docs/research/ebplus.md`` §3.4) except ``delta``
 (1e-6 s/token), ``n_bound``/``mb_cap`` (``forecast``), ``surge_n`` (``demand``),
 ``cold_reserve`` (0.5), ``forecast_recent`` (100), ``crossover_lhs`` (``steps``) and
 ``ebb_factor`` (2); ``preset: reference`` restores the paper's forms (:data:`REFERENCE`). Why

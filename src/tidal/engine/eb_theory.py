@@ -1,7 +1,7 @@
 """Closed forms of exclusive batching (EB) and of the EB/MB crossover.
 
 Source: "Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516), as specified
-in ``shared/research/ebplus.md`` §2 (formulas as implemented by the authors' eb-vllm scheduler;
+in ``docs/research/ebplus.md`` §2 (formulas as implemented by the authors' eb-vllm scheduler;
 proposition names are the ones its docstrings use). Pure functions of floats (and of numpy
 samples of output lengths), no state.
 

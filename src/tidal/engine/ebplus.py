@@ -1,7 +1,7 @@
 """EB⁺: the online selector between exclusive (EB) and mixed (MB) batching.
 
 "Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516) §4.4, as specified in
-``shared/research/ebplus.md`` §3.3. The two policies share the running set; the selector
+``docs/research/ebplus.md`` §3.3. The two policies share the running set; the selector
 evaluates the closed-form crossover Δ(N) = LHS − RHS (Proposition 4, §2.6) on live estimates
 and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −sticky·δ``:
 
@@ -177,6 +177,9 @@ class EBPlus(BatchingPolicy):
         if self.mode == "mb":
             self._missed(self.sched_ns)  # the cache overflowed under MB mode's margin
 
+    def on_aborted(self, req: Request, now_ns: int) -> None:
+        self.eb.on_aborted(req, now_ns)
+
     def _missed(self, now_ns: int) -> None:
         """The forecast missed: from now on EB's ε (and the count cap, ``feedback``)."""
         self.mb_eps = self.ctl.opts.bound.eps
@@ -232,9 +235,9 @@ class EBPlus(BatchingPolicy):
         )
 
     def evaluate(self, now_ns: int, event: str = "evaluate", n_obs: float | None = None) -> None:
-        """The EB⁺ decision (ebplus.md §3.3 ``evaluate_mode_switch``) at demand ``n_obs``
-        (default: the EMA N_obs): Δ(N) = LHS − RHS (Proposition 4, §2.6); EB when Δ > δ, MB
-        when Δ < −sticky·δ."""
+        """The EB⁺ decision (docs/research/ebplus.md §3.3 ``evaluate_mode_switch``) at demand
+        ``n_obs`` (default: the EMA N_obs): Δ(N) = LHS − RHS (Proposition 4, §2.6); EB when Δ > δ,
+        MB when Δ < −sticky·δ."""
         ctl, opts = self.ctl, self.ctl.opts
         stats, c = ctl.stats, ctl.costs
         if not stats.initialized:

@@ -1,14 +1,17 @@
-"""``Engine``: one instance's step loop, schedule → execute → commit (DESIGN.md §1).
+"""``Engine``: one instance's step loop, schedule → execute → commit (docs/DESIGN.md §1).
 
 Both backends run this loop; only the executor differs (the simulator's cost model with exact
 fast-forward, :class:`~tidal.engine.executor.ModelledExecutor`, or the runtime's PyTorch model
 runner). One step:
 
 1. ``plan = scheduler.schedule(now)`` — decide; an empty plan means the engine is idle;
-2. ``duration = executor.execute(plan, scheduler, now, idle)`` — the step (or, fast-forwarded,
-   ``plan.num_steps`` identical steps) ends at ``now + duration``;
-3. ``scheduler.update(plan, end, plan.num_steps)`` — commit: counters advance, requests finish
-   or stop, and the engine state emits its events.
+2. ``output = executor.execute(plan, now, idle)`` — the step (or, fast-forwarded,
+   ``plan.num_steps`` identical steps) ends at ``now + output.duration_ns``. Before a
+   pure-decode step of an executor that can fast-forward, the engine asks the scheduler how many
+   times the plan repeats (``repeatable_steps``) and until when no external event can change it
+   (:attr:`Engine.next_event_ns`), and passes both to the executor;
+3. ``scheduler.update(plan, output, end)`` — commit: counters advance, the sampled tokens are
+   checked against every stop rule, requests finish, and the engine state emits its events.
 
 The simulator drives the loop from its event queue (:meth:`start` when work arrives at an idle
 engine, :meth:`on_step_end` at each step-end event); the runtime calls :meth:`step`, which runs
@@ -25,19 +28,36 @@ from collections.abc import Callable
 from tidal.core.clock import Clock, VirtualClock
 from tidal.core.units import INF_NS
 from tidal.engine.executor import Executor
-from tidal.engine.plan import StepPlan
+from tidal.engine.plan import StepOutput, StepPlan
 from tidal.engine.scheduler import Scheduler
+
+
+def _never() -> int:
+    return INF_NS
 
 
 class Engine:
     def __init__(
-        self, scheduler: Scheduler, executor: Executor, clock: Clock | None = None
+        self,
+        scheduler: Scheduler,
+        executor: Executor,
+        clock: Clock | None = None,
+        on_idle: Callable[[int], None] | None = None,
+        on_sample: Callable[[int, StepPlan], None] | None = None,
+        sample_at: int = INF_NS,
     ) -> None:
         self.scheduler = scheduler
         self.executor = executor
         self.clock: Clock = clock if clock is not None else VirtualClock()
+        self.fast_forward = executor.fast_forward
+        self.next_event_ns: Callable[[], int] = _never
+        """Time of the next external event that could change the schedule (arrival, tool-call
+        return, control tick); set by the simulation. Fast-forwarded runs stop before it."""
         self.plan: StepPlan | None = None
         """The step in flight (None while idle)."""
+        self.output = StepOutput()
+        """What the step in flight (or the last one) produced: its duration, and the runtime's
+        sampled tokens."""
         self.busy = False
         self.start_ns = 0
         self.end_ns = 0
@@ -46,12 +66,12 @@ class Engine:
         """When the engine last ran out of work."""
         self.busy_ns = 0
         """Time spent in committed steps."""
-        self.on_idle: Callable[[int], None] | None = None
+        self.on_idle = on_idle
         """Called when a schedule at the given time found nothing to run."""
-        self.on_sample: Callable[[int, StepPlan], None] | None = None
+        self.on_sample = on_sample
         """Called with a step's start time and plan when the step starts at or after
         :attr:`sample_at` (the callee moves ``sample_at`` on; periodic timelines)."""
-        self.sample_at = INF_NS
+        self.sample_at = sample_at
         self.schedule_ns = 0
         self.execute_ns = 0
         self.update_ns = 0
@@ -70,11 +90,12 @@ class Engine:
         """The step in flight ended at ``now_ns``: commit it, then start the next one (returns
         its end time, or None when idle)."""
         plan = self.plan
+        output = self.output
         assert plan is not None
         sched = self.scheduler
-        sched.update(plan, now_ns, plan.num_steps)
+        sched.update(plan, output, now_ns)
         self.busy_ns += now_ns - self.start_ns
-        # the next step: :meth:`start`, inlined (this is the simulator's hot path)
+        # the next step: :meth:`start` and :meth:`_execute`, inlined (the simulator's hot path)
         plan = sched.schedule(now_ns)
         if not plan.num_decodes and not plan.prefills and not plan.stall_ns:  # plan.is_empty
             self._idle(now_ns)
@@ -83,8 +104,16 @@ class Engine:
         self.start_ns = now_ns
         if now_ns >= self.sample_at and self.on_sample is not None:
             self.on_sample(now_ns, plan)
-        end = now_ns + self.executor.execute(plan, sched, now_ns, -1)
-        self.end_ns = end
+        k = 1
+        if self.fast_forward and plan.num_decodes and not plan.prefills:
+            k, sensitive = sched.repeatable_steps(plan)  # :meth:`_fast_forward`, inlined
+        if k > 1:
+            horizon = self.next_event_ns() if sensitive else None
+            output = self.executor.execute(plan, now_ns, -1, k, horizon)
+        else:
+            output = self.executor.execute(plan, now_ns)
+        self.output = output
+        end = self.end_ns = now_ns + output.duration_ns
         return end
 
     def _execute(self, plan: StepPlan, now_ns: int) -> int:
@@ -94,9 +123,22 @@ class Engine:
         self.start_ns = now_ns
         if now_ns >= self.sample_at and self.on_sample is not None:
             self.on_sample(now_ns, plan)
-        end = now_ns + self.executor.execute(plan, self.scheduler, now_ns, idle)
-        self.end_ns = end
+        if self.fast_forward and plan.num_decodes and not plan.prefills:
+            output = self._fast_forward(plan, now_ns, idle)
+        else:
+            output = self.executor.execute(plan, now_ns, idle)
+        self.output = output
+        end = self.end_ns = now_ns + output.duration_ns
         return end
+
+    def _fast_forward(self, plan: StepPlan, now_ns: int, idle_ns: int) -> StepOutput:
+        """Execute a pure-decode ``plan`` as a run of as many identical steps as the scheduler
+        allows, up to the next external event that could change it."""
+        k, sensitive = self.scheduler.repeatable_steps(plan)
+        if k <= 1:
+            return self.executor.execute(plan, now_ns, idle_ns)
+        horizon = self.next_event_ns() if sensitive else None
+        return self.executor.execute(plan, now_ns, idle_ns, k, horizon)
 
     def _idle(self, now_ns: int) -> None:
         if self.busy:
@@ -124,7 +166,7 @@ class Engine:
         end = self.clock.now_ns()
         t2 = time.perf_counter_ns()
         self.execute_ns += t2 - t1
-        self.scheduler.update(plan, end, plan.num_steps)
+        self.scheduler.update(plan, self.output, end)
         self.busy_ns += end - start
         self.update_ns += time.perf_counter_ns() - t2
         return plan

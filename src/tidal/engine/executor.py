@@ -1,19 +1,20 @@
 """Executors: the one part of the step loop (:mod:`tidal.engine.engine`) that differs between
-the backends. An executor runs a step plan and returns its duration in integer ns; a real
-model (``tidal.runtime.executor``) also appends the sampled tokens to ``Request.token_ids``.
+the backends. An executor runs a step plan and returns a :class:`~tidal.engine.plan.StepOutput`:
+the duration in integer ns and, from a real model (``tidal.runtime.executor``), the sampled
+tokens. It never sees the scheduler: the plan is its whole input.
 
 :class:`ModelledExecutor` is the simulator's: a step lasts what the performance model says,
 plus the plan's stall (a stall-only plan lasts its stall), plus the model's idle penalty on
 the first step after the engine sat idle (:meth:`~tidal.hardware.perf.PerfModel.idle_penalty_ns`;
 that step is always taken alone).
 
-Exact fast-forward (DESIGN.md §2; ``fast_forward=True``): when the scheduler says a pure-decode
-plan would repeat k times (until the first departure or the first missing KV block), the
-executor times the k steps at once and sets ``plan.num_steps``; the engine then commits them
-in one update. If an external event could change the plan, the run stops at the first step
-that starts after :attr:`ModelledExecutor.next_event_ns` (a step starting exactly at an
+Exact fast-forward (docs/DESIGN.md §2): when the engine passes ``max_steps = k > 1`` (the
+scheduler said the pure-decode plan would repeat k times, until the first departure or the first
+missing KV block), the executor times up to k steps at once and sets ``plan.num_steps``; the
+engine then commits them in one update. With a ``horizon_ns`` (an external event could change
+the plan) the run stops at the first step that starts after it (a step starting exactly at an
 arrival does not see it: step ends are processed before arrivals at the same time). Stepping
-one by one (``fast_forward=False``) gives identical timestamps; property tests assert it.
+one by one gives identical timestamps; property tests assert it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ import numpy as np
 
 from tidal.core.histogram import LogHistogram
 from tidal.core.units import INF_NS
-from tidal.engine.plan import StepPlan
-from tidal.engine.scheduler import Scheduler
+from tidal.engine.plan import StepOutput, StepPlan
 from tidal.hardware.perf import PerfModel
 
 _SCALAR_STEPS = 64
@@ -35,27 +35,37 @@ _FIRST_CHUNK = 64
 _UNKNOWN = (math.nan, math.nan)
 
 
-def _never() -> int:
-    return INF_NS
-
-
 class Executor(Protocol):
-    def execute(self, plan: StepPlan, scheduler: Scheduler, now_ns: int, idle_ns: int) -> int:
-        """Run ``plan`` starting at ``now_ns`` and return its duration (ns; all
-        ``plan.num_steps`` steps). ``idle_ns``: how long the engine sat idle before this step
-        (−1: it ran back to back)."""
+    fast_forward: bool
+    """Whether :meth:`execute` can time a run of repeated pure-decode steps at once."""
+
+    def execute(
+        self,
+        plan: StepPlan,
+        now_ns: int,
+        idle_ns: int = -1,
+        max_steps: int = 1,
+        horizon_ns: int | None = None,
+    ) -> StepOutput:
+        """Run ``plan`` starting at ``now_ns``; the output's duration covers all
+        ``plan.num_steps`` steps. ``idle_ns``: how long the engine sat idle before this step
+        (−1: it ran back to back). ``max_steps`` > 1 (fast-forward only): the pure-decode plan
+        repeats that many times; the executor runs up to that many and sets
+        ``plan.num_steps``, stopping at the first step that starts after ``horizon_ns`` (None:
+        no external event can change the run)."""
         ...
 
 
 class ModelledExecutor:
-    """Executes a plan by asking a performance model how long it takes (the simulator's)."""
+    """Executes a plan by asking a performance model how long it takes (the simulator's).
+
+    It returns one :class:`StepOutput`, updated in place at each step (the engine commits a
+    step before it executes the next; no allocation on the simulator's hot path)."""
 
     def __init__(self, perf: PerfModel, fast_forward: bool = False) -> None:
         self.perf = perf
         self.fast_forward = fast_forward
-        self.next_event_ns: Callable[[], int] = _never
-        """Time of the next external event that could change the schedule (arrival, tool-call
-        return, control tick); set by the simulation. Fast-forwarded runs stop before it."""
+        self.output = StepOutput()
         self.itl = LogHistogram()
         """Inter-token latencies: each step's duration, weighted by its decode tokens."""
         self._sensitive = False
@@ -75,15 +85,22 @@ class ModelledExecutor:
             perf, "decode_segment", None
         )
 
-    def execute(self, plan: StepPlan, scheduler: Scheduler, now_ns: int, idle_ns: int) -> int:
-        n_dec = plan.num_decodes
+    def execute(
+        self,
+        plan: StepPlan,
+        now_ns: int,
+        idle_ns: int = -1,
+        max_steps: int = 1,
+        horizon_ns: int | None = None,
+    ) -> StepOutput:
+        out = self.output
         penalty = self._perf.idle_penalty_ns(idle_ns) if idle_ns >= 0 else 0
-        if self.fast_forward and n_dec and not plan.prefills and not penalty:
-            k, sensitive = scheduler.repeatable_steps(plan)
-            if k > 1:
-                horizon = self.next_event_ns() if sensitive else INF_NS
-                self._sensitive = sensitive
-                return self._run(plan, now_ns, k, horizon) - now_ns
+        if max_steps > 1 and not penalty:
+            self._sensitive = horizon_ns is not None
+            end = self._run(plan, now_ns, max_steps, INF_NS if horizon_ns is None else horizon_ns)
+            out.duration_ns = end - now_ns
+            return out
+        n_dec = plan.num_decodes
         prefills = plan.prefills
         if n_dec or prefills:
             d = (
@@ -100,8 +117,10 @@ class ModelledExecutor:
             )
             if n_dec:
                 self.itl.add(d, n_dec)
-            return d
-        return plan.stall_ns
+            out.duration_ns = d
+        else:
+            out.duration_ns = plan.stall_ns
+        return out
 
     def interrupt(self, plan: StepPlan, start_ns: int, end_ns: int, now_ns: int) -> int | None:
         """Work arrived by a path the run's horizon did not foresee (a cluster control event):
@@ -127,6 +146,7 @@ class ModelledExecutor:
         self.itl.add_many(d[keep:], -n)
         plan.num_steps = keep
         self._last_step_ns = int(d[j])
+        self.output.duration_ns = int(ends[j]) - start_ns
         return int(ends[j])
 
     def _run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:

@@ -1,7 +1,7 @@
 """State-conditioned KV forecast: admit a request only if the running set's projected KV
 occupancy, at every future step, stays within the cache with the §2.5 CLT margin.
 
-The paper's memory-safe batch size (``shared/research/ebplus.md`` §2.5, Proposition 3) and our
+The paper's memory-safe batch size (``docs/research/ebplus.md`` §2.5, Proposition 3) and our
 MB-mode bound (:func:`tidal.engine.eb_theory.mb_safe_n`) are *static* caps on the number of
 running requests: they assume the slots are in a typical state (steady state, or a cohort
 admitted at once). Closed-loop clients with bounded outputs move in waves, and at a phase

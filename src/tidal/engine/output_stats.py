@@ -1,5 +1,5 @@
 """Online estimates of the output-length distribution (EB paper, Algorithm 1
-``alg:adaptive_joint``; ``shared/research/ebplus.md`` §3.1).
+``alg:adaptive_joint``; ``docs/research/ebplus.md`` §3.1).
 
 Fed one completed request at a time (O(1) on the hot path):
 

@@ -1,11 +1,15 @@
-"""The scheduler's output for one engine step: what to compute, no tensors (vLLM v1's
-``SchedulerOutput``, reduced to what a latency model and a model runner need)."""
+"""One engine step's two messages: :class:`StepPlan`, the scheduler's decision (what to compute,
+no tensors: vLLM v1's ``SchedulerOutput``, reduced to what a latency model and a model runner
+need), and :class:`StepOutput`, what executing it produced (vLLM v1's ``ModelRunnerOutput``:
+the duration and, on a real model, the sampled tokens), which the scheduler's ``update`` commits."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tidal.core.request import Request
+from tidal.engine.decode_pool import DecodePool
 from tidal.hardware.perf import StepShape
 
 
@@ -16,6 +20,10 @@ class StepPlan:
     preemption and tool results; a chunk that reaches the request's end samples a token."""
     num_decodes: int = 0
     """Requests of the decode pool, each computing exactly one token."""
+    decodes: DecodePool | None = None
+    """The decode pool whose members are this step's decodes (set when ``num_decodes`` > 0):
+    member ``req`` computes its token at position ``decodes.computed(req)``. A view, valid
+    until the step is committed (the pool advances lazily: no per-member cost here)."""
     decode_ctx: int = 0
     """Σ over decodes of the attended context (computed tokens + the new one)."""
     prefill_attn: int = 0
@@ -58,3 +66,15 @@ class StepPlan:
         self.prefills.append((req, num_new))
         self.prefill_attn += num_new * (2 * s + num_new)
         self.prefill_ctx += s + num_new
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """What executing a :class:`StepPlan` produced."""
+
+    duration_ns: int = 0
+    """Wall (runtime) or modelled (simulator) time of all ``plan.num_steps`` steps."""
+    sampled: Sequence[tuple[Request, int]] = ()
+    """(request, token) for every request that sampled a token, in batch order (real model
+    only; the token is already appended to ``token_ids``). The simulator samples nothing: the
+    counters say how many tokens a request has, and its requests have no stop rules."""

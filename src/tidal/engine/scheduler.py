@@ -1,8 +1,11 @@
 """The instance scheduler: one engine state, one batching policy, optional components.
 
-``Scheduler`` is what a backend drives (DESIGN.md §1): ``schedule()`` returns a plain
-:class:`StepPlan`, ``update()`` applies a finished step; neither knows whether a latency model
-or a real model runner executed it. Inside, the work is split three ways:
+``Scheduler`` is what a backend drives (docs/DESIGN.md §1): ``schedule()`` returns a plain
+:class:`StepPlan`; ``update()`` commits it with the executor's :class:`StepOutput` — counters
+advance, every stop rule is checked (the length limit; on a real model each sampled token
+against the request's :class:`~tidal.core.request.StopRule`: end-of-sequence, stop token ids,
+stop strings), and every request that ends emits its events. Neither knows whether a latency
+model or a real model runner executed the step. Inside, the work is split three ways:
 
 * :class:`~tidal.engine.state.EngineState` holds the requests and the KV cache and performs
   every change to them (admit, chunk, preempt, finish), emitting events;
@@ -17,7 +20,7 @@ Build one with :func:`tidal.engine.build.build_scheduler`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +28,7 @@ from pydantic import BaseModel
 
 from tidal.core.request import Request
 from tidal.engine.eb_options import EBOptions
-from tidal.engine.plan import StepPlan
+from tidal.engine.plan import StepOutput, StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
 from tidal.engine.state import EngineState, StateView
 from tidal.engine.stats import PolicyStats
@@ -77,15 +80,6 @@ class Scheduler(StateView):
             augmentation.attach(state)
         hook = type(policy).before_apply is not BatchingPolicy.before_apply
         self._before_apply = policy.before_apply if hook else None
-        # without a component the driver calls the policy and the state directly
-        if augmentation is None:
-            self.schedule = policy.schedule
-            self.repeatable_steps = policy.repeatable_steps
-            self.update = self._update if hook else state.apply
-        else:
-            self.schedule = self._schedule_augmented
-            self.repeatable_steps = self._repeatable_augmented
-            self.update = self._update
 
     # ------------------------------------------------------------------ state (read-only)
     @property
@@ -142,39 +136,38 @@ class Scheduler(StateView):
             self.augmentation.add_request(req)
         self.state.add(req)
 
-    schedule: Callable[[int], StepPlan]
-    """``schedule(now_ns)``: decide the next step. Allocates the step's KV blocks; does not
-    advance progress."""
-    repeatable_steps: Callable[[StepPlan], tuple[int, bool]]
-    """For fast-forward: how many consecutive steps (≥ 1, this one included) would be scheduled
-    exactly like ``plan`` up to the decode pool's growth, and whether a new arrival (or another
-    external event) could change that."""
-    update: Callable[..., None]
-    """``update(plan, end_ns, num_steps=1)``: apply ``num_steps`` executed steps of ``plan``
-    ending at ``end_ns``."""
-
-    def _schedule_augmented(self, now_ns: int) -> StepPlan:
+    def schedule(self, now_ns: int) -> StepPlan:
+        """Decide the next step. Allocates the step's KV blocks; does not advance progress."""
         aug = self.augmentation
-        assert aug is not None
+        if aug is None:
+            return self.policy.schedule(now_ns)
         aug.before_schedule(now_ns)
         plan = self.policy.schedule(now_ns)
         aug.after_schedule(plan, now_ns)
         return plan
 
-    def _repeatable_augmented(self, plan: StepPlan) -> tuple[int, bool]:
+    def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
+        """For fast-forward: how many consecutive steps (≥ 1, this one included) would be
+        scheduled exactly like ``plan`` up to the decode pool's growth, and whether a new
+        arrival (or another external event) could change that."""
         aug = self.augmentation
-        assert aug is not None
+        if aug is None:
+            return self.policy.repeatable_steps(plan)
         if aug.blocks_fast_forward(plan):
             return 1, True
         k, sensitive = self.policy.repeatable_steps(plan)
         return k, sensitive or aug.waits_for_returns()
 
-    def _update(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
+    def update(self, plan: StepPlan, output: StepOutput, end_ns: int) -> None:
+        """Commit the ``plan.num_steps`` executed steps of ``plan`` that ended at ``end_ns``:
+        the policy and the augmentation see the step first, then the state applies it, ending
+        the requests that reached their length or matched their stop rule
+        (:meth:`EngineState.apply`)."""
         if self.augmentation is not None:
             self.augmentation.before_apply(plan, end_ns)
         if self._before_apply is not None:
-            self._before_apply(plan, end_ns, num_steps)
-        self.state.apply(plan, end_ns, num_steps)
+            self._before_apply(plan, end_ns, plan.num_steps)
+        self.state.apply(plan, end_ns, plan.num_steps, output.sampled)
 
     def resume(self, req: Request, now_ns: int) -> None:
         """An external call of ``req`` returned."""
@@ -188,6 +181,19 @@ class Scheduler(StateView):
             self.augmentation.abort(req, now_ns)
         else:
             self.state.abort(req, now_ns)
+
+    def detach(self, req: Request, now_ns: int) -> None:
+        """``req`` leaves to wait on an external call, its KV discarded (the real engine's
+        fallback for augmented requests, :meth:`EngineState.detach`); :meth:`reattach` brings
+        it back with the call's tokens."""
+        if self.augmentation is not None:
+            raise NotImplementedError(f"{self.name} pauses requests itself (on_pause/resume)")
+        self.state.detach(req, now_ns)
+
+    def reattach(self, req: Request, tokens: Sequence[int]) -> None:
+        """The external call of a detached ``req`` returned ``tokens``: they are appended and
+        ``req`` re-enters the queue at the tail, to be prefilled with everything before them."""
+        self.state.reattach(req, tokens)
 
     def check(self) -> None:
         """Assert the scheduler's invariants (tests and debugging; O(requests))."""

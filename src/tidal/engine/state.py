@@ -2,7 +2,7 @@
 
 It owns the waiting queue, the running set (admission order), the running prefills and the
 lazily advanced decode pool over a :class:`~tidal.core.kv.KVBlockManager`, and performs the
-vLLM-v1 mechanisms every batching policy shares (``shared/research/ebplus.md`` §4.1):
+vLLM-v1 mechanisms every batching policy shares (``docs/research/ebplus.md`` §4.1):
 
 * **chunk**: a request's next prefill chunk is ``min(deficit, budget, cap)`` with
   ``deficit = num_tokens − num_computed_tokens`` and ``cap = long_prefill_token_threshold``
@@ -16,11 +16,18 @@ vLLM-v1 mechanisms every batching policy shares (``shared/research/ebplus.md`` �
   first, then the newest running request loses its KV and returns to the queue's front. The
   kept set is the longest admission-order prefix whose blocks fit — vLLM v1's running loop.
 * **finish** and **apply**: a finished step advances counters; a request that caught up joins
-  the decode pool (or finishes, or stops at a tool call); pool departures finish or stop.
+  the decode pool (or finishes, or stops at a tool call); pool departures finish or stop. On a
+  real model, a request whose :class:`~tidal.core.request.StopRule` matches the token it just
+  sampled finishes as ``STOPPED`` — before the length limit, as vLLM's output processor has
+  it (a stop string found in the last allowed token is a stop).
+* **abort** (a client disconnect, an error) and **detach** (an external call of the real
+  engine: the KV is discarded, the request re-enters later with the call's tokens).
 
-Components observe it through :class:`StateListener` events (started, prefix hit, preempted,
-finishing, finished, reclaim) and one optional :class:`CallStops` (requests that stop for tool
-calls); neither a policy nor a component edits the running set by other paths.
+Every ending is an event: ``finish`` calls :attr:`on_finish` then the listeners'
+``on_finished``; ``abort`` the listeners' ``on_aborted``. Components observe the state through
+:class:`StateListener` events (started, prefix hit, preempted, finishing, finished, aborted,
+reclaim) and one optional :class:`CallStops` (requests that stop for tool calls); neither a
+policy nor a component edits the running set by other paths.
 
 Invariants (:meth:`check`): every running request is in exactly one of the pool and the
 prefills, holds ``blocks_for(num_computed_tokens)`` blocks, and at most N run.
@@ -28,84 +35,25 @@ prefills, holds ``blocks_for(num_computed_tokens)`` blocks, and at most N run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Container, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request, RequestState
 from tidal.engine.decode_pool import DecodePool
+from tidal.engine.events import CallStops, StateListener, StateView
 from tidal.engine.ordering import FCFSQueue, WaitingQueue
 from tidal.engine.plan import StepPlan
 
 if TYPE_CHECKING:
     from tidal.engine.scheduler import SchedulerConfig
 
+__all__ = ["AdmissionTest", "CallStops", "EngineState", "StateListener", "StateView"]
+
 AdmissionTest = Callable[[Request], bool]
 
-
-class StateView:
-    """Read-only views of the parts of ``self.state`` (an :class:`EngineState`), for the
-    objects that act on one state: the scheduler facade, its policy and its components."""
-
-    state: EngineState
-
-    @property
-    def kv(self) -> KVBlockManager:
-        return self.state.kv
-
-    @property
-    def waiting(self) -> WaitingQueue:
-        return self.state.waiting
-
-    @property
-    def running(self) -> dict[int, Request]:
-        return self.state.running
-
-    @property
-    def prefilling(self) -> list[Request]:
-        return self.state.prefilling
-
-    @property
-    def pool(self) -> DecodePool:
-        return self.state.pool
-
-
-class StateListener(StateView):
-    """Events of an :class:`EngineState`; a component overrides those it needs."""
-
-    def on_started(self, req: Request) -> None:
-        """``req`` joined the running set (its KV, if any, is now the running set's)."""
-
-    def on_preempted(self, req: Request, lost_tokens: int) -> None:
-        """``req`` lost its KV and ``lost_tokens`` computed tokens; called before it is put
-        back at the queue's front."""
-
-    def before_finish(self, req: Request) -> None:
-        """``req`` is about to finish (its KV is still held)."""
-
-    def on_finished(self, req: Request, now_ns: int) -> None:
-        """``req`` finished and left the running set (after the driver was told)."""
-
-    def on_prefix_hit(self, req: Request, hit_tokens: int) -> None:
-        """``req`` was admitted with ``hit_tokens`` found in the prefix cache."""
-
-    def reclaim(self, num_blocks: int, keep: Request | None = None) -> bool:
-        """Free up to ``num_blocks`` KV blocks held outside the running set (never those of
-        ``keep``); True if any were freed."""
-        return False
-
-
-class CallStops(Protocol):
-    """Where requests stop for a tool call (augmented requests)."""
-
-    def target(self, req: Request) -> int:
-        """The output count at which ``req`` next leaves the decode pool."""
-        ...
-
-    def stopped(self, req: Request, now_ns: int) -> bool:
-        """``req`` just sampled a token: if it is at a call point, pause it (it leaves the
-        running set) and return True."""
-        ...
+_FINISHED = RequestState.FINISHED
+_STOPPED = RequestState.STOPPED
 
 
 class EngineState:
@@ -126,6 +74,7 @@ class EngineState:
         self._preempted: list[Any] = []
         self._finishing: list[Any] = []
         self._finished: list[Any] = []
+        self._aborted: list[Any] = []
         self._reclaimers: list[Any] = []
         self._prefix_hit: list[Any] = []
         self.stops: CallStops | None = None
@@ -164,6 +113,7 @@ class EngineState:
         self._preempted = self._hooks("on_preempted")
         self._finishing = self._hooks("before_finish")
         self._finished = self._hooks("on_finished")
+        self._aborted = self._hooks("on_aborted")
         self._reclaimers = self._hooks("reclaim")
         self._prefix_hit = self._hooks("on_prefix_hit")
 
@@ -226,6 +176,7 @@ class EngineState:
             plan.add_chunk(req, n)
             kv.allocate(req, req.num_computed_tokens + n)
         plan.num_decodes = n_dec
+        plan.decodes = pool
         plan.decode_ctx = pool.decode_ctx()
         return budget
 
@@ -335,10 +286,12 @@ class EngineState:
             fn(req, lost)
         self.waiting.push_front(req)
 
-    def finish(self, req: Request, now_ns: int) -> None:
+    def finish(self, req: Request, now_ns: int, state: RequestState = _FINISHED) -> None:
+        """``req`` (out of the pool and the prefills, still running) ends as ``state``
+        (``FINISHED``: its length; ``STOPPED``: its stop rule)."""
         for fn in self._finishing:
             fn(req)
-        req.state = RequestState.FINISHED  # before the free: the cache may drop its own blocks
+        req.state = state  # before the free: the cache may drop its own blocks
         self.kv.free(req)
         del self.running[req.request_id]
         req.finish_ns = now_ns
@@ -349,17 +302,56 @@ class EngineState:
 
     def abort(self, req: Request, now_ns: int) -> None:
         """Drop a request wherever it is (client disconnect); its KV is freed."""
+        self._drop(req)
+        self.aborted(req, now_ns)
+
+    def aborted(self, req: Request, now_ns: int) -> None:
+        """``req``, already out of the running set and the queue, ends as ``ABORTED``; the
+        listeners hear it."""
+        req.state = RequestState.ABORTED
+        req.finish_ns = now_ns
+        for fn in self._aborted:
+            fn(req, now_ns)
+
+    def detach(self, req: Request, now_ns: int) -> None:
+        """``req`` leaves to wait on an external call (the real engine's discard fallback): its
+        KV is freed and its progress reset; :meth:`reattach` brings it back. Listeners hear an
+        abort (the request left before finishing)."""
+        self._drop(req)
+        req.num_computed_tokens = 0
+        req.state = RequestState.PAUSED
+        for fn in self._aborted:
+            fn(req, now_ns)
+
+    def reattach(self, req: Request, tokens: Sequence[int]) -> None:
+        """The external call of a detached ``req`` returned ``tokens``: append them (they are
+        prefilled like a prompt, with everything before them) and queue ``req`` at the tail."""
+        if req.state != RequestState.PAUSED:
+            raise ValueError(f"request {req.request_id} is not waiting on an external call")
+        assert req.token_ids is not None
+        req.token_ids.extend(tokens)
+        req.num_extra_tokens += len(tokens)
+        req.finish_ns = -1
+        self.add(req)
+
+    def _drop(self, req: Request) -> None:
         if req.request_id in self.running:
             self._leave_running(req)
             self.kv.free(req)
         elif req.state == RequestState.WAITING:
             self.waiting.remove(req)
-        req.state = RequestState.ABORTED
-        req.finish_ns = now_ns
 
     # ------------------------------------------------------------------ apply
-    def apply(self, plan: StepPlan, end_ns: int, num_steps: int = 1) -> None:
-        """Apply ``num_steps`` executed steps of ``plan`` ending at ``end_ns``."""
+    def apply(
+        self,
+        plan: StepPlan,
+        end_ns: int,
+        num_steps: int = 1,
+        sampled: Sequence[tuple[Request, int]] = (),
+    ) -> None:
+        """Apply ``num_steps`` executed steps of ``plan`` ending at ``end_ns``; ``sampled``:
+        the (request, token) pairs a real model sampled in the step (stop rules)."""
+        stopped = _stopped(sampled) if sampled else ()
         self.num_steps += num_steps
         departed: list[Request] = []
         pool = self.pool
@@ -374,18 +366,24 @@ class EngineState:
                 if req.first_token_ns < 0:
                     req.first_token_ns = end_ns
                 self.prefilling.remove(req)
-                self._caught_up(req, end_ns)
+                self._caught_up(req, end_ns, stopped)
         stops = self.stops
         for req in departed:
             if stops is None or not stops.stopped(req, end_ns):
-                self.finish(req, end_ns)
+                self.finish(req, end_ns, _STOPPED if req in stopped else _FINISHED)
+        for req in stopped:  # stopped before its length: it is still decoding
+            if req.in_pool:
+                self.pool.remove(req)
+                self.finish(req, end_ns, _STOPPED)
 
-    def _caught_up(self, req: Request, now_ns: int) -> None:
+    def _caught_up(self, req: Request, now_ns: int, stopped: Container[Request] = ()) -> None:
         """A prefill chunk reached the end of the request and sampled a token."""
         stops = self.stops
         if stops is not None and stops.stopped(req, now_ns):
             return
-        if req.num_output_tokens >= req.max_output_len:
+        if req in stopped:
+            self.finish(req, now_ns, _STOPPED)
+        elif req.num_output_tokens >= req.max_output_len:
             self.finish(req, now_ns)
         else:
             self.pool.join(req, req.max_output_len if stops is None else stops.target(req))
@@ -399,3 +397,10 @@ class EngineState:
             assert req.num_blocks == self.kv.blocks_for(req.num_computed_tokens)
             if req.in_pool:
                 assert req.num_computed_tokens == req.num_tokens - 1
+
+
+
+def _stopped(sampled: Sequence[tuple[Request, int]]) -> dict[Request, None]:
+    """The requests whose stop rule matches the token they sampled, in batch order (each rule
+    sees every token of its request once, in order: stop strings accumulate text)."""
+    return {req: None for req, tok in sampled if req.stop is not None and req.stop(tok)}

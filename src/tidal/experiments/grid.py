@@ -13,7 +13,7 @@ depend on the order the keys were given, on the process, or on ``PYTHONHASHSEED`
 * ``cell_id`` = a readable slug of the values + the first 8 hex digits of SHA-256(encoding);
 * seeds = the first 63 bits of ``SeedSequence(base_seed, spawn_key=W)``'s state, where W are
   the first four 32-bit words of SHA-256 of the encoding of the cell's *seed-relevant* values
-  (DESIGN.md §3: seeds only from numpy ``SeedSequence``, never ``hash()``). Which values are
+  (docs/DESIGN.md §3: seeds only from numpy ``SeedSequence``, never ``hash()``). Which values are
   seed-relevant is the seed policy (:data:`SEED_POLICIES`).
 """
 

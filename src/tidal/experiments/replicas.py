@@ -2,7 +2,7 @@
 
 Each replica is a full serving instance (scheduler, KV cache, latency model) built from the same
 :class:`~tidal.sim.config.SimulationConfig`, i.e. TP GPUs each. The simulator's event loop
-already merges the step ends of several instances (DESIGN.md §3); a request is routed when it
+already merges the step ends of several instances (docs/DESIGN.md §3); a request is routed when it
 arrives, and fast-forward stops at every arrival, so the result is exact — the same per-request
 timestamps as stepping every replica one step at a time.
 

@@ -2,13 +2,13 @@
 
 The EB paper's authors calibrated Qwen3-8B (fp16, TP=1, vLLM eager mode) on two GPUs; their
 files are ``reproduce/calibration/pd_calibration_Qwen3-8B_{H200,RTXPRO6000}.json`` in the public
-eb-vllm repository, quoted in ``shared/research/ebplus.md`` §1.1. Decode constants were measured
+eb-vllm repository, quoted in ``docs/research/ebplus.md`` §1.1. Decode constants were measured
 with a 512-token context per request.
 
 INFERCEPT (ICML 2024) profiled its A100 testbed (a vLLM-0.2 fork, eager kernels) for GPT-J-6B
 on one GPU and Vicuna-13B with TP = 2; its experiment scripts set "the profiling variables
 used in the paper" (``exps/README.md``, ``exps/6B_bench.sh``, ``exps/13B_tp2_bench.sh`` in
-github.com/WukLab/InferCept, read for ``shared/research/augserve.md`` §2.4):
+github.com/WukLab/InferCept, read for ``docs/research/augserve.md`` §2.4):
 
 * iteration time ``It(N) = α·N + γ`` ms for a batch of N tokens (``discard_waste`` in
   ``vllm/core/scheduler_v2.py``): 6B α = 0.0463, γ = 10; 13B-TP2 α = 0.0279, γ = 15.4 —
@@ -91,6 +91,8 @@ class InferceptProfile:
         return self.swap_tokens_per_iteration / 2 / self.iteration_s(self.saturation_tokens)
 
 
+# The source labels of these tables reach every result's metrics (golden digests pin them), so
+# they keep their wording: ``augserve.md`` and ``ebplus.md`` are the notes in docs/research/.
 INFERCEPT_PROFILES: dict[tuple[str, str, int], InferceptProfile] = {
     ("gpt-j-6b", "a100-80gb", 1): InferceptProfile(
         0.0463, 10.0, 0.00462, 108.99, "INFERCEPT exps/6B_bench.sh (augserve.md §2.4)"
@@ -391,7 +393,7 @@ def line_fit(x: Iterable[float], y: Iterable[float]) -> tuple[float, float]:
 def derive_linear(roof: PerfModel, ctx_ref: int = 512) -> LinearCalibration:
     """Fit α/β to the roofline (or any step-time model, e.g. a measured profile) the way the
     paper fits its GPU measurements: prefill sizes 256…4096, decode batches 16…1024 at
-    ``ctx_ref`` context (ebplus.md §1.1), least squares."""
+    ``ctx_ref`` context (docs/research/ebplus.md §1.1), least squares."""
     import numpy as np
 
     p = np.array([256, 512, 1024, 2048, 4096])

@@ -1,6 +1,6 @@
 """GPU catalog. Dense (non-sparse) tensor throughput, HBM/GDDR bandwidth and size, links.
 
-Sources: ``shared/research/ebplus.md`` §6 (vendor pages; dense = half the sparse marketing
+Sources: ``docs/research/ebplus.md`` §6 (vendor pages; dense = half the sparse marketing
 figure). Link bandwidths are per direction. ``price_per_hour`` is an indicative on-demand cloud
 price in USD (mid-2026 list prices, rounded); it only feeds the planner's optional $ column.
 

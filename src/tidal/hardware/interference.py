@@ -1,4 +1,4 @@
-"""Mixed-step interference (EB paper, ``shared/research/ebplus.md`` §1.2, §1.5, Q2, Q14).
+"""Mixed-step interference (EB paper, ``docs/research/ebplus.md`` §1.2, §1.5, Q2, Q14).
 
 When prefill chunks and decodes share a forward pass, the bandwidth-bound decode attention runs
 slower than alone, so a mixed step costs more than the sum of its exclusive parts. The paper
@@ -67,7 +67,7 @@ ANCHOR_H200 = "h200"
 ANCHOR_RTX = "rtx-pro-6000"
 
 MB_COST_FITS: dict[tuple[str, str, int], Quadratic] = {
-    # eb-vllm reproduce/calibration/beta_mb_Qwen3-8B_H200.json (ebplus.md §1.2)
+    # eb-vllm reproduce/calibration/beta_mb_Qwen3-8B_H200.json (docs/research/ebplus.md §1.2)
     (ANCHOR_MODEL, ANCHOR_H200, 1): Quadratic(2.494e-5, 5.193e-5, 1.478e-5),
     # eb-vllm reproduce/calibration/beta_mb_Qwen3-8B_RTXPRO6000.json
     (ANCHOR_MODEL, ANCHOR_RTX, 1): Quadratic(6.2934e-5, 1.96893e-4, 9.899e-6),
@@ -198,8 +198,8 @@ class InterferencePerfModel(WrappedPerfModel):
 
 @dataclass(frozen=True)
 class StepCosts:
-    """What the EB controller knows about the hardware (ebplus.md §1): the linear exclusive
-    step costs ``α_p + β_p·L`` and ``α_d + β_d·j`` (β_d at a 512-token context), the
+    """What the EB controller knows about the hardware (docs/research/ebplus.md §1): the linear
+    exclusive step costs ``α_p + β_p·L`` and ``α_d + β_d·j`` (β_d at a 512-token context), the
     step-level interference of mixed steps, and the paper's measured ``β_MB^e`` fit if any."""
 
     alpha_p: float

@@ -7,7 +7,7 @@ falling last segment is held flat at the last value: a bigger batch is never fas
 largest measured one); :func:`isotonic` gives the monotone envelope of noisy data. The
 scalar path (bisect on Python lists) and the array path (``searchsorted`` on float64 arrays)
 perform the same IEEE operations in the same order, so :meth:`Curve.at` on each element of
-an array equals :meth:`Curve.many` on the array bit for bit (DESIGN.md §2).
+an array equals :meth:`Curve.many` on the array bit for bit (docs/DESIGN.md §2).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Step times summed from measured GPU operator profiles (``tidal-gpu-profile/1``).
 
 For a step of T tokens, n decode requests with Σctx context, m prefill chunks and S = n + m
-sequences on L layers (Vidur's sum, ``shared/research/gpu-profiles.md``):
+sequences on L layers (Vidur's sum, ``docs/research/gpu-profiles.md``):
 
     t = L·Σ_ops op(T) + emb(T) + 2L·AR(T·hidden·dtype) + L·attn_p + L·attn_d + head(S) + host(S)
 

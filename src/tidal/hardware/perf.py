@@ -10,7 +10,7 @@ the simulator's vectorised fast-forward and calibration fits:
 * ``prefill_ctx`` — Σ (s + c), the context the chunks' attention reads;
 * ``num_prefills`` — chunks in the step.
 
-Exactness (DESIGN.md §2): ``step_seconds`` uses only +, −, ×, ÷ and max on float64, written so
+Exactness (docs/DESIGN.md §2): ``step_seconds`` uses only +, −, ×, ÷ and max on float64, written so
 that evaluating it on a numpy array of decode contexts performs the same IEEE operations in the
 same order as on Python scalars. ``decode_run_ns`` is therefore bit-identical to calling
 ``step_ns`` once per step, which the fast-forward property test asserts.
@@ -131,14 +131,14 @@ class WrappedPerfModel(PerfModel):
 class RooflinePerfModel(PerfModel):
     """Roofline: per layer group, time = max(FLOPs / (η_F·F), bytes / (η_B·BW)).
 
-    Groups (``shared/research/ebplus.md`` §1.4): linear layers (compute vs weight read; the LM
-    head only for sampled positions), prefill attention (compute vs KV read), decode attention
-    (compute vs KV read, in practice bandwidth-bound), KV writes, a TP all-reduce term (two ring
-    all-reduces of ``tokens × hidden`` activations per layer) and a host overhead per step and
-    per sequence (scheduling, input preparation, sampling; CUDA-graph mode). Defaults η_F = 0.6
-    and η_B = 0.8 reproduce the measured Qwen3-8B β_p and β_d on H200 and RTX PRO 6000 within a
-    few percent (ebplus.md §1.4). MoE layers read only the experts the step's tokens touch:
-    E·(1 − (1 − k/E)^tokens) per layer in expectation under uniform routing.
+    Groups (``docs/research/ebplus.md`` §1.4): linear layers (compute vs weight read; the LM head
+    only for sampled positions), prefill attention (compute vs KV read), decode attention (compute
+    vs KV read, in practice bandwidth-bound), KV writes, a TP all-reduce term (two ring all-reduces
+    of ``tokens × hidden`` activations per layer) and a host overhead per step and per sequence
+    (scheduling, input preparation, sampling; CUDA-graph mode). Defaults η_F = 0.6 and η_B = 0.8
+    reproduce the measured Qwen3-8B β_p and β_d on H200 and RTX PRO 6000 within a few percent
+    (docs/research/ebplus.md §1.4). MoE layers read only the experts the step's tokens touch: E·(1 −
+    (1 − k/E)^tokens) per layer in expectation under uniform routing.
     """
 
     name = "roofline"
@@ -229,7 +229,7 @@ class RooflinePerfModel(PerfModel):
 
 
 class LinearPerfModel(PerfModel):
-    """Calibrated linear step costs (EB paper, ebplus.md §1.1 and §1.5).
+    """Calibrated linear step costs (EB paper, docs/research/ebplus.md §1.1 and §1.5).
 
     Prefill-only: α_p + β_p·P. Decode-only: α_d + β_d0·n + κ·Σctx, where β_d was measured at
     a ``ctx_ref``-token context (512 in the EB paper) and is split as β_d = β_d0 + κ·ctx_ref

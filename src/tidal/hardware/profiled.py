@@ -1,7 +1,7 @@
 """A step-time model fitted to measured steps of the real engine (``tidal calibrate``).
 
 Step time is linear in a few features of the batch shape (:class:`~tidal.hardware.perf.StepShape`)
-that follow the runner's work (DESIGN.md §5, "calibrated profile from the real engine"):
+that follow the runner's work (docs/DESIGN.md §5, "calibrated profile from the real engine"):
 
     t = max(0, c₀ + c_tok·T + Σ_k c_k·max(0, T − knot_k) + c_dec·n + c_dbatch·[n > 0]
                + c_chunk·m + c_pattn·A + c_pctx·C) + c_dctx·Σctx

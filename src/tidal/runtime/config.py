@@ -229,11 +229,11 @@ def kv_bytes_for(  # type: ignore[no-untyped-def]
 
 
 def profile_step_costs(cfg: RuntimeConfig) -> StepCosts | None:
-    """EB's view of this machine for ``eb``/``ebplus``: α/β fitted to the calibrated profile
-    by the EB paper's recipe (:func:`tidal.hardware.calibration.derive_linear`, ebplus.md
-    §1.1). No mixed-step interference term: the profile measures none (on a CPU runner a mixed
-    step costs its prefill and decode work, EB paper §1.2's term is a GPU effect), so EB⁺'s
-    crossover weighs the step overheads α and the per-token costs only."""
+    """EB's view of this machine for ``eb``/``ebplus``: α/β fitted to the calibrated profile by the
+    EB paper's recipe (:func:`tidal.hardware.calibration.derive_linear`, docs/research/ebplus.md
+    §1.1). No mixed-step interference term: the profile measures none (on a CPU runner a mixed step
+    costs its prefill and decode work, EB paper §1.2's term is a GPU effect), so EB⁺'s crossover
+    weighs the step overheads α and the per-token costs only."""
     if cfg.batching == "mb":
         return None
     if cfg.profile is None:

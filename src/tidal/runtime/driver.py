@@ -5,6 +5,12 @@ command inbox that is drained at step boundaries, so a step never sees a half-ap
 and the block accounting never races with the tensors. Times are wall-clock nanoseconds from
 the engine's :class:`~tidal.core.clock.WallClock`.
 
+The driver decides nothing about a request's progress: the scheduler's ``update`` applies the
+length limit and every stop rule (the request's :class:`~tidal.core.request.StopRule`: stop
+token ids and the API's stop strings) and ends the requests, so the batching policies hear every
+finish. The driver drains its inbox, steps the engine and turns the step's sampled tokens, and
+the endings they caused, into :class:`TokenEvent` s.
+
 Two ways to run it:
 
 * **serving** (:meth:`EngineDriver.start`): a background thread; :meth:`submit` and
@@ -36,7 +42,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tidal.core.request import Request, RequestState
+from tidal.core.request import Request, RequestState, StopRule
 from tidal.runtime.config import RuntimeEngine
 from tidal.runtime.replay import StepRecord, replay
 from tidal.runtime.sampling import GREEDY, SamplingParams
@@ -68,6 +74,8 @@ class RequestHandle:
     """Called in the driver thread for every event (when no event loop is attached)."""
     stop_check: Callable[[int], bool] | None = None
     """Called in the driver thread with each sampled token; True ends the request ("stop")."""
+    stop_error: str | None = None
+    """Why ``stop_check`` raised (the request then ends with an error)."""
     finish_reason: str | None = None
     error: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
@@ -127,12 +135,15 @@ class EngineDriver:
                 f"model's context of {self.rt.max_model_len} tokens"
             )
         rid = next(self._ids)
+        stops = frozenset(stop_token_ids)
         req = Request(
             rid, self.clock.now_ns(), len(prompt_ids), max_tokens, token_ids=list(prompt_ids)
         )
         queue: asyncio.Queue[TokenEvent] | None = asyncio.Queue() if loop is not None else None
-        stops = frozenset(stop_token_ids)
         handle = RequestHandle(req, params, stops, loop, queue, callback, stop_check)
+        if stops or stop_check is not None:
+            check = None if stop_check is None else _GuardedCheck(handle, stop_check)
+            req.stop = StopRule(stops, check)
         self._post("add", handle)
         return handle
 
@@ -196,12 +207,13 @@ class EngineDriver:
     ) -> None:
         """Run an external call (tool, retrieval…) of an augmented request as a real await.
 
-        The request leaves the engine at the next step boundary — its KV is discarded, as in
-        vLLM's handling of augmented requests (augserve.md's "vLLM baseline") — then ``call()``
-        is awaited on the event loop while other requests keep running; its returned tokens are
-        appended (``num_extra_tokens``) and the request re-enters the waiting queue at the tail
-        to be prefilled, prompt and output so far included. ``handle.extra["external_calls"]``
-        records ``(position, number of tokens)`` of each call's result.
+        The request leaves the engine at the next step boundary — its KV is discarded, as in vLLM's
+        handling of augmented requests (docs/research/augserve.md's "vLLM baseline") — then
+        ``call()`` is awaited on the event loop while other requests keep running; its returned
+        tokens are appended (``num_extra_tokens``) and the request re-enters the waiting queue at
+        the tail to be prefilled, prompt and output so far included.
+        ``handle.extra["external_calls"]`` records ``(position, number of tokens)`` of each call's
+        result.
 
         Hook for the interception policies of issue 4 (Preserve / Swap / value scheduling,
         :class:`tidal.engine.augment.component.Augmentation`): there the scheduler pauses
@@ -361,9 +373,7 @@ class EngineDriver:
         elif cmd == "pause":
             if h.finished or req.request_id not in self.handles:
                 return
-            sched.abort(req, now)  # frees the KV; the request leaves the engine
-            req.num_computed_tokens = 0
-            req.state = RequestState.PAUSED
+            sched.detach(req, now)  # frees the KV; the request leaves the engine
         elif cmd == "resume":
             if h.finished or req.state != RequestState.PAUSED:
                 return
@@ -371,35 +381,26 @@ class EngineDriver:
             assert req.token_ids is not None
             calls = h.extra.setdefault("external_calls", [])
             calls.append((len(req.token_ids), len(tokens)))  # type: ignore[attr-defined]
-            req.token_ids.extend(tokens)
-            req.num_extra_tokens += len(tokens)
-            req.finish_ns = -1
-            sched.add_request(req)
+            sched.reattach(req, tokens)
 
     def _collect(self, out: list) -> None:
-        """Events of the step just run: sampled tokens, then finishes. A stop (a stop token, or
-        ``stop_check`` — the API's stop strings) takes precedence over the length limit, as
-        vLLM's output processor has it."""
-        sched = self.scheduler
-        now = self.clock.now_ns()
-        for req, tok in getattr(self.engine.executor, "sampled", ()):
+        """Events of the step just run, from its output: each sampled token, the last one of a
+        request carrying how the scheduler ended it (``length``, or ``stop``: the scheduler
+        checks the stop rule first, as vLLM's output processor has it)."""
+        for req, tok in self.engine.output.sampled:
             h = self.handles.get(req.request_id)
             if h is None:
                 continue
-            try:
-                stop = tok in h.stop_token_ids or (h.stop_check is not None and h.stop_check(tok))
-            except Exception as err:
-                self._fail(h, err, out, "stop check")
-                continue
-            if stop:
-                if req.state != RequestState.FINISHED:
-                    sched.abort(req, now)
-                    req.state = RequestState.FINISHED
-                self._end(h, "stop", out, tok)
-            elif req.state == RequestState.FINISHED:
-                self._end(h, "length", out, tok)
-            else:
+            reason = req.finish_reason
+            if reason is None:
                 out.append((h, TokenEvent(tok)))
+            elif h.stop_error is not None:  # the stop check raised: the request ended on it
+                log.warning("request %d failed in its stop check: %s", req.request_id, h.stop_error)
+                self.num_request_failures += 1
+                h.error = h.stop_error
+                self._end(h, "error", out)
+            else:
+                self._end(h, reason, out, tok)
 
     def _refuse_head(self, out: list) -> None:
         """Work exists but nothing could be scheduled: with nothing running, the queue head
@@ -417,8 +418,6 @@ class EngineDriver:
     def _end(self, h: RequestHandle, reason: str, out: list, token: int | None = None) -> None:
         h.finish_reason = reason
         req = h.request
-        if req.finish_ns < 0:
-            req.finish_ns = self.clock.now_ns()
         self.handles.pop(req.request_id, None)
         self.runner.release(req)
         out.append((h, TokenEvent(token, reason)))
@@ -441,6 +440,22 @@ class EngineDriver:
         for loop, items in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
                 loop.call_soon_threadsafe(_put_all, items)
+
+
+class _GuardedCheck:
+    """A request's ``stop_check`` that cannot fail the step it runs in: an exception ends the
+    request (a stop), and the driver then reports it as an error."""
+
+    def __init__(self, handle: RequestHandle, check: Callable[[int], bool]) -> None:
+        self.handle = handle
+        self.check = check
+
+    def __call__(self, token: int) -> bool:
+        try:
+            return self.check(token)
+        except Exception as err:
+            self.handle.stop_error = f"stop check: {err!r}"
+            return True
 
 
 def _put_all(items: list[tuple[RequestHandle, TokenEvent]]) -> None:

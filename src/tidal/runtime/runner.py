@@ -1,13 +1,14 @@
 """The model runner: executes one :class:`~tidal.engine.plan.StepPlan` on the real model.
 
-Inputs of a step, derived from the plan and the scheduler's state only:
+Inputs of a step, derived from the plan alone:
 
 * a prefill chunk ``(req, c)`` computes tokens ``token_ids[s : s + c]`` at positions
   ``s … s + c − 1`` where ``s = req.num_computed_tokens`` (cached context: earlier chunks, or
   nothing after a preemption by recompute); the chunk samples a token iff it reaches the end of
   the request (``s + c = num_tokens``);
-* a decode request (a member of the scheduler's decode pool) computes its last token,
-  ``token_ids[c]`` at position ``c = pool.computed(req)``, attends ``c + 1`` tokens and samples.
+* a decode request (a member of the plan's decode pool, ``plan.decodes``) computes its last
+  token, ``token_ids[c]`` at position ``c = pool.computed(req)``, attends ``c + 1`` tokens and
+  samples.
 
 Every sampled token is appended to ``Request.token_ids``; the scheduler's ``update`` then counts
 it. Block ids come from the block manager's tables (:mod:`tidal.runtime.kv_cache`), grown for a
@@ -21,7 +22,6 @@ import torch
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
 from tidal.engine.plan import StepPlan
-from tidal.engine.scheduler import Scheduler
 from tidal.runtime.attention import DecodeSegment, PrefillSegment
 from tidal.runtime.kv_cache import PagedKVCache
 from tidal.runtime.model import ForwardBatch, LlamaForCausalLM
@@ -69,9 +69,9 @@ class ModelRunner:
         self._gens.pop(req.request_id, None)
 
     # ------------------------------------------------------------------ step
-    def run(self, plan: StepPlan, scheduler: Scheduler) -> list[tuple[Request, int]]:
+    def run(self, plan: StepPlan) -> list[tuple[Request, int]]:
         """Execute ``plan``; returns the (request, sampled token) pairs in row order."""
-        batch, samplers = self.build(plan, scheduler)
+        batch, samplers = self.build(plan)
         logits = self.model(batch, self._layers)
         params = [self._params.get(r.request_id, GREEDY) for r in samplers]
         gens = [self._gens.get(r.request_id) for r in samplers]
@@ -82,7 +82,7 @@ class ModelRunner:
             req.token_ids.append(tok)
         return list(zip(samplers, tokens, strict=True))
 
-    def build(self, plan: StepPlan, scheduler: Scheduler) -> tuple[ForwardBatch, list[Request]]:
+    def build(self, plan: StepPlan) -> tuple[ForwardBatch, list[Request]]:
         bs = self.block_size
         kv = self.kv
         ids: list[int] = []
@@ -109,8 +109,9 @@ class ModelRunner:
                 sample_rows.append(row - 1)
                 samplers.append(req)
         decode = None
-        pool = scheduler.pool
+        pool = plan.decodes
         if plan.num_decodes:
+            assert pool is not None
             start = row
             d_pos: list[int] = []
             d_blk: list[int] = []

@@ -1,13 +1,13 @@
 """Augmented serving in the simulator: the typed settings (``augment:`` in the YAML config,
 ``--serving-policy`` and ``--predictor`` on the command line) and the scheduler they build.
 
-Host swap space is a resource: ``swap_space_gb`` per GPU of host memory holds swapped-out KV
-blocks (INFERCEPT's experiment scripts use 128 GiB for the 6B model and 64 GiB for the 13B,
-augserve.md §2.4). The host link carries ``host_link_efficiency`` × the GPU's PCIe bandwidth
-per direction; with tensor parallelism each GPU moves its own shard, so the per-token
-transfer time is ``KV bytes per token per GPU / (efficiency · PCIe bandwidth)``. Left unset,
-the efficiency is the deployment's measured one where a measurement exists (INFERCEPT's
-profiled swap budget, :func:`tidal.hardware.calibration.measured_host_link`) and 0.8 otherwise.
+Host swap space is a resource: ``swap_space_gb`` per GPU of host memory holds swapped-out KV blocks
+(INFERCEPT's experiment scripts use 128 GiB for the 6B model and 64 GiB for the 13B,
+docs/research/augserve.md §2.4). The host link carries ``host_link_efficiency`` × the GPU's PCIe
+bandwidth per direction; with tensor parallelism each GPU moves its own shard, so the per-token
+transfer time is ``KV bytes per token per GPU / (efficiency · PCIe bandwidth)``. Left unset, the
+efficiency is the deployment's measured one where a measurement exists (INFERCEPT's profiled swap
+budget, :func:`tidal.hardware.calibration.measured_host_link`) and 0.8 otherwise.
 """
 
 from __future__ import annotations
@@ -89,14 +89,13 @@ class AugmentConfig(StrictModel):
     starvation_floor_factor: float = Field(default=5.0, ge=0)
     """F of the FCFS-relative rule in units of ``slo.ttft_s`` (the spec's 5× τ)."""
     starvation_factor: float = Field(default=60.0, ge=0)
-    """Fixed anti-starvation threshold τ = factor × slo.ttft_s, used when ``starvation_fcfs``
-    is 0 (0: off). The spec's default is 5×
-    (augserve.md §3.3 [DEF]); measured (BENCHMARKS.md, issue 4, GPT-J-6B at 5 req/s, past
-    AugServe's knee), 5× turns AugServe most of the way back into FCFS under sustained
-    overload — every queued request soon starves (0.43 req/s effective vs 2.46 without the
-    tier) — so the default is 60× (τ = 60 s at a 1 s TTFT SLO): 0.97 req/s, with a p99 TTFT
-    (253 s) below INFERCEPT's (624 s) instead of 1448 s without the tier. Below the knee no
-    request waits τ and the choice does not matter."""
+    """Fixed anti-starvation threshold τ = factor × slo.ttft_s, used when ``starvation_fcfs`` is 0
+    (0: off). The spec's default is 5× (docs/research/augserve.md §3.3 [DEF]); measured
+    (BENCHMARKS.md, issue 4, GPT-J-6B at 5 req/s, past AugServe's knee), 5× turns AugServe most of
+    the way back into FCFS under sustained overload — every queued request soon starves (0.43 req/s
+    effective vs 2.46 without the tier) — so the default is 60× (τ = 60 s at a 1 s TTFT SLO): 0.97
+    req/s, with a p99 TTFT (253 s) below INFERCEPT's (624 s) instead of 1448 s without the tier.
+    Below the knee no request waits τ and the choice does not matter."""
 
     @field_validator("serving_policy", "ordering", "intercept")
     @classmethod

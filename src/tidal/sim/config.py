@@ -76,7 +76,8 @@ class SchedulerSettings(_Strict):
 
 class SLOConfig(_Strict):
     ttft_s: float = Field(default=2.0, gt=0)
-    """TTFT threshold in seconds (default 2 s, Vidur-Search's P90 SLO; ebplus.md §7 Q9)."""
+    """TTFT threshold in seconds (default 2 s, Vidur-Search's P90 SLO; docs/research/ebplus.md §7
+    Q9)."""
     tpot_s: float = Field(default=0.2, gt=0)
     """TPOT threshold in seconds (default 200 ms)."""
     norm_latency_s: float | None = Field(default=None, gt=0)

@@ -1,6 +1,6 @@
 """One simulated serving instance: the engine's step loop (:class:`~tidal.engine.engine.Engine`)
 over the cost-model executor (:class:`~tidal.engine.executor.ModelledExecutor`, exact
-fast-forward of pure-decode runs, DESIGN.md §2), driven by the simulation's events.
+fast-forward of pure-decode runs, docs/DESIGN.md §2), driven by the simulation's events.
 
 The instance only adapts events to the loop: an arrival or a wake-up starts a step on an idle
 engine, a step-end event commits the step(s) and starts the next, and a control event that
@@ -36,10 +36,9 @@ class SimInstance:
     ) -> None:
         self.index = index
         self.executor = ModelledExecutor(perf, fast_forward)
-        self.engine = engine = Engine(scheduler, self.executor)
-        engine.on_idle = self._on_idle
-        engine.on_sample = self._sample
-        engine.sample_at = 0
+        self.engine = engine = Engine(
+            scheduler, self.executor, on_idle=self._on_idle, on_sample=self._sample, sample_at=0
+        )
         self.on_step_end: Callable[[int], int | None] = engine.on_step_end
         """Commit the finished step(s), then start the next; returns its end time or None."""
         self.timeline_interval_ns = timeline_interval_ns
@@ -73,20 +72,6 @@ class SimInstance:
     @perf.setter
     def perf(self, perf: PerfModel) -> None:
         self.executor.perf = perf
-
-    @property
-    def next_event_ns(self) -> Callable[[], int]:
-        """Time of the next external event that could change this instance's schedule
-        (arrival, tool-call return, control tick); set by the simulation."""
-        return self.executor.next_event_ns
-
-    @next_event_ns.setter
-    def next_event_ns(self, fn: Callable[[], int]) -> None:
-        self.executor.next_event_ns = fn
-
-    @property
-    def fast_forward(self) -> bool:
-        return self.executor.fast_forward
 
     @property
     def itl(self) -> LogHistogram:

@@ -2,10 +2,10 @@
 measures a server, and consecutive measured phases (non-stationary workloads, EB paper §4.4).
 
 W warm-up requests are sent first (closed loop at the run's concurrency, or all at once) and
-complete before the measured workload starts; their completions are not measured. The instance
-keeps its state across the boundary — online estimators in particular (the EB paper's runs use
-100 warm-ups, so its controller starts the measured phase with one estimate: ebplus.md §5.1).
-Without warm-up, EB's cold start (θ = 0.7, N = N_max) overruns the KV cache once.
+complete before the measured workload starts; their completions are not measured. The instance keeps
+its state across the boundary — online estimators in particular (the EB paper's runs use 100
+warm-ups, so its controller starts the measured phase with one estimate: docs/research/ebplus.md
+§5.1). Without warm-up, EB's cold start (θ = 0.7, N = N_max) overruns the KV cache once.
 
 Warm-up requests come from the same synthetic generator with a seed stream of their own (the
 first W requests of the trace for a trace workload). Measured arrivals are shifted to start when

@@ -1,4 +1,4 @@
-"""Per-request results as columns, written when a request finishes (DESIGN.md §4)."""
+"""Per-request results as columns, written when a request finishes (docs/DESIGN.md §4)."""
 
 from __future__ import annotations
 

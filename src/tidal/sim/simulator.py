@@ -1,4 +1,4 @@
-"""The discrete-event loop (DESIGN.md §3).
+"""The discrete-event loop (docs/DESIGN.md §3).
 
 Three sources of events, merged by ``(time_ns, priority, seq)``:
 
@@ -195,7 +195,7 @@ class Simulation:
         return req
 
     def _pauser(self, idx: int) -> Callable[[Request, int], None]:
-        """Tool calls are timers (DESIGN.md §1): a paused request resumes at its return time,
+        """Tool calls are timers (docs/DESIGN.md §1): a paused request resumes at its return time,
         then its instance is woken if idle."""
 
         def on_pause(req: Request, resume_ns: int) -> None:
@@ -215,7 +215,8 @@ class Simulation:
         idx = len(self._cur_seq)
         inst.scheduler.on_pause = self._pauser(idx)
         self._resumes.append([])
-        inst.next_event_ns = self.next_external_ns if self.horizon is None else self.horizon(idx)
+        horizon = self.next_external_ns if self.horizon is None else self.horizon(idx)
+        inst.engine.next_event_ns = horizon
         self._cur_seq.append(-1)
 
     def _on_finish(self, req: Request) -> None:

@@ -1,7 +1,7 @@
 """Augmented (tool-calling) workloads: INFERCEPT's six augmentation types, the synthetic
 call-time families, and the request set that carries each request's segments.
 
-Per-type statistics (``shared/research/augserve.md`` §1.2, INFERCEPT Table 1 as recalled there,
+Per-type statistics (``docs/research/augserve.md`` §1.2, INFERCEPT Table 1 as recalled there,
 [REC]): mean call time, mean number of calls and mean context length per request:
 
 ==========  ===============  ============  ==========  =================================
@@ -29,7 +29,7 @@ token next turn would double the chatbot's 0.75k). Each type then draws, per req
 so that ``E[P + Σg + Σa]`` is the table's context (a test checks the sampled means).
 
 Synthetic call-time families of INFERCEPT's driver (``generate_exec_times`` in
-``benchmarks/final_tput_bench_real.py``, augserve.md §1.3), drawn per call in seconds:
+``benchmarks/final_tput_bench_real.py``, docs/research/augserve.md §1.3), drawn per call in seconds:
 ``N = |Normal(11, 3)|``, ``U = Uniform(0.1, 20)``, ``R = Gamma(shape 0.5, scale 4)`` (short),
 ``L = |20 − R|`` (long), ``B`` = L or R with probability ½ each (bimodal).
 

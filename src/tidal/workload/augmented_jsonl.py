@@ -12,7 +12,7 @@ Schema (native form)::
 Every segment but the last is followed by a call (``call_s`` ≥ 0 seconds, ``return_tokens``
 ≥ 0); the last has neither. ``decode_tokens`` ≥ 1 and ``prompt_tokens`` ≥ 1.
 
-INFERCEPT's form is accepted too (``shared/research/augserve.md`` §1.1): ``{"experiments":
+INFERCEPT's form is accepted too (``docs/research/augserve.md`` §1.1): ``{"experiments":
 [{"prompt_tokens": P, "completion_tokens": g_0, "api_time": T_0, "api_token_length": a_0},
 …, {"completion_tokens": g_K}]}``; only the first experiment's ``prompt_tokens`` is used.
 

@@ -1,6 +1,6 @@
 """``RequestSet``: a workload as columns (arrival ns, prompt and output lengths), sorted by arrival.
 
-Columns rather than objects keep a million requests in a few tens of MB (DESIGN.md §4); the
+Columns rather than objects keep a million requests in a few tens of MB (docs/DESIGN.md §4); the
 simulator creates a ``Request`` object only when a request arrives and drops it when it ends.
 """
 

@@ -1,4 +1,5 @@
-"""In-flight load (concurrency) of a request stream per time window (warmserve.md §2.1).
+"""In-flight load (concurrency) of a request stream per time window (docs/research/warmserve.md
+§2.1).
 
 A request is in flight from its arrival ``a`` to ``a + s`` (``s`` its service time). For each
 window ``[kW, (k+1)W)``:

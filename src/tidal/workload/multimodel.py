@@ -1,5 +1,5 @@
 """Multi-model workloads: the WarmServe artifact's mapping of one trace onto M models
-(warmserve.md §3.2), with the substitutions this workplace needs.
+(docs/research/warmserve.md §3.2), with the substitutions this workplace needs.
 
 **Azure mix** (``kind: azure``), after the artifact's ``trace_generator.py``:
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def least_loaded(instances: Sequence[ModelInstance]) -> ModelInstance | None:
     """The instance with the fewest in-flight requests among those below their cap (first of
-    equals, in creation order) — WarmServe's ``schedule`` (warmserve.md §2.6)."""
+    equals, in creation order) — WarmServe's ``schedule`` (docs/research/warmserve.md §2.6)."""
     best = None
     for inst in instances:
         if inst.inflight < inst.cap and (best is None or inst.inflight < best.inflight):
@@ -27,7 +27,7 @@ def least_loaded(instances: Sequence[ModelInstance]) -> ModelInstance | None:
 
 
 def first_below_cap(instances: Sequence[ModelInstance]) -> ModelInstance | None:
-    """The first instance below its cap — MuxServe's routing (warmserve.md §3.5)."""
+    """The first instance below its cap — MuxServe's routing (docs/research/warmserve.md §3.5)."""
     for inst in instances:
         if inst.inflight < inst.cap:
             return inst

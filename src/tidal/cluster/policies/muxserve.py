@@ -1,9 +1,9 @@
-"""``muxserve``: MuxServe-style static spatial sharing (ICML'24; warmserve.md §3.5 B-MX,
-Appendix A), as the WarmServe artifact re-hosts it (``prewarm_manager.py`` with ``--muxserve``
+"""``muxserve``: MuxServe-style static spatial sharing (ICML'24; docs/research/warmserve.md §3.5
+B-MX, Appendix A), as the WarmServe artifact re-hosts it (``prewarm_manager.py`` with ``--muxserve``
 and ``muxserve_utils.py``): one vLLM engine per (mesh, model), all started before traffic.
 
 * Placement: MuxServe's optimiser (:mod:`tidal.cluster.policies.muxserve_plan`) on the replay's
-  average rate and mean lengths per model (warmserve.md §5 Q11).
+  average rate and mean lengths per model (docs/research/warmserve.md §5 Q11).
 * SM share: each engine gets the MPS thread percentage ``max(prefill MPS, decode MPS)`` of its
   placement, normalised over its mesh to sum to 100% (the artifact's launch loop); its steps are
   slowed by :mod:`tidal.cluster.sharing` (MuxServe's measured profile by default).

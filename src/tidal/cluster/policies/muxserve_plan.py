@@ -1,15 +1,17 @@
-"""MuxServe's placement optimiser (warmserve.md §3.5 B-MX, Appendix A), re-derived from
-``muxserve/muxsched/placement.py`` of hao-ai-lab/MuxServe @2249cfa (``PlacementOptimizer.optimize``
-with ``smart_placement``, the tool that writes the per-mesh YAML files the WarmServe artifact's
-``prewarm_manager.py`` reads for its MuxServe runs). The simulator's step-time model, slowed by
-the MPS share (:mod:`tidal.cluster.sharing`), stands in for MuxServe's profiled A100 cost table.
+"""MuxServe's placement optimiser (docs/research/warmserve.md §3.5 B-MX, Appendix A), re-derived
+from ``muxserve/muxsched/placement.py`` of hao-ai-lab/MuxServe @2249cfa
+(``PlacementOptimizer.optimize`` with ``smart_placement``, the tool that writes the per-mesh YAML
+files the WarmServe artifact's ``prewarm_manager.py`` reads for its MuxServe runs). The simulator's
+step-time model, slowed by the MPS share (:mod:`tidal.cluster.sharing`), stands in for MuxServe's
+profiled A100 cost table.
 
-Per model (``LLM`` in MuxServe): its average request rate λ over the replay (warmserve.md §5 Q11),
-its mean prompt ``P`` and output ``S`` lengths, its weight bytes, KV bytes per token, a minimum mesh
-size (MuxServe's table: 7B/13B → 1, 30B → 2, 65B → 4 GPUs, which is the smallest power of two
-whose per-GPU weight budget ``0.9·(1 − 0.4)·GPU memory`` holds the weights — the rule used here),
-a compute scale (7B → 1, 13B → 2, 30B → 4, 65B → 8: ``2^round(log2(params / 7e9))``) and a
-prefill MPS percentage (7B → 80, 13B → 90, larger → 100, ``dump_to_yaml``).
+Per model (``LLM`` in MuxServe): its average request rate λ over the replay
+(docs/research/warmserve.md §5 Q11), its mean prompt ``P`` and output ``S`` lengths, its weight
+bytes, KV bytes per token, a minimum mesh size (MuxServe's table: 7B/13B → 1, 30B → 2, 65B → 4 GPUs,
+which is the smallest power of two whose per-GPU weight budget ``0.9·(1 − 0.4)·GPU memory`` holds
+the weights — the rule used here), a compute scale (7B → 1, 13B → 2, 30B → 4, 65B → 8:
+``2^round(log2(params / 7e9))``) and a prefill MPS percentage (7B → 80, 13B → 90, larger → 100,
+``dump_to_yaml``).
 
 Cost model (``CostEstimator``): with ``t_p(b)`` the prefill of b prompts of P tokens at 100% MPS
 and ``t_d(b)`` a decode step of b sequences at context ``P + S/2`` at the decode MPS ``d``, a

@@ -1,5 +1,5 @@
-"""``serverlessllm``: ServerlessLLM-style autoscaling (OSDI'24; warmserve.md §3.5 B-SL and
-Appendix A), as its open-source router and storage-aware scheduler do it.
+"""``serverlessllm``: ServerlessLLM-style autoscaling (OSDI'24; docs/research/warmserve.md §3.5 B-SL
+and Appendix A), as its open-source router and storage-aware scheduler do it.
 
 * Autoscaler, every ``loop_s`` (1 s) per model: desired = clamp(⌈in-flight / target⌉, min,
   max); one instance is created per tick while desired exceeds the instances running or

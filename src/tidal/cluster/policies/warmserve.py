@@ -1,6 +1,6 @@
-"""``warmserve``: WarmServe (arXiv 2512.09472) as its artifact implements it, each part behind
-a flag (``cluster.warmserve.disable``) so the ablations (a)–(f) of warmserve.md §3.5 are one
-config each (:data:`tidal.cluster.config.ABLATIONS`).
+"""``warmserve``: WarmServe (arXiv 2512.09472) as its artifact implements it, each part behind a
+flag (``cluster.warmserve.disable``) so the ablations (a)–(f) of docs/research/warmserve.md §3.5 are
+one config each (:data:`tidal.cluster.config.ABLATIONS`).
 
 * **Universal GPU workers** (``device-prewarm``): the per-GPU worker and CUDA context exist
   from the start, so no instance pays stage (a).

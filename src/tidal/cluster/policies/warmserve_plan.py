@@ -1,5 +1,5 @@
-"""WarmServe's prewarm planner: replica targets and scores (warmserve.md §2.2) and evict-aware
-placement (§2.3), as pure functions of the cluster state so they can be tested alone.
+"""WarmServe's prewarm planner: replica targets and scores (docs/research/warmserve.md §2.2) and
+evict-aware placement (§2.3), as pure functions of the cluster state so they can be tested alone.
 
 Scores, per model m with ``running(m)`` instances and predicted average/peak in-flight load:
 

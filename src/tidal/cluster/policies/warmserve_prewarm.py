@@ -1,5 +1,5 @@
-"""WarmServe's prewarming step (warmserve.md §2.2–2.4): the cluster view turned into the
-planner's inputs (:mod:`tidal.cluster.policies.warmserve_plan`) and its placements read back.
+"""WarmServe's prewarming step (docs/research/warmserve.md §2.2–2.4): the cluster view turned into
+the planner's inputs (:mod:`tidal.cluster.policies.warmserve_plan`) and its placements read back.
 
 Invariant: a model that already holds as many replicas (warm, loading, or backing a live
 instance) as it has scores gets nothing new with evict-aware placement on; the planner never

@@ -1,9 +1,9 @@
 """Per-iteration batch token budget (registry ``token_budget``).
 
 * ``static`` — a constant B (vLLM's ``max_num_batched_tokens``; INFERCEPT's code hard-codes its
-  profiled saturation point, 384 tokens, augserve.md §2.4);
-* ``dynamic`` — AugServe (augserve.md §3.5 [INF]/[DEF]; its only precedent is INFERCEPT's
-  commented-out ``clip(paused_preserved + free − 1000, 0, max_num_batched_tokens)``)::
+  profiled saturation point, 384 tokens, docs/research/augserve.md §2.4);
+* ``dynamic`` — AugServe (docs/research/augserve.md §3.5 [INF]/[DEF]; its only precedent is
+  INFERCEPT's commented-out ``clip(paused_preserved + free − 1000, 0, max_num_batched_tokens)``)::
 
       B_t = clip(free − watermark + ρ·paused − γ·grow − reserve, B_min, B_max)
 

@@ -1,6 +1,6 @@
 """Serving policies for augmented requests: named bundles of ordering, intercept handling and
 token budget, so that a baseline and the paper's method differ by one flag, and each AugServe
-mechanism can be ablated alone (augserve.md §4.2).
+mechanism can be ablated alone (docs/research/augserve.md §4.2).
 
 =====================  ===========  ===========  ==========================
 name                   ordering     intercept    token budget
@@ -12,12 +12,12 @@ augserve-ordering      augserve     infercept    static 384   (ordering only)
 augserve-budget        infercept    infercept    dynamic      (budget only)
 =====================  ===========  ===========  ==========================
 
-vLLM as INFERCEPT ran it: a call ends the request and its return is a new request (whole
-context + returned tokens) at the queue tail; ``max_num_batched_tokens`` static (2048, the
-spec's [DEF]). INFERCEPT: min-waste interception, FCFS by original arrival across
-KV-resident → waiting, one 384-token budget shared by every token kind (its released code,
-augserve.md §2.4). AugServe keeps INFERCEPT's context handling and replaces the ordering and
-the budget (augserve.md §3.4).
+vLLM as INFERCEPT ran it: a call ends the request and its return is a new request (whole context +
+returned tokens) at the queue tail; ``max_num_batched_tokens`` static (2048, the spec's [DEF]).
+INFERCEPT: min-waste interception, FCFS by original arrival across KV-resident → waiting, one
+384-token budget shared by every token kind (its released code, docs/research/augserve.md §2.4).
+AugServe keeps INFERCEPT's context handling and replaces the ordering and the budget
+(docs/research/augserve.md §3.4).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ queued requests ("preserve"), memory held by requests waiting for their swap-in 
 resident block during a transfer stall ("swap"), and every resident block during the share of
 a step spent recomputing discarded or preempted context ("recompute"). ``recompute_time_share``
 is the recomputing share of the computing steps' time (each step split by token share), the
-quantity INFERCEPT measures for vLLM (37–40% of model forward time, augserve.md §1.2).
+quantity INFERCEPT measures for vLLM (37–40% of model forward time, docs/research/augserve.md §1.2).
 """
 
 from __future__ import annotations
@@ -330,13 +330,13 @@ class Augmentation(StateListener):
         if rid in self.paused or rid in self.swap_in_q:
             self.discard(req)
             self.paused.pop(rid, None)
+            self.state.aborted(req, now_ns)
         elif req.state == RequestState.WAITING:
             self.waiting.remove(req)
             self.discard(req)
+            self.state.aborted(req, now_ns)
         else:
             self.state.abort(req, now_ns)
-        req.state = RequestState.ABORTED
-        req.finish_ns = now_ns
         self.runs.pop(rid, None)
 
     # ------------------------------------------------------------------ step

@@ -3,20 +3,20 @@
 The mechanisms (discard, chunked swap-out, preserve) live in the scheduler
 (:class:`tidal.engine.augment.component.Augmentation`); a policy only decides:
 
-* ``vllm`` — vLLM as run by INFERCEPT: the call ends the request, its KV is freed, and the
-  return re-enters as a new request (whole context + returned tokens) at the *tail* of the
-  FCFS queue (augserve.md §2.5; the tail comes from the ``fcfs`` ordering it is bundled with);
+* ``vllm`` — vLLM as run by INFERCEPT: the call ends the request, its KV is freed, and the return
+  re-enters as a new request (whole context + returned tokens) at the *tail* of the FCFS queue
+  (docs/research/augserve.md §2.5; the tail comes from the ``fcfs`` ordering it is bundled with);
 * ``discard``, ``preserve``, ``swap`` — one fixed choice for every call (ablations, tests);
-* ``infercept`` — INFERCEPT's min-waste interception (augserve.md §2.3–2.4): a paused request
-  starts as Preserve; every iteration the Preserve-paused requests are ranked by
-  ``min(W_P, W_D)`` (remaining predicted call time, chunked recompute), largest first; while
-  the swap pipeline has room (less than one iteration's swap budget queued) and the host has
-  space, the largest is swapped out — if the budgeted swap waste ``C·T_swap(C)`` is below its
-  ``min(W_P, W_D)`` [INF: the paper swaps "the largest" unconditionally; the guard keeps a
-  0.1 ms calculator call from being swapped]; every other one is discarded now if
-  ``W_D < W_P``, else kept (re-decided next iteration). With the prefix cache, ``W_D`` is
-  that of the ``C − H`` tokens the resume would recompute, ``H`` the blocks expected to stay
-  cached through the call (:func:`~tidal.engine.augment.waste.expected_cached_tokens`).
+* ``infercept`` — INFERCEPT's min-waste interception (docs/research/augserve.md §2.3–2.4): a paused
+  request starts as Preserve; every iteration the Preserve-paused requests are ranked by ``min(W_P,
+  W_D)`` (remaining predicted call time, chunked recompute), largest first; while the swap pipeline
+  has room (less than one iteration's swap budget queued) and the host has space, the largest is
+  swapped out — if the budgeted swap waste ``C·T_swap(C)`` is below its ``min(W_P, W_D)`` [INF: the
+  paper swaps "the largest" unconditionally; the guard keeps a 0.1 ms calculator call from being
+  swapped]; every other one is discarded now if ``W_D < W_P``, else kept (re-decided next
+  iteration). With the prefix cache, ``W_D`` is that of the ``C − H`` tokens the resume would
+  recompute, ``H`` the blocks expected to stay cached through the call
+  (:func:`~tidal.engine.augment.waste.expected_cached_tokens`).
 
 Fast-forward note: in a pure-decode run ``W_P`` only falls (the call's remaining time shrinks)
 and ``W_D`` only rises (the running contexts grow), so a request kept at one iteration is kept

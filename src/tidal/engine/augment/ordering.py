@@ -1,18 +1,18 @@
 """Ready-queue orderings for augmented serving (registry ``AUGMENT_ORDERINGS``).
 
 * ``infercept`` — INFERCEPT serves running → swapped → waiting, each FCFS by the request's
-  *original* arrival (augserve.md §2.4, policy ``fcfs``): key ``(stage, arrival)`` with stage
-  0 for a request whose KV is already on the GPU (a returned Preserve/Swap request) and 1 for
-  one that needs a prefill (new, or returned after a Discard).
-* ``augserve`` — AugServe's Stage-II value, lower first, with anti-starvation (augserve.md
-  §3.3 [INF]/[DEF]): a *starving* request moves to a tier served FCFS by original arrival,
-  ahead of all others except those whose KV is already on the GPU (the running set keeps
-  its requests, §3.4: a returned Preserve or swapped-in request is served first, by value);
-  the rest go by ``(value, arrival)``. Starving means, by default, waiting longer than FCFS
-  would have made it wait (:class:`VirtualFCFS`): with ``W_F`` the request's wait under
-  FCFS and ``F`` a floor, it is promoted at ``ready + κ·W_F + F`` — so no request waits
-  more than ``κ·W_F + F`` plus the starving tier's own FCFS wait, and the P99 TTFT is tied
-  to INFERCEPT's (issue 18). Without ``κ`` the spec's fixed rule: promoted at ``ready + τ``.
+  *original* arrival (docs/research/augserve.md §2.4, policy ``fcfs``): key ``(stage, arrival)``
+  with stage 0 for a request whose KV is already on the GPU (a returned Preserve/Swap request) and 1
+  for one that needs a prefill (new, or returned after a Discard).
+* ``augserve`` — AugServe's Stage-II value, lower first, with anti-starvation
+  (docs/research/augserve.md §3.3 [INF]/[DEF]): a *starving* request moves to a tier served FCFS by
+  original arrival, ahead of all others except those whose KV is already on the GPU (the running set
+  keeps its requests, §3.4: a returned Preserve or swapped-in request is served first, by value);
+  the rest go by ``(value, arrival)``. Starving means, by default, waiting longer than FCFS would
+  have made it wait (:class:`VirtualFCFS`): with ``W_F`` the request's wait under FCFS and ``F`` a
+  floor, it is promoted at ``ready + κ·W_F + F`` — so no request waits more than ``κ·W_F + F`` plus
+  the starving tier's own FCFS wait, and the P99 TTFT is tied to INFERCEPT's (issue 18). Without
+  ``κ`` the spec's fixed rule: promoted at ``ready + τ``.
 
 Both read their keys through :meth:`KeyedQueue.bind` (the scheduler's per-request state), so
 they live in their own registry ``AUGMENT_ORDERINGS`` (with ``fcfs``), not in ``ORDERINGS``:
@@ -167,9 +167,9 @@ class VirtualFCFS:
 
 @AUGMENT_ORDERINGS.register("augserve")
 class ValueQueue(WaitingQueue):
-    """Value order with a starvation tier. The bound key returns ``(stage, value, ready_ns)``;
-    the order is: stage-0 requests (KV already on the GPU: returned Preserve/Swap requests,
-    which INFERCEPT keeps in its running list and AugServe's running set keeps, augserve.md
+    """Value order with a starvation tier. The bound key returns ``(stage, value, ready_ns)``; the
+    order is: stage-0 requests (KV already on the GPU: returned Preserve/Swap requests, which
+    INFERCEPT keeps in its running list and AugServe's running set keeps, docs/research/augserve.md
     §3.4) by value, then the starving tier by original arrival, then the rest by value."""
 
     name = "augserve"

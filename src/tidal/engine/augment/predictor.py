@@ -1,4 +1,5 @@
-"""What a scheduler may know of an augmented request before it happens (augserve.md §3.6).
+"""What a scheduler may know of an augmented request before it happens (docs/research/augserve.md
+§3.6).
 
 AugServe predicts, on arrival, the output-length *range* and the call durations with a small
 BERT model; the simulator replaces the model by a predictor of controlled quality:
@@ -36,7 +37,8 @@ from tidal.core.request import Request
 from tidal.workload.augmented import AUGMENTATION_TYPES
 
 BUCKET_EDGES: tuple[int, ...] = tuple([1] + [64 << i for i in range(12)])
-"""Output-length bucket edges: [1, 64), [64, 128), [128, 256), … (augserve.md §3.6)."""
+"""Output-length bucket edges: [1, 64), [64, 128), [128, 256), … (docs/research/augserve.md
+§3.6)."""
 
 
 def bucket_of(n: float) -> int:

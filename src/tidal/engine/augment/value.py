@@ -1,15 +1,15 @@
 """AugServe's scheduling value: the estimated system cost of a request's (remaining) phases.
 
-Stage I (on arrival, augserve.md §3.2): from the predicted output length Ĝ, the predicted calls
-(T̂_k, Â_k) and the context at each call, pick each call's context policy Ŝ_k by INFERCEPT's
-min-waste rule (paper forms, :mod:`tidal.engine.augment.waste`) and sum the cost of prefill,
-decode, the calls under Ŝ_k and the resumptions. Stage II (augserve.md §3.3): whenever the
-request re-enters the ready queue (a call returned, it was preempted) the value is recomputed
-over the *remaining* phases only, with what is now known: the actual returned tokens still to
-prefill, the policy actually used (a Discard adds the recompute), the generated count (Ĝ is
+Stage I (on arrival, docs/research/augserve.md §3.2): from the predicted output length Ĝ, the
+predicted calls (T̂_k, Â_k) and the context at each call, pick each call's context policy Ŝ_k by
+INFERCEPT's min-waste rule (paper forms, :mod:`tidal.engine.augment.waste`) and sum the cost of
+prefill, decode, the calls under Ŝ_k and the resumptions. Stage II (docs/research/augserve.md §3.3):
+whenever the request re-enters the ready queue (a call returned, it was preempted) the value is
+recomputed over the *remaining* phases only, with what is now known: the actual returned tokens
+still to prefill, the policy actually used (a Discard adds the recompute), the generated count (Ĝ is
 re-bucketed upward once it is exceeded). Lower value = cheaper = served first.
 
-The paper's exact equation could not be retrieved (augserve.md §0); this is the spec's
+The paper's exact equation could not be retrieved (docs/research/augserve.md §0); this is the spec's
 reconstruction [INF], in two units, switchable:
 
 memory-time (default; token·seconds, INFERCEPT's waste units; LAMPS ranks the same way)::
@@ -79,7 +79,7 @@ class CostEnv:
 
 
 def min_waste_policy(ctx: int, call_s: float, env: CostEnv) -> tuple[int, float]:
-    """INFERCEPT's rule with the paper's waste forms (augserve.md §2.1): argmin over
+    """INFERCEPT's rule with the paper's waste forms (docs/research/augserve.md §2.1): argmin over
     Preserve, Discard, Swap of their waste; returns (policy, waste). Discard recomputes only
     the tokens not expected to stay cached (:meth:`CostEnv.recompute_tokens`)."""
     rec = env.recompute_tokens(ctx, call_s)

@@ -1,10 +1,10 @@
 """INFERCEPT's GPU-memory waste of the three ways to hold a context during a call.
 
 Waste = memory held without doing useful work × the time it is held (INFERCEPT §4,
-``shared/research/augserve.md`` §2.1). All functions return **token·seconds**; multiply by
+``docs/research/augserve.md`` §2.1). All functions return **token·seconds**; multiply by
 ``M`` (KV bytes per token) for byte·seconds. ``C`` is the paused request's context.
 
-Paper forms (as AugServe restates them, augserve.md §2.1):
+Paper forms (as AugServe restates them, docs/research/augserve.md §2.1):
 
 * Preserve: ``W_P = T_INT · C`` — the context idles for the (remaining) call time;
 * Discard: ``W_D = T_fwd(C) · C + T_fwd(C) · C_other`` — recomputing C takes ``T_fwd(C)``,
@@ -12,7 +12,8 @@ Paper forms (as AugServe restates them, augserve.md §2.1):
 * Swap: ``W_S = 2 · T_swap(C) · N_stalled`` — out and in, each stalling ``N_stalled`` tokens
   of the running batch (the spec's [DEF] for the paper's ``N_fwd_max``).
 
-INFERCEPT's released scheduler refines two of them (augserve.md §2.4, ``scheduler_v2.py``):
+INFERCEPT's released scheduler refines two of them (docs/research/augserve.md §2.4,
+``scheduler_v2.py``):
 
 * chunked Discard (:func:`waste_discard_chunked`): the context is recomputed in chunks that
   fill the spare capacity ``c_h = max(N_sat − running_batch, 1)`` of each iteration;
@@ -77,9 +78,9 @@ def waste_discard(ctx: int, other_ctx: int, t_fwd_s: float) -> float:
 def waste_discard_chunked(
     ctx: int, running_batch: int, running_tokens: int, profile: IterationProfile
 ) -> float:
-    """INFERCEPT code form (augserve.md §2.4): with ``c_h = max(N_sat − running_batch, 1)``,
-    ``n = max(⌈C/c_h⌉ − 1, 0)`` full chunks, ``f_s = It(N_sat)``, ``f_ch = α·c_h``,
-    ``last = C mod c_h``::
+    """INFERCEPT code form (docs/research/augserve.md §2.4): with ``c_h = max(N_sat − running_batch,
+    1)``, ``n = max(⌈C/c_h⌉ − 1, 0)`` full chunks, ``f_s = It(N_sat)``, ``f_ch = α·c_h``, ``last = C
+    mod c_h``::
 
         W = f_s·c_h·n(n+1)/2 + f_ch·n·running_tokens + α·last·(running_tokens + last)
 
