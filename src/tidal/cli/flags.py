@@ -146,8 +146,8 @@ LENGTHS = (
     Flag(
         "length_dist", S,
         "fixed|uniform|uniform-below|geometric|lognormal|empirical:NAME|empirical:PATH. "
-        "Names: sharegpt (the 8k-filtered ShareGPT table of Vidur/Sarathi-Serve: whole conversations, mean "
-        "2,340 prompt / 439 output tokens — not vLLM's first-turn ShareGPT, ~200/200), arxiv, "
+        "Names: sharegpt (the 8k-filtered ShareGPT table of Vidur/Sarathi-Serve: whole "
+        "conversations, mean 2,340 prompt / 439 output tokens — not vLLM's first-turn ShareGPT, ~200/200), arxiv, "
         "bwb.",
         "workload.length_dist", shows="fixed",
     ),
