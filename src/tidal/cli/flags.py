@@ -147,8 +147,8 @@ LENGTHS = (
         "length_dist", S,
         "fixed|uniform|uniform-below|geometric|lognormal|empirical:NAME|empirical:PATH. "
         "Names: sharegpt (the 8k-filtered ShareGPT table of Vidur/Sarathi-Serve: whole "
-        "conversations, mean 2,340 prompt / 439 output tokens — not vLLM's first-turn ShareGPT, ~200/200), arxiv, "
-        "bwb.",
+        "conversations, mean 2,340 prompt / 439 output tokens — not vLLM's first-turn "
+        "ShareGPT, ~200/200), arxiv, bwb.",
         "workload.length_dist", shows="fixed",
     ),
     Flag("max_prompt_len", I, "Cap prompt lengths.", "workload.max_prompt_len"),
