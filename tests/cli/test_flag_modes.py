@@ -78,6 +78,15 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "mix": ("servegen", {}),
     "days": (0.01, {"mix": "servegen"}),
     "interference": (True, {}),
+    "engine": ("sglang", {"perf_model": "engine"}),
+    "engine_version": ("0.19.0", {"perf_model": "engine", "model": "qwen3-30b-a3b", "gpu": "h200"}),
+    "data_parallel_size": (2, {"perf_model": "engine"}),
+    "enable_expert_parallel": (True, {"perf_model": "engine", "model": "qwen3-30b-a3b", "tp": 2}),
+    "moe_tp_size": (1, {"perf_model": "engine", "model": "qwen3-30b-a3b", "tp": 2}),
+    "quantization": ("fp8", {}),
+    "kv_cache_dtype": ("fp8", {}),
+    "gemm_quant": ("fp8", {}),
+    "moe_quant": ("fp8", {"model": "qwen3-30b-a3b"}),
 }
 TOGETHER = {
     "shared_prefix_groups": {"shared_prefix_len": 300},

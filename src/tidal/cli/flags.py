@@ -75,6 +75,10 @@ DEPLOYMENT = (
         decls=("--data-parallel-size",), vllm=("-dp",), shows=1,
     ),
     Flag(
+        "moe_tp_size", I, "MoE: GPUs that split each expert in a hybrid TP × EP MoE (SGLang's "
+        "--moe-tp-size; --perf-model engine).", "moe_tp_size",
+    ),
+    Flag(
         "enable_expert_parallel", bool | None, "MoE: shard experts over the TP ranks (EP = TP).",
         "enable_expert_parallel", decls=("--enable-expert-parallel/--no-enable-expert-parallel",),
         shows=False,

@@ -173,6 +173,9 @@ class EngineChoice:
     expert_parallel: bool = False
     moe_distribution: str = "power_law_1.01"
     data_parallel: int = 1
+    moe_tp: int | None = None
+    """MoE tensor parallelism of a hybrid TP × EP MoE (SGLang's ``--moe-dense-tp``-style
+    splits); None: all TP, or all EP with ``expert_parallel``."""
 
 
 PROFILE_PREFIX = "profile:"
@@ -235,12 +238,12 @@ def perf_model_source(perf: PerfModel) -> str:
     return f"{perf.name}:{src}" if isinstance(src, str) and src else perf.name
 
 
-def engine_choice(cfg: Any, data_parallel: int = 1) -> EngineChoice:
+def engine_choice(cfg: Any, data_parallel: int = 1, moe_tp: int | None = None) -> EngineChoice:
     """The :class:`EngineChoice` of a config holding ``engine``, ``engine_version``,
     ``enable_expert_parallel`` and ``moe_distribution`` (the simulation or cluster config)."""
     return EngineChoice(
         cfg.engine, cfg.engine_version, cfg.enable_expert_parallel, cfg.moe_distribution,
-        data_parallel,
+        data_parallel, moe_tp,
     )  # fmt: skip
 
 
@@ -300,7 +303,7 @@ def build_perf_model(
         e = engine or EngineChoice()
         base: PerfModel = EnginePerfModel(
             model, gpu, tp, e.engine, e.version, host, e.expert_parallel, e.moe_distribution,
-            e.data_parallel,
+            e.data_parallel, e.moe_tp,
         )  # fmt: skip
     else:
         base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)

@@ -101,9 +101,10 @@ class EngineDeployment:
 
     def __init__(
         self, ts: TableSet, model: ModelSpec, tp: int, ep: bool, distribution: str,
-        fb: CorrectedRooflinePerfModel, dp: int = 1,
+        fb: CorrectedRooflinePerfModel, dp: int = 1, moe_tp: int | None = None,
     ) -> None:  # fmt: skip
         self.ts, self.model, self.tp, self.ep, self.fb, self.dp = ts, model, tp, ep, fb, dp
+        self.moe_tp = moe_tp
         self.parts = _Parts()
         self.distribution = distribution
         self.tokens = self._token_grid()
@@ -165,6 +166,8 @@ class EngineDeployment:
         m, group = self.model, self.tp * self.dp
         inter = m.moe_intermediate_size or m.intermediate_size
         moe_tp, moe_ep = (1, group) if self.ep else (group, 1)
+        if self.moe_tp is not None:  # a hybrid split: experts over moe_ep groups of moe_tp
+            moe_tp, moe_ep = self.moe_tp, group // self.moe_tp
         routed = [float(self.dp * t) for t in self.tokens]
         for ts in fallbacks(self.ts, "moe"):
             got = moe_us(
@@ -312,6 +315,7 @@ class EnginePerfModel(MeasuredPerfModel):
         expert_parallel: bool = False,
         moe_distribution: str = MOE_DISTRIBUTIONS[0],
         data_parallel: int = 1,
+        moe_tp: int | None = None,
     ) -> None:
         system = system_of(gpu)
         if system is None:
@@ -323,8 +327,13 @@ class EnginePerfModel(MeasuredPerfModel):
         self.tables = resolve_versions(system, engine, version)
         fb = CorrectedRooflinePerfModel(model, gpu, tp, host=host)
         self.dp = data_parallel
+        if moe_tp is not None and (moe_tp < 1 or (tp * data_parallel) % moe_tp):
+            raise ConfigError(
+                "moe_tp_size", f"{moe_tp} does not divide the {tp * data_parallel} GPUs of the "
+                "MoE group (tp × data_parallel_size)", "a divisor of tp × data_parallel_size",
+            )  # fmt: skip
         ed = EngineDeployment(self.tables, model, tp, expert_parallel, moe_distribution, fb,
-                              data_parallel)  # fmt: skip
+                              data_parallel, moe_tp)  # fmt: skip
         attn, pre = ed.attention()
         src = f"{engine}-{self.tables.version}" + (f"-dp{data_parallel}" if data_parallel > 1
                                                      else "")  # fmt: skip

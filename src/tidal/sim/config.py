@@ -119,6 +119,10 @@ class SimulationConfig(_Strict):
     """vLLM's ``--data-parallel-size`` (``perf_model: engine``): dp engines of ``tp`` GPUs
     each, simulated as one scheduler over dp times the KV cache, ``max_seqs`` and token
     budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs."""
+    moe_tp_size: int | None = Field(default=None, ge=1)
+    """A hybrid MoE split (SGLang's ``--moe-tp-size`` beside ``--ep-size``): experts sharded
+    over tp·dp / moe_tp_size groups of ``moe_tp_size`` GPUs each, which split every expert
+    (``perf_model: engine``); None: all TP, or all EP with ``enable_expert_parallel``."""
     enable_expert_parallel: bool = False
     """vLLM's ``--enable-expert-parallel``: MoE experts sharded over the TP ranks (EP = TP)
     instead of each expert split over them."""
@@ -211,6 +215,11 @@ class SimulationConfig(_Strict):
             raise ValueError(
                 "engine_version selects the measured tables of perf_model: engine; set "
                 "--perf-model engine or drop --engine-version"
+            )
+        if self.moe_tp_size is not None:
+            raise ValueError(
+                "moe_tp_size needs perf_model: engine (the other step models have no MoE "
+                "split); set --perf-model engine or drop --moe-tp-size"
             )
         if self.data_parallel_size > 1:
             raise ValueError(

@@ -32,7 +32,7 @@ def sglang_chunked_prefill_size(mem_bytes: float) -> int:
 
 def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` (a raw simulation config) with the chosen engine's defaults filled in."""
-    if data.get("engine") != "sglang":
+    if data.get("engine") != "sglang" or data.get("cluster") is not None:
         return data
     try:
         mem = get_gpu(str(data.get("gpu", "h100"))).mem_bytes

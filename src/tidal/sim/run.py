@@ -208,7 +208,7 @@ def build_instance(
         interference = has_measured_interference(model, gpu, cfg.tp)
     perf = build_perf_model(
         cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host,
-        engine=engine_choice(cfg, cfg.data_parallel_size),
+        engine=engine_choice(cfg, cfg.data_parallel_size, cfg.moe_tp_size),
     )  # fmt: skip
     dp = cfg.data_parallel_size  # dp engines in one scheduler: dp times the KV and limits
     if dp > 1:
