@@ -269,6 +269,8 @@ def parallel_settings(row: Row, fields: set[str], moe: bool) -> tuple[dict, str]
     tp_key, ep_key = _field(fields, "moe_tp"), _field(fields, "moe_ep")
     if tp_key is not None and ep_key is not None:
         return {**out, tp_key: row.moe_tp, ep_key: row.moe_ep}, ""
+    if tp_key is not None and row.moe_tp > 1:  # EP is what the group leaves: tp·dp / moe_tp
+        return {**out, tp_key: row.moe_tp}, ""
     key = _field(fields, "ep")
     if row.moe_tp == 1 and key is not None:
         return {**out, key: True}, ""
