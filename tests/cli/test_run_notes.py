@@ -27,8 +27,12 @@ def test_overload_is_flagged_only_when_the_queue_grows() -> None:
     assert "overloaded" not in _simulate()
     heavy = _simulate("--rate", "400", "--prompt-len", "2048", "--output-len", "256")
     assert "overloaded: the workload offers" in heavy
-    # closed loop: saturation by design, no warning
-    assert "overloaded" not in _simulate("--concurrency", "256")
+    # closed loop (no --rate: a rate beside --concurrency is refused): saturation by design
+    closed = ["simulate", "--num-requests", "300", "--concurrency", "256", "--prompt-len",
+              "256", "--output-len", "32"]  # fmt: skip
+    res = CliRunner().invoke(app, closed)
+    assert res.exit_code == 0, res.output
+    assert "overloaded" not in res.output
 
 
 def test_a_profile_run_says_which_machine_each_number_describes(tmp_path) -> None:

@@ -156,9 +156,10 @@ def test_host_tier_in_a_simulation() -> None:
         "prompt_len": 64,
         "output_len": 16,
     }
-    base = {"workload": w, "memory": {"num_blocks": 400}, "augment": {"host_link_efficiency": 0.5}}
-    off = run_simulation(load_config(base)).metrics
-    cfg = load_config({**base, "memory": {"num_blocks": 400, "host_cache_gib": 1.0}})
+    base = {"workload": w, "memory": {"num_blocks": 400}}
+    off = run_simulation(load_config(base)).metrics  # the link setting is refused without a tier
+    cfg = load_config({**base, "memory": {"num_blocks": 400, "host_cache_gib": 1.0},
+                       "augment": {"host_link_efficiency": 0.5}})  # fmt: skip
     on = run_simulation(cfg).metrics
     assert "prefix_cache_host_hits" not in off
     assert on["prefix_cache_host_hits"] > 0

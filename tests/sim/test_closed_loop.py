@@ -22,7 +22,7 @@ DEPLOY = {"model": "llama-3.1-70b", "gpu": "h100", "tp": 4}
 
 def closed_loop(dist: str, jitter: float = 0.0, n: int = 10 * C) -> dict[str, np.ndarray]:
     wl = {"num_requests": n, "concurrency": C, "prompt_len": ISL, "output_len": OSL}
-    wl |= {"length_dist": dist, "length_jitter": jitter}
+    wl |= {"length_dist": dist} | ({} if dist == "fixed" else {"length_jitter": jitter})
     return dict(run_simulation(load_config({**DEPLOY, "workload": wl})).columns)
 
 

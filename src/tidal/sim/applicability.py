@@ -123,11 +123,12 @@ def _host_link(cfg: Any) -> str | None:
     return _augmented_anywhere(cfg)
 
 
-def _length(dist: str) -> Callable[[Any], str | None]:
+def _length(*dists: str) -> Callable[[Any], str | None]:
     def check(cfg: Any) -> str | None:
-        if cfg.workload.length_dist == dist:
+        if cfg.workload.length_dist in dists:
             return None
-        return f"it shapes length_dist {dist} (length_dist is {cfg.workload.length_dist})"
+        names = " or ".join(dists)
+        return f"it shapes length_dist {names} (length_dist is {cfg.workload.length_dist})"
 
     return check
 
@@ -154,7 +155,7 @@ CONDITIONS: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
     *((k, _augmented_anywhere) for k in _augment_keys() if k != "augment.host_link_efficiency"),
     ("augment.host_link_efficiency", _host_link),
     ("slo.norm_latency_s", _augmented_anywhere),
-    ("workload.length_jitter", _length("uniform")),
+    ("workload.length_jitter", _length("uniform", "uniform-below")),
     ("workload.length_sigma", _length("lognormal")),
     ("workload.rate", _open_loop),
     ("workload.arrival_cv", _open_loop),
