@@ -6,11 +6,13 @@ Gauges are read from the engine at scrape time: ``num_requests_running``,
 ``num_requests_waiting`` (inbox + scheduler queue), ``kv_cache_usage_perc`` (used blocks /
 blocks). Histograms are observed when a request ends: ``time_to_first_token_seconds`` (first
 token − arrival), ``time_per_output_token_seconds`` ((finish − first token)/(outputs − 1)),
-``e2e_request_latency_seconds``. Counters: prompt and generation tokens, requests by finish
-reason, rejected requests (429), preemptions, prefix cache queries and hits (tokens, vLLM's
-``prefix_cache_queries`` / ``prefix_cache_hits``), failed steps and requests (faults the engine
-survived); ``engine_alive`` is 0 once the engine thread has died. One registry per app, so
-several apps can live in one process (tests).
+``e2e_request_latency_seconds``, and vLLM's per-request token counts ``request_prompt_tokens``
+/ ``request_generation_tokens`` (1-2-5 buckets up to the context length, as vLLM's). Counters:
+prompt and generation tokens, requests by finish reason, rejected requests (429), preemptions,
+prefix cache queries and hits (tokens, vLLM's ``prefix_cache_queries`` /
+``prefix_cache_hits``), failed steps and requests (faults the engine survived);
+``engine_alive`` is 0 once the engine thread has died. One registry per app, so several apps
+can live in one process (tests).
 """
 
 from __future__ import annotations
@@ -41,6 +43,18 @@ _LATENCY_BUCKETS = (
     30.0,
     60.0,
 )
+
+
+def _token_buckets(max_model_len: int) -> list[float]:
+    """vLLM's ``build_1_2_5_buckets``: 1, 2, 5, 10, 20, 50, … up to ``max_model_len``."""
+    out: list[float] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_model_len:
+                return out
+            out.append(float(m * scale))
+        scale *= 10
 
 
 class _Both:
@@ -146,6 +160,13 @@ class EngineMetrics:
         self.e2e = _Both(
             Histogram, "e2e_request_latency_seconds", "Arrival to last token.", r, model, **lat
         )
+        tok: dict[str, Any] = {"buckets": _token_buckets(driver.rt.max_model_len)}
+        self.request_prompt = _Both(
+            Histogram, "request_prompt_tokens", "Prompt tokens per request.", r, model, **tok
+        )
+        self.request_generation = _Both(
+            Histogram, "request_generation_tokens", "Output tokens per request.", r, model, **tok
+        )
         self.prompt_tokens = _Both(Counter, "prompt_tokens", "Prompt tokens.", r, model)
         self.generation_tokens = _Both(Counter, "generation_tokens", "Generated tokens.", r, model)
         self.requests = _Both(
@@ -168,6 +189,8 @@ class EngineMetrics:
         self.requests.inc(1, h.finish_reason or "unknown")
         self.prompt_tokens.inc(req.prompt_len)
         self.generation_tokens.inc(req.num_output_tokens)
+        self.request_prompt.observe(req.prompt_len)
+        self.request_generation.observe(req.num_output_tokens)
         if req.first_token_ns >= 0:
             self.ttft.observe((req.first_token_ns - req.arrival_ns) / 1e9)
             if req.num_output_tokens > 1 and req.finish_ns >= req.first_token_ns:
