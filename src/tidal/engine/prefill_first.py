@@ -10,13 +10,17 @@ pre-V1 scheduler behaved the same way).
 
 from __future__ import annotations
 
+from tidal.engine.mb import MixedBatching
 from tidal.engine.plan import StepPlan
-from tidal.engine.policy import BATCHING, BatchingPolicy
+from tidal.engine.policy import BATCHING
 
 
 @BATCHING.register("prefill-first")
-class PrefillFirst(BatchingPolicy):
-    """Exclusive prefill or decode steps, prefill whenever possible."""
+class PrefillFirst(MixedBatching):
+    """Exclusive prefill or decode steps, prefill whenever possible. A decode step repeats
+    exactly as MB's does (:meth:`MixedBatching.repeatable_steps`): it is chosen only when
+    nothing can be admitted, which stays so while the running set is full or the queue head
+    is refused for KV, until the first departure or KV shortage."""
 
     name = "prefill-first"
 
@@ -30,16 +34,3 @@ class PrefillFirst(BatchingPolicy):
             return plan
         st.schedule_running(plan, 0, prefills=False)
         return plan
-
-    def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
-        """A decode step repeats until the first departure or the first step whose KV blocks
-        are not free. It was chosen because nothing could be prefilled; that stays so while
-        the running set is full or the queue head is refused for KV (free blocks only shrink
-        while decoding) and no arrival can overtake it; otherwise an arrival ends the run."""
-        if plan.prefills or plan.preempted or not plan.num_decodes:
-            return 1, True
-        st = self.state
-        m = st.pool.steps_until_departure_or_full(st.kv.num_free_blocks)
-        full = len(st.running) >= st.config.max_num_seqs
-        blocked = st.admission_blocked_by_kv and not st.waiting.arrival_can_jump_head
-        return m, not (full or blocked)
