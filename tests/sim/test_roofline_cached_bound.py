@@ -63,3 +63,31 @@ def test_an_answer_handed_on_as_kv_costs_no_prefill():
     )
     tokens, _ = unavoidable_prefill(np.array([50, 100]), content)
     assert tokens == 50 + 30  # the answer's KV came from decoding it
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    w=workloads(),
+    warmup=st.integers(1, 12),
+    gpu=st.sampled_from(["h100", "l40s"]),
+    seed=st.integers(0, 3),
+)
+def test_no_run_with_warmup_beats_the_roofline(w, warmup, gpu, seed):
+    """With ``--warmup`` (sim/phased.py) the bound counts the measured requests' content as
+    one run does, a node the warm-up computed being free; the measured requests keep their
+    content (the open-loop phase used to rebuild them without it)."""
+    cfg = load_config({"gpu": gpu, "seed": seed, "workload": {**w, "warmup_requests": warmup}})
+    m = run_simulation(cfg).metrics
+    assert m["warmup_requests"] == warmup
+    assert m["token_throughput"] <= m["roofline_token_throughput"] * (1 + 1e-9), (w, m)
+
+
+def test_warmup_keeps_the_measured_prompts_content_and_charges_a_warm_prefix_nothing():
+    w = {"num_requests": 20, "rate": 50.0, "prompt_len": 200, "output_len": 4,
+         "shared_prefix_groups": 1, "shared_prefix_len": 4000}  # fmt: skip
+    cold = run_simulation(load_config({"workload": w})).metrics
+    warm = run_simulation(load_config({"workload": {**w, "warmup_requests": 4}})).metrics
+    assert warm["prefix_cache_hits"] > 0  # the measured requests hit the warm-up's prefix
+    assert warm["token_throughput"] <= warm["roofline_token_throughput"] * (1 + 1e-9)
+    # the shared prefix is paid by the warm-up: the measured bound is higher than a cold run's
+    assert warm["roofline_token_throughput"] > cold["roofline_token_throughput"]

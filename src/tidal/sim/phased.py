@@ -14,12 +14,15 @@ the last warm-up request finished.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
+from typing import Any
 
 import numpy as np
 
 from tidal.core.histogram import LogHistogram
+from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
 from tidal.hardware.calibration import client_side_metrics, perf_model_source, perf_model_tables
 from tidal.hardware.gpus import get_gpu
@@ -33,11 +36,13 @@ from tidal.sim.run import (
     build_instance,
     check_context,
     load_requests,
+    prefix_cache_metrics,
     run_simulation,
 )
 from tidal.sim.simulator import Simulation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
+from tidal.workload.content import PrefixContent
 
 
 def warmup_requests(cfg: SimulationConfig, n: int, reqs: RequestSet) -> RequestSet:
@@ -58,6 +63,48 @@ def run_with_warmup(
     reqs = requests if requests is not None else load_requests(cfg)
     warm = warmup_requests(cfg, warmup, reqs)
     return run_phases(cfg, [(reqs, cfg.workload.concurrency)], warm)
+
+
+def phased_prefill_bound(
+    cfg: SimulationConfig, phases: list[RequestSet], warmup: RequestSet | None
+) -> tuple[float, float] | None:
+    """The measured phases' unavoidable prefill (:func:`tidal.workload.prefill_bound.
+    unavoidable_prefill`): a content node computed by the warm-up or an earlier phase is free
+    in a later one — as :func:`tidal.sim.run.cached_prefill_bound` for one phase; None (every
+    prompt token) without the prefix cache or without content."""
+    if not cfg.memory.prefix_caching or all(r.content is None for r in phases):
+        return None
+    from tidal.workload.prefill_bound import unavoidable_prefill
+
+    seen = [_row_hashes(warmup.content)] if warmup is not None and warmup.content else []
+    tokens = positions = 0.0
+    for reqs in phases:
+        known = np.unique(np.concatenate(seen)) if seen else None
+        t, p = unavoidable_prefill(reqs.prompt_len, reqs.content, known)
+        tokens, positions = tokens + t, positions + p
+        if reqs.content is not None:
+            seen.append(_row_hashes(reqs.content))
+    return tokens, positions
+
+
+def _measured_cache_metrics(kv: KVBlockManager, queries: int, hits: int) -> dict[str, Any]:
+    """:func:`tidal.sim.run.prefix_cache_metrics` with the queries and hits of the measured
+    phases only (the counts at the warm-up's end subtracted); evictions and the host tier's
+    counters cover the whole run."""
+    out = prefix_cache_metrics(kv)
+    q, h = kv.cache_queries - queries, kv.cache_hits - hits
+    rate = h / q if q else 0.0
+    out.update(prefix_cache_queries=q, prefix_cache_hits=h, prefix_cache_hit_rate=rate)
+    return out
+
+
+def _row_hashes(content: PrefixContent) -> np.ndarray:
+    """The node hashes of ``content``'s rows (its flat arrays are shared with other rows)."""
+    count = content.count
+    flat = np.repeat(content.offset, count) + (
+        np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    )
+    return content.hashes[flat]
 
 
 def run_phases(
@@ -90,6 +137,7 @@ def run_phases(
         inst.itl = LogHistogram()
         inst.busy_ns = 0
         before = scheduler.stats()
+    cache_before = (scheduler.kv.cache_queries, scheduler.kv.cache_hits)
     t_measured = now
     parts = []
     t_sim = 0.0
@@ -97,14 +145,8 @@ def run_phases(
         shifted = (
             reqs
             if conc is not None
-            else RequestSet(
-                reqs.arrival_ns - reqs.arrival_ns.min() + now,
-                reqs.prompt_len,
-                reqs.output_len,
-                reqs.source,
-                reqs.extra,
-            )
-        )
+            else dataclasses.replace(reqs, arrival_ns=reqs.arrival_ns - reqs.arrival_ns.min() + now)
+        )  # content and payloads kept: the measured requests are the same requests
         recorder = RequestRecorder(shifted)
         sim = Simulation([inst], shifted, recorder, conc)
         sim.now_ns = now
@@ -127,6 +169,7 @@ def run_phases(
         np.concatenate([r.output_len for r in all_reqs]),
         mem.kv_capacity_tokens,
         cfg.scheduler.max_seqs * cfg.data_parallel_size,
+        prefill=phased_prefill_bound(cfg, all_reqs, warmup),
     )
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
@@ -136,6 +179,8 @@ def run_phases(
     metrics.update(perf_model_tables(perf))
     metrics.update(client_side_metrics(perf, cols))
     metrics["warmup_requests"] = 0 if warmup is None else len(warmup)
+    if content:
+        metrics.update(_measured_cache_metrics(scheduler.kv, *cache_before))
     metrics.update(scheduler.extra_metrics())
     metrics.update((scheduler.stats() - before).metrics())  # the measured phases only
     n = sum(len(r) for r in all_reqs)

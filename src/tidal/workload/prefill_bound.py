@@ -9,7 +9,11 @@ handed on as KV) — by decode, which the bound already counts. So the prefill a
 cannot avoid is, per distinct node, the fewest of its tokens any request holds in its prompt,
 plus every prompt token no segment covers. Each such token attends at least its own position.
 Evictions, block granularity and vLLM's recomputed last token only add work: the bound
-stays a bound."""
+stays a bound.
+
+Before a measured phase (warm-up requests, earlier phases) some nodes may already be cached:
+``known`` names them, and each is charged nothing (a lower bound on the work: the cache may
+have evicted it)."""
 
 from __future__ import annotations
 
@@ -19,10 +23,10 @@ from tidal.workload.content import PrefixContent
 
 
 def unavoidable_prefill(
-    prompt_len: np.ndarray, content: PrefixContent | None
+    prompt_len: np.ndarray, content: PrefixContent | None, known: np.ndarray | None = None
 ) -> tuple[float, float]:
     """(prompt tokens some schedule must compute, Σ of their positions) — without content,
-    every prompt token: (ΣL, ΣL²/2)."""
+    every prompt token: (ΣL, ΣL²/2); nodes whose hash is in ``known`` are free."""
     L = np.asarray(prompt_len, dtype=np.float64)
     if content is None or len(L) == 0:
         return float(L.sum()), float((L * L / 2.0).sum())
@@ -41,6 +45,8 @@ def unavoidable_prefill(
     first[1:] = hashes[order][1:] != hashes[order][:-1]
     pick = order[first]
     paid, at = in_prompt[pick], starts[pick]
+    if known is not None and len(known):
+        paid = np.where(np.isin(hashes[pick], known), 0.0, paid)
     covered = np.zeros(len(L))
     np.maximum.at(covered, row, np.minimum(ends, L[row]))
     tail = np.clip(L - covered, 0.0, None)

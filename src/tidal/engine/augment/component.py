@@ -357,12 +357,19 @@ class Augmentation(StateListener):
         self.waiting.refresh(now_ns)
         budget = max(self.token_budget.budget(self), 1)
         self.last_budget = self.state.step_budget = budget
-        self.budget_sum += budget
-        self.budget_n += 1
         return budget
 
     def after_schedule(self, plan: StepPlan, now_ns: int) -> None:
-        """The step's KV transfers, and the memory it starts with (waste accounting)."""
+        """The step's KV transfers, and the memory it starts with (waste accounting).
+
+        ``token_budget_mean`` averages the budget over the steps it could shape: a prefill
+        scheduled, or requests left waiting. Fast-forward never covers such a step (it needs
+        a decode-only plan, and with a dynamic budget an empty queue:
+        :meth:`blocks_fast_forward`), so the mean is the same with ``--no-fast-forward``; a
+        mean over every decision was not (fast-forward makes one for k decode-only steps)."""
+        if plan.prefills or len(self.waiting):
+            self.budget_sum += self.last_budget
+            self.budget_n += 1
         self._transfer(plan)
         self._step_start = now_ns
         self._step_used = self.kv.num_blocks - self.kv.num_free_blocks
