@@ -46,6 +46,9 @@ def test_versions_sort_numerically_and_resolve_with_backward_fill() -> None:
     assert older.describe()["exact"] is False
     with pytest.raises(ConfigError, match="versions with data"):
         resolve_versions("h100_sxm", "vllm", "latest; rm")
+    night = resolve_versions("h100_sxm", "vllm", "nightly-5b8c30d62b754b57")
+    assert night.version == "nightly-5b8c30d62b754b57"
+    assert dict(night.families) == dict(resolve_versions("h100_sxm", "vllm").families)
     with pytest.raises(ConfigError, match="unknown engine"):
         resolve_versions("h100_sxm", "trt")
 

@@ -11,7 +11,8 @@ version with any table for the GPU; each operator family then uses that version'
 the newest older one that has it (a backward fill, as the package's own loader does), or —
 when the family was only collected later — the oldest newer one. The versions actually read are
 recorded per family (``summary.json``'s ``perf_model_tables``), so a version without tables of
-its own (vLLM 0.12 on H100) reads, and says it reads, the nearest ones.
+its own (vLLM 0.12 on H100) reads, and says it reads, the nearest ones; a ``nightly-<build>``
+reads the newest.
 """
 
 from __future__ import annotations
@@ -171,13 +172,15 @@ def resolve_versions(system: str, engine: str, version: str | None = None) -> Ta
         )
     if version is None:
         version = have[-1]
-    elif not re.fullmatch(r"\d+(\.\d+)*([.\-+]?[A-Za-z0-9]+)*", version):
+    nightly = re.fullmatch(r"nightly[-.\w]*", version) is not None
+    if not nightly and not re.fullmatch(r"\d+(\.\d+)*([.\-+]?[A-Za-z0-9]+)*", version):
         raise ConfigError(
             "engine_version",
             f"{version!r} is not an engine version",
-            "versions with data: " + ", ".join(have),
+            "versions with data: " + ", ".join(have) + ", or nightly-<build> (the newest tables)",
         )
-    fams = tuple((f, v) for f in FAMILIES if (v := _pick(versions(system, f, engine), version)))
+    want = have[-1] if nightly else version  # a nightly build is newer than every release
+    fams = tuple((f, v) for f in FAMILIES if (v := _pick(versions(system, f, engine), want)))
     return TableSet(system, engine, version, fams)
 
 
