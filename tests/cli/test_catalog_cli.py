@@ -34,6 +34,18 @@ def test_gpus_and_models_list_every_catalog_entry() -> None:
     assert "a40" in _run("simulate", "--help")
 
 
+def test_gpus_list_the_engine_tables_behind_perf_model_engine() -> None:
+    from tidal.hardware.engine_data import engine_versions
+
+    lines = {ln.split()[0]: ln for ln in _run("gpus").splitlines() if ln.strip()}
+    newest = engine_versions("h100_sxm", "vllm")[-1]
+    assert "--perf-model engine" in _run("gpus")
+    assert "vllm" in lines["h100"]
+    assert newest in lines["h100"]
+    assert "sglang" in lines["h100"]
+    assert "no tables" in lines["a40"]
+
+
 def test_the_listed_backing_is_what_perf_model_auto_uses() -> None:
     """Every (model, GPU) the catalog calls measured or calibrated gets that model from
     ``--perf-model auto`` at TP 1 where listed; unlisted pairs get the corrected roofline."""

@@ -193,7 +193,23 @@ def gpu_tables() -> list[Table]:
             name, f"{g.bf16_tflops:g}", f"{g.mem_bw_tbs:g}", f"{gib:.2f}", link,
             f"{g.price_per_hour:g}",
         )  # fmt: skip
-    return [t, _backing_lines(f"GPUs: {DATA_NOTE}", by_gpu)]
+    return [t, _backing_lines(f"GPUs: {DATA_NOTE}", by_gpu), engine_table_lines()]
+
+
+def engine_table_lines() -> Table:
+    """Per GPU, the serving engines and versions whose measured operator tables
+    ``--perf-model engine`` reads (``--engine``, ``--engine-version``)."""
+    from tidal.hardware.gpus import GPUS
+
+    t = Table.grid(padding=(0, 2))
+    t.add_column(no_wrap=True)
+    t.add_column()
+    for name, g in GPUS.items():
+        rows = engine_version_rows(g)
+        t.add_row(name, "; ".join(f"{e} {v}" for e, v in rows) or "no tables (corrected roofline)")
+    t.title = "GPUs: engines and versions with measured operator tables (--perf-model engine)"
+    t.title_justify = "left"
+    return t
 
 
 def model_tables() -> list[Table]:
