@@ -86,6 +86,31 @@ def test_every_docs_path_cited_in_the_sources_exists():
     assert not missing, sorted(missing)
 
 
+REPO_PATH = re.compile(r"(?<![\w/.])(?:bench|tests)/[\w./-]*\w")
+"""A file of the repository outside docs/ that a source cites (``bench/robustness.py``; a
+function as ``bench/roofline_fit.tp_capped``)."""
+
+
+def _exists(ref: str) -> bool:
+    """``ref`` is a path of the checkout, or ``FILE.function`` of a Python file defining it."""
+    if (ROOT / ref).exists():
+        return True
+    stem, _, name = ref.rpartition(".")
+    py = ROOT / f"{stem}.py"
+    found = py.is_file() and re.search(rf"^def {name}\b", py.read_text(), re.M) is not None
+    return bool(stem) and found
+
+
+def test_every_repository_path_cited_in_the_sources_exists():
+    missing = {
+        f"{p.relative_to(ROOT)}: {ref}"
+        for p in SRC.rglob("*.py")
+        for ref in REPO_PATH.findall(p.read_text())
+        if not _exists(ref.rstrip("."))
+    }
+    assert not missing, sorted(missing)
+
+
 def test_every_cited_research_section_exists():
     missing = set()
     for p in _sources():
@@ -184,5 +209,11 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
         "# The guard (session 24, issue 18 item 4)\n## `peak_keep_s`: 60 s\n## A\n## A\n"
         "```\n# not a heading\n```\n"
     )
+    assert REPO_PATH.findall("(``bench/roofline_fit.tp_capped``, tests/x/test_y.py).") == [
+        "bench/roofline_fit.tp_capped",
+        "tests/x/test_y.py",
+    ]
+    assert _exists("bench/roofline_fit.tp_capped")
+    assert not _exists("bench/roofline_fit.nope")
     slugs = {"the-guard-session-24-issue-18-item-4", "peak_keep_s-60-s", "a", "a-1"}
     assert _anchors(note) == slugs
