@@ -4,7 +4,7 @@ Reads the public profiling CSVs (MIT licence) with ``git show``, keeps the media
 the step model needs and writes one ``tidal-gpu-profile/1`` file per GPU
 (``docs/PROFILE_FORMAT.md``). Data only: no Vidur code is used.
 
-    python bench/import_vidur_profiles.py --mirror /work/.mirror/microsoft+vidur/repo
+    python bench/import_vidur_profiles.py --mirror PATH   # a git clone of microsoft/vidur
 
 Sources (commit: path):
 * HEAD: ``data/profiling/compute/{a100,h100,a40}/<org>/<model>/mlp.csv`` (linear and elementwise
@@ -200,7 +200,7 @@ def build(mirror: Mirror, gpu: str) -> GPUProfile:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mirror", type=Path, default=Path("/work/.mirror/microsoft+vidur/repo"))
+    ap.add_argument("--mirror", type=Path, required=True, help="a git clone of microsoft/vidur")
     ap.add_argument("--out", type=Path, default=BUNDLED_DIR)
     args = ap.parse_args()
     mirror = Mirror(args.mirror)

@@ -1,12 +1,12 @@
 """Side by side with the peer simulator Vidur (microsoft/vidur, MLSys 2024) on one workload.
 
 Vidur is not a dependency and none of its code is here: it runs from its own venv outside the
-repository (set up as in shared/research/vidur.md; default location /work/vidur-peer). Its
-snapshot only ships an attention profile for CodeLlama-34B on A100 (TP 2), so both simulators
-model that deployment: Sarathi-style chunked prefill with chunk (token budget) 512 and a batch
-cap of 128, 10,000 requests with ShareGPT lengths (capped at 4,096 tokens the way Vidur does),
-Poisson arrivals at ~80% of Vidur's measured capacity. Tidal replays Vidur's exact arrival times
-and lengths (its ``requests_used.csv``).
+repository, in a peer folder set up as ``docs/research/vidur.md`` §2 describes (``$VIDUR_PEER``,
+default ``../vidur-peer`` beside the checkout). Its snapshot only ships an attention profile for
+CodeLlama-34B on A100 (TP 2), so both simulators model that deployment: Sarathi-style chunked
+prefill with chunk (token budget) 512 and a batch cap of 128, 10,000 requests with ShareGPT lengths
+(capped at 4,096 tokens the way Vidur does), Poisson arrivals at ~80% of Vidur's measured capacity.
+Tidal replays Vidur's exact arrival times and lengths (its ``requests_used.csv``).
 
     python bench/vidur_compare.py [--vidur-run DIR] [--rerun-vidur] [--repeats 5]
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -30,7 +31,7 @@ from tidal.sim.config import SimulationConfig
 from tidal.sim.run import run_simulation
 from tidal.workload.base import RequestSet
 
-PEER = Path("/work/vidur-peer")
+PEER = Path(os.environ.get("VIDUR_PEER", Path(__file__).resolve().parents[2] / "vidur-peer"))
 DEFAULT_RUN = PEER / "results" / "qps1.47_c512_n10000"
 
 

@@ -1,8 +1,8 @@
 """The README cannot drift: every shell block runs, and every number its prose claims is what
 the command gives now (issue 31).
 
-Each ```bash block of README.md is preceded by a marker (an HTML comment, invisible on the
-rendered page):
+Each ```bash block of README.md, and each ```python block (the Python API, run with this
+interpreter), is preceded by a marker (an HTML comment, invisible on the rendered page):
 
 * ``<!-- readme-test: run -->`` — the block runs as written (``bash -e``, in a scratch
   directory holding ``docs/``), in the default test run;
@@ -50,6 +50,10 @@ class Claim:
     value: float | str
 
 
+LANGS = ("bash", "python")
+"""The fenced blocks that run (``text`` blocks, pictures and outputs, do not)."""
+
+
 @dataclass
 class Block:
     line: int
@@ -61,6 +65,7 @@ class Block:
     shell block after it (output blocks included), without HTML comments: where its claims
     must be stated."""
     checks: list[tuple[str, list[Claim], float]] = field(default_factory=list)
+    lang: str = "bash"
 
     @property
     def name(self) -> str:
@@ -96,25 +101,26 @@ def _claims(text: str) -> tuple[list[Claim], float]:
 
 
 def parse_readme(text: str) -> list[Block]:
-    """Every ```bash block with its marker, prose and checks."""
+    """Every ```bash and ```python block with its marker, prose and checks."""
     blocks = []
     fences = list(re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S))
     for i, m in enumerate(fences):
-        if m.group(1) != "bash":
+        lang = m.group(1)
+        if lang not in LANGS:
             continue
         line = text.count("\n", 0, m.start()) + 1
         before = text[max(0, m.start() - 400) : m.start()]
         marker = next(reversed(list(MARKER.finditer(before))), None)
         if marker is None or before[marker.end() :].strip():
-            raise AssertionError(f"README line {line}: a bash block without a readme-test marker")
+            raise AssertionError(f"README line {line}: a {lang} block without a readme-test marker")
         prev_end = fences[i - 1].end() if i else 0
-        later = [f.start() for f in fences[i + 1 :] if f.group(1) == "bash"]
+        later = [f.start() for f in fences[i + 1 :] if f.group(1) in LANGS]
         nxt = later[0] if later else len(text)
         heading = text.find("\n#", m.end())
         stop = min(nxt, heading) if heading != -1 else nxt
         prose = text[max(prev_end, m.start() - 1500) : stop]
         prose = re.sub(r"<!--.*?-->", "", prose, flags=re.S)  # the claims, not the checks
-        block = Block(line, marker.group(1), marker.group(2).strip(), m.group(2), prose)
+        block = Block(line, marker.group(1), marker.group(2).strip(), m.group(2), prose, lang=lang)
         for c in CHECK.finditer(text[m.end() : stop]):
             claims, tol = _claims(c.group(2))
             block.checks.append((c.group(1), claims, tol))
@@ -159,9 +165,9 @@ def _scratch(tmp_path: Path) -> dict[str, str]:
 
 def _run(block: Block, script: str, tmp_path: Path) -> None:
     env = _scratch(tmp_path)
-    res = subprocess.run(
-        ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    python = block.lang == "python"
+    argv = [sys.executable, "-c", script] if python else ["bash", "-e", "-c", script]
+    res = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, f"{block.name}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
 
 
@@ -197,13 +203,24 @@ def test_every_block_is_marked_and_skips_say_why() -> None:
             assert block.kind != "skip", f"{block.name}: claims beside a block never run"
 
 
+def test_python_blocks_are_marked_and_the_api_example_runs_here() -> None:
+    """A ```python block needs a marker like a shell block; the README's Python API example
+    is one the default run executes."""
+    with pytest.raises(AssertionError, match="a python block without a readme-test marker"):
+        parse_readme("Some prose.\n\n```python\nprint(1)\n```\n")
+    [block] = parse_readme("<!-- readme-test: run -->\n```python\nprint(1)\n```\n")
+    assert (block.lang, block.kind, block.script) == ("python", "run", "print(1)\n")
+    assert parse_readme("```text\nengine loop\n```\n") == []  # pictures are not run
+    assert any(b.lang == "python" and b.kind == "run" for b in BLOCKS)
+
+
 FAST = [b for b in BLOCKS if b.kind in ("run", "reduce")]
 
 
 @pytest.mark.parametrize("block", FAST, ids=lambda b: b.name)
 def test_readme_block_runs(block: Block, tmp_path: Path) -> None:
     """``run`` blocks as written (and their numbers); ``reduce`` blocks reduced."""
-    if shutil.which("bash") is None:  # pragma: no cover
+    if block.lang == "bash" and shutil.which("bash") is None:  # pragma: no cover
         pytest.skip("needs bash")
     _run(block, block.reduced() if block.kind == "reduce" else block.script, tmp_path)
     if block.kind == "run":

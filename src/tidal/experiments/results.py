@@ -47,8 +47,8 @@ def summary_dict(
 
 def _config_values(x: Any) -> Any:
     """A config as JSON that re-runs to the same result: an infinite value (``rate: inf``)
-    is written ``"inf"``, which the config reads back as infinity (issue 32 §14; ``null``
-    would mean "unset"). A validated config holds no NaN."""
+    is written ``"inf"``, which the config reads back as infinity (JSON has no infinity, and
+    ``null`` would mean "unset"). A validated config holds no NaN."""
     if isinstance(x, dict):
         return {k: _config_values(v) for k, v in x.items()}
     if isinstance(x, list | tuple):

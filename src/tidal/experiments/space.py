@@ -98,8 +98,8 @@ class PlanSpec(StrictModel):
     @field_validator("prices")
     @classmethod
     def _prices(cls, v: dict[str, float]) -> dict[str, float]:
-        """A price is a finite positive USD per GPU-hour of a catalog GPU (issue 32 §14: a
-        negative price made the most GPUs the cheapest, an unknown GPU was dropped)."""
+        """A price is a finite positive USD per GPU-hour of a catalog GPU: a negative price
+        would make the most GPUs the cheapest, and an unknown GPU would silently not count."""
         from tidal.hardware.gpus import get_gpu
 
         for gpu, price in v.items():

@@ -1,4 +1,4 @@
-"""A results directory checked before it is drawn (issue 32 §13): a truncated
+"""A results directory checked before it is drawn: a truncated
 ``summary.json`` or ``requests.parquet`` (a full disk, a copy cut short) is a named error
 naming the file, not a JSON or Parquet traceback halfway through the figures."""
 

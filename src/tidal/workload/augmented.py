@@ -15,8 +15,9 @@ image       20.0             6.9           1.2k        16–64
 tts         17.2             6.9           1.25k       16–64
 ==========  ===============  ============  ==========  =================================
 
-The per-segment decode lengths and the returned-token ranges are not published (§5.1 Q7);
-the ranges above follow the spec's defaults except [1], narrowed so that the mean context
+The per-segment decode lengths and the returned-token ranges are not published
+(``docs/research/augserve.md`` §5 Q7); the ranges above follow the note's defaults except [1],
+narrowed so that the mean context
 matches the table (28 calls × 32–128 returned tokens alone would exceed VE's 2.2k; a 32–256
 token next turn would double the chatbot's 0.75k). Each type then draws, per request:
 

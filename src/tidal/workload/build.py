@@ -247,7 +247,8 @@ def _augmented(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
 
 def _check_mooncake_keys(cfg: WorkloadConfig, fmt: str) -> None:
     """``hash_block_tokens`` and ``spread_ticks`` shape a Mooncake trace only: on another
-    format they are refused, not ignored (issue 32 §2)."""
+    format they are refused, not ignored: a setting that changes nothing must not look as if
+    it did."""
     if fmt == "mooncake":
         return
     default = WorkloadConfig.model_fields["hash_block_tokens"].default

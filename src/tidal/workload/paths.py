@@ -6,8 +6,8 @@ Search order of :func:`traces_dir`:
 2. a ``shared/traces`` directory in the current working directory or any of its parents;
 3. a ``shared/traces`` directory beside any parent of this package's file.
 
-In this workplace the repository is ``/work/main`` and the traces are ``/work/shared/traces``,
-so both walks find them from inside the repository. :func:`resolve_trace` finally falls back to
+A checkout that sits beside a ``shared/traces`` folder (``ROOT/../shared/traces``) therefore
+finds it from inside the repository by either walk. :func:`resolve_trace` finally falls back to
 the traces bundled with the package (``tidal/data/traces``: the Azure 2023 conversation trace,
 so that ``tidal demo`` runs from any checkout).
 """

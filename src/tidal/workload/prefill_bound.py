@@ -1,8 +1,8 @@
-"""The prefill work no schedule can avoid, given the prompts' content (issue 32 §3).
+"""The prefill work no schedule can avoid, given the prompts' content.
 
-A cached prefix is computed once: the roofline bound (:func:`tidal.hardware.roofline.
-roofline_token_throughput`) charged every prompt token as computed, and a shared 8k system
-prompt ran at 80× the "bound". Here every content segment is a prefix-tree node, named by
+A cached prefix is computed once, so a roofline bound (:func:`tidal.hardware.roofline.
+roofline_token_throughput`) that charged every prompt token as computed would be no bound: a
+shared 8k system prompt runs at 80× it. Here every content segment is a prefix-tree node, named by
 its chain hash (:class:`tidal.workload.content.PrefixContent`); a node must be computed at
 least once, by prefill or — where some request holds it in its output (a session's answer,
 handed on as KV) — by decode, which the bound already counts. So the prefill a schedule

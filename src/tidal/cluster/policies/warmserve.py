@@ -27,7 +27,7 @@ or a pinned preload); ``cluster.warmserve.checkpoints: ssd`` starts from a cold 
 Autoscaler and router (§2.6), shared by all variants: every 0.5 s, on the 5-s average in-flight
 load, scale down below 0.5·capacity (instances older than 5 s, fewest in flight first) and up
 above 0.8·capacity. Two rules hold the guarantee P99 TTFT ≤ ServerlessLLM's at high rates
-(issue 18, ``docs/design/warmserve-high-rate.md``): scale-down keeps ⌈peak / (h·B)⌉ instances,
+(``docs/design/warmserve-high-rate.md``): scale-down keeps ⌈peak / (h·B)⌉ instances,
 peak = the largest in-flight count at an arrival over the last ``peak_keep_s`` (60 s, h =
 ``peak_headroom`` 0.6; ``peak_keep_s: 0`` is the artifact's rule); and with ``router_queue`` a
 request goes round-robin to a ready instance below B, else, when the model has serving

@@ -1,21 +1,21 @@
-"""WarmServe's overload fallback (issue 18 item 4, ``docs/design/warmserve-high-rate.md``): past
-the cluster's capacity WarmServe switches its autoscaling, holding and routing to
-ServerlessLLM's rules (:mod:`tidal.cluster.policies.serverlessllm`) and back when the backlog
-clears.
+"""WarmServe's overload fallback: past the cluster's capacity WarmServe switches its
+autoscaling, holding and routing to ServerlessLLM's rules
+(:mod:`tidal.cluster.policies.serverlessllm`) and back when the backlog clears. The
+measurements behind it, and why it is off by default:
+``docs/design/warmserve-high-rate.md#the-overload-fallback-serverlessllms-rules-past-capacity``.
 
 Detector (every control period, from the starvation guard's record of waiting requests: each
 model's router FIFO head and its requests on the retry path): ``wait`` = the longest any
 model's oldest waiting request has waited.
 
 * engage when ``wait > overload_enter_s`` (20 s: a backlog the guard's hand-backs, which act
-  within seconds, have not cleared; measured on the robustness grid, where 10 and 15 s also
-  engaged in past-capacity cells that held with WarmServe's rules and 30 s engaged too late
-  to change any verdict);
+  within seconds, have not cleared; a shorter threshold also engages where WarmServe's own
+  rules would hold, a longer one too late to change the outcome);
 * disengage when ``wait < overload_exit_s`` (2 s = ``starve_wait_s``: no model waits longer
   than ordinary contention) and the fallback has been engaged for ``overload_hold_s``.
 
 The gap between the two thresholds (and the hold) is the hysteresis: a backlog that drains
-below 30 s but not to 2 s keeps the baseline's rules.
+below 20 s but not to 2 s keeps the baseline's rules.
 
 Engaged, ServerlessLLM's rules replace WarmServe's (the cold-start mechanisms — warm
 replicas, engine pool, memory switching, prewarming, KV reservation — stay WarmServe's):

@@ -1,4 +1,4 @@
-"""WarmServe's peak hold (issue 18, ``docs/design/warmserve-high-rate.md``): per model, the
+"""WarmServe's peak hold (``docs/design/warmserve-high-rate.md``): per model, the
 largest in-flight count seen at an arrival over the last ``peak_keep_s``.
 
 Invariant: each model's deque holds ``(arrival ns, count)`` with times increasing and counts

@@ -1,4 +1,5 @@
-"""WarmServe's starvation guard (issue 18, ``docs/design/warmserve-high-rate.md``): hands the
+"""WarmServe's starvation guard (``docs/design/warmserve-high-rate.md#the-starvation-guard``,
+the measurements behind it): hands the
 peak-held instances of other models back to a model that cannot get its first or next GPU.
 
 The peak rule (``peak_keep_s``) keeps ⌈peak / (h·B)⌉ instances of a model for a minute after a
@@ -28,12 +29,12 @@ other model's autoscaler or router sees the idle GPUs). One group per starved mo
 period: a model short of several instances gets one more each period while it stays starved.
 Starved models also come first in the autoscaler's scale-up order.
 
-Fallback (issue 18 item 4): a model whose oldest request has waited longer than
-``starve_give_up_s`` is past what one more instance mends — the cluster is past its capacity
-for that model (its backlog grows in ServerlessLLM too) — and handing it the others' GPUs only
-moves the starvation (measured: A100 Llama-2 conv 32, the 70B took 4 GPUs from the 7Bs per
-hand-back and SLO attainment fell 77 → 49 %). For such a model the guard stands down, and the
-policy keeps the peak rule's holds exactly as without the guard.
+Give-up: a model whose oldest request has waited longer than ``starve_give_up_s`` is past
+what one more instance mends — the cluster is past its capacity for that model (its backlog
+grows in ServerlessLLM too) — and handing it the others' GPUs only moves the starvation to
+them (a backlogged large model takes several small models' GPUs per hand-back). For such a
+model the guard stands down, and the policy keeps the peak rule's holds exactly as without the
+guard.
 
 Triage (:mod:`tidal.cluster.policies.warmserve_triage`, ``triage_ratio``): when condition 3
 fails for a model that has waited ``triage_wait_s`` (10 s), the model completing the fewest

@@ -1,4 +1,5 @@
-"""WarmServe's past-capacity triage (issue 18, ``docs/design/warmserve-high-rate.md``): when a
+"""WarmServe's past-capacity triage (``docs/design/warmserve-high-rate.md#past-capacity-triage``,
+the measurements behind it): when a
 model is starved and no other model holds more than its need, the cluster is past its capacity
 and some model's backlog will grow whatever the policy does. Triage chooses which: the model
 that serves the fewest requests per GPU gives one instance to the starved one.
