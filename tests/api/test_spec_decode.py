@@ -13,6 +13,7 @@ from tests.api.conftest import in_process, metric, wait_idle
 from tests.api.test_serve_cli import _serve_captured
 
 pytestmark = pytest.mark.engine
+NGRAM3 = '{"method": "ngram", "num_speculative_tokens": 3}'
 SPEC = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -115,8 +116,7 @@ def test_a_failed_verification_step_fails_its_batch_and_the_engine_goes_on(monke
         ),
         (("--speculative-config", '{"method": "medusa", "num_speculative_tokens": 3}'), "method"),
         (
-            ("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}')
-            + ("--batching", "eb"),
+            ("--speculative-config", NGRAM3, "--batching", "eb"),
             "batching",
         ),
     ],
