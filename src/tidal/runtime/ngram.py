@@ -7,17 +7,16 @@ earlier in the ids (an occurrence ending before the last token; occurrences may 
 suffix); of its earlier occurrences, vLLM takes the *earliest* one; the draft is the (up to) k
 tokens that follow that occurrence — fewer when the ids end first, or when the draft would pass
 ``max_model_len`` — and nothing when no suffix of at least ``prompt_lookup_min`` tokens matches.
-vLLM finds it with a KMP failure function over the reversed ids; here the candidate occurrences
-are the positions holding the last token, extended backwards together (numpy), which gives the
-same longest length and position.
+vLLM finds it with a KMP failure function over the reversed ids; here each earlier position of
+the last token (found by ``list.index``, earliest first) is extended backwards up to
+``prompt_lookup_max`` tokens, stopping at the first occurrence of that length — the same
+longest length and position.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 
 class NgramProposer:
@@ -37,25 +36,22 @@ class NgramProposer:
         k = min(self.k if k is None else k, self.max_model_len - total)
         if total < self.min_n or k <= 0:
             return []
-        a = np.asarray(tokens, dtype=np.int64)
-        ends = np.flatnonzero(a[: total - 1] == a[total - 1])  # earlier occurrences' last ids
-        if ends.size == 0:
-            return []
-        length = np.ones(ends.size, dtype=np.int64)
-        alive = np.arange(ends.size)
-        for v in range(1, self.max_n):  # extend every still-matching occurrence by one token
-            e = ends[alive] - v
-            ok = e >= 0
-            alive, e = alive[ok], e[ok]
-            alive = alive[a[e] == a[total - 1 - v]]
-            if alive.size == 0:
+        ids = tokens if isinstance(tokens, list) else list(tokens)
+        last, hi = ids[-1], self.max_n
+        best, start, e = 0, -1, -1
+        while best < hi:  # earlier occurrences of the last token, earliest first (C-speed scan)
+            try:
+                e = ids.index(last, e + 1, total - 1)
+            except ValueError:
                 break
-            length[alive] += 1
-        best = int(length.max())
+            v = 1
+            while v < hi and v <= e and ids[e - v] == ids[total - 1 - v]:
+                v += 1
+            if v > best:  # strictly longer: ties keep the earliest occurrence
+                best, start = v, e + 1
         if best < self.min_n:
             return []
-        start = int(ends[int(np.argmax(length == best))]) + 1  # the earliest longest match
-        return a[start : start + k].tolist()
+        return list(ids[start : start + k])
 
 
 @dataclass
