@@ -10,9 +10,10 @@ token − arrival), ``time_per_output_token_seconds`` ((finish − first token)/
 / ``request_generation_tokens`` (1-2-5 buckets up to the context length, as vLLM's). Counters:
 prompt and generation tokens, requests by finish reason, rejected requests (429), preemptions,
 prefix cache queries and hits (tokens, vLLM's ``prefix_cache_queries`` /
-``prefix_cache_hits``), failed steps and requests (faults the engine survived);
-``engine_alive`` is 0 once the engine thread has died. One registry per app, so several apps
-can live in one process (tests).
+``prefix_cache_hits``), speculative decoding's drafts, draft tokens and accepted tokens (in all
+and by ``position``; vLLM's ``spec_decode_num_*``, only when the engine speculates), failed
+steps and requests (faults the engine survived); ``engine_alive`` is 0 once the engine thread
+has died. One registry per app, so several apps can live in one process (tests).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tidal.runtime.driver import EngineDriver, RequestHandle
+from tidal.runtime.ngram import SpecDecodeStats
 
 _LATENCY_BUCKETS = (
     0.001,
@@ -103,6 +105,29 @@ def _counter(name: str, doc: str, model: str, value: float) -> Iterator[Metric]:
     yield c
 
 
+def _spec_decode(stats: SpecDecodeStats, model: str) -> Iterator[Metric]:
+    """vLLM's speculative-decoding counters (present when the engine speculates)."""
+    yield from _counter(
+        "spec_decode_num_drafts", "Drafts verified (one per request per step).", model,
+        stats.num_drafts,
+    )  # fmt: skip
+    yield from _counter(
+        "spec_decode_num_draft_tokens", "Draft tokens verified.", model, stats.num_draft_tokens
+    )
+    yield from _counter(
+        "spec_decode_num_accepted_tokens", "Draft tokens accepted.", model,
+        stats.num_accepted_tokens,
+    )  # fmt: skip
+    name, doc = "spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by position."
+    own = CounterMetricFamily(f"tidal:{name}", doc, labels=["position"])
+    vllm = CounterMetricFamily(f"vllm:{name}", doc, labels=["model_name", "position"])
+    for pos, n in enumerate(stats.accepted_per_pos):
+        own.add_metric([str(pos)], n)
+        vllm.add_metric([model, str(pos)], n)
+    yield own
+    yield vllm
+
+
 class _EngineState(Collector):
     def __init__(self, driver: EngineDriver, model: str) -> None:
         self.driver = driver
@@ -127,6 +152,8 @@ class _EngineState(Collector):
         yield from _counter(
             "prefix_cache_hits", "Prefix cache hits, in tokens.", m, s.kv.cache_hits
         )
+        if d.rt.config.speculative_config is not None:
+            yield from _spec_decode(d.runner.spec_stats, m)
         yield CounterMetricFamily("tidal:engine_steps", "Engine steps run.", d.num_steps)
         yield CounterMetricFamily(
             "tidal:engine_step_failures",

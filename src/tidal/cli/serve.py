@@ -91,6 +91,13 @@ def serve(
         Path | None,
         Opt(help="This machine's step-time profile (tidal calibrate); needed by eb/ebplus."),
     ] = None,
+    speculative_config: Annotated[
+        str | None,
+        Opt(
+            help="vLLM's speculative decoding JSON; the real engine runs n-gram prompt lookup, "
+            'e.g. \'{"method": "ngram", "num_speculative_tokens": 3}\' (greedy requests).'
+        ),
+    ] = None,
     threads: Annotated[int | None, Opt(help="CPU threads for torch.")] = None,
     seed: Annotated[int, Opt(help="Seed of the dummy weights and of sampling.")] = 0,
     log_level: Annotated[str, Opt(help="uvicorn log level.")] = "warning",
@@ -145,6 +152,7 @@ def serve(
             )
         )
     try:
+        spec = _speculative(speculative_config, batching)
         cfg = RuntimeConfig(
             model=model,
             weights=str(weights) if weights else None,
@@ -162,6 +170,7 @@ def serve(
             profile=str(profile) if profile else None,
             num_threads=threads,
             seed=seed,
+            speculative_config=spec,
         )
         rt = build_engine(cfg)
         tokenizer = tokenizer_for(model, rt.runner.model.config.vocab_size)
@@ -200,6 +209,19 @@ def serve(
     code = run_supervised(server, driver)
     if code:
         raise typer.Exit(code)
+
+
+def _speculative(text: str | None, batching: str) -> Any:
+    """``--speculative-config`` parsed and checked for the real engine (errors name the
+    flag); None without it."""
+    if text is None:
+        return None
+    from tidal.engine.spec_config import parse_speculative_config
+    from tidal.runtime.spec_decode import check_runtime_speculation
+
+    spec = parse_speculative_config(text)
+    check_runtime_speculation(spec, batching, "--speculative-config")
+    return spec
 
 
 def run_supervised(server: Any, driver: EngineDriver) -> int:

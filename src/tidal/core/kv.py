@@ -190,6 +190,15 @@ class KVBlockManager:
             del self._free_ids[-short:]
         return table
 
+    def trim(self, req: Request, num_blocks: int) -> None:
+        """Return the ids of ``req``'s table beyond its first ``num_blocks`` to the free list
+        (blocks charged in bulk for one step — speculative decoding's lookahead — whose charge
+        the caller has given back); the request's block count is not changed."""
+        table = self._tables.get(req.request_id)
+        if table is not None and len(table) > num_blocks:
+            self._free_ids.extend(reversed(table[num_blocks:]))
+            del table[num_blocks:]
+
     def check(self, resident: list[Request]) -> None:
         """Assert the accounting invariant over the GPU-resident requests (tests, debug)."""
         held = sum(r.num_blocks for r in resident)

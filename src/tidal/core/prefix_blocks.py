@@ -124,6 +124,19 @@ class PrefixCachingBlockManager(KVBlockManager):
         req.num_blocks = 0
         assert self.num_free_blocks <= self.num_blocks
 
+    def trim(self, req: Request, num_blocks: int) -> None:
+        """As :meth:`KVBlockManager.trim`; the blocks cut hold no cached content (only full
+        blocks of computed tokens are registered) and go to the queue's head, evicted first."""
+        table = self._tables.get(req.request_id)
+        if table is None or len(table) <= num_blocks:
+            return
+        for b in table[num_blocks:]:
+            self._ref[b] -= 1
+            if self._ref[b] == 0:
+                self._queue[b] = None
+                self._queue.move_to_end(b, last=False)
+        del table[num_blocks:]
+
     def forget_content(self, req: Request) -> None:
         """Uncache ``req``'s blocks: a step that failed may have left them unwritten or half
         written. (``free`` then re-registers only what ``num_computed_tokens`` vouches for,

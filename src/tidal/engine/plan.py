@@ -34,6 +34,10 @@ class StepPlan:
     stall_ns: int = 0
     """Time the step spends on top of its compute (e.g. a KV swap that no compute hides);
     a step may consist of a stall alone."""
+    spec_tokens: dict[int, list[int]] | None = None
+    """Draft tokens per request id of decode members verified this step (vLLM's
+    ``scheduled_spec_decode_tokens``; the real engine's speculative decoding): such a member
+    computes ``1 + len(draft)`` tokens and may sample as many (None: no drafts)."""
 
     @property
     def prefill_tokens(self) -> int:

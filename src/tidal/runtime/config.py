@@ -21,6 +21,7 @@ from tidal.engine.eb_options import EBOptions
 from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
+from tidal.engine.spec_config import SpeculativeConfig
 from tidal.hardware.interference import StepCosts
 from tidal.hardware.models import get_model
 
@@ -67,6 +68,9 @@ class RuntimeConfig(BaseModel):
     costs α/β from it (required for them, unused by ``mb``)."""
     eb: EBOptions = EBOptions()
     """Options of ``eb`` and ``ebplus`` (as ``scheduler.eb`` of a simulation)."""
+    speculative_config: SpeculativeConfig | None = None
+    """vLLM's ``--speculative-config``: the real engine runs method ``ngram`` (prompt lookup,
+    greedy requests; :mod:`tidal.runtime.spec_decode`) with batching ``mb``."""
 
     @field_validator("model")
     @classmethod
@@ -81,6 +85,10 @@ class RuntimeConfig(BaseModel):
     def _check(self) -> RuntimeConfig:
         BATCHING.get(self.batching)
         ORDERINGS.get(self.ordering)
+        if self.speculative_config is not None:
+            from tidal.runtime.spec_decode import check_runtime_speculation
+
+            check_runtime_speculation(self.speculative_config, self.batching)
         if self.token_budget < self.max_seqs:
             raise ValueError(
                 f"token_budget ({self.token_budget}) must be >= max_seqs ({self.max_seqs})"
@@ -159,11 +167,20 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
         costs=profile_step_costs(cfg),
         eb=cfg.eb,
     )
-    scheduler = build_scheduler(sched_cfg, kv, cfg.batching, ORDERINGS.get(cfg.ordering)())
     runner = ModelRunner(model, cache, kv, device, cfg.seed)
+    max_len = _max_model_len(cfg, lcfg.max_position, num_blocks * cfg.block_size)
+    waiting = ORDERINGS.get(cfg.ordering)()
+    if cfg.speculative_config is None:
+        scheduler = build_scheduler(sched_cfg, kv, cfg.batching, waiting)
+    else:
+        from tidal.runtime.spec_decode import build_speculative_scheduler
+
+        spec = cfg.speculative_config
+        scheduler = build_speculative_scheduler(
+            sched_cfg, kv, cfg.batching, waiting, spec, runner, max_len
+        )
     executor = RuntimeExecutor(runner, synchronize=device.type == "cuda")
     engine = Engine(scheduler, executor, WallClock())
-    max_len = _max_model_len(cfg, lcfg.max_position, num_blocks * cfg.block_size)
     return RuntimeEngine(cfg, engine, runner, max_len)
 
 

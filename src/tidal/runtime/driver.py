@@ -386,12 +386,15 @@ class EngineDriver:
     def _collect(self, out: list) -> None:
         """Events of the step just run, from its output: each sampled token, the last one of a
         request carrying how the scheduler ended it (``length``, or ``stop``: the scheduler
-        checks the stop rule first, as vLLM's output processor has it)."""
-        for req, tok in self.engine.output.sampled:
+        checks the stop rule first, as vLLM's output processor has it). A request that sampled
+        several tokens (speculative decoding) ends with the last of them."""
+        sampled = self.engine.output.sampled
+        last = {req.request_id: i for i, (req, _) in enumerate(sampled)}
+        for i, (req, tok) in enumerate(sampled):
             h = self.handles.get(req.request_id)
             if h is None:
                 continue
-            reason = req.finish_reason
+            reason = req.finish_reason if last[req.request_id] == i else None
             if reason is None:
                 out.append((h, TokenEvent(tok)))
             elif h.stop_error is not None:  # the stop check raised: the request ended on it
