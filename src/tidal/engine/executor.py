@@ -137,7 +137,7 @@ class ModelledExecutor:
         if now_ns >= end_ns - self._last_step_ns:
             return None  # the last step has started: the run already ends at the cut
         n = plan.num_decodes
-        d = self._perf.decode_run_ns(n, plan.decode_ctx, n_steps)
+        d = self._durations(plan, 0, n_steps)
         ends = start_ns + np.cumsum(d)
         j = int(np.searchsorted(ends, now_ns, side="right"))
         if j >= n_steps - 1:
@@ -163,10 +163,12 @@ class ModelledExecutor:
         t = now_ns
         done = 0
         last = 0
-        affine = self._affine.get(n, _UNKNOWN)
+        pool = plan.decodes
+        spec = pool is not None and pool.speculative  # contexts grow by the drawn tokens
+        affine = None if spec else self._affine.get(n, _UNKNOWN)
         if affine is _UNKNOWN:
             affine = self._affine[n] = perf.decode_affine(n)
-        segment = None if affine is not None else self._segment
+        segment = None if affine is not None or spec else self._segment
         end = math.inf
         if segment is not None:
             c, a, end = segment(n, ctx0)
@@ -202,7 +204,7 @@ class ModelledExecutor:
         chunk = _FIRST_CHUNK
         while done < k and (done == 0 or t <= horizon_ns):
             size = min(chunk, k - done)
-            run = perf.decode_run_ns(n, ctx0 + n * done, size)
+            run = self._durations(plan, done, size)
             ends = t + np.cumsum(run)
             # Step j ≥ 1 of the chunk starts at ends[j - 1]; its first starts at t ≤ horizon.
             take = size
@@ -216,3 +218,13 @@ class ModelledExecutor:
         plan.num_steps = done
         self._last_step_ns = last
         return t
+
+    def _durations(self, plan: StepPlan, start: int, count: int) -> np.ndarray:
+        """Durations of steps ``start … start + count − 1`` of a pure-decode run of ``plan``:
+        contexts in arithmetic progression (plain pool), or the speculative pool's drawn
+        contexts (:meth:`~tidal.engine.spec_pool.SpecDecodePool.ctx_run`)."""
+        n, pool = plan.num_decodes, plan.decodes
+        if pool is not None and pool.speculative:
+            ctx = pool.ctx_run(start, count)  # type: ignore[attr-defined]
+            return self._perf.decode_run_ctx_ns(n, ctx)  # type: ignore[attr-defined,no-any-return]
+        return self._perf.decode_run_ns(n, plan.decode_ctx + n * start, count)
