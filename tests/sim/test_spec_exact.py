@@ -170,3 +170,17 @@ def test_speculation_is_off_by_default_and_changes_nothing():
     """Without ``speculative`` the summary has no speculation fields (goldens stay)."""
     res = run_simulation(sim_config(workload={"num_requests": 4, "rate": 4.0, "output_len": 8}))
     assert not any(k.startswith("spec_decode") for k in res.metrics)
+
+
+def test_replicas_sum_the_counters():
+    """Replicas: counters add up, the per-position list and the mean come from the sums."""
+    from tidal.experiments.replicas import run_replicated
+
+    spec = {"method": "eagle3", "num_speculative_tokens": 2}
+    wl = {"num_requests": 16, "rate": 8.0, "prompt_len": 64, "output_len": 200}
+    res = run_replicated(sim_config(speculative=spec, workload=wl), 2)
+    m = res.metrics
+    assert m["spec_decode_num_drafts"] + m["spec_decode_num_accepted_tokens"] == 16 * 199
+    assert sum(m["spec_decode_num_accepted_tokens_per_pos"]) == m["spec_decode_num_accepted_tokens"]
+    mean = 1 + m["spec_decode_num_accepted_tokens"] / m["spec_decode_num_drafts"]
+    assert m["spec_decode_mean_acceptance_length"] == mean
