@@ -29,23 +29,51 @@ _INV53 = 2.0**-53
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
-    z = x.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> _S30)) * _M1
-        z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
+    """The splitmix64 finaliser on a uint64 array (wrapping arithmetic, in place: ``x`` is
+    consumed; numpy array arithmetic wraps without a warning)."""
+    z = x
+    z ^= z >> _S30
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
+
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(z: int) -> int:
+    """:func:`splitmix64` on one Python integer (the same values, no array overhead)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def stream_state(key: int, rid: int) -> int:
+    """``s_rid = splitmix64(key ⊕ splitmix64(rid))``: request ``rid``'s stream under ``key``."""
+    return _mix((key & _MASK) ^ _mix(rid & _MASK))
+
+
+_STEPS_PHI = np.arange(1, 1 << 12, dtype=np.uint64) * _PHI
+"""(j + 1)·φ mod 2⁶⁴ for j = 0, 1, …: the counter part of every draw (grown on demand)."""
+
+
+def _top_bits(key: int, rid: int, j0: int, count: int) -> np.ndarray:
+    """The top 53 bits of the draws of steps ``j0 … j0 + count − 1`` (U = bits · 2⁻⁵³)."""
+    global _STEPS_PHI
+    if j0 + count > len(_STEPS_PHI):
+        size = max(j0 + count, 2 * len(_STEPS_PHI))
+        _STEPS_PHI = np.arange(1, size + 1, dtype=np.uint64) * _PHI
+    z = _STEPS_PHI[j0 : j0 + count] + np.uint64(stream_state(key, rid))
+    z = splitmix64(z)
+    z >>= _S11
+    return z
 
 
 def uniforms(key: int, rid: int, j0: int, count: int) -> np.ndarray:
     """U of steps ``j0 … j0 + count − 1`` of request ``rid`` under ``key`` (floats in [0, 1))."""
-    k = np.array([key & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
-    r = np.array([rid & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
-    state = splitmix64(k ^ splitmix64(r))
-    j = np.arange(j0 + 1, j0 + count + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        x = state + j * _PHI
-    return (splitmix64(x) >> _S11).astype(np.float64) * _INV53
+    return _top_bits(key, rid, j0, count).astype(np.float64) * _INV53
 
 
 class AcceptanceModel:
@@ -58,16 +86,27 @@ class AcceptanceModel:
         self.key = int(key)
         self.survive = np.cumprod(np.asarray(alphas, dtype=np.float64))
         """A_i = Π_{m≤i} α_m, non-increasing in i."""
+        scaled = np.ceil(self.survive[::-1] * 2.0**53).astype(np.uint64)
+        self._thresholds = scaled
+        """⌈A_i·2⁵³⌉ in increasing order: U = x·2⁻⁵³ < A_i ⟺ x < ⌈A_i·2⁵³⌉ for the integer
+        x (the top 53 bits), so #{i : U < A_i} = k − #{i : threshold_i ≤ x}, one binary
+        search on integers (no float conversion)."""
         self.mean = 1.0 + float(self.survive.sum())
 
     def lengths(self, rid: int, j0: int, count: int) -> np.ndarray:
         """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
-        u = uniforms(self.key, rid, j0, count)
-        return 1 + (u[:, None] < self.survive[None, :]).sum(axis=1, dtype=np.int64)
+        x = _top_bits(self.key, rid, j0, count)
+        a = np.searchsorted(self._thresholds, x, side="right")
+        np.subtract(self.k + 1, a, out=a)
+        return a  # type: ignore[no-any-return]
 
     def lengths_until(self, rid: int, j0: int, tokens_left: int) -> np.ndarray:
         """Accepted lengths from step ``j0`` until ``tokens_left`` tokens are reached, the last
         one clipped so that they sum to exactly ``tokens_left`` (≥ 1)."""
+        return self.draw_until(rid, j0, tokens_left)[0]
+
+    def draw_until(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`lengths_until`, its prefix sums with a leading 0) — the pool's join."""
         if tokens_left < 1:
             raise ValueError(f"tokens_left must be >= 1, got {tokens_left}")
         parts: list[np.ndarray] = []
@@ -80,11 +119,14 @@ class AcceptanceModel:
             got += int(a.sum())
             j += count
         a = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        cum = np.cumsum(a)
-        last = int(np.searchsorted(cum, tokens_left, side="left"))
-        a = a[: last + 1].copy()
-        a[last] -= int(cum[last]) - tokens_left
-        return a
+        cum = np.zeros(len(a) + 1, dtype=np.int64)
+        np.cumsum(a, out=cum[1:])
+        last = int(np.searchsorted(cum, tokens_left, side="left"))  # cum[last] ≥ left
+        a = a[:last]  # a view: the caller owns the fresh arrays
+        a[last - 1] -= int(cum[last]) - tokens_left
+        cum = cum[: last + 1]
+        cum[last] = tokens_left
+        return a, cum
 
 
 def accepted_per_position(lengths: np.ndarray, k: int) -> np.ndarray:

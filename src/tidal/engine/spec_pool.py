@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from tidal.core.request import Request
-from tidal.engine.acceptance import AcceptanceModel, accepted_per_position
+from tidal.engine.acceptance import AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
 
 
@@ -47,8 +47,9 @@ class SpecDecodePool(DecodePool):
         self.acceptance = acceptance
         self.k = acceptance.k
         self.rows_per_decode = self.k + 1
-        self._rec: dict[int, tuple[int, int, np.ndarray]] = {}
-        """rid → (join step, computed at join, cumulated accepted tokens: cum[0] = 0)."""
+        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray]] = {}
+        """rid → (join step, computed at join, accepted lengths a, their prefix sums cum
+        with cum[0] = 0)."""
         self._origin = 0
         """Pool step of index 0 of :attr:`_inc` and :attr:`_need`."""
         self._inc = np.zeros(256, dtype=np.int64)
@@ -58,7 +59,8 @@ class SpecDecodePool(DecodePool):
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
-        self.accepted_per_pos = np.zeros(self.k, dtype=np.int64)
+        self._hist = np.zeros(self.k + 2, dtype=np.int64)
+        """Verification steps by accepted length a (1 … k + 1) of the members that left."""
 
     # ------------------------------------------------------------------ arrays
     def _span(self, start: int, stop: int) -> tuple[int, int]:
@@ -76,9 +78,16 @@ class SpecDecodePool(DecodePool):
         return start - origin, stop - origin
 
     def _block_steps(self, c0: int, cum: np.ndarray) -> np.ndarray:
+        """New blocks at each step: blocks_for(c0 + cum[j + 1]) − blocks_for(c0 + cum[j])."""
         bs = self.block_size
-        blocks = -(-(c0 + cum) // bs)
+        blocks = cum + (c0 + bs - 1)
+        blocks //= bs
         return blocks[1:] - blocks[:-1]
+
+    @property
+    def accepted_per_pos(self) -> np.ndarray:
+        """Steps that accepted draft i (i = 1 … k), over the members that left."""
+        return self._hist[::-1].cumsum()[::-1][2:]
 
     # ------------------------------------------------------------------ membership
     def join(self, req: Request, target_output: int) -> None:
@@ -87,14 +96,12 @@ class SpecDecodePool(DecodePool):
         rid = req.request_id
         c0 = req.num_computed_tokens
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
-        a = self.acceptance.lengths_until(rid, req.num_spec_steps, left)
-        cum = np.zeros(len(a) + 1, dtype=np.int64)
-        np.cumsum(a, out=cum[1:])
+        a, cum = self.acceptance.draw_until(rid, req.num_spec_steps, left)
         lo, hi = self._span(self.steps, self.steps + len(a))
         self._inc[lo:hi] += a
         self._need[lo:hi] += self._block_steps(c0, cum)
         self._ctx += c0 + 1
-        self._rec[rid] = (self.steps, c0, cum)
+        self._rec[rid] = (self.steps, c0, a, cum)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
@@ -103,8 +110,8 @@ class SpecDecodePool(DecodePool):
         heapq.heappush(self._leave, (self.steps + len(a), rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        join, c0, cum = self._rec[req.request_id]
-        return c0 + int(cum[self.steps - join])
+        rec = self._rec[req.request_id]
+        return rec[1] + int(rec[3][self.steps - rec[0]])
 
     def materialize(self, req: Request) -> None:
         c = self.computed(req)
@@ -117,18 +124,18 @@ class SpecDecodePool(DecodePool):
         future contributions, count its verification steps."""
         self.materialize(req)
         rid = req.request_id
-        join, c0, cum = self._rec.pop(rid)
+        join, c0, a, cum = self._rec.pop(rid)
         s = self.steps - join
-        if s < len(cum) - 1:  # steps it will not run
-            lo, hi = self._span(self.steps, join + len(cum) - 1)
-            self._inc[lo:hi] -= np.diff(cum[s:])
+        if s < len(a):  # steps it will not run
+            lo, hi = self._span(self.steps, join + len(a))
+            self._inc[lo:hi] -= a[s:]
             self._need[lo:hi] -= self._block_steps(c0, cum[s:])
         self._ctx -= req.num_computed_tokens + 1
         if s:
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
             self.num_accepted_tokens += int(cum[s]) - s
-            self.accepted_per_pos += accepted_per_position(np.diff(cum[: s + 1]), self.k)
+            self._hist += np.bincount(a[:s], minlength=self.k + 2)
         req.num_spec_steps += s
         del self.members[rid]
         del self._join_id[rid]
@@ -158,6 +165,12 @@ class SpecDecodePool(DecodePool):
         """Σ attended context of the next step: Σ(computed + 1) (each member's first row)."""
         return self._ctx
 
+    def inc_run(self, count: int) -> list[int]:
+        """Tokens the members gain in each of the next ``count`` steps (a run's context
+        increments: the context of step i + 1 is that of step i plus ``inc_run[i]``)."""
+        lo, hi = self._span(self.steps, self.steps + count)
+        return self._inc[lo:hi].tolist()  # type: ignore[no-any-return]
+
     def ctx_run(self, start: int, count: int) -> np.ndarray:
         """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
         lo, hi = self._span(self.steps, self.steps + start + count)
@@ -179,7 +192,7 @@ class SpecDecodePool(DecodePool):
         return int(self._need[lo:hi].sum())
 
     def needs_block(self, req: Request) -> int:
-        join, c0, cum = self._rec[req.request_id]
+        join, c0, _, cum = self._rec[req.request_id]
         s = self.steps - join
         return int(self._block_steps(c0, cum[s : s + 2])[0])
 
@@ -189,6 +202,10 @@ class SpecDecodePool(DecodePool):
         m = self.steps_to_departure()
         if m <= 1:
             return max(m, 1)
+        # a member gains ≤ k + 1 tokens a step: ≤ ⌈(m − 1)(k + 1)/bs⌉ + 1 new blocks in m − 1
+        bound = (-(-(m - 1) * (self.k + 1) // self.block_size) + 1) * len(self.members)
+        if bound <= free_blocks:
+            return m
         lo, hi = self._span(self.steps + 1, self.steps + m)
         need = np.cumsum(self._need[lo:hi])
         if int(need[-1]) <= free_blocks:

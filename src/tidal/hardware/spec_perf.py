@@ -38,6 +38,9 @@ assumption of the order of vLLM's numba-compiled lookup over a few thousand toke
 replaced by the real engine's measurement (design §3)."""
 
 
+_UNKNOWN = object()
+
+
 class SpecPerfModel(PerfModel):
     """``base`` verifying ``k`` drafts per decoding request, plus the drafting time."""
 
@@ -65,6 +68,8 @@ class SpecPerfModel(PerfModel):
         self.draft_scale = float(k) * draft_fraction
         """k passes × the share of a ``draft`` step one pass costs."""
         self.host_s = NGRAM_HOST_S_PER_REQUEST if draft is None else 0.0
+        self._draft_affine: dict[int, Any] = {}
+        """``draft.decode_affine(n)`` by batch size n."""
 
     def step_seconds(
         self,
@@ -100,6 +105,11 @@ class SpecPerfModel(PerfModel):
         """Drafting time of a step with ``num_decodes`` speculating requests."""
         if self.draft is None:
             return self.host_s * num_decodes
+        form = self._draft_affine.get(num_decodes, _UNKNOWN)
+        if form is _UNKNOWN:
+            form = self._draft_affine[num_decodes] = self.draft.decode_affine(num_decodes)
+        if form is not None:  # the same float operations as the draft's step_seconds
+            return self.draft_scale * (form[0] + form[1] * decode_ctx)
         d = self.draft.step_seconds(num_decodes, decode_ctx, 0, 0, 0, 0, mx)
         return self.draft_scale * d
 
@@ -107,6 +117,27 @@ class SpecPerfModel(PerfModel):
         """The verification part of a pure-decode step (tests and reports)."""
         ctx = self.verify_ctx(num_decodes, decode_ctx)
         return float(self.base.step_seconds(num_decodes * self.q, ctx, 0, 0, 0, 0))
+
+    def spec_affine(
+        self, num_decodes: int
+    ) -> tuple[float, float, int, int, float, float, float] | None:
+        """``(c, a, mul, shift, scale, c_d, a_d)`` such that a pure-decode step of
+        ``num_decodes`` requests with Σ context ``x`` takes exactly
+        ``(c + a * (mul * x + shift)) + scale * (c_d + a_d * x)`` seconds — the float
+        operations of :meth:`step_seconds`, in its order (the wrapped models'
+        ``decode_affine`` contract) — or None when a wrapped model is not affine. Lets the
+        executor time short runs inline, without arrays."""
+        n, q = num_decodes, self.q
+        verify = self.base.decode_affine(n * q)
+        if verify is None:
+            return None
+        mul, shift = (q, n * q * (q - 1) // 2) if self.per_row else (1, n * (q - 1))
+        if self.draft is None:  # host time: scale · (h + 0.0 · x) is h exactly
+            return (*verify, mul, shift, 1.0, self.host_s * n, 0.0)
+        draft = self.draft.decode_affine(n)
+        if draft is None:
+            return None
+        return (*verify, mul, shift, self.draft_scale, *draft)
 
     def idle_penalty_ns(self, idle_ns: int) -> int:
         return self.base.idle_penalty_ns(idle_ns)
