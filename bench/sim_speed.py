@@ -109,37 +109,45 @@ def compare_speculation(args: argparse.Namespace) -> None:
     }
     reqs = load_requests(runs["plain"])
     times: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
     res = {}
     load_before = os.getloadavg()
     for _ in range(args.repeats):
         for kind, cfg in runs.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res[kind] = run_simulation(cfg, reqs)
             times[kind].append(time.perf_counter() - t0)
+            cpu[kind].append(time.process_time() - c0)
     load_after = os.getloadavg()
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["plain"] / med["speculative"]
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    ratio_cpu = med_cpu["plain"] / med_cpu["speculative"]
     m = res["speculative"].metrics
     data = {
         "requests": args.requests, "rate_req_s": rate,
         "speculative_config": args.speculative_config,
         "load_avg_1m_before": load_before[0], "load_avg_1m_after": load_after[0],
-        "ratio_spec_over_plain_req_per_s": ratio,
-        **{k: {"median_wall_s": med[k], "wall_s": times[k],
+        "ratio_spec_over_plain_req_per_s": ratio, "ratio_cpu": ratio_cpu,
+        **{k: {"median_wall_s": med[k], "wall_s": times[k], "median_cpu_s": med_cpu[k],
+               "cpu_s": cpu[k],
                "req_per_wall_s": args.requests / med[k],
                "steps": res[k].metrics["num_steps"], "events": res[k].run_info["num_events"],
                "tpot_p50_s": res[k].metrics["tpot_p50_s"]} for k in runs},
         "spec_decode_mean_acceptance_length": m["spec_decode_mean_acceptance_length"],
     }  # fmt: skip
     rows = [
-        [k, f"{med[k]:.3f}", f"{args.requests / med[k]:,.0f}", f"{res[k].metrics['num_steps']:,}",
+        [k, f"{med[k]:.3f}", f"{med_cpu[k]:.3f}", f"{args.requests / med[k]:,.0f}",
+         f"{res[k].metrics['num_steps']:,}",
          f"{res[k].run_info['num_events']:,}", f"{res[k].metrics['tpot_p50_s'] * 1e3:.2f}"]
         for k in runs
     ]  # fmt: skip
     print(f"offered {rate} req/s (80% of the plain capacity), {args.requests} requests")
-    print(md_table(["run", "median wall s", "simulated req / wall s", "steps", "events",
+    print(md_table(["run", "median wall s", "median CPU s", "simulated req / wall s", "steps",
+                    "events",
                     "TPOT p50 ms"], rows))  # fmt: skip
-    print(f"speculative / plain (simulated req per wall-s, medians): {ratio:.2f}x; "
+    print(f"speculative / plain (simulated req per wall-s, medians): {ratio:.2f}x "
+          f"(CPU time: {ratio_cpu:.2f}x); "
           f"load average 1 min {load_before[0]:.2f} → {load_after[0]:.2f}")  # fmt: skip
     save("sim_speed_speculative", data)
 

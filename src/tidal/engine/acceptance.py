@@ -109,18 +109,14 @@ class AcceptanceModel:
         """(:meth:`lengths_until`, its prefix sums with a leading 0) — the pool's join."""
         if tokens_left < 1:
             raise ValueError(f"tokens_left must be >= 1, got {tokens_left}")
-        parts: list[np.ndarray] = []
-        got = 0
-        j = j0
-        while got < tokens_left:
-            count = int((tokens_left - got) / self.mean * 1.1) + 8
-            a = self.lengths(rid, j, count)
-            parts.append(a)
-            got += int(a.sum())
-            j += count
-        a = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        cum = np.zeros(len(a) + 1, dtype=np.int64)
+        count = int(tokens_left / self.mean * 1.1) + 8
+        a = self.lengths(rid, j0, count)
+        cum = np.zeros(count + 1, dtype=np.int64)
         np.cumsum(a, out=cum[1:])
+        while cum[-1] < tokens_left:  # rare: draw more (the same values as one longer draw)
+            more = self.lengths(rid, j0 + len(a), int((tokens_left - cum[-1]) / self.mean) + 8)
+            a = np.concatenate([a, more])
+            cum = np.concatenate([cum, cum[-1] + np.cumsum(more)])
         last = int(np.searchsorted(cum, tokens_left, side="left"))  # cum[last] ≥ left
         a = a[:last]  # a view: the caller owns the fresh arrays
         a[last - 1] -= int(cum[last]) - tokens_left

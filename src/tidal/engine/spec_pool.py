@@ -64,15 +64,17 @@ class SpecDecodePool(DecodePool):
 
     # ------------------------------------------------------------------ arrays
     def _span(self, start: int, stop: int) -> tuple[int, int]:
-        """Indices of pool steps [start, stop) in the arrays, grown (and compacted) to hold them."""
+        """Indices of pool steps [start, stop) (start ≥ the current step) in the arrays, grown
+        to hold them."""
         origin = self._origin
-        if start - origin > len(self._inc) // 2:  # drop the consumed prefix
-            cut = self.steps - origin
-            self._inc = np.concatenate([self._inc[cut:], np.zeros(cut, np.int64)])
-            self._need = np.concatenate([self._need[cut:], np.zeros(cut, np.int64)])
-            origin = self._origin = self.steps
         if stop - origin > len(self._inc):
-            grow = max(stop - origin, 2 * len(self._inc)) - len(self._inc)
+            if self.steps - origin > len(self._inc) // 2:  # drop the consumed prefix first
+                cut = self.steps - origin
+                self._inc = self._inc[cut:]
+                self._need = self._need[cut:]
+                origin = self._origin = self.steps
+            size = max(stop - origin, 2 * len(self._inc), 256)
+            grow = size - len(self._inc)
             self._inc = np.concatenate([self._inc, np.zeros(grow, np.int64)])
             self._need = np.concatenate([self._need, np.zeros(grow, np.int64)])
         return start - origin, stop - origin
