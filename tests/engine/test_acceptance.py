@@ -66,16 +66,29 @@ def test_draws_are_a_function_of_seed_request_and_step(
     assert not np.array_equal(whole, other)
 
 
-@given(st.integers(1, 5000), st.integers(0, 300), st.integers(1, 8), st.floats(0.0, 1.0))
-def test_lengths_until_clips_the_last_step(left: int, j0: int, k: int, alpha: float) -> None:
+@given(
+    st.integers(1, 5000),
+    st.sampled_from([0, 0, 1, 300]),
+    st.integers(1, 8),
+    st.floats(0.0, 1.0),
+    st.integers(0, 3000),
+)
+def test_lengths_until_clips_the_last_step(
+    left: int, j0: int, k: int, alpha: float, rid: int
+) -> None:
+    """Also the block path (j0 = 0: draws of 256 requests at once) gives the values of the
+    request's own draws."""
     model = AcceptanceModel([alpha] * k, 99)
-    a = model.lengths_until(5, j0, left)
+    a, cum = model.draw_until(rid, j0, left)
+    np.testing.assert_array_equal(cum, np.concatenate([[0], np.cumsum(a)]))
     assert int(a.sum()) == left
     assert (a >= 1).all()
     assert (a <= k + 1).all()
-    raw = model.lengths(5, j0, len(a))
+    raw = model.lengths(rid, j0, len(a))
     np.testing.assert_array_equal(a[:-1], raw[:-1])  # only the last one is clipped
     assert a[-1] <= raw[-1]
+    again = model.lengths_until(rid, j0, left)  # the cached block is not modified
+    np.testing.assert_array_equal(a, again)
 
 
 def test_extreme_rates() -> None:

@@ -76,6 +76,12 @@ def uniforms(key: int, rid: int, j0: int, count: int) -> np.ndarray:
     return _top_bits(key, rid, j0, count).astype(np.float64) * _INV53
 
 
+BLOCK_REQUESTS = 256
+"""Requests (consecutive ids) whose first steps are drawn together."""
+BLOCK_STEPS = 128
+"""Steps drawn ahead per request in a block (a longer request draws the rest on its own)."""
+
+
 class AcceptanceModel:
     """Seeded accepted lengths for k drafts with per-position conditional rates ``alphas``."""
 
@@ -92,6 +98,7 @@ class AcceptanceModel:
         x (the top 53 bits), so #{i : U < A_i} = k − #{i : threshold_i ≤ x}, one binary
         search on integers (no float conversion)."""
         self.mean = 1.0 + float(self.survive.sum())
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def lengths(self, rid: int, j0: int, count: int) -> np.ndarray:
         """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
@@ -99,6 +106,28 @@ class AcceptanceModel:
         a = np.searchsorted(self._thresholds, x, side="right")
         np.subtract(self.k + 1, a, out=a)
         return a  # type: ignore[no-any-return]
+
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Accepted lengths of the first :data:`BLOCK_STEPS` steps of requests
+        ``b·BLOCK_REQUESTS …`` (one row each) and their prefix sums (leading 0): the same
+        values as :meth:`lengths`, drawn in one vectorised pass (a join then slices its
+        row). The last few blocks are kept."""
+        got = self._blocks.get(b)
+        if got is not None:
+            return got
+        rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
+        states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
+        z = _STEPS_PHI[None, :BLOCK_STEPS] + states[:, None]
+        z = splitmix64(z)
+        z >>= _S11
+        a = np.searchsorted(self._thresholds, z.ravel(), side="right").reshape(z.shape)
+        np.subtract(self.k + 1, a, out=a)
+        cum = np.zeros((BLOCK_REQUESTS, BLOCK_STEPS + 1), dtype=np.int64)
+        np.cumsum(a, axis=1, out=cum[:, 1:])
+        if len(self._blocks) >= 4:
+            del self._blocks[next(iter(self._blocks))]
+        self._blocks[b] = (a, cum)
+        return a, cum
 
     def lengths_until(self, rid: int, j0: int, tokens_left: int) -> np.ndarray:
         """Accepted lengths from step ``j0`` until ``tokens_left`` tokens are reached, the last
@@ -109,18 +138,22 @@ class AcceptanceModel:
         """(:meth:`lengths_until`, its prefix sums with a leading 0) — the pool's join."""
         if tokens_left < 1:
             raise ValueError(f"tokens_left must be >= 1, got {tokens_left}")
-        count = int(tokens_left / self.mean * 1.1) + 8
-        a = self.lengths(rid, j0, count)
-        cum = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(a, out=cum[1:])
+        if j0 == 0 and rid >= 0:  # a request's first join: its block's draws, drawn at once
+            block = self._block(rid // BLOCK_REQUESTS)
+            a, cum = block[0][rid % BLOCK_REQUESTS], block[1][rid % BLOCK_REQUESTS]
+        else:
+            count = int(tokens_left / self.mean * 1.1) + 8
+            a = self.lengths(rid, j0, count)
+            cum = np.zeros(count + 1, dtype=np.int64)
+            np.cumsum(a, out=cum[1:])
         while cum[-1] < tokens_left:  # rare: draw more (the same values as one longer draw)
             more = self.lengths(rid, j0 + len(a), int((tokens_left - cum[-1]) / self.mean) + 8)
             a = np.concatenate([a, more])
             cum = np.concatenate([cum, cum[-1] + np.cumsum(more)])
         last = int(np.searchsorted(cum, tokens_left, side="left"))  # cum[last] ≥ left
-        a = a[:last]  # a view: the caller owns the fresh arrays
+        a = a[:last].copy()  # the drawn arrays may be a cached block's rows
         a[last - 1] -= int(cum[last]) - tokens_left
-        cum = cum[: last + 1]
+        cum = cum[: last + 1].copy()
         cum[last] = tokens_left
         return a, cum
 
