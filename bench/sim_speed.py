@@ -11,6 +11,14 @@ generation excluded, identical for both modes) and the ratio.
 
 The second form (issue 13) times fast-forwarded runs of one deployment under each step-time
 model, each offered 80% of its own capacity, in one process; ratios are against the first.
+
+    python bench/sim_speed.py --speculative-config '{"method":"eagle3","num_speculative_tokens":3}'
+
+The third form (issue 29) times the first form's fast-forwarded run with and without
+speculative decoding on the same requests at the same rate (80% of the plain capacity),
+repeats interleaved (plain, spec, plain, spec …) so that load drift hits both alike; it
+reports the medians, the ratio of simulated requests per wall-second (target ≥ 0.7) and the
+1-minute load average before and after.
 """
 
 from __future__ import annotations
@@ -26,10 +34,11 @@ from tidal.sim.run import load_requests, run_simulation
 
 def config(
     num: int, rate: float, ff: bool, perf: str = "auto", model: str = "llama-3.1-8b",
-    gpu: str = "h100", tp: int = 1,
+    gpu: str = "h100", tp: int = 1, speculative: str | None = None,
 ) -> SimulationConfig:  # fmt: skip
     return SimulationConfig.model_validate(
         {
+            **({"speculative": speculative} if speculative else {}),
             "model": model,
             "gpu": gpu,
             "tp": tp,
@@ -87,6 +96,62 @@ def compare_perf_models(args: argparse.Namespace) -> None:
     save(f"sim_speed_perf_models_{args.model}_{args.gpu}_tp{args.tp}", data)
 
 
+def compare_speculation(args: argparse.Namespace) -> None:
+    """Plain vs speculative, fast-forward on, same requests and rate; interleaved repeats."""
+    import os
+    import time
+
+    sat = run_simulation(config(4000, float("inf"), True))
+    rate = round(0.8 * sat.metrics["request_throughput"], 3)
+    runs = {
+        "plain": config(args.requests, rate, True),
+        "speculative": config(args.requests, rate, True, speculative=args.speculative_config),
+    }
+    reqs = load_requests(runs["plain"])
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    res = {}
+    load_before = os.getloadavg()
+    for _ in range(args.repeats):
+        for kind, cfg in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            res[kind] = run_simulation(cfg, reqs)
+            times[kind].append(time.perf_counter() - t0)
+            cpu[kind].append(time.process_time() - c0)
+    load_after = os.getloadavg()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["plain"] / med["speculative"]
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    ratio_cpu = med_cpu["plain"] / med_cpu["speculative"]
+    m = res["speculative"].metrics
+    data = {
+        "requests": args.requests, "rate_req_s": rate,
+        "speculative_config": args.speculative_config,
+        "load_avg_1m_before": load_before[0], "load_avg_1m_after": load_after[0],
+        "ratio_spec_over_plain_req_per_s": ratio, "ratio_cpu": ratio_cpu,
+        **{k: {"median_wall_s": med[k], "wall_s": times[k], "median_cpu_s": med_cpu[k],
+               "cpu_s": cpu[k],
+               "req_per_wall_s": args.requests / med[k],
+               "steps": res[k].metrics["num_steps"], "events": res[k].run_info["num_events"],
+               "tpot_p50_s": res[k].metrics["tpot_p50_s"]} for k in runs},
+        "spec_decode_mean_acceptance_length": m["spec_decode_mean_acceptance_length"],
+    }  # fmt: skip
+    rows = [
+        [k, f"{med[k]:.3f}", f"{med_cpu[k]:.3f}", f"{args.requests / med[k]:,.0f}",
+         f"{res[k].metrics['num_steps']:,}",
+         f"{res[k].run_info['num_events']:,}", f"{res[k].metrics['tpot_p50_s'] * 1e3:.2f}"]
+        for k in runs
+    ]  # fmt: skip
+    print(f"offered {rate} req/s (80% of the plain capacity), {args.requests} requests")
+    print(md_table(["run", "median wall s", "median CPU s", "simulated req / wall s", "steps",
+                    "events",
+                    "TPOT p50 ms"], rows))  # fmt: skip
+    print(f"speculative / plain (simulated req per wall-s, medians): {ratio:.2f}x "
+          f"(CPU time: {ratio_cpu:.2f}x); "
+          f"load average 1 min {load_before[0]:.2f} → {load_after[0]:.2f}")  # fmt: skip
+    save("sim_speed_speculative", data)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=10_000)
@@ -95,7 +160,11 @@ def main() -> None:
     ap.add_argument("--model", default="llama-3-8b")
     ap.add_argument("--gpu", default="a100-80gb")
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--speculative-config", default="")
     args = ap.parse_args()
+    if args.speculative_config:
+        compare_speculation(args)
+        return
     if args.perf_models:
         compare_perf_models(args)
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -64,3 +66,11 @@ def test_bad_json_names_the_field(text: str, field: str) -> None:
         parse_speculative_config(text)
     assert err.value.field.startswith("--speculative-config")
     assert field in str(err.value)
+
+
+def test_the_json_for_vllm_has_no_acceptance_rate() -> None:
+    cfg = parse_speculative_config(
+        '{"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rate": 0.6, "model": "m"}'
+    )
+    out = json.loads(cfg.vllm_json())
+    assert out == {"method": "eagle3", "num_speculative_tokens": 3, "model": "m"}

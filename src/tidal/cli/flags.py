@@ -83,6 +83,13 @@ DEPLOYMENT = (
         "enable_expert_parallel", decls=("--enable-expert-parallel/--no-enable-expert-parallel",),
         shows=False,
     ),
+    Flag(
+        "speculative_config", S,
+        'Speculative decoding, vLLM\'s JSON: {"method": "eagle3|mtp|ngram|draft_model", '
+        '"num_speculative_tokens": k, "model": draft id} plus Tidal\'s "acceptance_rate" '
+        "(one α or k per-position rates; defaults for eagle3 and mtp k=1). Default: off.",
+        "speculative", vllm=("--speculative-config",),
+    ),
 )  # fmt: skip
 
 PRECISION = (

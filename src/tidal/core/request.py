@@ -77,6 +77,9 @@ class Request:
     pool_base: int = 0
     """Engine decode-pool bookkeeping: computed tokens = ``pool_base`` + pool steps while pooled."""
     in_pool: bool = False
+    num_spec_steps: int = 0
+    """Speculative verification steps done so far (survives preemption): the counter of the
+    request's seeded acceptance draws (:mod:`tidal.engine.acceptance`)."""
     token_ids: list[int] | None = field(default=None)
     """Prompt then generated token ids; only the real engine fills these."""
     payload: object = None

@@ -26,6 +26,11 @@ from tidal.core.request import Request
 
 
 class DecodePool:
+    speculative = False
+    """Members verify drafts (:class:`~tidal.engine.spec_pool.SpecDecodePool`)."""
+    rows_per_decode = 1
+    """Tokens of the step budget one member's decode takes (k + 1 when speculating)."""
+
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.steps = 0
@@ -180,7 +185,8 @@ class DecodePool:
                 total += sum(res[: j0 + 1]) + sum(res[bs + lo :])
         return total
 
-    def needs_block(self, req: Request) -> bool:
+    def needs_block(self, req: Request) -> int:
+        """New KV blocks ``req`` needs for the next step (0 or 1 here)."""
         return (req.pool_base + self.steps) % self.block_size == 0
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -84,6 +84,8 @@ class ModelledExecutor:
         self._segment: Callable[[int, int], tuple[float, float, float]] | None = getattr(
             perf, "decode_segment", None
         )
+        self._spec_affine: dict[int, Any] = {}
+        """``perf.spec_affine(n)`` by batch size n (speculative step models)."""
 
     def execute(
         self,
@@ -137,7 +139,7 @@ class ModelledExecutor:
         if now_ns >= end_ns - self._last_step_ns:
             return None  # the last step has started: the run already ends at the cut
         n = plan.num_decodes
-        d = self._perf.decode_run_ns(n, plan.decode_ctx, n_steps)
+        d = self._durations(plan, 0, n_steps)
         ends = start_ns + np.cumsum(d)
         j = int(np.searchsorted(ends, now_ns, side="right"))
         if j >= n_steps - 1:
@@ -163,10 +165,14 @@ class ModelledExecutor:
         t = now_ns
         done = 0
         last = 0
-        affine = self._affine.get(n, _UNKNOWN)
+        pool = plan.decodes
+        spec = pool is not None and pool.speculative  # contexts grow by the drawn tokens
+        affine = None if spec else self._affine.get(n, _UNKNOWN)
         if affine is _UNKNOWN:
             affine = self._affine[n] = perf.decode_affine(n)
-        segment = None if affine is not None else self._segment
+        segment = None if affine is not None or spec else self._segment
+        if spec and k > 1:
+            done, t, last = self._spec_inline(plan, now_ns, k, horizon_ns)
         end = math.inf
         if segment is not None:
             c, a, end = segment(n, ctx0)
@@ -202,7 +208,7 @@ class ModelledExecutor:
         chunk = _FIRST_CHUNK
         while done < k and (done == 0 or t <= horizon_ns):
             size = min(chunk, k - done)
-            run = perf.decode_run_ns(n, ctx0 + n * done, size)
+            run = self._durations(plan, done, size)
             ends = t + np.cumsum(run)
             # Step j ≥ 1 of the chunk starts at ends[j - 1]; its first starts at t ≤ horizon.
             take = size
@@ -216,3 +222,45 @@ class ModelledExecutor:
         plan.num_steps = done
         self._last_step_ns = last
         return t
+
+    def _spec_inline(
+        self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int
+    ) -> tuple[int, int, int]:
+        """The first ≤ 64 steps of a speculative run timed one by one on the pool's drawn
+        contexts, when the step model is affine in them (:meth:`SpecPerfModel.spec_affine`):
+        the float expression of ``step_ns``. Returns (steps done, end, last duration); no
+        steps when the model is not affine (the vectorised chunks then time the run)."""
+        n = plan.num_decodes
+        form = self._spec_affine.get(n, _UNKNOWN)
+        if form is _UNKNOWN:
+            fn = getattr(self._perf, "spec_affine", None)
+            form = self._spec_affine[n] = fn(n) if fn is not None else None
+        if form is None:
+            return 0, now_ns, 0
+        c, a, mul, shift, scale, c_d, a_d = form
+        incs = plan.decodes.inc_run(min(k, _SCALAR_STEPS))  # type: ignore[union-attr]
+        durations: list[int] = []
+        floor, append = math.floor, durations.append
+        t = now_ns
+        x = plan.decode_ctx
+        for inc in incs:
+            if durations and t > horizon_ns:
+                break
+            d = floor(((c + a * (mul * x + shift)) + scale * (c_d + a_d * x)) * 1e9 + 0.5)
+            if d < 1:
+                d = 1
+            append(d)
+            t += d
+            x += inc
+        self.itl.extend(durations, n)
+        return len(durations), t, durations[-1]
+
+    def _durations(self, plan: StepPlan, start: int, count: int) -> np.ndarray:
+        """Durations of steps ``start … start + count − 1`` of a pure-decode run of ``plan``:
+        contexts in arithmetic progression (plain pool), or the speculative pool's drawn
+        contexts (:meth:`~tidal.engine.spec_pool.SpecDecodePool.ctx_run`)."""
+        n, pool = plan.num_decodes, plan.decodes
+        if pool is not None and pool.speculative:
+            ctx = pool.ctx_run(start, count)  # type: ignore[attr-defined]
+            return self._perf.decode_run_ctx_ns(n, ctx)  # type: ignore[attr-defined,no-any-return]
+        return self._perf.decode_run_ns(n, plan.decode_ctx + n * start, count)

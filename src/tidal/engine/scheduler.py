@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from tidal.core.request import Request
+from tidal.engine.acceptance import AcceptanceModel
 from tidal.engine.eb_options import EBOptions
 from tidal.engine.plan import StepOutput, StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
+from tidal.engine.spec_pool import SpecDecodePool, spec_metrics
 from tidal.engine.state import EngineState, StateView
 from tidal.engine.stats import PolicyStats
 
@@ -54,6 +56,8 @@ class SchedulerConfig:
     """Options of the exclusive-batching policies (``eb``, ``ebplus``)."""
     options: BaseModel | None = None
     """Options of another registered policy (an instance of its ``Options`` model)."""
+    speculation: AcceptanceModel | None = None
+    """Speculative decoding: the seeded acceptance model of the decode pool (None: off)."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -209,11 +213,18 @@ class Scheduler(StateView):
         m = self.policy.extra_metrics()
         if self.augmentation is not None:
             m.update(self.augmentation.extra_metrics())
+        pool = self.state.pool
+        if isinstance(pool, SpecDecodePool):
+            m.update(spec_metrics(pool.spec_counters(), pool.k))
         return m
 
     def stats(self) -> PolicyStats:
         """The batching policy's summable counters and mode time."""
-        return self.policy.stats()
+        stats = self.policy.stats()
+        pool = self.state.pool
+        if isinstance(pool, SpecDecodePool):  # speculation counters, summable over engines
+            stats = stats + PolicyStats(pool.spec_counters())
+        return stats
 
     def extra_tables(self) -> dict[str, dict[str, Any]]:
         """Policy-specific time series, written as ``DIR/<name>.parquet``."""

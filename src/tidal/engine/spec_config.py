@@ -98,6 +98,13 @@ class SpeculativeConfig(StrictModel):
             raise _needs_rates(self.method, "it depends on the workload and the model pair")
         return (DEFAULT_ACCEPTANCE[method],) * k
 
+    def vllm_json(self) -> str:
+        """The JSON to hand vLLM's ``--speculative-config``: Tidal's ``acceptance_rate`` (vLLM
+        refuses unknown keys) and unset keys dropped. Nothing in Tidal launches vLLM yet
+        (``tidal bench`` measures a running server); a launcher must pass this form."""
+        data = self.model_dump(exclude_none=True, exclude={"acceptance_rate"})
+        return json.dumps(data, sort_keys=True)
+
     def expected_tokens(self) -> float:
         """E[tokens per verification step] under :meth:`alphas`."""
         return expected_tokens(self.alphas())

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request, RequestState
-from tidal.engine.decode_pool import DecodePool
 from tidal.engine.events import CallStops, StateListener, StateView
 from tidal.engine.ordering import FCFSQueue, WaitingQueue
 from tidal.engine.plan import StepPlan
+from tidal.engine.spec_pool import make_pool
 
 if TYPE_CHECKING:
     from tidal.engine.scheduler import SchedulerConfig
@@ -67,7 +67,7 @@ class EngineState:
         """Running requests in admission order; the last one is the preemption victim."""
         self.prefilling: list[Request] = []
         """Running requests still behind on computed tokens (not in the decode pool)."""
-        self.pool = DecodePool(kv.block_size)
+        self.pool = make_pool(kv.block_size, config.speculation)
         self.listeners: list[StateListener] = []
         """Receivers of the events, in order (:meth:`add_listener`)."""
         self._started: list[Any] = []
@@ -135,7 +135,7 @@ class EngineState:
         Returns the budget left; the victims are in ``plan.preempted``."""
         pool, kv = self.pool, self.kv
         n_dec = len(pool.members)
-        budget -= n_dec
+        budget -= n_dec * pool.rows_per_decode
         chunks: list[tuple[Request, int]] = []
         chunk_need: dict[int, int] = {}
         need = pool_need = pool.blocks_needed(0)
@@ -157,7 +157,7 @@ class EngineState:
                 continue
             victim = next(reversed(self.running.values()))
             if victim.in_pool:
-                need -= 1 if pool.needs_block(victim) else 0
+                need -= pool.needs_block(victim)
             elif victim.request_id in chunk_need:
                 need -= chunk_need.pop(victim.request_id)
                 for i, (r, n) in enumerate(chunks):

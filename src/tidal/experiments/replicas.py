@@ -40,6 +40,7 @@ from tidal.core.errors import ConfigError
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
+from tidal.engine.spec_pool import spec_metrics
 from tidal.engine.stats import PolicyStats
 from tidal.hardware.calibration import perf_model_source
 from tidal.hardware.gpus import get_gpu
@@ -49,6 +50,7 @@ from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
 from tidal.sim.run import SimResult, build_instance, load_requests
 from tidal.sim.simulator import Simulation
+from tidal.sim.speculation import base_perf
 from tidal.workload.base import RequestSet
 
 ROUTERS = ("least-loaded", "round-robin", "prefix-aware")
@@ -200,7 +202,7 @@ def run_replicated(
         np.mean([inst.busy_ns / max(sim.now_ns, 1) for inst in instances])
     )
     metrics["perf_model"] = built[0][1].name
-    metrics["perf_model_source"] = perf_model_source(built[0][1])
+    metrics["perf_model_source"] = perf_model_source(base_perf(built[0][1]))
     metrics["replicas"] = replicas
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))
@@ -211,9 +213,12 @@ def run_replicated(
         for s, _, _ in built:
             counts.add(s.kv)
         metrics.update(counts.metrics(cfg.memory.prefix_caching))
-    share = PolicyStats.total(s.stats() for s, _, _ in built).eb_time_share
+    total = PolicyStats.total(s.stats() for s, _, _ in built)
+    share = total.eb_time_share
     if share is not None:  # busy-time share over the replicas (not a mean of their shares)
         metrics["eb_time_share"] = share
+    if cfg.speculative is not None:  # the counters summed, the ratios of the sums
+        metrics.update(spec_metrics(total.counters, cfg.speculative.num_speculative_tokens))
     tables = _concat_tables(
         [
             {"timeline": inst.timeline_columns(), **s.extra_tables()}

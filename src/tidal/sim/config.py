@@ -7,13 +7,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
 from tidal.core.yaml_safe import safe_load_bounded
 from tidal.engine.eb_options import EBOptions
+from tidal.engine.spec_config import SpeculativeConfig, parse_speculative_config
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import ModelSpec, check_tp, get_model
@@ -144,10 +152,21 @@ class SimulationConfig(_Strict):
     """Serving policy for augmented (tool-calling) workloads (``workload.augmented``)."""
     seed: int = Field(default=0, ge=0)
     fast_forward: bool = True
+    speculative: SpeculativeConfig | None = Field(
+        default=None, validation_alias=AliasChoices("speculative", "speculative_config")
+    )
+    """Speculative decoding (vLLM's ``--speculative-config`` JSON, also accepted as a string
+    here; alias ``speculative_config``): method, k and the acceptance model
+    (:mod:`tidal.engine.spec_config`). None: off."""
     cluster: ClusterConfig | None = None
     """A multi-model cluster (``tidal.cluster``); None = one instance of ``model`` on ``tp``
     GPUs. With a cluster, ``model``, ``gpu`` and ``tp`` are unused and the workload is the
     cluster's mix of ``workload.trace``."""
+
+    @field_validator("speculative", mode="before")
+    @classmethod
+    def _speculative(cls, v: Any) -> Any:
+        return parse_speculative_config(v, "speculative") if isinstance(v, str) else v
 
     @field_validator("model")
     @classmethod

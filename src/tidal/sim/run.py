@@ -36,6 +36,7 @@ from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
 from tidal.sim.simulator import Simulation
+from tidal.sim.speculation import base_perf, build_speculation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
 from tidal.workload.content import unique_content
@@ -210,6 +211,8 @@ def build_instance(
         cfg.perf_model, model, gpu, cfg.tp, interference=bool(interference), host=cfg.perf_host,
         engine=engine_choice(cfg, cfg.data_parallel_size, cfg.moe_tp_size),
     )  # fmt: skip
+    costs = step_costs(model, gpu, cfg.tp, perf)  # the target's own steps (EB's costs)
+    perf, accept = build_speculation(cfg, perf)
     dp = cfg.data_parallel_size  # dp engines in one scheduler: dp times the KV and limits
     if dp > 1:
         plan = dataclasses.replace(plan, num_blocks=dp * plan.num_blocks)
@@ -219,9 +222,10 @@ def build_instance(
         dp * s.token_budget,
         dp * s.max_seqs,
         s.long_prefill_token_threshold,
-        costs=step_costs(model, gpu, cfg.tp, perf),
+        costs=costs,
         eb=s.eb,
         options=validate_options(s.batching, s.options),
+        speculation=accept,
     )
     if cfg.workload.augmented is not None:
         from tidal.sim.augment import build_augmented
@@ -288,10 +292,11 @@ def run_simulation(
     metrics.update(mem.summary())
     metrics["num_steps"] = scheduler.num_steps
     metrics["busy_fraction"] = inst.busy_ns / max(sim.now_ns, 1)
+    target = base_perf(perf)
     metrics["perf_model"] = perf.name
-    metrics["perf_model_source"] = perf_model_source(perf)
-    metrics.update(perf_model_tables(perf))
-    metrics.update(client_side_metrics(perf, cols))
+    metrics["perf_model_source"] = perf_model_source(target)
+    metrics.update(perf_model_tables(target))
+    metrics.update(client_side_metrics(target, cols))
     if "call_ns" in cols:
         from tidal.core.augmented_metrics import augmented_metrics
 

@@ -1,0 +1,164 @@
+"""Accepted lengths of speculative decoding: one seeded draw per (request, verification step).
+
+A verification step of request ``rid`` keeps ``a`` tokens: the accepted prefix of its k drafts
+plus the target's own token. With per-position conditional rates α_i and
+``A_i = Π_{m≤i} α_m`` (P(drafts 1…i all accepted)), ``a = 1 + #{i ≤ k : U < A_i}`` for one
+uniform U — the accepted length is one categorical variable, so one uniform per step suffices
+(``P(a ≥ i + 1) = A_i``, hence ``E[a] = 1 + Σ A_i``:
+:func:`~tidal.engine.spec_config.expected_tokens`).
+
+The uniform of the j-th verification step of ``rid`` is counter-based (docs/DESIGN.md §3: no
+shared generator whose consumption order could depend on batching):
+``U = splitmix64(s_rid + (j + 1)·φ) / 2⁶⁴`` (the top 53 bits) with the request's stream state
+``s_rid = splitmix64(key ⊕ splitmix64(rid))`` — splitmix64's own sequence, started per request.
+``j`` is the request's own step counter (it survives preemption), so a request's accepted
+lengths are a function of (seed, rid) alone: never of batch composition, stepping or
+fast-forward. The last step of a request is clipped to the tokens it has left (vLLM discards
+accepted tokens past ``max_tokens``); counters count the clipped value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_PHI = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_INV53 = 2.0**-53
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser on a uint64 array (wrapping arithmetic, in place: ``x`` is
+    consumed; numpy array arithmetic wraps without a warning)."""
+    z = x
+    z ^= z >> _S30
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
+
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(z: int) -> int:
+    """:func:`splitmix64` on one Python integer (the same values, no array overhead)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def stream_state(key: int, rid: int) -> int:
+    """``s_rid = splitmix64(key ⊕ splitmix64(rid))``: request ``rid``'s stream under ``key``."""
+    return _mix((key & _MASK) ^ _mix(rid & _MASK))
+
+
+_STEPS_PHI = np.arange(1, 1 << 12, dtype=np.uint64) * _PHI
+"""(j + 1)·φ mod 2⁶⁴ for j = 0, 1, …: the counter part of every draw (grown on demand)."""
+
+
+def _top_bits(key: int, rid: int, j0: int, count: int) -> np.ndarray:
+    """The top 53 bits of the draws of steps ``j0 … j0 + count − 1`` (U = bits · 2⁻⁵³)."""
+    global _STEPS_PHI
+    if j0 + count > len(_STEPS_PHI):
+        size = max(j0 + count, 2 * len(_STEPS_PHI))
+        _STEPS_PHI = np.arange(1, size + 1, dtype=np.uint64) * _PHI
+    z = _STEPS_PHI[j0 : j0 + count] + np.uint64(stream_state(key, rid))
+    z = splitmix64(z)
+    z >>= _S11
+    return z
+
+
+def uniforms(key: int, rid: int, j0: int, count: int) -> np.ndarray:
+    """U of steps ``j0 … j0 + count − 1`` of request ``rid`` under ``key`` (floats in [0, 1))."""
+    return _top_bits(key, rid, j0, count).astype(np.float64) * _INV53
+
+
+BLOCK_REQUESTS = 256
+"""Requests (consecutive ids) whose first steps are drawn together."""
+BLOCK_STEPS = 128
+"""Steps drawn ahead per request in a block (a longer request draws the rest on its own)."""
+
+
+class AcceptanceModel:
+    """Seeded accepted lengths for k drafts with per-position conditional rates ``alphas``."""
+
+    def __init__(self, alphas: tuple[float, ...] | list[float], key: int) -> None:
+        if not alphas:
+            raise ValueError("speculation needs at least one draft position")
+        self.k = len(alphas)
+        self.key = int(key)
+        self.survive = np.cumprod(np.asarray(alphas, dtype=np.float64))
+        """A_i = Π_{m≤i} α_m, non-increasing in i."""
+        scaled = np.ceil(self.survive[::-1] * 2.0**53).astype(np.uint64)
+        self._thresholds = scaled
+        """⌈A_i·2⁵³⌉ in increasing order: U = x·2⁻⁵³ < A_i ⟺ x < ⌈A_i·2⁵³⌉ for the integer
+        x (the top 53 bits), so #{i : U < A_i} = k − #{i : threshold_i ≤ x}, one binary
+        search on integers (no float conversion)."""
+        self.mean = 1.0 + float(self.survive.sum())
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def lengths(self, rid: int, j0: int, count: int) -> np.ndarray:
+        """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
+        x = _top_bits(self.key, rid, j0, count)
+        a = np.searchsorted(self._thresholds, x, side="right")
+        np.subtract(self.k + 1, a, out=a)
+        return a  # type: ignore[no-any-return]
+
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Accepted lengths of the first :data:`BLOCK_STEPS` steps of requests
+        ``b·BLOCK_REQUESTS …`` (one row each) and their prefix sums (leading 0): the same
+        values as :meth:`lengths`, drawn in one vectorised pass (a join then slices its
+        row). The last few blocks are kept."""
+        got = self._blocks.get(b)
+        if got is not None:
+            return got
+        rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
+        states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
+        z = _STEPS_PHI[None, :BLOCK_STEPS] + states[:, None]
+        z = splitmix64(z)
+        z >>= _S11
+        a = np.searchsorted(self._thresholds, z.ravel(), side="right").reshape(z.shape)
+        np.subtract(self.k + 1, a, out=a)
+        cum = np.zeros((BLOCK_REQUESTS, BLOCK_STEPS + 1), dtype=np.int64)
+        np.cumsum(a, axis=1, out=cum[:, 1:])
+        if len(self._blocks) >= 4:
+            del self._blocks[next(iter(self._blocks))]
+        self._blocks[b] = (a, cum)
+        return a, cum
+
+    def lengths_until(self, rid: int, j0: int, tokens_left: int) -> np.ndarray:
+        """Accepted lengths from step ``j0`` until ``tokens_left`` tokens are reached, the last
+        one clipped so that they sum to exactly ``tokens_left`` (≥ 1)."""
+        return self.draw_until(rid, j0, tokens_left)[0]
+
+    def draw_until(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`lengths_until`, its prefix sums with a leading 0) — the pool's join."""
+        if tokens_left < 1:
+            raise ValueError(f"tokens_left must be >= 1, got {tokens_left}")
+        if j0 == 0 and rid >= 0:  # a request's first join: its block's draws, drawn at once
+            block = self._block(rid // BLOCK_REQUESTS)
+            a, cum = block[0][rid % BLOCK_REQUESTS], block[1][rid % BLOCK_REQUESTS]
+        else:
+            count = int(tokens_left / self.mean * 1.1) + 8
+            a = self.lengths(rid, j0, count)
+            cum = np.zeros(count + 1, dtype=np.int64)
+            np.cumsum(a, out=cum[1:])
+        while cum[-1] < tokens_left:  # rare: draw more (the same values as one longer draw)
+            more = self.lengths(rid, j0 + len(a), int((tokens_left - cum[-1]) / self.mean) + 8)
+            a = np.concatenate([a, more])
+            cum = np.concatenate([cum, cum[-1] + np.cumsum(more)])
+        last = int(np.searchsorted(cum, tokens_left, side="left"))  # cum[last] ≥ left
+        a = a[:last].copy()  # the drawn arrays may be a cached block's rows
+        a[last - 1] -= int(cum[last]) - tokens_left
+        cum = cum[: last + 1].copy()
+        cum[last] = tokens_left
+        return a, cum
+
+
+def accepted_per_position(lengths: np.ndarray, k: int) -> np.ndarray:
+    """How many of the steps accepted draft i (i = 1 … k): #{steps with a ≥ i + 1}."""
+    counts = np.bincount(np.asarray(lengths, dtype=np.int64) - 1, minlength=k + 1)
+    return counts[::-1].cumsum()[::-1][1 : k + 1]

@@ -1,0 +1,262 @@
+"""The speculative decode pool: each member verifies k drafts per step and keeps a seeded number
+of tokens (docs/design/disaggregation-speculation.md §2.3).
+
+Same interface as :class:`~tidal.engine.decode_pool.DecodePool` (whose membership, departure
+heap and step counter it shares), chosen by :class:`~tidal.engine.state.EngineState` only when
+speculation is configured. At :meth:`join` a member's accepted lengths up to its departure are
+drawn (:class:`~tidal.engine.acceptance.AcceptanceModel`: a function of (seed, request, the
+request's own step counter), never of batching or fast-forward) and turned into
+
+* its departure step (the step whose accepted tokens reach its target) on the shared heap;
+* its per-step token gains, added into a difference array ``inc`` over pool steps: the Σ of
+  attended contexts at step t is the running sum plus ``Σ_{u<t} inc[u]`` (O(1) per step, one
+  vectorised cumulative sum per fast-forwarded run: :meth:`ctx_run`);
+* its per-step new KV blocks (``blocks_for(c + a) − blocks_for(c)``: the KV of the accepted
+  tokens) added into ``need``: :meth:`blocks_needed_range` is a slice sum.
+
+A member's computed count is ``c0 + cum[steps − join]`` (``cum``: prefix sums of its draws);
+:meth:`remove` (preemption, stop) subtracts what it would still have added. Invariant while
+pooled, as in the plain pool: ``computed = num_tokens − 1``, ``num_blocks = ceil(computed/bs)``.
+
+Counters (vLLM's names, counted when a member leaves; summed over the run):
+``spec_decode_num_drafts`` (member-steps that proposed), ``…_num_draft_tokens`` (k each),
+``…_num_accepted_tokens`` (Σ (a − 1), the last step clipped to the tokens left) and the
+accepted count per draft position.
+
+Simplification against vLLM: the KV slots of rejected drafts (vLLM allocates ``c + 1 + k`` slots
+before the step, lookahead) are not held — at most one block per member less under KV pressure.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from tidal.core.request import Request
+from tidal.engine.acceptance import AcceptanceModel
+from tidal.engine.decode_pool import DecodePool
+
+
+class SpecDecodePool(DecodePool):
+    speculative = True
+
+    def __init__(self, block_size: int, acceptance: AcceptanceModel) -> None:
+        super().__init__(block_size)
+        self.acceptance = acceptance
+        self.k = acceptance.k
+        self.rows_per_decode = self.k + 1
+        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray]] = {}
+        """rid → (join step, computed at join, accepted lengths a, their prefix sums cum
+        with cum[0] = 0)."""
+        self._origin = 0
+        """Pool step of index 0 of :attr:`_inc` and :attr:`_need`."""
+        self._inc = np.zeros(256, dtype=np.int64)
+        self._need = np.zeros(256, dtype=np.int64)
+        self._ctx = 0
+        """Σ (computed + 1) of the members at the current step."""
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self._hist = np.zeros(self.k + 2, dtype=np.int64)
+        """Verification steps by accepted length a (1 … k + 1) of the members that left."""
+
+    # ------------------------------------------------------------------ arrays
+    def _span(self, start: int, stop: int) -> tuple[int, int]:
+        """Indices of pool steps [start, stop) (start ≥ the current step) in the arrays, grown
+        to hold them."""
+        origin = self._origin
+        if stop - origin > len(self._inc):
+            if self.steps - origin > len(self._inc) // 2:  # drop the consumed prefix first
+                cut = self.steps - origin
+                self._inc = self._inc[cut:]
+                self._need = self._need[cut:]
+                origin = self._origin = self.steps
+            size = max(stop - origin, 2 * len(self._inc), 256)
+            grow = size - len(self._inc)
+            self._inc = np.concatenate([self._inc, np.zeros(grow, np.int64)])
+            self._need = np.concatenate([self._need, np.zeros(grow, np.int64)])
+        return start - origin, stop - origin
+
+    def _block_steps(self, c0: int, cum: np.ndarray) -> np.ndarray:
+        """New blocks at each step: blocks_for(c0 + cum[j + 1]) − blocks_for(c0 + cum[j])."""
+        bs = self.block_size
+        blocks = cum + (c0 + bs - 1)
+        blocks //= bs
+        return blocks[1:] - blocks[:-1]
+
+    @property
+    def accepted_per_pos(self) -> np.ndarray:
+        """Steps that accepted draft i (i = 1 … k), over the members that left."""
+        return self._hist[::-1].cumsum()[::-1][2:]
+
+    # ------------------------------------------------------------------ membership
+    def join(self, req: Request, target_output: int) -> None:
+        """Add ``req`` (caught up: computed == num_tokens − 1); it departs after the step whose
+        accepted tokens reach output token number ``target_output``."""
+        rid = req.request_id
+        c0 = req.num_computed_tokens
+        left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
+        a, cum = self.acceptance.draw_until(rid, req.num_spec_steps, left)
+        lo, hi = self._span(self.steps, self.steps + len(a))
+        self._inc[lo:hi] += a
+        self._need[lo:hi] += self._block_steps(c0, cum)
+        self._ctx += c0 + 1
+        self._rec[rid] = (self.steps, c0, a, cum)
+        req.pool_base = c0
+        req.in_pool = True
+        self.members[rid] = req
+        self._joins += 1
+        self._join_id[rid] = self._joins
+        heapq.heappush(self._leave, (self.steps + len(a), rid, self._joins))
+
+    def computed(self, req: Request) -> int:
+        rec = self._rec[req.request_id]
+        return rec[1] + int(rec[3][self.steps - rec[0]])
+
+    def materialize(self, req: Request) -> None:
+        c = self.computed(req)
+        req.num_computed_tokens = c
+        req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
+        req.num_blocks = -(-c // self.block_size)
+
+    def remove(self, req: Request) -> None:
+        """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw its
+        future contributions, count its verification steps."""
+        self.materialize(req)
+        rid = req.request_id
+        join, c0, a, cum = self._rec.pop(rid)
+        s = self.steps - join
+        if s < len(a):  # steps it will not run
+            lo, hi = self._span(self.steps, join + len(a))
+            self._inc[lo:hi] -= a[s:]
+            self._need[lo:hi] -= self._block_steps(c0, cum[s:])
+        self._ctx -= req.num_computed_tokens + 1
+        if s:
+            self.num_drafts += s
+            self.num_draft_tokens += s * self.k
+            self.num_accepted_tokens += int(cum[s]) - s
+            self._hist += np.bincount(a[:s], minlength=self.k + 2)
+        req.num_spec_steps += s
+        del self.members[rid]
+        del self._join_id[rid]
+        req.in_pool = False
+
+    # ------------------------------------------------------------------ aggregates
+    def tokens_and_ages(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every member's tokens after the next step's input and its generated tokens."""
+        reqs = list(self.members.values())
+        tokens = np.array([self.computed(r) + 1 for r in reqs], dtype=np.int64)
+        inputs = np.array([r.prompt_len + r.num_extra_tokens for r in reqs], dtype=np.int64)
+        return tokens, tokens - inputs
+
+    def max_age(self) -> int:
+        return self.age_rank(1)
+
+    def age_rank(self, q: int) -> int:
+        """The ``q``-th oldest member's age (−1 when fewer than ``q`` members); O(members)."""
+        n = len(self.members)
+        q = max(q, 1)
+        if n < q:
+            return -1
+        _, ages = self.tokens_and_ages()
+        return int(np.partition(ages, n - q)[n - q])
+
+    def decode_ctx(self) -> int:
+        """Σ attended context of the next step: Σ(computed + 1) (each member's first row)."""
+        return self._ctx
+
+    def inc_run(self, count: int) -> list[int]:
+        """Tokens the members gain in each of the next ``count`` steps (a run's context
+        increments: the context of step i + 1 is that of step i plus ``inc_run[i]``)."""
+        lo, hi = self._span(self.steps, self.steps + count)
+        return self._inc[lo:hi].tolist()  # type: ignore[no-any-return]
+
+    def ctx_run(self, start: int, count: int) -> np.ndarray:
+        """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
+        lo, hi = self._span(self.steps, self.steps + start + count)
+        out = np.empty(count, dtype=np.int64)
+        base = self._ctx + int(self._inc[lo : lo + start].sum())
+        out[0] = base
+        np.cumsum(self._inc[lo + start : hi - 1], out=out[1:])
+        out[1:] += base
+        return out
+
+    def blocks_needed(self, offset: int = 0) -> int:
+        i = self.steps + offset - self._origin
+        return int(self._need[i]) if i < len(self._need) else 0
+
+    def blocks_needed_range(self, start: int, stop: int) -> int:
+        if stop <= start:
+            return 0
+        lo, hi = self._span(self.steps + start, self.steps + stop)
+        return int(self._need[lo:hi].sum())
+
+    def needs_block(self, req: Request) -> int:
+        join, c0, _, cum = self._rec[req.request_id]
+        s = self.steps - join
+        return int(self._block_steps(c0, cum[s : s + 2])[0])
+
+    def steps_until_departure_or_full(self, free_blocks: int) -> int:
+        """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
+        than the last step whose new blocks (from the next step on) fit in ``free_blocks``."""
+        m = self.steps_to_departure()
+        if m <= 1:
+            return max(m, 1)
+        # a member gains ≤ k + 1 tokens a step: ≤ ⌈(m − 1)(k + 1)/bs⌉ + 1 new blocks in m − 1
+        bound = (-(-(m - 1) * (self.k + 1) // self.block_size) + 1) * len(self.members)
+        if bound <= free_blocks:
+            return m
+        lo, hi = self._span(self.steps + 1, self.steps + m)
+        need = np.cumsum(self._need[lo:hi])
+        if int(need[-1]) <= free_blocks:
+            return m
+        return 1 + int(np.searchsorted(need, free_blocks, side="right"))
+
+    # ------------------------------------------------------------------ time
+    def advance(self, num_steps: int) -> list[Request]:
+        """Run ``num_steps`` verification steps; return the members that depart (removed)."""
+        i = self.steps - self._origin
+        if num_steps == 1:
+            self._ctx += int(self._inc[i])
+        else:
+            self._span(self.steps, self.steps + num_steps)
+            i = self.steps - self._origin
+            self._ctx += int(self._inc[i : i + num_steps].sum())
+        return super().advance(num_steps)
+
+    # ------------------------------------------------------------------ results
+    def spec_counters(self) -> dict[str, int]:
+        """vLLM's counters (summable over engines)."""
+        out = {
+            "spec_decode_num_drafts": self.num_drafts,
+            "spec_decode_num_draft_tokens": self.num_draft_tokens,
+            "spec_decode_num_accepted_tokens": self.num_accepted_tokens,
+        }
+        for i, v in enumerate(self.accepted_per_pos.tolist()):
+            out[f"spec_decode_num_accepted_tokens_pos{i}"] = v
+        return out
+
+
+def spec_metrics(counters: dict[str, Any], k: int) -> dict[str, Any]:
+    """``summary.json``'s speculation fields from summed counters: the three counters, the
+    per-position list and the mean acceptance length ``1 + accepted / drafts``."""
+    drafts = int(counters.get("spec_decode_num_drafts", 0))
+    accepted = int(counters.get("spec_decode_num_accepted_tokens", 0))
+    return {
+        "spec_decode_num_drafts": drafts,
+        "spec_decode_num_draft_tokens": int(counters.get("spec_decode_num_draft_tokens", 0)),
+        "spec_decode_num_accepted_tokens": accepted,
+        "spec_decode_num_accepted_tokens_per_pos": [
+            int(counters.get(f"spec_decode_num_accepted_tokens_pos{i}", 0)) for i in range(k)
+        ],
+        "spec_decode_mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+    }
+
+
+def make_pool(block_size: int, speculation: AcceptanceModel | None) -> DecodePool:
+    """The engine state's decode pool: the plain one, or the speculative one when configured."""
+    if speculation is None:
+        return DecodePool(block_size)
+    return SpecDecodePool(block_size, speculation)

@@ -1,0 +1,153 @@
+"""Step time of speculative decoding: the target's verification of k + 1 rows per decoding
+request plus the drafting cost (docs/design/disaggregation-speculation.md §2.4).
+
+* **Verification.** n decoding requests, each fed q = k + 1 query rows at contexts
+  ctx … ctx + q − 1, are timed as the wrapped model's decode of ``n·q`` rows (GEMMs and the LM
+  head see every row: AIConfigurator scales its MTP decode batch by ``nextn + 1`` the same
+  way). The attended context: ``attention="once"`` (default) charges each request's KV read
+  once, Σ context ``Σctx + n·(q − 1)`` — verification runs as a short causal chunk
+  (FlashAttention's varlen path loads a request's KV blocks once for all q query rows, and
+  decode attention is bound by those reads); ``"per-row"`` charges every row its own read,
+  ``q·Σctx + n·q(q − 1)/2`` (AIConfigurator's scaling applied to attention too: q times the KV
+  traffic). Any step model works unchanged; prefill chunks of a mixed step pass as they are.
+* **Drafting.** ``mtp`` / ``eagle3``: k sequential passes of the draft layers at batch n, each
+  priced as ``draft_layers / L`` of the target's own decode step at the same contexts (the
+  per-layer share of the target's curve; the draft's smaller vocabulary and the drafts' shared
+  host time are not modelled). ``draft_model``: k decode steps of the draft model's own step
+  model (its GPU and TP). ``ngram``: a host lookup per request per step,
+  :data:`NGRAM_HOST_S_PER_REQUEST` (an assumption until measured on the real engine).
+  Draft work over prefill tokens (EAGLE/MTP read the prompt's hidden states) is not charged.
+
+Exactness: a pure-decode step's seconds are one float expression of the total context, the
+same on a scalar (:meth:`step_ns`) and on a run's context array (:meth:`decode_run_ctx_ns`), so
+fast-forwarded runs give the durations of single steps bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tidal.hardware.perf import PerfModel
+
+NGRAM_HOST_S_PER_REQUEST = 5e-6
+"""Host time of one n-gram (prompt lookup) proposal per request and step, in seconds: an
+assumption of the order of vLLM's numba-compiled lookup over a few thousand tokens, to be
+replaced by the real engine's measurement (design §3)."""
+
+
+_UNKNOWN = object()
+
+
+class SpecPerfModel(PerfModel):
+    """``base`` verifying ``k`` drafts per decoding request, plus the drafting time."""
+
+    def __init__(
+        self,
+        base: PerfModel,
+        k: int,
+        method: str,
+        draft: PerfModel | None = None,
+        draft_fraction: float = 0.0,
+        attention: str = "once",
+    ) -> None:
+        if k < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
+        self.base = base
+        self.k = k
+        self.q = k + 1
+        self.method = method
+        if attention not in ("once", "per-row"):
+            raise ValueError(f"attention must be 'once' or 'per-row', got {attention!r}")
+        self.per_row = attention == "per-row"
+        self.name = base.name
+        self.draft = draft
+        """The model whose decode step prices a draft pass (None: ``ngram``, host only)."""
+        self.draft_scale = float(k) * draft_fraction
+        """k passes × the share of a ``draft`` step one pass costs."""
+        self.host_s = NGRAM_HOST_S_PER_REQUEST if draft is None else 0.0
+        self._draft_affine: dict[int, Any] = {}
+        """``draft.decode_affine(n)`` by batch size n."""
+
+    def step_seconds(
+        self,
+        num_decodes: int,
+        decode_ctx: Any,
+        prefill_tokens: int,
+        prefill_attn: int,
+        prefill_ctx: int,
+        num_prefills: int,
+        mx: Callable[[Any, Any], Any] = max,
+    ) -> Any:
+        if not num_decodes:
+            return self.base.step_seconds(
+                0, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
+            )
+        rows = num_decodes * self.q
+        ctx = self.verify_ctx(num_decodes, decode_ctx)
+        s = self.base.step_seconds(
+            rows, ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
+        )
+        return s + self.draft_seconds(num_decodes, decode_ctx, mx)
+
+    def verify_ctx(self, num_decodes: int, decode_ctx: Any) -> Any:
+        """The Σ context the wrapped model is asked for (integers: exact on scalars and arrays)."""
+        q = self.q
+        if self.per_row:
+            return decode_ctx * q + (num_decodes * q * (q - 1)) // 2
+        return decode_ctx + num_decodes * (q - 1)
+
+    def draft_seconds(
+        self, num_decodes: int, decode_ctx: Any, mx: Callable[[Any, Any], Any]
+    ) -> Any:
+        """Drafting time of a step with ``num_decodes`` speculating requests."""
+        if self.draft is None:
+            return self.host_s * num_decodes
+        form = self._draft_affine.get(num_decodes, _UNKNOWN)
+        if form is _UNKNOWN:
+            form = self._draft_affine[num_decodes] = self.draft.decode_affine(num_decodes)
+        if form is not None:  # the same float operations as the draft's step_seconds
+            return self.draft_scale * (form[0] + form[1] * decode_ctx)
+        d = self.draft.step_seconds(num_decodes, decode_ctx, 0, 0, 0, 0, mx)
+        return self.draft_scale * d
+
+    def verification_seconds(self, num_decodes: int, decode_ctx: int) -> float:
+        """The verification part of a pure-decode step (tests and reports)."""
+        ctx = self.verify_ctx(num_decodes, decode_ctx)
+        return float(self.base.step_seconds(num_decodes * self.q, ctx, 0, 0, 0, 0))
+
+    def spec_affine(
+        self, num_decodes: int
+    ) -> tuple[float, float, int, int, float, float, float] | None:
+        """``(c, a, mul, shift, scale, c_d, a_d)`` such that a pure-decode step of
+        ``num_decodes`` requests with Σ context ``x`` takes exactly
+        ``(c + a * (mul * x + shift)) + scale * (c_d + a_d * x)`` seconds — the float
+        operations of :meth:`step_seconds`, in its order (the wrapped models'
+        ``decode_affine`` contract) — or None when a wrapped model is not affine. Lets the
+        executor time short runs inline, without arrays."""
+        n, q = num_decodes, self.q
+        verify = self.base.decode_affine(n * q)
+        if verify is None:
+            return None
+        mul, shift = (q, n * q * (q - 1) // 2) if self.per_row else (1, n * (q - 1))
+        if self.draft is None:  # host time: scale · (h + 0.0 · x) is h exactly
+            return (*verify, mul, shift, 1.0, self.host_s * n, 0.0)
+        draft = self.draft.decode_affine(n)
+        if draft is None:
+            return None
+        return (*verify, mul, shift, self.draft_scale, *draft)
+
+    def idle_penalty_ns(self, idle_ns: int) -> int:
+        return self.base.idle_penalty_ns(idle_ns)
+
+    def decode_run_ctx_ns(self, num_decodes: int, ctx: np.ndarray) -> np.ndarray:
+        """Durations of pure-decode steps whose Σ contexts are ``ctx`` (one per step): the
+        expression of :meth:`step_ns` on an array."""
+        s = self.step_seconds(num_decodes, ctx, 0, 0, 0, 0, np.maximum)
+        ns = np.floor(s * 1e9 + 0.5).astype(np.int64)
+        return np.maximum(ns, 1)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.base.describe(), "speculative": self.method, "k": self.k}

@@ -1,0 +1,71 @@
+"""Speculative decoding in a simulated instance: the step model and the acceptance draws that
+``speculative`` (vLLM's ``--speculative-config``) asks for.
+
+:func:`build_speculation` wraps the instance's step model in
+:class:`~tidal.hardware.spec_perf.SpecPerfModel` (verification of k + 1 rows plus drafting) and
+makes the seeded :class:`~tidal.engine.acceptance.AcceptanceModel` that the engine state's
+speculative decode pool draws from. Its key is child 5 of the run seed's ``SeedSequence``
+(children 0–3 are ``run.SEED_STREAMS``, 4 the warm-up phase's), so the draws depend on the run
+seed and nothing else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tidal.core.errors import ConfigError
+from tidal.engine.acceptance import AcceptanceModel
+from tidal.hardware.calibration import build_perf_model
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.models import get_model
+from tidal.hardware.perf import PerfModel
+from tidal.hardware.spec_perf import SpecPerfModel
+from tidal.sim.config import SimulationConfig
+
+SEED_CHILD = 5
+"""Index of the speculation stream among the run seed's ``SeedSequence`` children."""
+
+DRAFT_LAYERS = {"eagle3": 1, "eagle": 1, "mtp": 1, "deepseek_mtp": 1}
+"""Decoder layers of one draft pass: EAGLE/EAGLE-3 heads are one decoder layer; DeepSeek-V3's
+MTP module is one transformer block (chained k times by vLLM)."""
+
+
+def speculation_key(seed: int) -> int:
+    """The acceptance draws' key for the run seed ``seed``."""
+    child = np.random.SeedSequence(seed).spawn(SEED_CHILD + 1)[SEED_CHILD]
+    return int(child.generate_state(1, np.uint64)[0])
+
+
+def build_speculation(
+    cfg: SimulationConfig, perf: PerfModel
+) -> tuple[PerfModel, AcceptanceModel | None]:
+    """``(step model, acceptance model)`` of the configured instance: ``(perf, None)`` when
+    speculation is off."""
+    spec = cfg.speculative
+    if spec is None:
+        return perf, None
+    k = spec.num_speculative_tokens
+    accept = AcceptanceModel(spec.alphas(), speculation_key(cfg.seed))
+    if spec.method == "ngram":
+        return SpecPerfModel(perf, k, spec.method), accept
+    if spec.method == "draft_model":
+        assert spec.model is not None  # validated
+        try:
+            draft_spec = get_model(spec.model)
+        except (ConfigError, KeyError, ValueError) as err:
+            raise ConfigError(
+                "speculative.model", f"unknown draft model {spec.model!r} ({err})",
+                "use a catalog id (tidal models) or a config.json path",
+            ) from None  # fmt: skip
+        tp = spec.draft_tensor_parallel_size or cfg.tp
+        gpu = get_gpu(cfg.gpu)
+        draft = build_perf_model(cfg.perf_model, draft_spec, gpu, tp, host=cfg.perf_host)
+        return SpecPerfModel(perf, k, spec.method, draft, 1.0), accept
+    layers = cfg.model_spec().num_layers
+    frac = DRAFT_LAYERS[spec.method] / layers
+    return SpecPerfModel(perf, k, spec.method, perf, frac), accept
+
+
+def base_perf(perf: PerfModel) -> PerfModel:
+    """The target's own step model under a speculation wrapper (what the summary names)."""
+    return perf.base if isinstance(perf, SpecPerfModel) else perf
