@@ -108,6 +108,9 @@ class Plan:
     row: Row
     config: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    client_ratio: float | None = None
+    """The client's ``--random-range-ratio`` where the row's source fixes it
+    (:func:`source_client_ratio`); None: the bench's ``--range-ratio``."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,23 @@ class Skip:
     row: Row
     group: str
     reason: str
+
+
+FIXED_LENGTH_SOURCES = ("aic-auto-gap-analysis/data/h100_sxm/sglang/0.5.1.post1/",)
+"""Sources whose client sent exactly the nominal lengths (a fixed-length closed loop, which
+stays in lockstep: docs/design/closed_loop.md). The sample does not record the client; the
+measurements say it. NVIDIA's gap analysis measured Qwen3-32B on H100 with SGLang 0.5.1 and
+with vLLM 0.12 at the same 34 (TP, ISL, OSL, C) points: a request's lifetime TTFT + (OSL − 1)·
+TPOT agrees within 5 % (median ratio 0.95, so the GPUs did the same work), but SGLang's TTFT
+is 4.5× vLLM's and its TPOT 0.73× (medians), growing with C (2.1–6.6×): the split of a loop
+whose clients re-send in cohorts (each TTFT holds a cohort's prefill, decode steps run
+without prefills), not of one whose re-sends spread over the cycle. The vLLM rows of the
+same analysis show no such split and keep the bench's client (``--range-ratio``)."""
+
+
+def source_client_ratio(row: Row) -> float | None:
+    """0.0 (exactly fixed lengths) for a row of :data:`FIXED_LENGTH_SOURCES`, else None."""
+    return 0.0 if any(s in row.source for s in FIXED_LENGTH_SOURCES) else None
 
 
 def sample_path() -> Path:
@@ -358,4 +378,4 @@ def plan_row(
     # with an engine setting the simulator applies that engine's chunked-prefill size itself
     cfg["scheduler"] = {"max_seqs": sched["max_seqs"]} if eng else sched
     notes = ["bf16 stand-in for " + row.gemm_quant] if bf16_fallback and row.gemm_quant else []
-    return Plan(row, cfg, notes)
+    return Plan(row, cfg, notes, source_client_ratio(row))
