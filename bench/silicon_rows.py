@@ -269,6 +269,35 @@ def precision_settings(
     return {key: name}, ""
 
 
+SERVED_CHECKPOINTS = {("MiniMaxAI/MiniMax-M2.5", "nvfp4"): "nvidia/MiniMax-M2.5-NVFP4"}
+"""(model, ``gemm_quant_mode``) of a row → the checkpoint it served where the sample names the
+base model: NVIDIA's ModelOpt checkpoint of that quantization (what InferenceX's recipes
+serve). Only checkpoints whose ``hf_quant_config.json`` the package ships are listed."""
+
+CHECKPOINT_KV_SINCE = {"vllm": "0.13.0"}
+"""The first engine version whose ``--kv-cache-dtype auto`` takes a ModelOpt checkpoint's
+``kv_cache_quant_algo`` (vLLM pull request 29980, "Load kv-cache dtype from
+hf_quant_config.json automatically", merged 2025-12 after 0.12.0; before it ``auto`` meant the
+model dtype unless ``--kv-cache-dtype fp8`` was given)."""
+
+
+def kv_settings(row: Row, fields: set[str]) -> dict[str, str]:
+    """``kv_cache_dtype: fp8`` where the served checkpoint (:data:`SERVED_CHECKPOINTS`) asks
+    for an FP8 KV cache and the row's engine version honours it under ``auto``
+    (:data:`CHECKPOINT_KV_SINCE`; a nightly build does); else nothing (the model dtype)."""
+    from tidal.hardware.engine_data import version_key
+    from tidal.hardware.models import get_model
+
+    served = SERVED_CHECKPOINTS.get((row.model, row.gemm_quant or row.moe_quant))
+    since = CHECKPOINT_KV_SINCE.get(row.engine)
+    if served is None or since is None or "kv_cache_dtype" not in fields or not row.version:
+        return {}
+    if not row.version.startswith("nightly") and version_key(row.version) < version_key(since):
+        return {}
+    kv = get_model(served).kv_cache_dtype
+    return {"kv_cache_dtype": kv} if kv.startswith("fp8") else {}
+
+
 def parallel_settings(row: Row, fields: set[str], moe: bool) -> tuple[dict, str]:
     """(config updates, skip reason or ""): TP always; PP, attention DP and expert parallelism
     where the schema has them. A dense model ignores the MoE columns. vLLM's MoE layout: with
@@ -353,6 +382,8 @@ def plan_row(
     quant, why = precision_settings(row, fields, bf16_fallback, model, moe)
     if why:
         return Skip(row, "precision", why)
+    if not bf16_fallback:
+        quant.update(kv_settings(row, fields))
     par, why = parallel_settings(row, fields, moe)
     if why:
         return Skip(row, "parallelism", why)

@@ -243,3 +243,21 @@ def test_a_source_that_fixes_the_client_overrides_the_range_ratio() -> None:
     other = sr.plan_row(BASE, TODAY)
     assert isinstance(other, sr.Plan)
     assert silicon.plan_ratio(other, 0.8) == 0.8
+
+
+def test_a_modelopt_checkpoint_gets_its_fp8_kv_cache_where_the_version_honours_it() -> None:
+    """nvidia/MiniMax-M2.5-NVFP4 asks for an FP8 KV cache (``kv_cache_quant_algo``); vLLM
+    applies it under ``--kv-cache-dtype auto`` from 0.13 on, nightly builds too."""
+    mm = row(model="MiniMaxAI/MiniMax-M2.5", precision="fp4", gemm_quant="nvfp4",
+             moe_quant="nvfp4", tp=4, moe_tp=4)  # fmt: skip
+    assert sr.kv_settings(dataclasses.replace(mm, version="0.19.0"), TODAY) == {
+        "kv_cache_dtype": "fp8"
+    }
+    assert sr.kv_settings(dataclasses.replace(mm, version="nightly-abc"), TODAY) != {}
+    assert sr.kv_settings(dataclasses.replace(mm, version="0.12.0"), TODAY) == {}
+    assert sr.kv_settings(dataclasses.replace(mm, engine="sglang"), TODAY) == {}
+    assert sr.kv_settings(dataclasses.replace(mm, gemm_quant="fp8_block"), TODAY) == {}
+    assert sr.kv_settings(mm, TODAY - {"kv_cache_dtype"}) == {}
+    plan = sr.plan_row(dataclasses.replace(mm, version="0.19.0"), TODAY, "engine")
+    assert isinstance(plan, sr.Plan)
+    assert load_config(plan.config).model_spec().kv_cache_dtype == "fp8"
