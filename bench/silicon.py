@@ -4,8 +4,8 @@ row's concurrency, against the measured mean TTFT and TPOT.
 
     python bench/silicon.py [--perf-model auto] [--engine row|vllm|sglang|default]
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
-                            [--range-ratio 0.8] [--workers 2] [--row-timeout 900]
-                            [--bf16-fallback] [--tag NAME]
+                            [--range-ratio 0.8] [--no-source-clients] [--workers 2]
+                            [--row-timeout 900] [--bf16-fallback] [--tag NAME]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
 inf`` (all C sent at t = 0, each completion releases its slot to the next request), as the

@@ -13,7 +13,10 @@ What the sample does not record, and what is assumed (stated in ``bench/silicon.
   ``--max-concurrency C``, ``--request-rate inf``, ``--ignore-eos``, ``2·C`` warm-ups of the
   first prompt; mean TTFT and mean per-request TPOT = (E2E − TTFT) / (output − 1);
 * the server: prefix caching off (both engines' InferenceX recipes); until the simulator has
-  an ``engine`` setting, the engine's scheduler defaults (:func:`scheduler_defaults`).
+  an ``engine`` setting, the engine's scheduler defaults (:func:`scheduler_defaults`); the KV
+  cache dtype of the checkpoint served where the version applies it (:func:`kv_settings`);
+* a source whose measurements show a fixed-length client replays with one
+  (:data:`FIXED_LENGTH_SOURCES`).
 
 Fields the simulator does not know yet (engine, version, quantization, PP, DP/EP) are looked
 up in the config schema, so the plan uses them as soon as they exist and skips the row until
