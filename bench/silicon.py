@@ -4,14 +4,16 @@ row's concurrency, against the measured mean TTFT and TPOT.
 
     python bench/silicon.py [--perf-model auto] [--engine row|vllm|sglang|default]
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
-                            [--range-ratio 0.8] [--workers 2] [--row-timeout 900]
-                            [--bf16-fallback] [--tag NAME]
+                            [--range-ratio 0.8] [--no-source-clients] [--workers 2]
+                            [--row-timeout 900] [--bf16-fallback] [--tag NAME]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
 inf`` (all C sent at t = 0, each completion releases its slot to the next request), as the
 client that measured the rows ran (InferenceX's ``benchmark_serving.py``; AIConfigurator's own
 replay of the sample uses the same workload): ``10·C`` requests with input and output lengths
-uniform on ``[⌊r·L⌋, L]``, r = ``--range-ratio`` (0.8 there; 0: fixed lengths), after ``2·C``
+uniform on ``[⌊r·L⌋, L]``, r = ``--range-ratio`` (0.8 there; 0: fixed lengths; a source whose
+measurements show a fixed-length client runs with one: ``silicon_rows.FIXED_LENGTH_SOURCES``,
+``--no-source-clients`` turns that off), after ``2·C``
 warm-up requests of the first prompt's lengths (``--num-warmups 2·C``) that are not measured.
 TTFT and TPOT as vLLM's client computes them: means over requests of ``first token − send`` and
 ``(E2E − TTFT) / (output − 1)``; the TTFT compared is the simulator's client-side one
@@ -97,6 +99,16 @@ def client_metrics(cols: dict[str, np.ndarray]) -> tuple[float, float]:
     many = out > 1
     tpot = (e2e[many] - ttft[many]) / (out[many] - 1)
     return float(ttft.mean()), float(tpot.mean()) if many.any() else 0.0
+
+
+def plan_ratio(plan: Plan, default: float, by_source: bool = True) -> float:
+    """The client's range ratio for a row: its source's where the source fixes it
+    (``silicon_rows.FIXED_LENGTH_SOURCES``, noted on the plan) and ``by_source``, else
+    ``default`` (``--range-ratio``)."""
+    if plan.client_ratio is None or not by_source:
+        return float(default)
+    plan.notes.append(f"client of the source: range ratio {plan.client_ratio:g}")
+    return plan.client_ratio
 
 
 def load_or_default_version(config: dict[str, Any]) -> tuple[Any, str]:
@@ -299,6 +311,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="run at most N of the runnable rows")
     p.add_argument("--filter", default=None, help="regex on id/engine/version/model/gpu/precision")
     p.add_argument("--range-ratio", type=float, default=0.8)
+    p.add_argument("--no-source-clients", dest="source_clients", action="store_false",
+                   help="use --range-ratio for every row, also where the source fixes the "
+                   "client (silicon_rows.FIXED_LENGTH_SOURCES)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--row-timeout", type=int, default=900, help="seconds per row (0: none)")
     p.add_argument("--seed", type=int, default=0)
@@ -326,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
             recs.append({**base_record(p.row), "status": "limit", "reason": f"--limit {a.limit}"})
         plans = plans[: a.limit]
     t0 = time.perf_counter()
-    work = [(p, a.range_ratio, a.seed, a.row_timeout) for p in plans]
+    work = [(p, plan_ratio(p, a.range_ratio, a.source_clients), a.seed, a.row_timeout)
+            for p in plans]  # fmt: skip
     with mp.get_context("spawn").Pool(max(1, a.workers), maxtasksperchild=20) as pool:
         for i, res in enumerate(pool.imap(run_plan, work, chunksize=1)):
             notes = ";".join(plans[i].notes)

@@ -13,7 +13,10 @@ What the sample does not record, and what is assumed (stated in ``bench/silicon.
   ``--max-concurrency C``, ``--request-rate inf``, ``--ignore-eos``, ``2·C`` warm-ups of the
   first prompt; mean TTFT and mean per-request TPOT = (E2E − TTFT) / (output − 1);
 * the server: prefix caching off (both engines' InferenceX recipes); until the simulator has
-  an ``engine`` setting, the engine's scheduler defaults (:func:`scheduler_defaults`).
+  an ``engine`` setting, the engine's scheduler defaults (:func:`scheduler_defaults`); the KV
+  cache dtype of the checkpoint served where the version applies it (:func:`kv_settings`);
+* a source whose measurements show a fixed-length client replays with one
+  (:data:`FIXED_LENGTH_SOURCES`).
 
 Fields the simulator does not know yet (engine, version, quantization, PP, DP/EP) are looked
 up in the config schema, so the plan uses them as soon as they exist and skips the row until
@@ -108,6 +111,9 @@ class Plan:
     row: Row
     config: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    client_ratio: float | None = None
+    """The client's ``--random-range-ratio`` where the row's source fixes it
+    (:func:`source_client_ratio`); None: the bench's ``--range-ratio``."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,23 @@ class Skip:
     row: Row
     group: str
     reason: str
+
+
+FIXED_LENGTH_SOURCES = ("aic-auto-gap-analysis/data/h100_sxm/sglang/0.5.1.post1/",)
+"""Sources whose client sent exactly the nominal lengths (a fixed-length closed loop, which
+stays in lockstep: docs/design/closed_loop.md). The sample does not record the client; the
+measurements say it. NVIDIA's gap analysis measured Qwen3-32B on H100 with SGLang 0.5.1 and
+with vLLM 0.12 at the same 34 (TP, ISL, OSL, C) points: a request's lifetime TTFT + (OSL − 1)·
+TPOT agrees within 5 % (median ratio 0.95, so the GPUs did the same work), but SGLang's TTFT
+is 4.5× vLLM's and its TPOT 0.73× (medians), growing with C (2.1–6.6×): the split of a loop
+whose clients re-send in cohorts (each TTFT holds a cohort's prefill, decode steps run
+without prefills), not of one whose re-sends spread over the cycle. The vLLM rows of the
+same analysis show no such split and keep the bench's client (``--range-ratio``)."""
+
+
+def source_client_ratio(row: Row) -> float | None:
+    """0.0 (exactly fixed lengths) for a row of :data:`FIXED_LENGTH_SOURCES`, else None."""
+    return 0.0 if any(s in row.source for s in FIXED_LENGTH_SOURCES) else None
 
 
 def sample_path() -> Path:
@@ -249,6 +272,35 @@ def precision_settings(
     return {key: name}, ""
 
 
+SERVED_CHECKPOINTS = {("MiniMaxAI/MiniMax-M2.5", "nvfp4"): "nvidia/MiniMax-M2.5-NVFP4"}
+"""(model, ``gemm_quant_mode``) of a row → the checkpoint it served where the sample names the
+base model: NVIDIA's ModelOpt checkpoint of that quantization (what InferenceX's recipes
+serve). Only checkpoints whose ``hf_quant_config.json`` the package ships are listed."""
+
+CHECKPOINT_KV_SINCE = {"vllm": "0.13.0"}
+"""The first engine version whose ``--kv-cache-dtype auto`` takes a ModelOpt checkpoint's
+``kv_cache_quant_algo`` (vLLM pull request 29980, "Load kv-cache dtype from
+hf_quant_config.json automatically", merged 2025-12 after 0.12.0; before it ``auto`` meant the
+model dtype unless ``--kv-cache-dtype fp8`` was given)."""
+
+
+def kv_settings(row: Row, fields: set[str]) -> dict[str, str]:
+    """``kv_cache_dtype: fp8`` where the served checkpoint (:data:`SERVED_CHECKPOINTS`) asks
+    for an FP8 KV cache and the row's engine version honours it under ``auto``
+    (:data:`CHECKPOINT_KV_SINCE`; a nightly build does); else nothing (the model dtype)."""
+    from tidal.hardware.engine_data import version_key
+    from tidal.hardware.models import get_model
+
+    served = SERVED_CHECKPOINTS.get((row.model, row.gemm_quant or row.moe_quant))
+    since = CHECKPOINT_KV_SINCE.get(row.engine)
+    if served is None or since is None or "kv_cache_dtype" not in fields or not row.version:
+        return {}
+    if not row.version.startswith("nightly") and version_key(row.version) < version_key(since):
+        return {}
+    kv = get_model(served).kv_cache_dtype
+    return {"kv_cache_dtype": kv} if kv.startswith("fp8") else {}
+
+
 def parallel_settings(row: Row, fields: set[str], moe: bool) -> tuple[dict, str]:
     """(config updates, skip reason or ""): TP always; PP, attention DP and expert parallelism
     where the schema has them. A dense model ignores the MoE columns. vLLM's MoE layout: with
@@ -333,6 +385,8 @@ def plan_row(
     quant, why = precision_settings(row, fields, bf16_fallback, model, moe)
     if why:
         return Skip(row, "precision", why)
+    if not bf16_fallback:
+        quant.update(kv_settings(row, fields))
     par, why = parallel_settings(row, fields, moe)
     if why:
         return Skip(row, "parallelism", why)
@@ -358,4 +412,4 @@ def plan_row(
     # with an engine setting the simulator applies that engine's chunked-prefill size itself
     cfg["scheduler"] = {"max_seqs": sched["max_seqs"]} if eng else sched
     notes = ["bf16 stand-in for " + row.gemm_quant] if bf16_fallback and row.gemm_quant else []
-    return Plan(row, cfg, notes)
+    return Plan(row, cfg, notes, source_client_ratio(row))

@@ -201,3 +201,63 @@ def test_a_quantized_checkpoint_of_the_same_width_keeps_its_dtypes(
     assert "moe_quant" not in sr.plan_row(  # type: ignore[union-attr]
         dataclasses.replace(moe, gemm_quant="fp8", moe_quant="fp8"), fields
     ).config
+
+
+def test_the_fixed_length_source_shows_the_lockstep_split_the_others_do_not() -> None:
+    """The evidence for ``FIXED_LENGTH_SOURCES``, from the sample alone: at the same Qwen3-32B
+    H100 points, SGLang 0.5.1's requests live as long as vLLM 0.12's (same work) while its TTFT
+    is several times longer and its TPOT shorter (cohorts prefilled apart from decode steps)."""
+    rows = sr.read_rows(sr.sample_path())
+
+    def points(pred: object) -> dict[tuple[int, int, int, int], sr.Row]:
+        return {(r.tp, r.isl, r.osl, r.concurrency): r for r in rows if pred(r)}  # type: ignore[operator]
+
+    fixed = points(lambda r: sr.source_client_ratio(r) == 0.0)
+    other = points(
+        lambda r: r.model == "Qwen/Qwen3-32B" and r.engine == "vllm"
+        and "gap-analysis" in r.source and sr.source_client_ratio(r) is None
+    )  # fmt: skip
+    both = sorted(fixed.keys() & other.keys())
+    assert len(both) >= 30
+
+    def life(r: sr.Row) -> float:
+        return r.ttft_ms + (r.osl - 1) * r.tpot_ms
+
+    life_ratio = np.median([life(fixed[k]) / life(other[k]) for k in both])
+    ttft_ratio = np.median([fixed[k].ttft_ms / other[k].ttft_ms for k in both])
+    tpot_ratio = np.median([fixed[k].tpot_ms / other[k].tpot_ms for k in both])
+    assert 0.9 < life_ratio < 1.1
+    assert ttft_ratio > 3.0
+    assert tpot_ratio < 0.85
+
+
+def test_a_source_that_fixes_the_client_overrides_the_range_ratio() -> None:
+    src = sr.FIXED_LENGTH_SOURCES[0]
+    plan = sr.plan_row(row(source=f"source_file=/x/{src}Qwen_Qwen3-32B.csv", engine="sglang"),
+                       TODAY)  # fmt: skip
+    assert isinstance(plan, sr.Plan)
+    assert plan.client_ratio == 0.0
+    assert silicon.plan_ratio(plan, 0.8) == 0.0
+    assert "range ratio 0" in plan.notes[-1]
+    assert silicon.plan_ratio(plan, 0.8, by_source=False) == 0.8
+    other = sr.plan_row(BASE, TODAY)
+    assert isinstance(other, sr.Plan)
+    assert silicon.plan_ratio(other, 0.8) == 0.8
+
+
+def test_a_modelopt_checkpoint_gets_its_fp8_kv_cache_where_the_version_honours_it() -> None:
+    """nvidia/MiniMax-M2.5-NVFP4 asks for an FP8 KV cache (``kv_cache_quant_algo``); vLLM
+    applies it under ``--kv-cache-dtype auto`` from 0.13 on, nightly builds too."""
+    mm = row(model="MiniMaxAI/MiniMax-M2.5", precision="fp4", gemm_quant="nvfp4",
+             moe_quant="nvfp4", tp=4, moe_tp=4)  # fmt: skip
+    assert sr.kv_settings(dataclasses.replace(mm, version="0.19.0"), TODAY) == {
+        "kv_cache_dtype": "fp8"
+    }
+    assert sr.kv_settings(dataclasses.replace(mm, version="nightly-abc"), TODAY) != {}
+    assert sr.kv_settings(dataclasses.replace(mm, version="0.12.0"), TODAY) == {}
+    assert sr.kv_settings(dataclasses.replace(mm, engine="sglang"), TODAY) == {}
+    assert sr.kv_settings(dataclasses.replace(mm, gemm_quant="fp8_block"), TODAY) == {}
+    assert sr.kv_settings(mm, TODAY - {"kv_cache_dtype"}) == {}
+    plan = sr.plan_row(dataclasses.replace(mm, version="0.19.0"), TODAY, "engine")
+    assert isinstance(plan, sr.Plan)
+    assert load_config(plan.config).model_spec().kv_cache_dtype == "fp8"
