@@ -19,6 +19,7 @@ from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import ModelSpec, check_tp, get_model
 from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
 from tidal.sim.augment import AugmentConfig
+from tidal.sim.deployment import DeploymentConfig
 from tidal.workload.config import WorkloadConfig
 
 _Strict = StrictModel
@@ -148,6 +149,8 @@ class SimulationConfig(_Strict):
     """A multi-model cluster (``tidal.cluster``); None = one instance of ``model`` on ``tp``
     GPUs. With a cluster, ``model``, ``gpu`` and ``tp`` are unused and the workload is the
     cluster's mix of ``workload.trace``."""
+    deployment: DeploymentConfig | None = None
+    """A disaggregated prefill/decode deployment (``sim/deployment.py``); None = one pool."""
 
     @field_validator("model")
     @classmethod
@@ -270,6 +273,13 @@ class SimulationConfig(_Strict):
                 "memory.host_cache_gib: augmented requests' contexts are cached only with "
                 "augment.prefix_caching: true (off by default): set it, or --host-cache-gib 0"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _deployment(self, info: ValidationInfo) -> SimulationConfig:
+        from tidal.sim.deployment import check_deployment
+
+        check_deployment(self, (info.context or {}).get("flag_names"))
         return self
 
     @model_validator(mode="after")
