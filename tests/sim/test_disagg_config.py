@@ -79,3 +79,49 @@ def test_pool_flags_imply_disagg_and_name_the_flag_in_errors(monkeypatch):
     )
     assert res.exit_code == 2, res.output
     assert "deployment.decode.tp (--decode-tp)" in " ".join(res.output.split())
+
+
+def test_cli_run_writes_the_transfer_columns_and_bytes(tmp_path):
+    import json
+
+    import polars as pl
+
+    out = tmp_path / "run"
+    argv = [
+        "simulate", "--prefill-instances", "1", "--decode-instances", "2", "--num-requests",
+        "6", "--rate", "20", "--prompt-len", "300", "--output-len", "5", "--perf-model",
+        "roofline", "--kv-link", "roce-400", "--out", str(out),
+    ]  # fmt: skip
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 0, res.output
+    assert "TTFT breakdown" in res.output
+    df = pl.read_parquet(out / "requests.parquet")
+    for col in ("kv_transfer_start_ns", "kv_transfer_end_ns", "prefill_start_ns",
+                "decode_instance", "kv_transfer_bytes"):  # fmt: skip
+        assert col in df.columns
+    assert (df["kv_transfer_end_ns"] > df["kv_transfer_start_ns"]).all()
+    summary = json.loads((out / "summary.json").read_text())["metrics"]
+    assert summary["kv_transfer_bytes"] == int(df["kv_transfer_bytes"].sum()) > 0
+    assert summary["kv_link"] == "roce-400"
+    assert summary["num_gpus"] == 3
+
+
+def test_agg_run_has_no_transfer_columns(tmp_path):
+    import polars as pl
+
+    out = tmp_path / "agg"
+    argv = ["simulate", "--num-requests", "3", "--rate", "20", "--prompt-len", "100",
+            "--output-len", "4", "--perf-model", "roofline", "--out", str(out)]  # fmt: skip
+    assert runner.invoke(app, argv).exit_code == 0
+    assert "kv_transfer_start_ns" not in pl.read_parquet(out / "requests.parquet").columns
+
+
+def test_the_heterogeneous_example_loads():
+    from pathlib import Path
+
+    from tidal.sim.config import load_yaml
+
+    path = Path(__file__).parents[2] / "docs/examples/disagg-h200-b200.yaml"
+    cfg = load_config(load_yaml(path))
+    assert cfg.deployment is not None
+    assert (pool_config(cfg, "prefill").gpu, pool_config(cfg, "decode").gpu) == ("h200", "b200")
