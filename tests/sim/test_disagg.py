@@ -46,6 +46,7 @@ def test_idle_link_transfer_is_bytes_over_bandwidth_plus_latency():
     assert c["kv_transfer_bytes"][0] == nbytes == res.metrics["kv_transfer_bytes"]
     took = int(c["kv_transfer_end_ns"][0] - c["kv_transfer_start_ns"][0])
     assert took == math.ceil(nbytes / 50e9 * 1e9) + 10_000
+    assert res.metrics["kv_transfer_stall_s"] == 0.0  # nothing shared the link
     # an idle decode instance starts the transfer at the hand-off and the first token follows
     assert c["kv_transfer_start_ns"][0] == c["prefill_end_ns"][0]
     assert c["first_token_ns"][0] > c["kv_transfer_end_ns"][0]
@@ -99,9 +100,10 @@ def test_breakdown_sums_to_ttft_for_every_request(p, d, rate, seed, router):
     rate=st.sampled_from([10.0, 80.0]),
     seed=st.integers(0, 1000),
     blocks=st.sampled_from([None, 300]),
+    batching=st.sampled_from(["mb", "prefill-first"]),
 )
-def test_fast_forward_changes_no_request(p, d, rate, seed, blocks):
-    decode = {"instances": d, "scheduler": {"max_seqs": 16}}
+def test_fast_forward_changes_no_request(p, d, rate, seed, blocks, batching):
+    decode = {"instances": d, "scheduler": {"max_seqs": 16, "batching": batching}}
     if blocks is not None:
         decode["memory"] = {"num_blocks": blocks}
     dep = {"prefill": {"instances": p}, "decode": decode}
@@ -138,3 +140,17 @@ def test_prefix_caching_prefill_pool_returns_its_held_blocks():
     # the decode pool has no prefix cache yet: every prompt token is transferred
     tokens = int(res.columns["prompt_len"].sum())  # shared prefix + own tokens
     assert res.metrics["kv_transfer_bytes"] == tokens * 2 * 32 * 8 * 128 * 2
+
+
+def test_shared_slow_link_stalls_transfers_and_closed_loop_completes():
+    link = {"link": "eth-100", "efficiency": 1.0}
+    dep = {"prefill": {"instances": 3}, "decode": {"instances": 1}, "kv_transfer": link}
+    res = _run(dep, num_requests=30, rate=None, concurrency=6, prompt_len=2048, output_len=16)
+    _check_breakdown(res)
+    m = res.metrics
+    assert m["num_completed"] == 30
+    assert m["kv_transfer_stall_s"] > 0  # transfers from 3 prefill instances share rx:d0
+    parts = ttft_breakdown(res.columns)
+    idle = math.ceil(2048 * 131072 / 12.5e9 * 1e9) + 30_000
+    assert parts["transfer"].min() >= idle - 1
+    assert parts["transfer"].max() > idle

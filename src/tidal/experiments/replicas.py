@@ -96,6 +96,12 @@ def run_replicated(
     certain to be missed)."""
     if replicas < 1:
         raise ConfigError("replicas", f"must be >= 1, got {replicas}")
+    if cfg.deployment is not None and cfg.deployment.disaggregated:
+        raise ConfigError(
+            "deployment",
+            "replicated runs (the planner) do not search disaggregated deployments yet",
+            "drop the deployment section, or simulate it with tidal simulate",
+        )
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     max_tokens = int((reqs.prompt_len + reqs.output_len).max())

@@ -70,6 +70,7 @@ class DisaggWiring:
         self.cols = cols
         self.output_len = output_len
         self.links = TransferEngine({}, self._call_at)
+        self.ideal_rate = 1.0
         self.held = [HeldBlocks(inst.scheduler.kv) for inst in prefill]
         self.remote = [
             RemoteKV(inst.scheduler.state, self._starter(j)) for j, inst in enumerate(decode)
@@ -80,6 +81,8 @@ class DisaggWiring:
     def set_capacities(self, caps: dict[str, float]) -> None:
         """The links' bytes/s (:func:`tidal.cluster.links.pool_links`)."""
         self.links.capacity = dict(caps)
+        self.ideal_rate = min(caps.values())
+        """Bytes/s of one transfer alone on its path (every tx and rx port alike)."""
 
     def _call_at(self, t: int, fn: Callable[[int], None]) -> None:
         self.sim.call_at(t, fn, RESUME)

@@ -25,7 +25,7 @@ import numpy as np
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
-from tidal.hardware.calibration import perf_model_source
+from tidal.hardware.calibration import client_side_metrics, perf_model_source
 from tidal.sim.config import SimulationConfig
 from tidal.sim.recorder import RequestRecorder
 
@@ -99,10 +99,19 @@ def _pct(x: np.ndarray, q: float) -> float | None:
     return float(np.percentile(x, q)) / 1e9 if len(x) else None
 
 
-def transfer_metrics(cols: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``kv_transfer_bytes`` (total), transfer-time and KV-wait percentiles, mean breakdown."""
+def transfer_metrics(
+    cols: Mapping[str, np.ndarray], rate: float, latency_ns: int
+) -> dict[str, Any]:
+    """``kv_transfer_bytes`` (total), transfer-time and KV-wait percentiles, the mean
+    breakdown, and ``kv_transfer_stall_s``: the time transfers lost to sharing busy links,
+    Σ (transfer − its idle-link time ⌈bytes/rate⌉ + latency), ``rate`` the bytes/s of one
+    transfer alone on its path."""
     parts = ttft_breakdown(cols)
-    m: dict[str, Any] = {"kv_transfer_bytes": int(np.asarray(cols["kv_transfer_bytes"]).sum())}
+    nbytes = np.asarray(cols["kv_transfer_bytes"])
+    m: dict[str, Any] = {"kv_transfer_bytes": int(nbytes.sum())}
+    done = np.asarray(cols["first_token_ns"]) >= 0
+    idle = np.ceil(nbytes[done] / rate * 1e9).astype(np.int64) + latency_ns
+    m["kv_transfer_stall_s"] = float(np.maximum(parts["transfer"] - idle, 0).sum()) / 1e9
     m["kv_transfer_time_p50_s"] = _pct(parts["transfer"], 50)
     m["kv_transfer_time_p99_s"] = _pct(parts["transfer"], 99)
     m["kv_wait_p50_s"] = _pct(parts["kv_wait"], 50)
@@ -157,7 +166,8 @@ def disagg_result(
     for inst in d_insts:
         itl.merge(inst.itl)
     metrics = summarize(c, cfg.slo.ttft_s, cfg.slo.tpot_s, itl)
-    metrics.update(transfer_metrics(c))
+    metrics.update(transfer_metrics(c, wiring.ideal_rate, wiring.link.latency_ns))
+    metrics.update(client_side_metrics(d_built[0][1], c))
     metrics.update(d_built[0][2].summary())  # the decode pool's KV plan (where tokens live)
     summaries = {role: pool_summary(pool, span_ns) for role, pool in pools.items()}
     metrics["pools"] = summaries
