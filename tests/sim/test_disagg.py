@@ -101,14 +101,17 @@ def test_breakdown_sums_to_ttft_for_every_request(p, d, rate, seed, router):
     seed=st.integers(0, 1000),
     blocks=st.sampled_from([None, 300]),
     batching=st.sampled_from(["mb", "prefill-first"]),
+    groups=st.sampled_from([0, 3]),
 )
-def test_fast_forward_changes_no_request(p, d, rate, seed, blocks, batching):
+def test_fast_forward_changes_no_request(p, d, rate, seed, blocks, batching, groups):
     decode = {"instances": d, "scheduler": {"max_seqs": 16, "batching": batching}}
     if blocks is not None:
         decode["memory"] = {"num_blocks": blocks}
     dep = {"prefill": {"instances": p}, "decode": decode}
     wl = {"num_requests": 40, "rate": rate, "prompt_len": 256, "output_len": 64,
           "length_dist": "uniform", "seed": seed}  # fmt: skip
+    if groups:  # prefix caching on both pools
+        wl.update(shared_prefix_groups=groups, shared_prefix_len=128)
     a, b = _run(dep, True, **wl), _run(dep, False, **wl)
     for k in COLS:
         assert np.array_equal(a.columns[k], b.columns[k]), k
@@ -127,19 +130,35 @@ def test_kv_bound_decode_pool_loses_nothing_and_prefill_blocks_come_back():
     assert pools["decode"]["num_free_blocks_end"] == 120
 
 
-def test_prefix_caching_prefill_pool_returns_its_held_blocks():
+def test_prefix_caching_on_both_pools():
     dep = {"prefill": {"instances": 1}, "decode": {"instances": 2}}
     res = _run(
         dep, num_requests=40, rate=50.0, prompt_len=1024, output_len=16,
         shared_prefix_groups=2, shared_prefix_len=768,
     )  # fmt: skip
     _check_breakdown(res)
-    pre = res.metrics["pools"]["prefill"]
-    assert pre["prefix_cache_hit_rate"] > 0.3
-    assert pre["num_free_blocks_end"] == pre["num_blocks"]
-    # the decode pool has no prefix cache yet: every prompt token is transferred
+    pools = res.metrics["pools"]
+    assert pools["prefill"]["prefix_cache_hit_rate"] > 0.3
+    assert pools["decode"]["prefix_cache_hit_rate"] > 0.3
+    assert pools["prefill"]["num_free_blocks_end"] == pools["prefill"]["num_blocks"]
     tokens = int(res.columns["prompt_len"].sum())  # shared prefix + own tokens
-    assert res.metrics["kv_transfer_bytes"] == tokens * 2 * 32 * 8 * 128 * 2
+    assert 0 < res.metrics["kv_transfer_bytes"] < tokens * 131072
+
+
+def test_a_repeated_prefix_is_transferred_once_per_decode_instance():
+    dep = {"prefill": {"instances": 2}, "decode": {"instances": 1}}
+    res = _run(
+        dep, num_requests=12, rate=20.0, prompt_len=256, output_len=8,
+        shared_prefix_groups=1, shared_prefix_len=768,
+    )  # fmt: skip
+    _check_breakdown(res)
+    c = res.columns
+    sent = c["kv_transfer_bytes"] // 131072  # tokens (Llama-3.1-8B: 131072 B per token)
+    first = int(np.argmin(c["kv_transfer_start_ns"]))
+    assert sent[first] == c["prompt_len"][first]  # nothing cached on the decode side yet
+    others = np.arange(len(sent)) != first
+    # the 768 shared tokens (48 full blocks) are found in the decode instance's cache
+    assert (sent[others] == c["prompt_len"][others] - 768).all()
 
 
 def test_shared_slow_link_stalls_transfers_and_closed_loop_completes():

@@ -4,8 +4,9 @@ over an :class:`~tidal.engine.state.EngineState` and its KV manager's public met
 
 Decode side, :class:`RemoteKV` (``state.remote``): a decode leg announced with
 :meth:`RemoteKV.expect` waits in the queue like any request; when admission reaches it (under
-``max_num_seqs`` and the token budget, as vLLM's waiting loop) it takes blocks for its whole
-prompt (the KV watermark applies, as to any admission), leaves the queue without computing
+``max_num_seqs`` and the token budget, as vLLM's waiting loop) it reuses the prompt prefix the
+instance's prefix cache holds and takes blocks for the rest (the KV watermark applies, as to
+any admission), leaves the queue without computing
 anything (vLLM's ``WAITING_FOR_REMOTE_KVS``: not running, no token of the budget) and
 :attr:`RemoteKV.on_transfer` starts the transfer. :meth:`RemoteKV.loaded` (the transfer
 ended) sets ``num_computed_tokens = prompt_len − 1`` — vLLM's
@@ -65,11 +66,15 @@ class RemoteKV:
         return req.request_id in self.expected
 
     def allocate(self, req: Request, now_ns: int) -> bool:
-        """Admission reached ``req``: take blocks for its prompt and start the transfer; False
-        (nothing taken) when the KV cache refuses them."""
+        """Admission reached ``req``: reuse the prompt prefix this instance's cache holds (it is
+        not transferred, as NIXL skips locally computed blocks), take blocks for the rest and
+        start the transfer of ``prompt_len − num_computed_tokens`` tokens; False (nothing
+        taken) when the KV cache refuses the blocks."""
         kv = self.kv
-        if not kv.can_admit(kv.blocks_for(req.prompt_len) - req.num_blocks):
+        hit, shared = kv.match_prefix(req)
+        if not kv.can_admit(kv.blocks_for(req.prompt_len) - req.num_blocks - shared):
             return False
+        kv.commit_prefix(req, hit)
         kv.allocate(req, req.prompt_len)
         self.expected.discard(req.request_id)
         self.loading[req.request_id] = req

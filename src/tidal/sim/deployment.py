@@ -109,16 +109,16 @@ class DeploymentConfig(StrictModel):
 
 def pool_config(cfg: SimulationConfig, role: str) -> SimulationConfig:
     """The base config with ``role``'s pool settings applied (no deployment): what one
-    instance of that pool is built from. The decode pool runs without prefix caching in this
-    slice (its KV arrives by transfer)."""
+    instance of that pool is built from. A host prefix-cache tier of the base config is the
+    prefill pool's (the decode pool gets one only from its own ``memory`` keys)."""
     from tidal.sim.config import MemoryConfig, SchedulerSettings
 
     assert cfg.deployment is not None
     pool: PoolConfig = getattr(cfg.deployment, role)
     sched = SchedulerSettings.model_validate({**_dump(cfg.scheduler), **pool.scheduler})
     mem_data = {**_dump(cfg.memory), **pool.memory}
-    if role == "decode":
-        mem_data.update(prefix_caching=False, host_cache_gib=0.0)
+    if role == "decode" and "host_cache_gib" not in pool.memory:
+        mem_data.update(host_cache_gib=0.0)  # the base's host tier is the prefill pool's
     mem = MemoryConfig.model_validate(mem_data)
     return cfg.model_copy(
         update={

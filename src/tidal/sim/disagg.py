@@ -10,9 +10,10 @@ request's path:
    hand-off is a timer at the same instant (priority 1: after every step end of that instant,
    so a decode step that starts then does not see it — the rule fast-forward cuts by);
 3. router over the decode pool → the **decode leg** (the request with its full output length)
-   is delivered to decode instance j and queued; when admission reaches it, it takes blocks for
-   its prompt (:class:`RemoteKV`) and the transfer of ``prompt_len`` tokens' KV starts on the
-   links ``tx:p{i}`` → ``rx:d{j}`` (``cluster/links.py``, max-min shared);
+   is delivered to decode instance j and queued; when admission reaches it, it reuses the
+   prefix j's cache holds, takes blocks for the rest of its prompt (:class:`RemoteKV`) and the
+   transfer of the missing tokens' KV starts on the links ``tx:p{i}`` → ``rx:d{j}``
+   (``cluster/links.py``, max-min shared);
 4. transfer end (+ the link's latency): the prefill blocks are released (the instance is woken),
    the decode leg is loaded and its instance notified; the next step recomputes the last prompt
    token (1-token chunk) and samples the first output token — the client's first token.
@@ -121,7 +122,9 @@ class DisaggWiring:
         def start(dleg: Request, now_ns: int) -> None:
             rid = dleg.request_id
             i = self._source.pop(rid)
-            nbytes = kv_transfer_bytes(*self.kv_per_gpu, dleg.prompt_len)
+            # the decode side's own prefix hit (num_computed_tokens) is not transferred
+            tokens = dleg.prompt_len - dleg.num_computed_tokens
+            nbytes = kv_transfer_bytes(*self.kv_per_gpu, tokens)
             self.cols.transfer_started(rid, now_ns, nbytes)
             self.links.start(
                 now_ns,
@@ -194,9 +197,7 @@ def run_disaggregated(
     longest = int((reqs.prompt_len + reqs.output_len).max())
     pre = [build_instance(pcfg, int(reqs.prompt_len.max()) + 1, content) for _ in range(
         dep.prefill.instances)]  # fmt: skip
-    # the decode pool runs without prefix caching (pool_config): "content" only keeps the
-    # no-content check of --no-prefix-caching quiet
-    dec = [build_instance(dcfg, longest, True) for _ in range(dep.decode.instances)]
+    dec = [build_instance(dcfg, longest, content) for _ in range(dep.decode.instances)]
     recorder = RequestRecorder(reqs)
     n = len(reqs)
     cb = (lambda done: progress(done, n)) if progress is not None else None
