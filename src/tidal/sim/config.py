@@ -276,13 +276,6 @@ class SimulationConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _deployment(self, info: ValidationInfo) -> SimulationConfig:
-        from tidal.sim.deployment import check_deployment
-
-        check_deployment(self, (info.context or {}).get("flag_names"))
-        return self
-
-    @model_validator(mode="after")
     def _applied(self, info: ValidationInfo) -> SimulationConfig:
         """Refuse a value the run's mode ignores (:mod:`tidal.sim.applicability`); the
         validation context's ``flag_names`` (config key → flag) names the flags."""
@@ -292,6 +285,14 @@ class SimulationConfig(_Strict):
         if found:
             names = (info.context or {}).get("flag_names")
             raise ValueError(describe(found, names))
+        return self
+
+    @model_validator(mode="after")
+    def _deployment(self, info: ValidationInfo) -> SimulationConfig:
+        """After :meth:`_applied`: a pool flag in a mode that ignores it is named there."""
+        from tidal.sim.deployment import check_deployment
+
+        check_deployment(self, (info.context or {}).get("flag_names"))
         return self
 
     @model_validator(mode="before")
