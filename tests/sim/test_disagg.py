@@ -173,3 +173,57 @@ def test_shared_slow_link_stalls_transfers_and_closed_loop_completes():
     idle = math.ceil(2048 * 131072 / 12.5e9 * 1e9) + 30_000
     assert parts["transfer"].min() >= idle - 1
     assert parts["transfer"].max() > idle
+
+
+# ---------------------------------------------------------------------- push (layer-wise)
+
+
+def test_push_exposes_only_the_tail_on_an_idle_link():
+    nbytes = 4096 * 131072  # Llama-3.1-8B: 32 layers, 131072 B of KV per token
+    for gbs in (50, 1):  # a fast link (the last layer's share is exposed), a slow one
+        link = {"protocol": "push", "link": "ib-ndr", "bandwidth_gbs": gbs, "efficiency": 1.0,
+                "latency_us": 10}  # fmt: skip
+        res = _run({"prefill": {"tp": 1}, "decode": {"tp": 1}, "kv_transfer": link})
+        c = {k: int(v[0]) for k, v in res.columns.items() if k.endswith("_ns")}
+        assert c["kv_transfer_start_ns"] == c["prefill_start_ns"]  # streams with the prefill
+        assert c["decode_alloc_ns"] <= c["prefill_start_ns"]  # decode blocks reserved first
+        link_done = c["kv_transfer_start_ns"] + math.ceil(nbytes / (gbs * 1e9) * 1e9)
+        tail = c["prefill_end_ns"] + math.ceil(nbytes / (32 * gbs * 1e9) * 1e9)
+        assert c["kv_transfer_end_ns"] == max(link_done, tail) + 10_000
+        _check_breakdown(res)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    p=st.integers(1, 2),
+    d=st.integers(1, 2),
+    rate=st.sampled_from([10.0, 80.0]),
+    seed=st.integers(0, 1000),
+    blocks=st.sampled_from([None, 300]),
+    link=st.sampled_from(["auto", "eth-100"]),
+)
+def test_push_breakdown_and_fast_forward(p, d, rate, seed, blocks, link):
+    decode = {"instances": d, "scheduler": {"max_seqs": 16}}
+    if blocks is not None:
+        decode["memory"] = {"num_blocks": blocks}
+    dep = {"prefill": {"instances": p}, "decode": decode,
+           "kv_transfer": {"protocol": "push", "link": link}}  # fmt: skip
+    wl = {"num_requests": 40, "rate": rate, "prompt_len": 256, "output_len": 64,
+          "length_dist": "uniform", "seed": seed}  # fmt: skip
+    a, b = _run(dep, True, **wl), _run(dep, False, **wl)
+    _check_breakdown(a)
+    for k in (*COLS, "decode_alloc_ns"):
+        assert np.array_equal(a.columns[k], b.columns[k]), k
+    pre = a.metrics["pools"]["prefill"]
+    assert pre["num_free_blocks_end"] == pre["instances"] * pre["num_blocks"]
+
+
+def test_push_hides_most_of_a_slow_transfer_behind_the_prefill():
+    base = {"prefill": {"instances": 1}, "decode": {"instances": 1}}
+    wl = {"num_requests": 10, "rate": 1.0, "prompt_len": 8192, "output_len": 8}
+    pull = _run({**base, "kv_transfer": {"link": "roce-400"}}, **wl)
+    push = _run({**base, "kv_transfer": {"link": "roce-400", "protocol": "push"}}, **wl)
+    t_pull = ttft_breakdown(pull.columns)["transfer"]
+    t_push = ttft_breakdown(push.columns)["transfer"]
+    assert (t_push < t_pull).all()
+    assert push.metrics["ttft_mean_s"] < pull.metrics["ttft_mean_s"]

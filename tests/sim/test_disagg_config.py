@@ -54,6 +54,8 @@ def test_a_pool_implies_disagg_and_pools_override_the_base():
         ({"decode": {"scheduler": {"batching": "eb"}}}, r"deployment\.decode\.scheduler\.batching"),
         ({"kv_transfer": {"link": "token-ring"}}, r"deployment\.kv_transfer\.link.*ib-ndr"),
         ({"kv_transfer": {"efficiency": 1.5}}, r"deployment\.kv_transfer\.efficiency"),
+        ({"kv_transfer": {"overlap": "layerwise"}}, r"deployment\.kv_transfer\.overlap"),
+        ({"kv_transfer": {"protocol": "rdma"}}, r"deployment\.kv_transfer\.protocol"),
         ({"router": "random"}, r"deployment\.router.*least-loaded"),
         ({"prefill": {"nodes": 2}}, r"deployment\.prefill\.nodes"),
         ({"mode": "agg", "decode": {"tp": 2}}, r"deployment\.mode: agg"),

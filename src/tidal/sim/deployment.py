@@ -51,8 +51,12 @@ class PoolConfig(StrictModel):
 class KVTransferConfig(StrictModel):
     """How the prompt's KV blocks move from a prefill to a decode instance."""
 
-    protocol: Literal["pull"] = "pull"
-    """``pull`` (vLLM's NixlConnector: the decode side reads after allocating its blocks)."""
+    protocol: Literal["pull", "push"] = "pull"
+    """``pull`` (vLLM's NixlConnector: the decode side reads after the prefill, into blocks it
+    allocates then) or ``push`` (SGLang + Mooncake: decode blocks reserved first, the KV
+    streams layer by layer while the prompt is computed; ``sim/disagg_push.py``)."""
+    overlap: Literal["none", "layerwise"] | None = None
+    """``layerwise`` (push's, its default) or ``none`` (pull's, its default)."""
     link: str = "auto"
     """``auto`` or a kind of :data:`tidal.cluster.links.LINK_KINDS`."""
     bandwidth_gbs: float | None = Field(default=None, gt=0)
@@ -61,6 +65,17 @@ class KVTransferConfig(StrictModel):
     """One-way latency in µs (default: the link kind's)."""
     efficiency: float | None = Field(default=None, gt=0, le=1)
     """Achieved share of the line rate (default 0.8)."""
+
+    @model_validator(mode="after")
+    def _overlap(self) -> KVTransferConfig:
+        want = "layerwise" if self.protocol == "push" else "none"
+        if self.overlap not in (None, want):
+            raise ValueError(
+                f"deployment.kv_transfer.overlap: {self.overlap} is not modelled with protocol "
+                f"{self.protocol} (pull reads the KV after the prefill; push streams it layer "
+                f"by layer); use overlap: {want} or drop it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _kind(self) -> KVTransferConfig:

@@ -101,13 +101,24 @@ class DisaggWiring:
         self._source[leg.request_id] = i
         self.sim.call_at(leg.finish_ns, lambda t: self._hand_off(leg, t), RESUME)
 
-    def _hand_off(self, leg: Request, t: int) -> None:
+    def _decode_leg(self, leg: Request) -> Request:
+        """The request as the proxy sends it to the decode pool (its full output length)."""
         rid = leg.request_id
         dleg = Request(rid, leg.arrival_ns, leg.prompt_len, int(self.output_len[rid]))
+        dleg.content = leg.content
+        return dleg
+
+    @staticmethod
+    def _prefilled(dleg: Request, leg: Request) -> None:
+        """The decode leg inherits the prefill's first schedule, prefix hit and preemptions."""
         dleg.first_scheduled_ns = leg.first_scheduled_ns
         dleg.num_cached_tokens = leg.num_cached_tokens
-        dleg.num_preemptions = leg.num_preemptions
-        dleg.content = leg.content
+        dleg.num_preemptions += leg.num_preemptions
+
+    def _hand_off(self, leg: Request, t: int) -> None:
+        rid = leg.request_id
+        dleg = self._decode_leg(leg)
+        self._prefilled(dleg, leg)
         j = self.route_decode(dleg)
         self.cols.decode_instance[rid] = j
         self.remote[j].expect(dleg)
@@ -213,17 +224,26 @@ def run_disaggregated(
         n_pre * pcfg.tp + len(dec) * dcfg.tp, dep.kv_transfer.bandwidth_gbs,
         dep.kv_transfer.latency_us, dep.kv_transfer.efficiency,
     )  # fmt: skip
-    cols = DisaggColumns(n)
+    push = dep.kv_transfer.protocol == "push"
+    cols = DisaggColumns(n, push)
     per_gpu = dcfg.model_spec().kv_bytes_per_token_per_gpu(dcfg.tp)
-    wiring = DisaggWiring(
-        sim, p_insts, d_insts, link, (per_gpu, dcfg.tp), cols, reqs.output_len, dep.router
-    )
+    args = (sim, p_insts, d_insts, link, (per_gpu, dcfg.tp), cols, reqs.output_len, dep.router)
+    route = make_router(dep.router, p_insts) if n_pre > 1 else None
+    wiring: DisaggWiring
+    if push:
+        from tidal.sim.disagg_push import PushWiring
+
+        wiring = pushed = PushWiring(*args, layers=dcfg.model_spec().num_layers)
+        pushed.route_prefill = route
+        route = pushed.route
+    else:
+        wiring = DisaggWiring(*args)
     wiring.set_capacities(pool_links(link, n_pre, pcfg.tp, len(dec), dcfg.tp))
     for i, inst in enumerate(p_insts):
         wiring.attach_prefill(i, inst)
     for j, inst in enumerate(d_insts):
         wiring.attach_decode(j, inst)
-    sim.route = make_router(dep.router, p_insts) if n_pre > 1 else None
+    sim.route = route
     default = sim.make_request
     sim.make_request = lambda rid, t: _prefill_leg(default(rid, t))
     sim.run()

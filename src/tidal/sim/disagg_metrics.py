@@ -54,8 +54,10 @@ PARTS = ("queue", "prefill", "kv_wait", "transfer", "first_decode")
 class DisaggColumns:
     """The disaggregation columns, indexed by request id (−1: not reached; bytes: 0)."""
 
-    def __init__(self, n: int) -> None:
-        for name in COLUMNS:
+    def __init__(self, n: int, push: bool = False) -> None:
+        self.names = (*COLUMNS, "decode_alloc_ns") if push else COLUMNS
+        """``decode_alloc_ns`` (push only): the decode blocks reserved, before the prefill."""
+        for name in self.names:
             fill = 0 if name == "kv_transfer_bytes" else -1
             setattr(self, name, np.full(n, fill, dtype=np.int64))
         self.prefill_instance: np.ndarray
@@ -65,6 +67,7 @@ class DisaggColumns:
         self.kv_transfer_start_ns: np.ndarray
         self.kv_transfer_end_ns: np.ndarray
         self.kv_transfer_bytes: np.ndarray
+        self.decode_alloc_ns: np.ndarray
 
     def prefill_done(self, leg: Request, instance: int) -> None:
         rid = leg.request_id
@@ -77,7 +80,7 @@ class DisaggColumns:
         self.kv_transfer_bytes[rid] = round(nbytes)
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in COLUMNS}
+        return {name: getattr(self, name) for name in self.names}
 
 
 def ttft_breakdown(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -86,6 +89,15 @@ def ttft_breakdown(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     t = {k: np.asarray(cols[k])[done] for k in (
         "arrival_ns", "prefill_start_ns", "prefill_end_ns", "kv_transfer_start_ns",
         "kv_transfer_end_ns", "first_token_ns")}  # fmt: skip
+    if "decode_alloc_ns" in cols:  # push: decode blocks first, the KV streams with the prefill
+        alloc = np.asarray(cols["decode_alloc_ns"])[done]
+        return {
+            "queue": t["prefill_start_ns"] - alloc,
+            "prefill": t["prefill_end_ns"] - t["prefill_start_ns"],
+            "kv_wait": alloc - t["arrival_ns"],
+            "transfer": t["kv_transfer_end_ns"] - t["prefill_end_ns"],
+            "first_decode": t["first_token_ns"] - t["kv_transfer_end_ns"],
+        }
     return {
         "queue": t["prefill_start_ns"] - t["arrival_ns"],
         "prefill": t["prefill_end_ns"] - t["prefill_start_ns"],
@@ -111,7 +123,9 @@ def transfer_metrics(
     m: dict[str, Any] = {"kv_transfer_bytes": int(nbytes.sum())}
     done = np.asarray(cols["first_token_ns"]) >= 0
     idle = np.ceil(nbytes[done] / rate * 1e9).astype(np.int64) + latency_ns
-    m["kv_transfer_stall_s"] = float(np.maximum(parts["transfer"] - idle, 0).sum()) / 1e9
+    if "decode_alloc_ns" not in cols:  # (push: the transfer term is only the exposed tail)
+        stall = np.maximum(parts["transfer"] - idle, 0)
+        m["kv_transfer_stall_s"] = float(stall.sum()) / 1e9
     m["kv_transfer_time_p50_s"] = _pct(parts["transfer"], 50)
     m["kv_transfer_time_p99_s"] = _pct(parts["transfer"], 99)
     m["kv_wait_p50_s"] = _pct(parts["kv_wait"], 50)
