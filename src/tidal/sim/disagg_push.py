@@ -1,5 +1,5 @@
-"""The push path with layer-wise overlap (SGLang + Mooncake; docs/design/disaggregation-
-speculation.md §1.1, §1.3): ``deployment.kv_transfer.protocol: push``.
+"""The push path with layer-wise overlap, ``deployment.kv_transfer.protocol: push`` (SGLang +
+Mooncake; docs/design/disaggregation-speculation.md §1.1, §1.3).
 
 1. arrival → a prefill instance i and a decode instance j are picked at once (each pool's
    router); the decode leg is delivered to j first, which pre-allocates its prompt's blocks
