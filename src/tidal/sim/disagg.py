@@ -219,31 +219,8 @@ def run_disaggregated(
     for inst in insts:
         sim.add_instance(inst)
     p_insts, d_insts = insts[:n_pre], insts[n_pre:]
-    link = resolve_link(
-        dep.kv_transfer.link, get_gpu(pcfg.gpu), get_gpu(dcfg.gpu),
-        n_pre * pcfg.tp + len(dec) * dcfg.tp, dep.kv_transfer.bandwidth_gbs,
-        dep.kv_transfer.latency_us, dep.kv_transfer.efficiency,
-    )  # fmt: skip
-    push = dep.kv_transfer.protocol == "push"
-    cols = DisaggColumns(n, push)
-    per_gpu = dcfg.model_spec().kv_bytes_per_token_per_gpu(dcfg.tp)
-    args = (sim, p_insts, d_insts, link, (per_gpu, dcfg.tp), cols, reqs.output_len, dep.router)
-    route = make_router(dep.router, p_insts) if n_pre > 1 else None
-    wiring: DisaggWiring
-    if push:
-        from tidal.sim.disagg_push import PushWiring
-
-        wiring = pushed = PushWiring(*args, layers=dcfg.model_spec().num_layers)
-        pushed.route_prefill = route
-        route = pushed.route
-    else:
-        wiring = DisaggWiring(*args)
-    wiring.set_capacities(pool_links(link, n_pre, pcfg.tp, len(dec), dcfg.tp))
-    for i, inst in enumerate(p_insts):
-        wiring.attach_prefill(i, inst)
-    for j, inst in enumerate(d_insts):
-        wiring.attach_decode(j, inst)
-    sim.route = route
+    cols = DisaggColumns(n, dep.kv_transfer.protocol == "push")
+    wiring = _wire(cfg, sim, (pcfg, p_insts), (dcfg, d_insts), cols, reqs.output_len)
     default = sim.make_request
     sim.make_request = lambda rid, t: _prefill_leg(default(rid, t))
     sim.run()
@@ -257,6 +234,45 @@ def run_disaggregated(
     }
     pools = {"prefill": (pcfg, p_insts, pre), "decode": (dcfg, d_insts, dec)}
     return disagg_result(cfg, recorder, cols, pools, wiring, sim.now_ns, timing)
+
+
+def _wire(
+    cfg: SimulationConfig,
+    sim: Simulation,
+    prefill: tuple[SimulationConfig, list[SimInstance]],
+    decode: tuple[SimulationConfig, list[SimInstance]],
+    cols: DisaggColumns,
+    output_len: Any,
+) -> DisaggWiring:
+    """The link between the pools, the wiring of the run's protocol attached to every
+    instance, and the simulation's router (over the prefill pool; push: both pools)."""
+    assert cfg.deployment is not None
+    dep, (pcfg, p_insts), (dcfg, d_insts) = cfg.deployment, prefill, decode
+    n_pre, n_dec = len(p_insts), len(d_insts)
+    link = resolve_link(
+        dep.kv_transfer.link, get_gpu(pcfg.gpu), get_gpu(dcfg.gpu),
+        n_pre * pcfg.tp + n_dec * dcfg.tp, dep.kv_transfer.bandwidth_gbs,
+        dep.kv_transfer.latency_us, dep.kv_transfer.efficiency,
+    )  # fmt: skip
+    per_gpu = dcfg.model_spec().kv_bytes_per_token_per_gpu(dcfg.tp)
+    args = (sim, p_insts, d_insts, link, (per_gpu, dcfg.tp), cols, output_len, dep.router)
+    route = make_router(dep.router, p_insts) if n_pre > 1 else None
+    wiring: DisaggWiring
+    if dep.kv_transfer.protocol == "push":
+        from tidal.sim.disagg_push import PushWiring
+
+        wiring = pushed = PushWiring(*args, layers=dcfg.model_spec().num_layers)
+        pushed.route_prefill = route
+        route = pushed.route
+    else:
+        wiring = DisaggWiring(*args)
+    wiring.set_capacities(pool_links(link, n_pre, pcfg.tp, n_dec, dcfg.tp))
+    for i, inst in enumerate(p_insts):
+        wiring.attach_prefill(i, inst)
+    for j, inst in enumerate(d_insts):
+        wiring.attach_decode(j, inst)
+    sim.route = route
+    return wiring
 
 
 def _never() -> int:
