@@ -316,10 +316,34 @@ INTERFERENCE = (
     ),
 )  # fmt: skip
 
+_DISAGG = "(any pool flag makes the run a disaggregated prefill/decode deployment)"
+DISAGG = (
+    Flag(
+        "prefill_instances", I, f"Prefill pool: instances {_DISAGG}.",
+        "deployment.prefill.instances", shows=1,
+    ),
+    Flag(
+        "decode_instances", I, f"Decode pool: instances {_DISAGG}.",
+        "deployment.decode.instances", shows=1,
+    ),
+    Flag("prefill_tp", I, "Prefill pool: tensor-parallel degree (default: --tp).",
+         "deployment.prefill.tp"),
+    Flag("decode_tp", I, "Decode pool: tensor-parallel degree (default: --tp).",
+         "deployment.decode.tp"),
+    Flag("prefill_gpu", S, "Prefill pool: GPU id (default: --gpu).", "deployment.prefill.gpu"),
+    Flag("decode_gpu", S, "Decode pool: GPU id (default: --gpu).", "deployment.decode.gpu"),
+    Flag(
+        "kv_link", S,
+        "Link the KV cache moves over from prefill to decode: auto (NVLink within a node, "
+        "else ib-ndr) | nvlink | ib-ndr | ib-xdr | roce-400 | eth-100 | pcie.",
+        "deployment.kv_transfer.link", shows="auto",
+    ),
+)  # fmt: skip
+
 SIMULATE = FlagTable(
     DEPLOYMENT, PRECISION, TRACE, SYNTHETIC, LENGTHS, CONCURRENCY, AUGMENTED, SCHEDULER, MEMORY,
     RUN,
-    PREFIXES, CLUSTER, INTERFERENCE,
+    PREFIXES, CLUSTER, INTERFERENCE, DISAGG,
 )  # fmt: skip
 """``tidal simulate``: every flag but --out, --config and --plot."""
 

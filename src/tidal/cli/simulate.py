@@ -57,11 +57,18 @@ def simulate(
         _print_cluster(cfg, result, out, plot)
         return
     title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.scheduler.batching}"
+    if cfg.deployment is not None and cfg.deployment.disaggregated:
+        title = f"{cfg.model}, disaggregated prefill/decode, {cfg.scheduler.batching}"
     if cfg.workload.augmented is not None:
         title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.augment.serving_policy}"
     if cfg.perf_model.startswith("profile:"):
         title = f"{cfg.model}, measured {cfg.perf_model}, {cfg.scheduler.batching}"
     console.print(metrics_table(title, {"this run": result.metrics}))
+    if "pools" in result.metrics:  # a disaggregated deployment
+        from tidal.sim.disagg_metrics import describe
+
+        for line in describe(result.metrics):
+            console.print(line, highlight=False)
     info = result.run_info
     console.print(
         f"simulated {result.metrics['num_requests']:,} requests in {info['simulate_s']:.2f} s "

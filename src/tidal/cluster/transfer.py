@@ -9,6 +9,10 @@ exact: ``t_done = now + ⌈remaining / rate⌉`` ns, recomputed at each change. 
 pending timer (a token invalidates stale ones) and calls ``on_done(now)`` of each finished
 transfer in start order.
 
+A transfer may carry a one-way ``latency_ns`` (a network link's, :mod:`tidal.cluster.links`):
+its callback then fires ``latency_ns`` after the last byte left, as a timer; the latency does
+not occupy the links (the next transfer's bytes flow meanwhile).
+
 A cancelled transfer stops at once and never calls back (the caller frees its pages).
 """
 
@@ -33,6 +37,7 @@ class Transfer:
     started_ns: int = 0
     finished_ns: int = -1
     cancelled: bool = False
+    latency_ns: int = 0
 
     @property
     def active(self) -> bool:
@@ -63,13 +68,17 @@ class TransferEngine:
         links: tuple[str, ...],
         on_done: Callable[[int], None],
         max_rate: float = math.inf,
+        latency_ns: int = 0,
     ) -> Transfer:
+        """Start moving ``nbytes`` over ``links`` at ``now_ns``; ``on_done(t)`` is called at
+        ``t`` = the last byte's time + ``latency_ns``."""
         for link in links:
             if link not in self.capacity:
                 raise KeyError(f"unknown link {link!r}")
         self._advance(now_ns)
         tr = Transfer(self._next_id, float(nbytes), links, on_done, max_rate, float(nbytes))
         tr.started_ns = now_ns
+        tr.latency_ns = latency_ns
         self._next_id += 1
         self.active[tr.tid] = tr
         self._reshare(now_ns)
@@ -148,4 +157,7 @@ class TransferEngine:
             del self.active[tr.tid]
         self._reshare(now_ns)
         for tr in sorted(done, key=lambda t: t.tid):
-            tr.on_done(now_ns)
+            if tr.latency_ns > 0:
+                self.call_at(now_ns + tr.latency_ns, tr.on_done)
+            else:
+                tr.on_done(now_ns)

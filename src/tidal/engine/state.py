@@ -46,6 +46,7 @@ from tidal.engine.plan import StepPlan
 from tidal.engine.spec_pool import make_pool
 
 if TYPE_CHECKING:
+    from tidal.engine.remote_kv import RemoteKV
     from tidal.engine.scheduler import SchedulerConfig
 
 __all__ = ["AdmissionTest", "CallStops", "EngineState", "StateListener", "StateView"]
@@ -88,6 +89,8 @@ class EngineState:
         """Token budget B of the step being scheduled (a component may vary it per step:
         AugServe's dynamic budget)."""
         self._cap = config.long_prefill_token_threshold
+        self.remote: RemoteKV | None = None
+        """Disaggregated decode instance: legs whose KV is pulled (``engine/remote_kv.py``)."""
 
     # ------------------------------------------------------------------ queries
     def has_work(self) -> bool:
@@ -208,12 +211,14 @@ class EngineState:
         """Admit from the queue head while under ``max_seqs`` (default N), within budget,
         above the KV watermark, accepted by ``test`` and — with ``limit`` — until ``limit``
         prompts completed their prefill. Returns (budget left, prompts completed)."""
-        waiting, kv = self.waiting, self.kv
+        waiting, kv, remote = self.waiting, self.kv, self.remote
+        if max_seqs is None:
+            max_seqs = self.config.max_num_seqs
+        if remote is not None and remote.ready:  # loaded decode legs first (remote_kv.py)
+            budget = remote.admit_ready(plan, budget, now_ns, max_seqs)
         if not len(waiting):
             self.admission_blocked_by_kv = False
             return budget, 0
-        if max_seqs is None:
-            max_seqs = self.config.max_num_seqs
         remaining = limit if limit is not None else 1 << 62
         done = 0
         cap, blocks_for = self._cap, kv.blocks_for
@@ -221,6 +226,12 @@ class EngineState:
             self.admission_blocked_by_kv = False
             while len(waiting) and len(self.running) < max_seqs and budget > 0 and remaining > 0:
                 req = waiting.peek()
+                if remote is not None and remote.claims(req):  # blocks now, KV pulled later
+                    if not remote.allocate(req, now_ns):
+                        self.admission_blocked_by_kv = True
+                        break
+                    waiting.pop()
+                    continue
                 # prefix caching: the cached prefix counts as computed; its blocks that others
                 # hold need no free block (hit = shared = 0 without caching)
                 hit, shared = kv.match_prefix(req)

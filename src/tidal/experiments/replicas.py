@@ -6,21 +6,8 @@ already merges the step ends of several instances (docs/DESIGN.md §3); a reques
 arrives, and fast-forward stops at every arrival, so the result is exact — the same per-request
 timestamps as stepping every replica one step at a time.
 
-Routers (deterministic, ties to the lowest index):
-
-* ``round-robin`` — request i goes to replica i mod R, so each replica serves a fixed
-  subsequence of the trace exactly as if it ran alone (a test checks this identity);
-* ``least-loaded`` — the replica with the fewest unfinished requests (running + waiting) when
-  the request arrives (join-the-shortest-queue, as Vidur's LOR global scheduler and vLLM's
-  production router do); ties go to the first replica after the previous choice, cyclically
-  (with lowest-index ties, replica 0 takes every request of a quiet period);
-* ``prefix-aware`` — SGLang's / vLLM router's ``cache_aware`` policy on the replicas' actual
-  prefix caches: while the load is balanced, the replica whose cache holds the longest prefix
-  of the request, if that covers more than ``CACHE_THRESHOLD`` of the prompt, else the replica
-  whose cache holds the least content; once the busiest replica has more than
-  ``BALANCE_ABS`` requests over the idlest and more than ``BALANCE_REL`` times as many, the
-  least-loaded one (defaults of both routers: 0.3, 64, 1.5). Without content (no prefix
-  cache) it is ``least-loaded``.
+Routers (deterministic, ties to the lowest index; ``sim/routers.py``): ``round-robin``,
+``least-loaded``, ``prefix-aware``.
 
 Metrics are computed over the union of all requests (percentiles over every request, throughput
 over the cluster's makespan). The roofline bound is R times one replica's. Integer scheduler
@@ -39,7 +26,6 @@ import numpy as np
 from tidal.core.errors import ConfigError
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
-from tidal.core.request import Request
 from tidal.engine.spec_pool import spec_metrics
 from tidal.engine.stats import PolicyStats
 from tidal.hardware.calibration import perf_model_source
@@ -48,45 +34,22 @@ from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
+from tidal.sim.routers import (  # noqa: F401  (re-exported: the old import path)
+    BALANCE_ABS,
+    BALANCE_REL,
+    CACHE_THRESHOLD,
+    ROUTERS,
+    _prefix_aware,
+    make_router,
+)
 from tidal.sim.run import SimResult, build_instance, load_requests
 from tidal.sim.simulator import Simulation
 from tidal.sim.speculation import base_perf
 from tidal.workload.base import RequestSet
 
-ROUTERS = ("least-loaded", "round-robin", "prefix-aware")
-CACHE_THRESHOLD = 0.3
-BALANCE_ABS = 64
-BALANCE_REL = 1.5
-
 
 class SimulationStopped(Exception):  # noqa: N818 - a signal, not an error
     """Raised by a ``stop`` check to end a simulation early (its outcome is already known)."""
-
-
-def make_router(name: str, instances: list[SimInstance]) -> Callable[[Request], int]:
-    if name == "round-robin":
-        n = len(instances)
-        return lambda req: req.request_id % n
-    if name == "least-loaded":
-        scheds = [inst.scheduler for inst in instances]
-        n = len(scheds)
-        last = [n - 1]
-
-        def least_loaded(req: Request) -> int:
-            best, best_load = 0, -1
-            for j in range(1, n + 1):
-                i = (last[0] + j) % n
-                s = scheds[i]
-                load = len(s.running) + len(s.waiting)
-                if best_load < 0 or load < best_load:
-                    best, best_load = i, load
-            last[0] = best
-            return best
-
-        return least_loaded
-    if name == "prefix-aware":
-        return _prefix_aware(instances, make_router("least-loaded", instances))
-    raise ConfigError("router", f"unknown value {name!r}", f"valid: {', '.join(ROUTERS)}")
 
 
 def _merge_extras(per_replica: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,29 +84,6 @@ def _concat_tables(per_replica: list[dict[str, dict[str, Any]]]) -> dict[str, di
     return out
 
 
-def _prefix_aware(
-    instances: list[SimInstance], fallback: Callable[[Request], int]
-) -> Callable[[Request], int]:
-    scheds = [inst.scheduler for inst in instances]
-
-    def route(req: Request) -> int:
-        loads = [len(s.running) + len(s.waiting) for s in scheds]
-        hi, lo = max(loads), min(loads)
-        if req.content is None or (hi - lo > BALANCE_ABS and hi > BALANCE_REL * lo):
-            return fallback(req)
-        hits = [s.kv.match_prefix(req)[0] for s in scheds]  # a query: nothing is taken
-        best = max(range(len(hits)), key=lambda i: (hits[i], -loads[i]))
-        if hits[best] > CACHE_THRESHOLD * req.prompt_len:
-            return best
-        # blocks holding content: in use, or free but cached
-        held = [
-            s.kv.num_blocks - s.kv.num_free_blocks + s.kv.num_cached_free_blocks() for s in scheds
-        ]
-        return min(range(len(held)), key=lambda i: (held[i], loads[i]))
-
-    return route
-
-
 def run_replicated(
     cfg: SimulationConfig,
     replicas: int,
@@ -158,6 +98,12 @@ def run_replicated(
     certain to be missed)."""
     if replicas < 1:
         raise ConfigError("replicas", f"must be >= 1, got {replicas}")
+    if cfg.deployment is not None and cfg.deployment.disaggregated:
+        raise ConfigError(
+            "deployment",
+            "replicated runs (the planner) do not search disaggregated deployments yet",
+            "drop the deployment section, or simulate it with tidal simulate",
+        )
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_requests(cfg)
     max_tokens = int((reqs.prompt_len + reqs.output_len).max())

@@ -102,6 +102,15 @@ def _rules() -> tuple[Rule, ...]:
         Rule(w + "concurrency", frozenset({SYN, SES, TRACE}), "augmented requests are open loop"),
         Rule(w + "warmup_requests", ONE, "a cluster run warms up with cluster.warmup_s"),
     ]  # fmt: skip
+    pools = (
+        "deployment.prefill.instances", "deployment.decode.instances", "deployment.prefill.tp",
+        "deployment.decode.tp", "deployment.prefill.gpu", "deployment.decode.gpu",
+        "deployment.kv_transfer.link",
+    )  # fmt: skip
+    rules += [
+        Rule(k, frozenset({SYN, SES, TRACE}), "augmented requests are not disaggregated yet")
+        for k in pools
+    ]
     return tuple(rules)
 
 

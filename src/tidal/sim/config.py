@@ -27,6 +27,7 @@ from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import ModelSpec, check_tp, get_model
 from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
 from tidal.sim.augment import AugmentConfig
+from tidal.sim.deployment import DeploymentConfig
 from tidal.workload.config import WorkloadConfig
 
 _Strict = StrictModel
@@ -162,6 +163,8 @@ class SimulationConfig(_Strict):
     """A multi-model cluster (``tidal.cluster``); None = one instance of ``model`` on ``tp``
     GPUs. With a cluster, ``model``, ``gpu`` and ``tp`` are unused and the workload is the
     cluster's mix of ``workload.trace``."""
+    deployment: DeploymentConfig | None = None
+    """A disaggregated prefill/decode deployment (``sim/deployment.py``); None = one pool."""
 
     @field_validator("speculative", mode="before")
     @classmethod
@@ -301,6 +304,14 @@ class SimulationConfig(_Strict):
         if found:
             names = (info.context or {}).get("flag_names")
             raise ValueError(describe(found, names))
+        return self
+
+    @model_validator(mode="after")
+    def _deployment(self, info: ValidationInfo) -> SimulationConfig:
+        """After :meth:`_applied`: a pool flag in a mode that ignores it is named there."""
+        from tidal.sim.deployment import check_deployment
+
+        check_deployment(self, (info.context or {}).get("flag_names"))
         return self
 
     @model_validator(mode="before")

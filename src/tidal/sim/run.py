@@ -257,6 +257,10 @@ def run_simulation(
         from tidal.sim.cluster_run import run_cluster
 
         return run_cluster(cfg, requests, progress)
+    if cfg.deployment is not None and cfg.deployment.disaggregated:
+        from tidal.sim.disagg import run_disaggregated
+
+        return run_disaggregated(cfg, requests, progress)
     if cfg.workload.warmup_requests:
         from tidal.sim.phased import run_with_warmup
 

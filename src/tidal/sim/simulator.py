@@ -271,6 +271,19 @@ class Simulation:
             self._stale.add(self._cur_seq[idx])
             self._push_step(end, idx)
 
+    def notify(self, idx: int, t_ns: int) -> None:
+        """Work already inside instance ``idx`` became schedulable at ``t_ns`` (a KV transfer
+        ended): start the idle instance, or cut its fast-forwarded run at its first step
+        boundary after ``t_ns``, as :meth:`deliver` does."""
+        inst = self.instances[idx]
+        if not inst.busy:
+            self.wake(idx, t_ns)
+            return
+        end = inst.interrupt(t_ns)
+        if end is not None:
+            self._stale.add(self._cur_seq[idx])
+            self._push_step(end, idx)
+
     def next_external_ns(self) -> int:
         """The next time something outside an instance may change its schedule."""
         t = self.arrivals.peek()

@@ -1,0 +1,209 @@
+"""The ``deployment`` section: a disaggregated prefill/decode deployment of one model
+(docs/design/disaggregation-speculation.md §1.2).
+
+``SimulationConfig.deployment`` is None for today's single pool (agg). A section with a
+``prefill`` or ``decode`` pool, or ``mode: disagg``, is a disaggregated run (``sim/disagg.py``)::
+
+    deployment:
+      prefill: {instances: 2, tp: 4, gpu: h200}
+      decode:  {instances: 1, tp: 8, gpu: b200, scheduler: {max_seqs: 512}}
+      router: least-loaded          # per pool (experiments/replicas.py's routers)
+      kv_transfer: {link: auto, bandwidth_gbs: null, latency_us: null, efficiency: 0.8}
+
+A pool's ``gpu`` and ``tp`` replace the base config's; its ``scheduler`` and ``memory`` keys
+are merged over the base sections. Errors name the field (``deployment.decode.tp: …``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from tidal.cluster.links import LINK_KINDS
+from tidal.core.errors import ConfigError
+from tidal.core.strict import StrictModel
+
+if TYPE_CHECKING:
+    from tidal.sim.config import SimulationConfig
+
+ROLES = ("prefill", "decode")
+POOL_ROUTERS = ("least-loaded", "round-robin", "prefix-aware")
+"""The routers of ``experiments/replicas.py`` (``sim/routers.py``)."""
+EXACT_DECODE_BATCHING = ("mb", "prefill-first")
+"""Decode-pool batching policies whose fast-forward is exact under hand-offs (tested)."""
+
+
+class PoolConfig(StrictModel):
+    """One pool: identical instances of ``tp`` GPUs of type ``gpu``."""
+
+    instances: int = Field(default=1, ge=1)
+    tp: int | None = Field(default=None, ge=1)
+    """Tensor-parallel degree (default: the base config's ``tp``)."""
+    gpu: str | None = None
+    """GPU type (default: the base config's ``gpu``)."""
+    scheduler: dict[str, Any] = Field(default_factory=dict)
+    """Keys of the ``scheduler`` section that differ in this pool."""
+    memory: dict[str, Any] = Field(default_factory=dict)
+    """Keys of the ``memory`` section that differ in this pool."""
+
+
+class KVTransferConfig(StrictModel):
+    """How the prompt's KV blocks move from a prefill to a decode instance."""
+
+    protocol: Literal["pull", "push"] = "pull"
+    """``pull`` (vLLM's NixlConnector: the decode side reads after the prefill, into blocks it
+    allocates then) or ``push`` (SGLang + Mooncake: decode blocks reserved first, the KV
+    streams layer by layer while the prompt is computed; ``sim/disagg_push.py``)."""
+    overlap: Literal["none", "layerwise"] | None = None
+    """``layerwise`` (push's, its default) or ``none`` (pull's, its default)."""
+    link: str = "auto"
+    """``auto`` or a kind of :data:`tidal.cluster.links.LINK_KINDS`."""
+    bandwidth_gbs: float | None = Field(default=None, gt=0)
+    """Line rate per GPU in GB/s (default: the link kind's)."""
+    latency_us: float | None = Field(default=None, ge=0)
+    """One-way latency in µs (default: the link kind's)."""
+    efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Achieved share of the line rate (default 0.8)."""
+
+    @model_validator(mode="after")
+    def _overlap(self) -> KVTransferConfig:
+        want = "layerwise" if self.protocol == "push" else "none"
+        if self.overlap not in (None, want):
+            raise ValueError(
+                f"deployment.kv_transfer.overlap: {self.overlap} is not modelled with protocol "
+                f"{self.protocol} (pull reads the KV after the prefill; push streams it layer "
+                f"by layer); use overlap: {want} or drop it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kind(self) -> KVTransferConfig:
+        if self.link != "auto" and self.link not in LINK_KINDS:
+            raise ValueError(
+                f"deployment.kv_transfer.link: unknown link kind {self.link!r}; valid: auto, "
+                + ", ".join(LINK_KINDS)
+            )
+        return self
+
+
+class DeploymentConfig(StrictModel):
+    mode: Literal["agg", "disagg"] | None = None
+    """``disagg`` (the default when a pool is given) or ``agg`` (one pool: the base config)."""
+    prefill: PoolConfig = PoolConfig()
+    decode: PoolConfig = PoolConfig()
+    router: str = "least-loaded"
+    """Router over each pool's instances: least-loaded | round-robin | prefix-aware."""
+    kv_transfer: KVTransferConfig = KVTransferConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_mode(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("mode") is None:
+            return {**data, "mode": "disagg"}
+        return data
+
+    @model_validator(mode="after")
+    def _router(self) -> DeploymentConfig:
+        if self.router not in POOL_ROUTERS:
+            raise ValueError(
+                f"deployment.router: unknown router {self.router!r}; valid: "
+                + ", ".join(POOL_ROUTERS)
+            )
+        if self.mode == "agg" and self.model_fields_set & {"prefill", "decode", "kv_transfer"}:
+            raise ValueError(
+                "deployment.mode: agg runs one pool (the base config), so the prefill/decode "
+                "pools given would be ignored; set mode: disagg or drop them"
+            )
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.mode == "disagg"
+
+
+def pool_config(cfg: SimulationConfig, role: str) -> SimulationConfig:
+    """The base config with ``role``'s pool settings applied (no deployment): what one
+    instance of that pool is built from. A host prefix-cache tier of the base config is the
+    prefill pool's (the decode pool gets one only from its own ``memory`` keys)."""
+    from tidal.sim.config import MemoryConfig, SchedulerSettings
+
+    assert cfg.deployment is not None
+    pool: PoolConfig = getattr(cfg.deployment, role)
+    sched = SchedulerSettings.model_validate({**_dump(cfg.scheduler), **pool.scheduler})
+    mem_data = {**_dump(cfg.memory), **pool.memory}
+    if role == "decode" and "host_cache_gib" not in pool.memory:
+        mem_data.update(host_cache_gib=0.0)  # the base's host tier is the prefill pool's
+    mem = MemoryConfig.model_validate(mem_data)
+    return cfg.model_copy(
+        update={
+            "gpu": pool.gpu or cfg.gpu,
+            "tp": pool.tp or cfg.tp,
+            "scheduler": sched,
+            "memory": mem,
+            "deployment": None,
+        }
+    )
+
+
+def _dump(model: StrictModel) -> dict[str, Any]:
+    return {k: getattr(model, k) for k in type(model).model_fields}
+
+
+def check_deployment(cfg: SimulationConfig, flag_names: dict[str, str] | None = None) -> None:
+    """Refuse a deployment the simulator cannot run as given; the message names the field
+    (and the flag that set it). Raises ``ValueError`` (pydantic's model-level error)."""
+    dep = cfg.deployment
+    if dep is None or not dep.disaggregated:
+        return
+    for key, why in _unsupported(cfg):
+        raise ValueError(f"deployment: {why} ({key}); drop the deployment section or {key}")
+    for role in ROLES:
+        _check_pool(cfg, role, flag_names or {})
+
+
+def _unsupported(cfg: SimulationConfig) -> list[tuple[str, str]]:
+    out = []
+    if cfg.cluster is not None:
+        out.append(("cluster", "a disaggregated deployment serves one model, not a cluster"))
+    if cfg.workload.augmented is not None:
+        out.append(("workload.augmented", "augmented requests are not disaggregated yet"))
+    if cfg.workload.warmup_requests:
+        out.append(("workload.warmup_requests", "warm-up phases are not disaggregated yet"))
+    return out
+
+
+def _check_pool(cfg: SimulationConfig, role: str, flags: dict[str, str]) -> None:
+    from tidal.hardware.gpus import get_gpu
+    from tidal.hardware.models import check_tp
+
+    def fail(field: str, msg: str) -> None:
+        key = f"deployment.{role}.{field}"
+        flag = flags.get(key)
+        raise ValueError(f"{key}{f' ({flag})' if flag else ''}: {msg}")
+
+    pool: PoolConfig = getattr(cfg.deployment, role)
+    if pool.gpu is not None:
+        try:
+            get_gpu(pool.gpu)
+        except (ConfigError, KeyError) as err:
+            fail("gpu", str(err).split(": ", 1)[-1])
+    try:
+        pcfg = pool_config(cfg, role)
+    except ValidationError as err:
+        e = err.errors()[0]
+        section = "scheduler" if err.title == "SchedulerSettings" else "memory"
+        loc = ".".join(str(p) for p in e["loc"])
+        fail(f"{section}.{loc}", e["msg"].removeprefix("Value error, "))
+        return
+    try:
+        check_tp(pcfg.model_spec(), pcfg.tp)
+    except ConfigError as err:
+        fail("tp", str(err).split(": ", 1)[-1])
+    if role == "decode" and pcfg.scheduler.batching not in EXACT_DECODE_BATCHING:
+        fail(
+            "scheduler.batching",
+            f"{pcfg.scheduler.batching} is not supported in the decode pool yet (exact "
+            f"hand-offs are tested for {', '.join(EXACT_DECODE_BATCHING)}); set "
+            "deployment.decode.scheduler.batching: mb",
+        )
