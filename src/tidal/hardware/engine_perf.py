@@ -169,11 +169,10 @@ class EngineDeployment:
         if self.moe_tp is not None:  # a hybrid split: experts over moe_ep groups of moe_tp
             moe_tp, moe_ep = self.moe_tp, group // self.moe_tp
         routed = [float(self.dp * t) for t in self.tokens]
-        versions = fallbacks(self.ts, "moe")
-        for i, ts in enumerate(versions):
+        for ts in fallbacks(self.ts, "moe"):
             got = moe_us(
                 ts, m.moe_quant, m.hidden_size, inter, m.num_active_experts, m.num_experts,
-                moe_tp, moe_ep, self.distribution, versions[:i] + versions[i + 1:],
+                moe_tp, moe_ep, self.distribution,
             )  # fmt: skip
             if got is not None:
                 (xs, ys), dist = got

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
 import polars as pl
 
 from tidal.hardware.engine_data import TableSet, nccl_table, table
-from tidal.hardware.interp import Curve
 
 Points = tuple[list[float], list[float]]
 
@@ -130,8 +128,15 @@ def attention_grids(
 MOE_DISTRIBUTIONS = ("power_law_1.01", "balanced", "power_law_1.2")
 
 
-def _moe_rows(ts: TableSet, dtype: str, hidden: int, inter: int, topk: int, experts: int
-              ) -> pl.DataFrame | None:  # fmt: skip
+def moe_us(
+    ts: TableSet, dtype: str, hidden: int, inter: int, topk: int, experts: int,
+    moe_tp: int, moe_ep: int, distribution: str = "power_law_1.01",
+) -> tuple[Points, str] | None:  # fmt: skip
+    """Latency (µs) of one fused MoE layer against its input tokens, and which rows gave it:
+    the routing distribution (``distribution`` first, then the others) and, where the table
+    lacks the (MoE TP, EP) split, ``scaled from tpXepY``: the measured split of the nearest
+    group size, its time scaled by the ratio of group sizes (each GPU then holds that much
+    more or less of every expert's weights and work)."""
     df = table(ts, "moe", "moe_perf.parquet")
     if df is None:
         return None
@@ -142,79 +147,25 @@ def _moe_rows(ts: TableSet, dtype: str, hidden: int, inter: int, topk: int, expe
         & (pl.col("topk") == topk)
         & (pl.col("num_experts") == experts)
     )
-    return df if df.height else None
-
-
-def _split_points(df: pl.DataFrame, tp: int, ep: int, distribution: str
-                  ) -> tuple[Points, str] | None:  # fmt: skip
-    """(tokens, ms) of one measured (MoE TP, EP) split: ``distribution`` first, then the
-    others; None where the split is not measured."""
-    exact = df.filter((pl.col("moe_tp_size") == tp) & (pl.col("moe_ep_size") == ep))
-    for dist in [distribution, *(x for x in MOE_DISTRIBUTIONS if x != distribution)]:
+    if df.height == 0:
+        return None
+    exact = df.filter((pl.col("moe_tp_size") == moe_tp) & (pl.col("moe_ep_size") == moe_ep))
+    scale, how = 1.0, ""
+    if exact.height == 0:
+        group = moe_tp * moe_ep
+        splits = df.select("moe_tp_size", "moe_ep_size").unique().rows()
+        same_kind = [s for s in splits if (s[1] > 1) == (moe_ep > 1)] or splits
+        t, e = min(same_kind, key=lambda s: (abs(math.log(s[0] * s[1] / group)), s))
+        exact = df.filter((pl.col("moe_tp_size") == t) & (pl.col("moe_ep_size") == e))
+        scale, how = t * e / group, f"/scaled from tp{t}ep{e}"
+    order = [distribution, *(x for x in MOE_DISTRIBUTIONS if x != distribution)]
+    for dist in order:
         sub = exact.filter(pl.col("distribution") == dist)
         if sub.height:
             g = sub.group_by("num_tokens").agg(pl.col("latency").min()).sort("num_tokens")
-            return ([float(v) for v in g["num_tokens"]], [float(v) for v in g["latency"]]), dist
+            xs = [float(v) for v in g["num_tokens"]]
+            return (xs, [1e3 * scale * v for v in g["latency"]]), dist + how
     return None
-
-
-def _measured_ratio(
-    others: Sequence[TableSet], shape: tuple[str, int, int, int, int], frm: tuple[int, int],
-    to: tuple[int, int], distribution: str, xs: list[float],
-) -> tuple[list[float], str] | None:  # fmt: skip
-    """time(to) / time(frm) at the tokens ``xs``, from the first table of ``others`` that
-    measured both splits of the same shape (held at its end points beyond its tokens)."""
-    for ts in others:
-        df = _moe_rows(ts, *shape)
-        a = None if df is None else _split_points(df, *to, distribution)
-        b = None if df is None else _split_points(df, *frm, distribution)
-        if a is None or b is None:
-            continue
-        ca, cb = Curve(*a[0]), Curve(*b[0])
-        lo, hi = max(a[0][0][0], b[0][0][0]), min(a[0][0][-1], b[0][0][-1])
-        if lo >= hi:
-            continue
-        clamp = [min(max(x, lo), hi) for x in xs]
-        return [ca.at(x) / cb.at(x) for x in clamp], ts.family_version("moe") or "?"
-    return None
-
-
-def moe_us(
-    ts: TableSet, dtype: str, hidden: int, inter: int, topk: int, experts: int,
-    moe_tp: int, moe_ep: int, distribution: str = "power_law_1.01",
-    ratio_from: Sequence[TableSet] = (),
-) -> tuple[Points, str] | None:  # fmt: skip
-    """Latency (µs) of one fused MoE layer against its input tokens, and which rows gave it:
-    the routing distribution (``distribution`` first, then the others) and, where the table
-    lacks the (MoE TP, EP) split, the measured split of the nearest group size scaled to it:
-    by the time ratio of the two splits that a table of ``ratio_from`` (other versions of
-    the engine on the same GPU) measured (``ratio tpXepY→tpZepW of <version>``), else by
-    the ratio of group sizes (``scaled from tpXepY``: each GPU then holds that much more or
-    less of every expert's weights and work — optimistic, as a GPU's smaller share runs less
-    efficiently: vLLM 0.24's gpt-oss rows on H100 measure tp4 at 1.12× and tp8 at 1.37× the
-    tp2 rows scaled so, at 8,192 tokens)."""
-    shape = (dtype, hidden, inter, topk, experts)
-    df = _moe_rows(ts, *shape)
-    if df is None:
-        return None
-    got = _split_points(df, moe_tp, moe_ep, distribution)
-    if got is not None:
-        (xs, ys), dist = got
-        return (xs, [1e3 * v for v in ys]), dist
-    group = moe_tp * moe_ep
-    splits = df.select("moe_tp_size", "moe_ep_size").unique().rows()
-    same_kind = [s for s in splits if (s[1] > 1) == (moe_ep > 1)] or splits
-    t, e = min(same_kind, key=lambda s: (abs(math.log(s[0] * s[1] / group)), s))
-    src = _split_points(df, t, e, distribution)
-    if src is None:
-        return None
-    (xs, ys), dist = src
-    ratio = _measured_ratio(ratio_from, shape, (t, e), (moe_tp, moe_ep), distribution, xs)
-    if ratio is not None:
-        how = f"/ratio tp{t}ep{e}->tp{moe_tp}ep{moe_ep} of {ratio[1]}"
-        return (xs, [1e3 * v * r for v, r in zip(ys, ratio[0], strict=True)]), dist + how
-    scale = t * e / group
-    return (xs, [1e3 * scale * v for v in ys]), f"{dist}/scaled from tp{t}ep{e}"
 
 
 # ------------------------------------------------------------------------------- comm
