@@ -47,9 +47,13 @@ class SpecDecodePool(DecodePool):
         self.acceptance = acceptance
         self.k = acceptance.k
         self.rows_per_decode = self.k + 1
-        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray]] = {}
-        """rid → (join step, computed at join, accepted lengths a, their prefix sums cum
-        with cum[0] = 0)."""
+        self._shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
+        """log2(block size) when it is a power of two, else −1."""
+        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int]] = {}
+        """rid → (join step, computed at join, unclipped accepted lengths a, their prefix sums
+        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``): the member
+        gains ``a[j]`` at its step j < last − 1 and ``left − cum[last − 1]`` at its last
+        (``a``, ``cum`` may be longer than ``last`` and are read-only)."""
         self._origin = 0
         """Pool step of index 0 of :attr:`_inc` and :attr:`_need`."""
         self._inc = np.zeros(256, dtype=np.int64)
@@ -60,7 +64,12 @@ class SpecDecodePool(DecodePool):
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self._hist = np.zeros(self.k + 2, dtype=np.int64)
-        """Verification steps by accepted length a (1 … k + 1) of the members that left."""
+        """Verification steps by accepted length a (1 … k + 1) of the members that left, but
+        for the rows still in :attr:`_pending`."""
+        self._pending: list[np.ndarray] = []
+        """Unclipped lengths of departed members' steps, counted into :attr:`_hist` in one
+        pass when there are many (the clipped last steps are corrected at departure)."""
+        self._pending_len = 0
 
     # ------------------------------------------------------------------ arrays
     def _span(self, start: int, stop: int) -> tuple[int, int]:
@@ -79,17 +88,34 @@ class SpecDecodePool(DecodePool):
             self._need = np.concatenate([self._need, np.zeros(grow, np.int64)])
         return start - origin, stop - origin
 
-    def _block_steps(self, c0: int, cum: np.ndarray) -> np.ndarray:
-        """New blocks at each step: blocks_for(c0 + cum[j + 1]) − blocks_for(c0 + cum[j])."""
+    def _block_steps(self, c0: int, cum: np.ndarray, left: int) -> np.ndarray:
+        """blocks_for(c0 + min(cum[j], left)) for each j: a member's block count at each of
+        its steps (``cum`` non-decreasing, clipped at ``left``; only the last entry can be)."""
         bs = self.block_size
         blocks = cum + (c0 + bs - 1)
-        blocks //= bs
-        return blocks[1:] - blocks[:-1]
+        if self._shift >= 0:  # a power of two: a shift (non-negative values), cheaper than //
+            blocks >>= self._shift
+        else:
+            blocks //= bs
+        if int(cum[-1]) > left:
+            blocks[-1] = (c0 + left + bs - 1) // bs
+        return blocks
 
     @property
     def accepted_per_pos(self) -> np.ndarray:
         """Steps that accepted draft i (i = 1 … k), over the members that left."""
+        self._flush()
         return self._hist[::-1].cumsum()[::-1][2:]
+
+    def _flush(self) -> None:
+        """Count the pending departed rows into :attr:`_hist`."""
+        if self._pending:
+            rows = self._pending
+            self._hist += np.bincount(
+                rows[0] if len(rows) == 1 else np.concatenate(rows), minlength=self.k + 2
+            )
+            rows.clear()
+            self._pending_len = 0
 
     # ------------------------------------------------------------------ membership
     def join(self, req: Request, target_output: int) -> None:
@@ -98,22 +124,30 @@ class SpecDecodePool(DecodePool):
         rid = req.request_id
         c0 = req.num_computed_tokens
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
-        a, cum = self.acceptance.draw_until(rid, req.num_spec_steps, left)
-        lo, hi = self._span(self.steps, self.steps + len(a))
-        self._inc[lo:hi] += a
-        self._need[lo:hi] += self._block_steps(c0, cum)
+        a, cum, last = self.acceptance.draw_row(rid, req.num_spec_steps, left)
+        steps = self.steps
+        lo, hi = self._span(steps, steps + last)
+        self._inc[lo:hi] += a[:last]
+        blocks = self._block_steps(c0, cum[: last + 1], left)
+        need = self._need[lo:hi]
+        need += blocks[1:]
+        need -= blocks[:-1]
+        excess = int(cum[last]) - left
+        if excess:
+            self._inc[hi - 1] -= excess  # the last step keeps what is left
         self._ctx += c0 + 1
-        self._rec[rid] = (self.steps, c0, a, cum)
+        self._rec[rid] = (steps, c0, a, cum, last, left)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
         self._joins += 1
         self._join_id[rid] = self._joins
-        heapq.heappush(self._leave, (self.steps + len(a), rid, self._joins))
+        heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        rec = self._rec[req.request_id]
-        return rec[1] + int(rec[3][self.steps - rec[0]])
+        join, c0, _, cum, last, left = self._rec[req.request_id]
+        s = self.steps - join
+        return c0 + (int(cum[s]) if s < last else left)
 
     def materialize(self, req: Request) -> None:
         c = self.computed(req)
@@ -124,20 +158,35 @@ class SpecDecodePool(DecodePool):
     def remove(self, req: Request) -> None:
         """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw its
         future contributions, count its verification steps."""
-        self.materialize(req)
         rid = req.request_id
-        join, c0, a, cum = self._rec.pop(rid)
+        join, c0, a, cum, last, left = self._rec.pop(rid)
         s = self.steps - join
-        if s < len(a):  # steps it will not run
-            lo, hi = self._span(self.steps, join + len(a))
-            self._inc[lo:hi] -= a[s:]
-            self._need[lo:hi] -= self._block_steps(c0, cum[s:])
-        self._ctx -= req.num_computed_tokens + 1
+        gained = int(cum[s]) if s < last else left
+        c = c0 + gained
+        req.num_computed_tokens = c
+        req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
+        req.num_blocks = -(-c // self.block_size)
+        if s < last:  # steps it will not run
+            lo, hi = self._span(self.steps, join + last)
+            self._inc[lo:hi] -= a[s:last]
+            self._inc[hi - 1] += int(cum[last]) - left
+            blocks = self._block_steps(c0, cum[s : last + 1], left)
+            need = self._need[lo:hi]
+            need -= blocks[1:]
+            need += blocks[:-1]
+        self._ctx -= c + 1
         if s:
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
-            self.num_accepted_tokens += int(cum[s]) - s
-            self._hist += np.bincount(a[:s], minlength=self.k + 2)
+            self.num_accepted_tokens += gained - s
+            self._pending.append(a[:s])
+            self._pending_len += s
+            if s == last:  # the last step kept left − cum[last − 1], not a[last − 1]
+                hist = self._hist
+                hist[int(a[last - 1])] -= 1
+                hist[left - int(cum[last - 1])] += 1
+            if self._pending_len > 1 << 16:
+                self._flush()
         req.num_spec_steps += s
         del self.members[rid]
         del self._join_id[rid]
@@ -190,13 +239,16 @@ class SpecDecodePool(DecodePool):
     def blocks_needed_range(self, start: int, stop: int) -> int:
         if stop <= start:
             return 0
-        lo, hi = self._span(self.steps + start, self.steps + stop)
-        return int(self._need[lo:hi].sum())
+        i = self.steps - self._origin  # entries past the arrays' end are zero
+        return int(self._need[i + start : i + stop].sum())
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, cum = self._rec[req.request_id]
+        join, c0, _, cum, last, left = self._rec[req.request_id]
         s = self.steps - join
-        return int(self._block_steps(c0, cum[s : s + 2])[0])
+        if s >= last:
+            return 0
+        blocks = self._block_steps(c0, cum[s : s + 2], left)
+        return int(blocks[1] - blocks[0])
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
         """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
@@ -217,13 +269,13 @@ class SpecDecodePool(DecodePool):
     # ------------------------------------------------------------------ time
     def advance(self, num_steps: int) -> list[Request]:
         """Run ``num_steps`` verification steps; return the members that depart (removed)."""
-        i = self.steps - self._origin
+        i = self.steps - self._origin  # entries past the arrays' end are zero
+        inc = self._inc
         if num_steps == 1:
-            self._ctx += int(self._inc[i])
+            if i < len(inc):
+                self._ctx += int(inc[i])
         else:
-            self._span(self.steps, self.steps + num_steps)
-            i = self.steps - self._origin
-            self._ctx += int(self._inc[i : i + num_steps].sum())
+            self._ctx += int(inc[i : i + num_steps].sum())
         return super().advance(num_steps)
 
     # ------------------------------------------------------------------ results
