@@ -107,7 +107,7 @@ class AcceptanceModel:
         x}: k integer comparisons, or one binary search (no float conversion)."""
         self._th_list = [np.uint64(t) for t in scaled.tolist()]
         self.mean = 1.0 + float(self.survive.sum())
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self._block_steps = BLOCK_STEPS
         self._needs: list[int] = []
         """Steps the first joins since the last block was drawn needed (sizes the next)."""
@@ -135,9 +135,10 @@ class AcceptanceModel:
         """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
         return self._count(_top_bits(self.key, rid, j0, count))
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """Accepted lengths of the first steps of requests ``b·BLOCK_REQUESTS …`` (one row
-        each) and their prefix sums (leading 0): the same values as :meth:`lengths`, drawn in
+        each), their prefix sums (leading 0) and each row's total (a list): the same values
+        as :meth:`lengths`, drawn in
         one vectorised pass (a join then slices its row), :data:`_CHUNK_ROWS` rows at a time
         so that the scratch arrays stay in cache. The last few blocks are kept."""
         got = self._blocks.get(b)
@@ -164,8 +165,8 @@ class AcceptanceModel:
             np.cumsum(a[i : i + _CHUNK_ROWS], axis=1, out=cum[i : i + _CHUNK_ROWS, 1:])
         if len(self._blocks) >= 4:
             del self._blocks[next(iter(self._blocks))]
-        self._blocks[b] = (a, cum)
-        return a, cum
+        got = self._blocks[b] = (a, cum, cum[:, -1].tolist())
+        return got
 
     def _next_block_steps(self) -> int:
         """Steps of the next block: the 95th percentile of the steps the first joins since the
@@ -203,8 +204,14 @@ class AcceptanceModel:
         if tokens_left < 1:
             raise ValueError(f"tokens_left must be >= 1, got {tokens_left}")
         if j0 == 0 and rid >= 0:  # a request's first join: its block's draws, drawn at once
-            block = self._block(rid // BLOCK_REQUESTS)
-            a, cum = block[0][rid % BLOCK_REQUESTS], block[1][rid % BLOCK_REQUESTS]
+            b, r = divmod(rid, BLOCK_REQUESTS)
+            block = self._blocks.get(b) or self._block(b)
+            a, cum = block[0][r], block[1][r]
+            if block[2][r] >= tokens_left:  # the common case: the row reaches it
+                last = int(cum.searchsorted(tokens_left))
+                if len(self._needs) < 4096:
+                    self._needs.append(last)
+                return a, cum, last
         else:
             count = int(tokens_left / self.mean * 1.1) + 8
             a = self.lengths(rid, j0, count)

@@ -49,11 +49,12 @@ class SpecDecodePool(DecodePool):
         self.rows_per_decode = self.k + 1
         self._shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
         """log2(block size) when it is a power of two, else −1."""
-        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int]] = {}
+        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int, int]] = {}
         """rid → (join step, computed at join, unclipped accepted lengths a, their prefix sums
-        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``): the member
-        gains ``a[j]`` at its step j < last − 1 and ``left − cum[last − 1]`` at its last
-        (``a``, ``cum`` may be longer than ``last`` and are read-only)."""
+        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``, the clipped
+        ``excess = cum[last] − left``): the member gains ``a[j]`` at its step j < last − 1 and
+        ``a[last − 1] − excess`` at its last (``a``, ``cum`` may be longer than ``last`` and
+        are read-only)."""
         self._origin = 0
         """Pool step of index 0 of :attr:`_inc` and :attr:`_need`."""
         self._inc = np.zeros(256, dtype=np.int64)
@@ -68,7 +69,9 @@ class SpecDecodePool(DecodePool):
         for the rows still in :attr:`_pending`."""
         self._pending: list[np.ndarray] = []
         """Unclipped lengths of departed members' steps, counted into :attr:`_hist` in one
-        pass when there are many (the clipped last steps are corrected at departure)."""
+        pass when there are many."""
+        self._pending_excess: list[int] = []
+        """Per pending row, what its last step was clipped by (0: not clipped or not run)."""
         self._pending_len = 0
 
     # ------------------------------------------------------------------ arrays
@@ -88,16 +91,17 @@ class SpecDecodePool(DecodePool):
             self._need = np.concatenate([self._need, np.zeros(grow, np.int64)])
         return start - origin, stop - origin
 
-    def _block_steps(self, c0: int, cum: np.ndarray, left: int) -> np.ndarray:
+    def _block_steps(self, c0: int, cum: np.ndarray, left: int, clip: bool) -> np.ndarray:
         """blocks_for(c0 + min(cum[j], left)) for each j: a member's block count at each of
-        its steps (``cum`` non-decreasing, clipped at ``left``; only the last entry can be)."""
+        its steps (``cum`` non-decreasing; ``clip``: its last entry exceeds ``left``, the only
+        one that can)."""
         bs = self.block_size
         blocks = cum + (c0 + bs - 1)
         if self._shift >= 0:  # a power of two: a shift (non-negative values), cheaper than //
             blocks >>= self._shift
         else:
             blocks //= bs
-        if int(cum[-1]) > left:
+        if clip:
             blocks[-1] = (c0 + left + bs - 1) // bs
         return blocks
 
@@ -108,14 +112,19 @@ class SpecDecodePool(DecodePool):
         return self._hist[::-1].cumsum()[::-1][2:]
 
     def _flush(self) -> None:
-        """Count the pending departed rows into :attr:`_hist`."""
-        if self._pending:
-            rows = self._pending
-            self._hist += np.bincount(
-                rows[0] if len(rows) == 1 else np.concatenate(rows), minlength=self.k + 2
-            )
-            rows.clear()
-            self._pending_len = 0
+        """Count the pending departed rows into :attr:`_hist`, each clipped last step at its
+        clipped value."""
+        rows = self._pending
+        if not rows:
+            return
+        flat = np.concatenate(rows)
+        ends = np.cumsum([len(r) for r in rows]) - 1
+        excess = np.array(self._pending_excess, dtype=np.int64)
+        flat[ends] -= excess
+        self._hist += np.bincount(flat, minlength=self.k + 2)
+        rows.clear()
+        self._pending_excess.clear()
+        self._pending_len = 0
 
     # ------------------------------------------------------------------ membership
     def join(self, req: Request, target_output: int) -> None:
@@ -127,16 +136,16 @@ class SpecDecodePool(DecodePool):
         a, cum, last = self.acceptance.draw_row(rid, req.num_spec_steps, left)
         steps = self.steps
         lo, hi = self._span(steps, steps + last)
+        excess = int(cum[last]) - left
         self._inc[lo:hi] += a[:last]
-        blocks = self._block_steps(c0, cum[: last + 1], left)
+        if excess:
+            self._inc[hi - 1] -= excess  # the last step keeps what is left
+        blocks = self._block_steps(c0, cum[: last + 1], left, excess > 0)
         need = self._need[lo:hi]
         need += blocks[1:]
         need -= blocks[:-1]
-        excess = int(cum[last]) - left
-        if excess:
-            self._inc[hi - 1] -= excess  # the last step keeps what is left
         self._ctx += c0 + 1
-        self._rec[rid] = (steps, c0, a, cum, last, left)
+        self._rec[rid] = (steps, c0, a, cum, last, left, excess)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
@@ -145,7 +154,7 @@ class SpecDecodePool(DecodePool):
         heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        join, c0, _, cum, last, left = self._rec[req.request_id]
+        join, c0, _, cum, last, left, _ = self._rec[req.request_id]
         s = self.steps - join
         return c0 + (int(cum[s]) if s < last else left)
 
@@ -159,7 +168,7 @@ class SpecDecodePool(DecodePool):
         """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw its
         future contributions, count its verification steps."""
         rid = req.request_id
-        join, c0, a, cum, last, left = self._rec.pop(rid)
+        join, c0, a, cum, last, left, excess = self._rec.pop(rid)
         s = self.steps - join
         gained = int(cum[s]) if s < last else left
         c = c0 + gained
@@ -169,8 +178,8 @@ class SpecDecodePool(DecodePool):
         if s < last:  # steps it will not run
             lo, hi = self._span(self.steps, join + last)
             self._inc[lo:hi] -= a[s:last]
-            self._inc[hi - 1] += int(cum[last]) - left
-            blocks = self._block_steps(c0, cum[s : last + 1], left)
+            self._inc[hi - 1] += excess
+            blocks = self._block_steps(c0, cum[s : last + 1], left, excess > 0)
             need = self._need[lo:hi]
             need -= blocks[1:]
             need += blocks[:-1]
@@ -180,11 +189,8 @@ class SpecDecodePool(DecodePool):
             self.num_draft_tokens += s * self.k
             self.num_accepted_tokens += gained - s
             self._pending.append(a[:s])
+            self._pending_excess.append(excess if s == last else 0)
             self._pending_len += s
-            if s == last:  # the last step kept left − cum[last − 1], not a[last − 1]
-                hist = self._hist
-                hist[int(a[last - 1])] -= 1
-                hist[left - int(cum[last - 1])] += 1
             if self._pending_len > 1 << 16:
                 self._flush()
         req.num_spec_steps += s
@@ -243,11 +249,11 @@ class SpecDecodePool(DecodePool):
         return int(self._need[i + start : i + stop].sum())
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, cum, last, left = self._rec[req.request_id]
+        join, c0, _, cum, last, left, excess = self._rec[req.request_id]
         s = self.steps - join
         if s >= last:
             return 0
-        blocks = self._block_steps(c0, cum[s : s + 2], left)
+        blocks = self._block_steps(c0, cum[s : s + 2], left, s + 1 == last and excess > 0)
         return int(blocks[1] - blocks[0])
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
