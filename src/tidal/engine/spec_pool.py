@@ -39,6 +39,14 @@ from tidal.engine.acceptance import AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
 
 
+def _slice_sum(x: np.ndarray, lo: int, hi: int) -> int:
+    """``int(x[lo:hi].sum())``; short slices summed as Python integers (a numpy reduction
+    costs several times more than the list on a few elements)."""
+    if hi - lo <= 32:
+        return sum(x[lo:hi].tolist())
+    return int(np.add.reduce(x[lo:hi]))
+
+
 class SpecDecodePool(DecodePool):
     speculative = True
 
@@ -232,7 +240,7 @@ class SpecDecodePool(DecodePool):
         """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
         lo, hi = self._span(self.steps, self.steps + start + count)
         out = np.empty(count, dtype=np.int64)
-        base = self._ctx + int(self._inc[lo : lo + start].sum())
+        base = self._ctx + _slice_sum(self._inc, lo, lo + start)
         out[0] = base
         np.cumsum(self._inc[lo + start : hi - 1], out=out[1:])
         out[1:] += base
@@ -246,7 +254,7 @@ class SpecDecodePool(DecodePool):
         if stop <= start:
             return 0
         i = self.steps - self._origin  # entries past the arrays' end are zero
-        return int(self._need[i + start : i + stop].sum())
+        return _slice_sum(self._need, i + start, i + stop)
 
     def needs_block(self, req: Request) -> int:
         join, c0, _, cum, last, left, excess = self._rec[req.request_id]
@@ -281,7 +289,7 @@ class SpecDecodePool(DecodePool):
             if i < len(inc):
                 self._ctx += int(inc[i])
         else:
-            self._ctx += int(inc[i : i + num_steps].sum())
+            self._ctx += _slice_sum(inc, i, i + num_steps)
         return super().advance(num_steps)
 
     # ------------------------------------------------------------------ results
