@@ -243,15 +243,17 @@ class ModelledExecutor:
         floor, append = math.floor, durations.append
         t = now_ns
         x = plan.decode_ctx
+        y = mul * x + shift  # the verification's Σ context (integers: exact)
         for inc in incs:
-            if durations and t > horizon_ns:
-                break
-            d = floor(((c + a * (mul * x + shift)) + scale * (c_d + a_d * x)) * 1e9 + 0.5)
+            d = floor(((c + a * y) + scale * (c_d + a_d * x)) * 1e9 + 0.5)
             if d < 1:
                 d = 1
             append(d)
             t += d
+            if t > horizon_ns:  # the next step would start after the horizon
+                break
             x += inc
+            y += mul * inc
         self.itl.extend(durations, n)
         return len(durations), t, durations[-1]
 
