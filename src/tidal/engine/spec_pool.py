@@ -230,11 +230,14 @@ class SpecDecodePool(DecodePool):
         """Σ attended context of the next step: Σ(computed + 1) (each member's first row)."""
         return self._ctx
 
-    def inc_run(self, count: int) -> list[int]:
-        """Tokens the members gain in each of the next ``count`` steps (a run's context
-        increments: the context of step i + 1 is that of step i plus ``inc_run[i]``)."""
-        lo, hi = self._span(self.steps, self.steps + count)
-        return self._inc[lo:hi].tolist()  # type: ignore[no-any-return]
+    def inc_run(self, count: int, start: int = 0) -> list[int]:
+        """Tokens the members gain in each of the steps ``start … start + count − 1`` from now
+        (a run's context increments: the context of step i + 1 is that of step i plus the
+        gain of step i)."""
+        i = self.steps - self._origin + start
+        if i + count > len(self._inc):
+            i = self._span(self.steps + start, self.steps + start + count)[0]
+        return self._inc[i : i + count].tolist()  # type: ignore[no-any-return]
 
     def ctx_run(self, start: int, count: int) -> np.ndarray:
         """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
