@@ -17,8 +17,9 @@ model, each offered 80% of its own capacity, in one process; ratios are against 
 The third form (issue 29) times the first form's fast-forwarded run with and without
 speculative decoding on the same requests at the same rate (80% of the plain capacity),
 repeats interleaved (plain, spec, plain, spec …) so that load drift hits both alike; it
-reports the medians, the ratio of simulated requests per wall-second (target ≥ 0.7) and the
-1-minute load average before and after.
+reports the medians, the ratio of simulated requests per wall-second (target ≥ 0.7), the CPU
+time per simulated step and per request of each run, and the 1-minute load average before and
+after.
 """
 
 from __future__ import annotations
@@ -133,18 +134,23 @@ def compare_speculation(args: argparse.Namespace) -> None:
                "cpu_s": cpu[k],
                "req_per_wall_s": args.requests / med[k],
                "steps": res[k].metrics["num_steps"], "events": res[k].run_info["num_events"],
+               "cpu_us_per_step": med_cpu[k] / res[k].metrics["num_steps"] * 1e6,
+               "cpu_us_per_request": med_cpu[k] / args.requests * 1e6,
                "tpot_p50_s": res[k].metrics["tpot_p50_s"]} for k in runs},
         "spec_decode_mean_acceptance_length": m["spec_decode_mean_acceptance_length"],
     }  # fmt: skip
     rows = [
         [k, f"{med[k]:.3f}", f"{med_cpu[k]:.3f}", f"{args.requests / med[k]:,.0f}",
          f"{res[k].metrics['num_steps']:,}",
-         f"{res[k].run_info['num_events']:,}", f"{res[k].metrics['tpot_p50_s'] * 1e3:.2f}"]
+         f"{res[k].run_info['num_events']:,}",
+         f"{med_cpu[k] / res[k].metrics['num_steps'] * 1e6:.2f}",
+         f"{med_cpu[k] / args.requests * 1e6:.1f}",
+         f"{res[k].metrics['tpot_p50_s'] * 1e3:.2f}"]
         for k in runs
     ]  # fmt: skip
     print(f"offered {rate} req/s (80% of the plain capacity), {args.requests} requests")
     print(md_table(["run", "median wall s", "median CPU s", "simulated req / wall s", "steps",
-                    "events",
+                    "events", "CPU µs / step", "CPU µs / request",
                     "TPOT p50 ms"], rows))  # fmt: skip
     print(f"speculative / plain (simulated req per wall-s, medians): {ratio:.2f}x "
           f"(CPU time: {ratio_cpu:.2f}x); "

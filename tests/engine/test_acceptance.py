@@ -7,10 +7,15 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidal.engine.acceptance import AcceptanceModel, accepted_per_position, uniforms
+from tidal.engine.acceptance import (
+    BLOCK_REQUESTS,
+    AcceptanceModel,
+    accepted_per_position,
+    uniforms,
+)
 from tidal.engine.spec_config import expected_tokens, expected_tokens_uniform
 
 Z = 5.0
@@ -94,3 +99,30 @@ def test_lengths_until_clips_the_last_step(
 def test_extreme_rates() -> None:
     assert (AcceptanceModel([0.0] * 3, 1).lengths(0, 0, 100) == 1).all()
     assert (AcceptanceModel([1.0] * 3, 1).lengths(0, 0, 100) == 4).all()
+
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    lefts=st.lists(st.integers(1, 3000), min_size=20, max_size=40),
+    k=st.integers(1, 10),
+    alpha=st.floats(0.0, 1.0),
+)
+def test_resized_blocks_draw_the_requests_own_values(lefts, k, alpha) -> None:
+    """After 16 first joins the next block is sized by their needs (shorter or longer rows
+    than the first block's; k > 8 counts by binary search): every join still gets the values
+    of the request's own draws, the row reaches ``left`` exactly at ``last``, and the views a
+    join returned are not modified by later joins."""
+    model = AcceptanceModel([alpha] * k, 5)
+    seen = []
+    for i, left in enumerate(lefts):
+        rid = i if i < 16 else BLOCK_REQUESTS * (i - 15) + i  # 16 in block 0, then one a block
+        a, cum, last = model.draw_row(rid, 0, left)
+        assert int(cum[last - 1]) < left <= int(cum[last])
+        np.testing.assert_array_equal(a[:last], model.lengths(rid, 0, last))
+        np.testing.assert_array_equal(cum[: last + 1], np.concatenate([[0], np.cumsum(a[:last])]))
+        seen.append((rid, a[:last], last))
+    for rid, a, last in seen:
+        np.testing.assert_array_equal(a, model.lengths(rid, 0, last))
+    assert model._block_steps % 64 == 0
+    assert 64 <= model._block_steps <= 2048

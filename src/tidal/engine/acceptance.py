@@ -78,8 +78,16 @@ def uniforms(key: int, rid: int, j0: int, count: int) -> np.ndarray:
 
 BLOCK_REQUESTS = 256
 """Requests (consecutive ids) whose first steps are drawn together."""
-BLOCK_STEPS = 128
-"""Steps drawn ahead per request in a block (a longer request draws the rest on its own)."""
+BLOCK_STEPS = 256
+"""Steps drawn ahead per request in the first block; later blocks draw the 95th percentile of
+the steps the requests joined since needed (:meth:`AcceptanceModel._next_block_steps`); a
+longer request draws the rest on its own. The values never depend on the block size."""
+_CHUNK_ROWS = 32
+"""Rows of a block drawn per pass (scratch arrays of 32 × steps words stay in cache: several
+times faster than whole-block passes)."""
+_COMPARE_K = 8
+"""Up to this many drafts, accepted lengths are counted by k comparisons (cheaper than a
+binary search on small k)."""
 
 
 class AcceptanceModel:
@@ -95,39 +103,83 @@ class AcceptanceModel:
         scaled = np.ceil(self.survive[::-1] * 2.0**53).astype(np.uint64)
         self._thresholds = scaled
         """⌈A_i·2⁵³⌉ in increasing order: U = x·2⁻⁵³ < A_i ⟺ x < ⌈A_i·2⁵³⌉ for the integer
-        x (the top 53 bits), so #{i : U < A_i} = k − #{i : threshold_i ≤ x}, one binary
-        search on integers (no float conversion)."""
+        x (the top 53 bits), so a = 1 + #{i : x < threshold_i} = k + 1 − #{i : threshold_i ≤
+        x}: k integer comparisons, or one binary search (no float conversion)."""
+        self._th_list = [np.uint64(t) for t in scaled.tolist()]
         self.mean = 1.0 + float(self.survive.sum())
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+        self._block_steps = BLOCK_STEPS
+        self._needs: list[int] = []
+        """Steps the first joins since the last block was drawn needed (sizes the next)."""
+
+    def _count(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Accepted lengths 1 + #{i : x < threshold_i} of the top bits ``x`` (int64; written
+        into ``out`` when given). The comparisons add up in int8 (a ≤ k + 1 ≤ 9)."""
+        if self.k > _COMPARE_K:
+            a = np.searchsorted(self._thresholds, x, side="right")
+            np.subtract(self.k + 1, a, out=a)
+            if out is None:
+                return a  # type: ignore[no-any-return]
+            out[...] = a
+            return out
+        th = self._th_list
+        small = (x < th[0]).view(np.int8) + np.int8(1)
+        for t in th[1:]:
+            small += (x < t).view(np.int8)
+        if out is None:
+            return small.astype(np.int64)
+        out[...] = small
+        return out
 
     def lengths(self, rid: int, j0: int, count: int) -> np.ndarray:
         """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
-        x = _top_bits(self.key, rid, j0, count)
-        a = np.searchsorted(self._thresholds, x, side="right")
-        np.subtract(self.k + 1, a, out=a)
-        return a  # type: ignore[no-any-return]
+        return self._count(_top_bits(self.key, rid, j0, count))
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Accepted lengths of the first :data:`BLOCK_STEPS` steps of requests
-        ``b·BLOCK_REQUESTS …`` (one row each) and their prefix sums (leading 0): the same
-        values as :meth:`lengths`, drawn in one vectorised pass (a join then slices its
-        row). The last few blocks are kept."""
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Accepted lengths of the first steps of requests ``b·BLOCK_REQUESTS …`` (one row
+        each), their prefix sums (leading 0) and each row's total (a list): the same values
+        as :meth:`lengths`, drawn in
+        one vectorised pass (a join then slices its row), :data:`_CHUNK_ROWS` rows at a time
+        so that the scratch arrays stay in cache. The last few blocks are kept."""
         got = self._blocks.get(b)
         if got is not None:
             return got
+        steps = self._next_block_steps()
         rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
         states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
-        z = _STEPS_PHI[None, :BLOCK_STEPS] + states[:, None]
-        z = splitmix64(z)
-        z >>= _S11
-        a = np.searchsorted(self._thresholds, z.ravel(), side="right").reshape(z.shape)
-        np.subtract(self.k + 1, a, out=a)
-        cum = np.zeros((BLOCK_REQUESTS, BLOCK_STEPS + 1), dtype=np.int64)
-        np.cumsum(a, axis=1, out=cum[:, 1:])
+        a = np.empty((BLOCK_REQUESTS, steps), dtype=np.int64)
+        cum = np.empty((BLOCK_REQUESTS, steps + 1), dtype=np.int64)
+        cum[:, 0] = 0
+        z = np.empty((_CHUNK_ROWS, steps), dtype=np.uint64)
+        tmp = np.empty_like(z)
+        phi = _STEPS_PHI[None, :steps]
+        for i in range(0, BLOCK_REQUESTS, _CHUNK_ROWS):
+            np.add(phi, states[i : i + _CHUNK_ROWS, None], out=z)
+            for shift, mul in ((_S30, _M1), (_S27, _M2), (_S31, None)):  # splitmix64
+                np.right_shift(z, shift, out=tmp)
+                z ^= tmp
+                if mul is not None:
+                    z *= mul
+            z >>= _S11
+            self._count(z, a[i : i + _CHUNK_ROWS])
+            np.cumsum(a[i : i + _CHUNK_ROWS], axis=1, out=cum[i : i + _CHUNK_ROWS, 1:])
         if len(self._blocks) >= 4:
             del self._blocks[next(iter(self._blocks))]
-        self._blocks[b] = (a, cum)
-        return a, cum
+        got = self._blocks[b] = (a, cum, cum[:, -1].tolist())
+        return got
+
+    def _next_block_steps(self) -> int:
+        """Steps of the next block: the 95th percentile of the steps the first joins since the
+        last block needed (a multiple of 64 in [64, 2048]; :data:`BLOCK_STEPS` before any)."""
+        needs = self._needs
+        if len(needs) >= 16:
+            want = sorted(needs)[len(needs) * 19 // 20]
+            self._block_steps = min(max(-(-want // 64) * 64, 64), 2048)
+            needs.clear()
+        steps = self._block_steps
+        if steps >= len(_STEPS_PHI):
+            _top_bits(0, 0, 0, steps)  # grows the counter table
+        return steps
 
     def lengths_until(self, rid: int, j0: int, tokens_left: int) -> np.ndarray:
         """Accepted lengths from step ``j0`` until ``tokens_left`` tokens are reached, the last
@@ -135,12 +187,31 @@ class AcceptanceModel:
         return self.draw_until(rid, j0, tokens_left)[0]
 
     def draw_until(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray]:
-        """(:meth:`lengths_until`, its prefix sums with a leading 0) — the pool's join."""
+        """(:meth:`lengths_until`, its prefix sums with a leading 0): fresh arrays."""
+        a, cum, last = self.draw_row(rid, j0, tokens_left)
+        a = a[:last].copy()  # the drawn arrays may be a cached block's rows
+        a[last - 1] -= int(cum[last]) - tokens_left
+        cum = cum[: last + 1].copy()
+        cum[last] = tokens_left
+        return a, cum
+
+    def draw_row(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(a, cum, last)``: unclipped accepted lengths ``a`` from step ``j0`` on, their
+        prefix sums ``cum`` (leading 0) and the step count ``last`` that reaches
+        ``tokens_left``: ``cum[last − 1] < tokens_left ≤ cum[last]`` (the pool's join; the
+        last step keeps ``tokens_left − cum[last − 1]``). ``a`` and ``cum`` may be longer
+        than ``last`` and may be views of a cached block: read-only."""
         if tokens_left < 1:
             raise ValueError(f"tokens_left must be >= 1, got {tokens_left}")
         if j0 == 0 and rid >= 0:  # a request's first join: its block's draws, drawn at once
-            block = self._block(rid // BLOCK_REQUESTS)
-            a, cum = block[0][rid % BLOCK_REQUESTS], block[1][rid % BLOCK_REQUESTS]
+            b, r = divmod(rid, BLOCK_REQUESTS)
+            block = self._blocks.get(b) or self._block(b)
+            a, cum = block[0][r], block[1][r]
+            if block[2][r] >= tokens_left:  # the common case: the row reaches it
+                last = int(cum.searchsorted(tokens_left))
+                if len(self._needs) < 4096:
+                    self._needs.append(last)
+                return a, cum, last
         else:
             count = int(tokens_left / self.mean * 1.1) + 8
             a = self.lengths(rid, j0, count)
@@ -150,12 +221,10 @@ class AcceptanceModel:
             more = self.lengths(rid, j0 + len(a), int((tokens_left - cum[-1]) / self.mean) + 8)
             a = np.concatenate([a, more])
             cum = np.concatenate([cum, cum[-1] + np.cumsum(more)])
-        last = int(np.searchsorted(cum, tokens_left, side="left"))  # cum[last] ≥ left
-        a = a[:last].copy()  # the drawn arrays may be a cached block's rows
-        a[last - 1] -= int(cum[last]) - tokens_left
-        cum = cum[: last + 1].copy()
-        cum[last] = tokens_left
-        return a, cum
+        last = int(cum.searchsorted(tokens_left))  # cum[last] ≥ left > cum[last − 1]
+        if j0 == 0 and len(self._needs) < 4096:
+            self._needs.append(last)
+        return a, cum, last
 
 
 def accepted_per_position(lengths: np.ndarray, k: int) -> np.ndarray:

@@ -238,20 +238,28 @@ class ModelledExecutor:
         if form is None:
             return 0, now_ns, 0
         c, a, mul, shift, scale, c_d, a_d = form
-        incs = plan.decodes.inc_run(min(k, _SCALAR_STEPS))  # type: ignore[union-attr]
+        pool: Any = plan.decodes
+        limit = min(k, _SCALAR_STEPS)
         durations: list[int] = []
         floor, append = math.floor, durations.append
         t = now_ns
         x = plan.decode_ctx
-        for inc in incs:
-            if durations and t > horizon_ns:
-                break
-            d = floor(((c + a * (mul * x + shift)) + scale * (c_d + a_d * x)) * 1e9 + 0.5)
-            if d < 1:
-                d = 1
-            append(d)
-            t += d
-            x += inc
+        y = mul * x + shift  # the verification's Σ context (integers: exact)
+        done = 0
+        while done < limit:  # increments fetched 16 first (most runs end at the horizon)
+            incs = pool.inc_run(min(limit - done, 16 if done == 0 else limit), done)
+            for inc in incs:
+                d = floor(((c + a * y) + scale * (c_d + a_d * x)) * 1e9 + 0.5)
+                if d < 1:
+                    d = 1
+                append(d)
+                t += d
+                if t > horizon_ns:  # the next step would start after the horizon
+                    limit = 0
+                    break
+                x += inc
+                y += mul * inc
+            done += len(incs)
         self.itl.extend(durations, n)
         return len(durations), t, durations[-1]
 

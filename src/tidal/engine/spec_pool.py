@@ -39,6 +39,14 @@ from tidal.engine.acceptance import AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
 
 
+def _slice_sum(x: np.ndarray, lo: int, hi: int) -> int:
+    """``int(x[lo:hi].sum())``; short slices summed as Python integers (a numpy reduction
+    costs several times more than the list on a few elements)."""
+    if hi - lo <= 32:
+        return sum(x[lo:hi].tolist())
+    return int(np.add.reduce(x[lo:hi]))
+
+
 class SpecDecodePool(DecodePool):
     speculative = True
 
@@ -47,9 +55,14 @@ class SpecDecodePool(DecodePool):
         self.acceptance = acceptance
         self.k = acceptance.k
         self.rows_per_decode = self.k + 1
-        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray]] = {}
-        """rid → (join step, computed at join, accepted lengths a, their prefix sums cum
-        with cum[0] = 0)."""
+        self._shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
+        """log2(block size) when it is a power of two, else −1."""
+        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int, int]] = {}
+        """rid → (join step, computed at join, unclipped accepted lengths a, their prefix sums
+        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``, the clipped
+        ``excess = cum[last] − left``): the member gains ``a[j]`` at its step j < last − 1 and
+        ``a[last − 1] − excess`` at its last (``a``, ``cum`` may be longer than ``last`` and
+        are read-only)."""
         self._origin = 0
         """Pool step of index 0 of :attr:`_inc` and :attr:`_need`."""
         self._inc = np.zeros(256, dtype=np.int64)
@@ -60,7 +73,14 @@ class SpecDecodePool(DecodePool):
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self._hist = np.zeros(self.k + 2, dtype=np.int64)
-        """Verification steps by accepted length a (1 … k + 1) of the members that left."""
+        """Verification steps by accepted length a (1 … k + 1) of the members that left, but
+        for the rows still in :attr:`_pending`."""
+        self._pending: list[np.ndarray] = []
+        """Unclipped lengths of departed members' steps, counted into :attr:`_hist` in one
+        pass when there are many."""
+        self._pending_excess: list[int] = []
+        """Per pending row, what its last step was clipped by (0: not clipped or not run)."""
+        self._pending_len = 0
 
     # ------------------------------------------------------------------ arrays
     def _span(self, start: int, stop: int) -> tuple[int, int]:
@@ -79,17 +99,40 @@ class SpecDecodePool(DecodePool):
             self._need = np.concatenate([self._need, np.zeros(grow, np.int64)])
         return start - origin, stop - origin
 
-    def _block_steps(self, c0: int, cum: np.ndarray) -> np.ndarray:
-        """New blocks at each step: blocks_for(c0 + cum[j + 1]) − blocks_for(c0 + cum[j])."""
+    def _block_steps(self, c0: int, cum: np.ndarray, left: int, clip: bool) -> np.ndarray:
+        """blocks_for(c0 + min(cum[j], left)) for each j: a member's block count at each of
+        its steps (``cum`` non-decreasing; ``clip``: its last entry exceeds ``left``, the only
+        one that can)."""
         bs = self.block_size
         blocks = cum + (c0 + bs - 1)
-        blocks //= bs
-        return blocks[1:] - blocks[:-1]
+        if self._shift >= 0:  # a power of two: a shift (non-negative values), cheaper than //
+            blocks >>= self._shift
+        else:
+            blocks //= bs
+        if clip:
+            blocks[-1] = (c0 + left + bs - 1) // bs
+        return blocks
 
     @property
     def accepted_per_pos(self) -> np.ndarray:
         """Steps that accepted draft i (i = 1 … k), over the members that left."""
+        self._flush()
         return self._hist[::-1].cumsum()[::-1][2:]
+
+    def _flush(self) -> None:
+        """Count the pending departed rows into :attr:`_hist`, each clipped last step at its
+        clipped value."""
+        rows = self._pending
+        if not rows:
+            return
+        flat = np.concatenate(rows)
+        ends = np.cumsum([len(r) for r in rows]) - 1
+        excess = np.array(self._pending_excess, dtype=np.int64)
+        flat[ends] -= excess
+        self._hist += np.bincount(flat, minlength=self.k + 2)
+        rows.clear()
+        self._pending_excess.clear()
+        self._pending_len = 0
 
     # ------------------------------------------------------------------ membership
     def join(self, req: Request, target_output: int) -> None:
@@ -98,22 +141,30 @@ class SpecDecodePool(DecodePool):
         rid = req.request_id
         c0 = req.num_computed_tokens
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
-        a, cum = self.acceptance.draw_until(rid, req.num_spec_steps, left)
-        lo, hi = self._span(self.steps, self.steps + len(a))
-        self._inc[lo:hi] += a
-        self._need[lo:hi] += self._block_steps(c0, cum)
+        a, cum, last = self.acceptance.draw_row(rid, req.num_spec_steps, left)
+        steps = self.steps
+        lo, hi = self._span(steps, steps + last)
+        excess = int(cum[last]) - left
+        self._inc[lo:hi] += a[:last]
+        if excess:
+            self._inc[hi - 1] -= excess  # the last step keeps what is left
+        blocks = self._block_steps(c0, cum[: last + 1], left, excess > 0)
+        need = self._need[lo:hi]
+        need += blocks[1:]
+        need -= blocks[:-1]
         self._ctx += c0 + 1
-        self._rec[rid] = (self.steps, c0, a, cum)
+        self._rec[rid] = (steps, c0, a, cum, last, left, excess)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
         self._joins += 1
         self._join_id[rid] = self._joins
-        heapq.heappush(self._leave, (self.steps + len(a), rid, self._joins))
+        heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        rec = self._rec[req.request_id]
-        return rec[1] + int(rec[3][self.steps - rec[0]])
+        join, c0, _, cum, last, left, _ = self._rec[req.request_id]
+        s = self.steps - join
+        return c0 + (int(cum[s]) if s < last else left)
 
     def materialize(self, req: Request) -> None:
         c = self.computed(req)
@@ -124,20 +175,32 @@ class SpecDecodePool(DecodePool):
     def remove(self, req: Request) -> None:
         """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw its
         future contributions, count its verification steps."""
-        self.materialize(req)
         rid = req.request_id
-        join, c0, a, cum = self._rec.pop(rid)
+        join, c0, a, cum, last, left, excess = self._rec.pop(rid)
         s = self.steps - join
-        if s < len(a):  # steps it will not run
-            lo, hi = self._span(self.steps, join + len(a))
-            self._inc[lo:hi] -= a[s:]
-            self._need[lo:hi] -= self._block_steps(c0, cum[s:])
-        self._ctx -= req.num_computed_tokens + 1
+        gained = int(cum[s]) if s < last else left
+        c = c0 + gained
+        req.num_computed_tokens = c
+        req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
+        req.num_blocks = -(-c // self.block_size)
+        if s < last:  # steps it will not run
+            lo, hi = self._span(self.steps, join + last)
+            self._inc[lo:hi] -= a[s:last]
+            self._inc[hi - 1] += excess
+            blocks = self._block_steps(c0, cum[s : last + 1], left, excess > 0)
+            need = self._need[lo:hi]
+            need -= blocks[1:]
+            need += blocks[:-1]
+        self._ctx -= c + 1
         if s:
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
-            self.num_accepted_tokens += int(cum[s]) - s
-            self._hist += np.bincount(a[:s], minlength=self.k + 2)
+            self.num_accepted_tokens += gained - s
+            self._pending.append(a[:s])
+            self._pending_excess.append(excess if s == last else 0)
+            self._pending_len += s
+            if self._pending_len > 1 << 16:
+                self._flush()
         req.num_spec_steps += s
         del self.members[rid]
         del self._join_id[rid]
@@ -167,17 +230,20 @@ class SpecDecodePool(DecodePool):
         """Σ attended context of the next step: Σ(computed + 1) (each member's first row)."""
         return self._ctx
 
-    def inc_run(self, count: int) -> list[int]:
-        """Tokens the members gain in each of the next ``count`` steps (a run's context
-        increments: the context of step i + 1 is that of step i plus ``inc_run[i]``)."""
-        lo, hi = self._span(self.steps, self.steps + count)
-        return self._inc[lo:hi].tolist()  # type: ignore[no-any-return]
+    def inc_run(self, count: int, start: int = 0) -> list[int]:
+        """Tokens the members gain in each of the steps ``start … start + count − 1`` from now
+        (a run's context increments: the context of step i + 1 is that of step i plus the
+        gain of step i)."""
+        i = self.steps - self._origin + start
+        if i + count > len(self._inc):
+            i = self._span(self.steps + start, self.steps + start + count)[0]
+        return self._inc[i : i + count].tolist()  # type: ignore[no-any-return]
 
     def ctx_run(self, start: int, count: int) -> np.ndarray:
         """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
         lo, hi = self._span(self.steps, self.steps + start + count)
         out = np.empty(count, dtype=np.int64)
-        base = self._ctx + int(self._inc[lo : lo + start].sum())
+        base = self._ctx + _slice_sum(self._inc, lo, lo + start)
         out[0] = base
         np.cumsum(self._inc[lo + start : hi - 1], out=out[1:])
         out[1:] += base
@@ -190,13 +256,16 @@ class SpecDecodePool(DecodePool):
     def blocks_needed_range(self, start: int, stop: int) -> int:
         if stop <= start:
             return 0
-        lo, hi = self._span(self.steps + start, self.steps + stop)
-        return int(self._need[lo:hi].sum())
+        i = self.steps - self._origin  # entries past the arrays' end are zero
+        return _slice_sum(self._need, i + start, i + stop)
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, cum = self._rec[req.request_id]
+        join, c0, _, cum, last, left, excess = self._rec[req.request_id]
         s = self.steps - join
-        return int(self._block_steps(c0, cum[s : s + 2])[0])
+        if s >= last:
+            return 0
+        blocks = self._block_steps(c0, cum[s : s + 2], left, s + 1 == last and excess > 0)
+        return int(blocks[1] - blocks[0])
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
         """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
@@ -217,13 +286,13 @@ class SpecDecodePool(DecodePool):
     # ------------------------------------------------------------------ time
     def advance(self, num_steps: int) -> list[Request]:
         """Run ``num_steps`` verification steps; return the members that depart (removed)."""
-        i = self.steps - self._origin
+        i = self.steps - self._origin  # entries past the arrays' end are zero
+        inc = self._inc
         if num_steps == 1:
-            self._ctx += int(self._inc[i])
+            if i < len(inc):
+                self._ctx += int(inc[i])
         else:
-            self._span(self.steps, self.steps + num_steps)
-            i = self.steps - self._origin
-            self._ctx += int(self._inc[i : i + num_steps].sum())
+            self._ctx += _slice_sum(inc, i, i + num_steps)
         return super().advance(num_steps)
 
     # ------------------------------------------------------------------ results
