@@ -35,8 +35,8 @@ def explain_setting(
     N̂* capped at ``max_seqs``; θ0 from the CFR closed form with p0 = 1/μ_O; k = θ0·N. The
     crossover uses the simulator's step model (β_MB^e = β_EB^w + ΔI_step) and, where the paper
     measured one, its β_MB^e fit too."""
+    from tidal.batching import eb_theory as th
     from tidal.cli.ranges import ExplainArgs, check_args
-    from tidal.engine import eb_theory as th
     from tidal.hardware.calibration import build_perf_model
     from tidal.hardware.corrected import check_host
     from tidal.hardware.gpus import get_gpu

@@ -126,7 +126,7 @@ class PlanSpec(StrictModel):
 
     def axes(self) -> dict[str, list[Any]]:
         """The search block with the defaults filled in (registered policies, TP, budgets)."""
-        import tidal.engine.policies  # noqa: F401  (registers every policy)
+        import tidal.cluster.registries  # noqa: F401  (every policy registered)
         from tidal.engine.ordering import ORDERINGS
         from tidal.engine.scheduler import BATCHING
 
@@ -189,8 +189,8 @@ REGISTRY_AXES = {
     "scheduler.batching": ("tidal.engine.scheduler", "BATCHING"),
     "scheduler.ordering": ("tidal.engine.ordering", "ORDERINGS"),
     "cluster.placement": ("tidal.cluster.policies", "PLACEMENTS"),
-    "augment.serving_policy": ("tidal.engine.augment.bundles", "SERVING_POLICIES"),
-    "augment.ordering": ("tidal.engine.augment.ordering", "AUGMENT_ORDERINGS"),
+    "augment.serving_policy": ("tidal.augment.bundles", "SERVING_POLICIES"),
+    "augment.ordering": ("tidal.augment.ordering", "AUGMENT_ORDERINGS"),
 }
 """Axes whose values are policy names, checked against their registry up front (a registry
 whose package is not installed yet is skipped)."""
@@ -203,7 +203,7 @@ def _registry(key: str) -> Any:
         return None
     module, name = REGISTRY_AXES[key]
     try:
-        import tidal.engine.policies  # noqa: F401  (registers every policy)
+        import tidal.cluster.registries  # noqa: F401  (every policy registered)
 
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):

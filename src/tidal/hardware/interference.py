@@ -212,7 +212,7 @@ class StepCosts:
     step_ns: Callable[..., int] | None = field(default=None, compare=False, repr=False)
     """The deployment's step-time function (``PerfModel.step_ns``) the constants were fitted
     to, when known: EB⁺'s crossover may evaluate it at the operating point
-    (:mod:`tidal.engine.eb_cost`)."""
+    (:mod:`tidal.batching.eb_cost`)."""
 
     def beta_eb_w(self, r: float) -> float:
         return beta_eb_w(r, self.beta_p, self.beta_d)

@@ -21,7 +21,8 @@ def plot_ebplus(
     table: Any, path: str | Path, title: str = "EB⁺ selector", sticky: float = 3.0
 ) -> Path:
     """Write a 4-panel PNG of the selector trace. ``table`` is the ``ebplus`` table (a dict of
-    columns or a polars DataFrame) as :meth:`tidal.engine.ebplus.EBPlus.extra_tables` returns it."""
+    columns or a polars DataFrame) as :meth:`tidal.batching.ebplus.EBPlus.extra_tables`
+    returns it."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-import tidal.engine.policies  # noqa: F401  (registers every policy)
+import tidal.cluster.registries  # noqa: F401  (every policy registered)
+from tidal.batching.eb_options import EBOptions
 from tidal.core.clock import WallClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.prefix_blocks import PrefixCachingBlockManager
 from tidal.engine.build import build_scheduler
-from tidal.engine.eb_options import EBOptions
 from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig

@@ -9,11 +9,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from tidal.batching.eb_options import EBOptions
 from tidal.cluster.config import ClusterConfig
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
 from tidal.core.yaml_safe import safe_load_bounded
-from tidal.engine.eb_options import EBOptions
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import ModelSpec, check_tp, get_model
@@ -243,7 +243,7 @@ class SimulationConfig(_Strict):
 
     @model_validator(mode="after")
     def _policies(self) -> SimulationConfig:
-        import tidal.engine.policies  # noqa: F401  (registers every policy)
+        import tidal.cluster.registries  # noqa: F401  (every policy registered)
         from tidal.engine.ordering import ORDERINGS
         from tidal.engine.policy import validate_options
         from tidal.engine.scheduler import BATCHING

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-import tidal.engine.policies  # noqa: F401
+import tidal.cluster.registries  # noqa: F401  (every policy registered)
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager, cdiv
 from tidal.core.metrics import summarize

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidal.engine.augment.waste import IterationProfile
+from tidal.augment.waste import IterationProfile
 from tidal.hardware.perf import PerfModel
 
 

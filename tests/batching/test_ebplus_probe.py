@@ -1,13 +1,13 @@
-"""EB⁺'s measured arbitration (``tidal.engine.ebplus_probe``, opt-in ``measure``): its state
+"""EB⁺'s measured arbitration (``tidal.batching.ebplus_probe``, opt-in ``measure``): its state
 machine by hand, and the robustness-grid cell (issue 18) where the prediction alone fails."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.engine.test_ebplus_robust import ARXIV, PH, _cell
-from tidal.engine.eb_options import EBOptions, ProbeOptions
-from tidal.engine.ebplus_probe import ModeProbe
+from tests.batching.test_ebplus_robust import ARXIV, PH, _cell
+from tidal.batching.eb_options import EBOptions, ProbeOptions
+from tidal.batching.ebplus_probe import ModeProbe
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 

@@ -71,13 +71,13 @@ class BoundOptions(_Group):
     occupancy); ``forecast`` = N ≤ the steady-state bound of continuous batching (the renewal
     occupancy of :func:`eb_theory.stationary_safe_n`, from the window) and every fill or
     refill limited to the queue-head requests the KV forecast admits
-    (:mod:`tidal.engine.kv_forecast`: the running set's projected occupancy, conditioned on
+    (:mod:`tidal.batching.kv_forecast`: the running set's projected occupancy, conditioned on
     each request's age) — a refill whose admissible part fails the threshold test waits."""
     forecast_recent: int = Field(default=100, ge=0)
     """The forecast's survival is the pointwise max of the window's and that of the last
     ``forecast_recent`` completions (0: the window alone): a shift to longer outputs shows in
     the latest completions one update after it starts, in the window's mixture only slowly
-    (:meth:`tidal.engine.kv_forecast.KVForecast.set_outputs`)."""
+    (:meth:`tidal.batching.kv_forecast.KVForecast.set_outputs`)."""
     cold_reserve: float = Field(default=0.5, ge=0, lt=1)
     """Before the first estimate (the forecast has no survival curve yet), forecast-bounded
     admissions keep this fraction of the KV cache free: the running set's full contexts
@@ -194,7 +194,7 @@ class SelectorOptions(_Group):
     :func:`eb_theory.mb_safe_n`);
     ``forecast`` = no count cap, but each admission must keep the running set's projected KV
     occupancy, conditioned on every running request's age, within the cache at every future
-    step (:mod:`tidal.engine.kv_forecast`; a time-varying cap);
+    step (:mod:`tidal.batching.kv_forecast`; a time-varying cap);
     ``n_hat`` = EB's N̂* (its CFR occupancy overstates MB's KV need on bounded outputs, so
     it costs MB throughput); ``none`` = N_max with recompute preemption, as the reference."""
     crossover_n: Literal["effective", "demand"] = "effective"
@@ -217,7 +217,7 @@ class CostOptions(_Group):
     """What the crossover evaluates: ``linear`` = the closed form on the fitted constants
     (§2.6, with ``mb_alpha``, ``crossover_lhs``, ``mb_cost``); ``steps`` = both policies'
     steady-state cycles on the deployment's step-time function at the operating point
-    (:mod:`tidal.engine.eb_cost`; the closed form where the step function is unknown)."""
+    (:mod:`tidal.batching.eb_cost`; the closed form where the step function is unknown)."""
     delta_rel: float = Field(default=0.01, ge=0, lt=1)
     """With ``crossover_cost: steps``: δ = max(``delta``, ``delta_rel``·min(c_MB, c_EB)), at
     least a share of the per-token cost (0: ``delta`` alone). The absolute δ = 1e-6 s/token
@@ -246,7 +246,7 @@ class CostOptions(_Group):
 
 class ProbeOptions(_Group):
     """EB⁺'s measured arbitration where the crossover's prediction is within its error
-    (:mod:`tidal.engine.ebplus_probe`; issue 18)."""
+    (:mod:`tidal.batching.ebplus_probe`; issue 18)."""
 
     measure: bool = False
     """Measure both modes where the prediction is within ``probe_band`` of the cost (on
@@ -331,7 +331,7 @@ def nest(data: dict[str, Any]) -> dict[str, Any]:
 def _prefer(data: dict[str, Any]) -> dict[str, Any]:
     """``bound.prefer: throughput`` sets ``selector.mb_cap: none`` (refusing another cap) and,
     unless given, ``probe.measure: true``: MB mode is then vLLM's MB, which holds more
-    requests than the N̂* the crossover prices it at (:mod:`tidal.engine.ebplus_probe`)."""
+    requests than the N̂* the crossover prices it at (:mod:`tidal.batching.ebplus_probe`)."""
     bound, selector = data.get("bound", {}), data.get("selector", {})
     if not (isinstance(bound, dict) and bound.get("prefer") == "throughput"):
         return data

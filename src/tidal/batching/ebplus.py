@@ -27,18 +27,18 @@ and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −s
   mixed step reads the weights as a decode step does);
 * with ``crossover_cost: steps`` (default, where the deployment's step-time function is known)
   the signal is ``c_MB − c_EB`` from both policies' steady-state cycles evaluated on that
-  function at ``N = min(N_obs, N̂*, N_max)`` (:mod:`tidal.engine.eb_cost`) — the closed form's
+  function at ``N = min(N_obs, N̂*, N_max)`` (:mod:`tidal.batching.eb_cost`) — the closed form's
   linear constants misplace the crossover where the step time is not linear at the operating
   point (issue 18's robustness grid: 51 of 420 cells where EB won and EB⁺ kept MB).
 
 Where the prediction favours EB by less than ``probe_band`` of the cost, ``probe.measure``
 (on with ``prefer: throughput``) has EB⁺ measure both modes' token rates and keep the faster
-(:mod:`tidal.engine.ebplus_probe`); δ = max(min(``delta``, ``delta_cap``·c), ``delta_rel``·c)
+(:mod:`tidal.batching.ebplus_probe`); δ = max(min(``delta``, ``delta_cap``·c), ``delta_rel``·c)
 with c = min(c_MB, c_EB) under the steps crossover.
 
 The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
 default: each admission must keep the running set's age-conditioned projected occupancy within
-the cache, :mod:`tidal.engine.kv_forecast`, at overflow probability ``mb_eps`` until the
+the cache, :mod:`tidal.batching.kv_forecast`, at overflow probability ``mb_eps`` until the
 forecast's first miss and EB's ε after it; ``mb_count_cap`` adds a count cap of the
 steady-state bound — by default (``feedback``) from that miss on: a preemption in MB mode, or
 ⌈``miss_share``·n⌉ of the n running requests older than every output of the forecast's
@@ -75,13 +75,13 @@ from typing import Any
 
 import numpy as np
 
+from tidal.batching import eb_theory as theory
+from tidal.batching.eb import DECODE, INITIAL_FILL, ExclusiveBatching
+from tidal.batching.eb_cost import step_crossover
+from tidal.batching.eb_options import EBOptions
+from tidal.batching.ebplus_probe import ModeProbe
+from tidal.batching.kv_forecast import KVForecast
 from tidal.core.request import Request
-from tidal.engine import eb_theory as theory
-from tidal.engine.eb import DECODE, INITIAL_FILL, ExclusiveBatching
-from tidal.engine.eb_cost import step_crossover
-from tidal.engine.eb_options import EBOptions
-from tidal.engine.ebplus_probe import ModeProbe
-from tidal.engine.kv_forecast import KVForecast
 from tidal.engine.mb import MixedBatching
 from tidal.engine.plan import StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
@@ -303,7 +303,7 @@ class EBPlus(BatchingPolicy):
             self._to_mb(now_ns)
 
     def _arbitrate(self, now_ns: int, event: str, signal: float, cost: float, n: float) -> bool:
-        """Whether the measured arbitration (:mod:`tidal.engine.ebplus_probe`) decides this
+        """Whether the measured arbitration (:mod:`tidal.batching.ebplus_probe`) decides this
         evaluation: a probe is running, or the prediction is within the band and this level
         has a verdict (held) or no probe yet (one starts)."""
         p = self.probe

@@ -23,12 +23,12 @@ recompute) and counts an OOM event.
 
 With ``n_bound: forecast`` (the default) N is the steady-state memory-safe N of continuous
 batching instead of N̂*, fills and refills take only the queue-head requests the KV forecast
-admits (:mod:`tidal.engine.kv_forecast`), and "KV full" means fewer free blocks than decoding
+admits (:mod:`tidal.batching.kv_forecast`), and "KV full" means fewer free blocks than decoding
 requests (the forecast reserves the growth the τ_KV heuristics guessed at). With ``n_bound:
 clt`` (the paper):
 the threshold ``k̂ = ⌊θ̂·N⌋`` and the memory-safe ``N̂*`` come from the online controller
 (Algorithm 1): every 100 completions the output-length hazard is re-fitted on a 500-sample window
-(:mod:`tidal.engine.output_stats`), ``θ* = θ0 + Δθ`` (CFR base + IFR correction, §2.3–§2.4) is
+(:mod:`tidal.batching.output_stats`), ``θ* = θ0 + Δθ`` (CFR base + IFR correction, §2.3–§2.4) is
 clipped to [max(0.01, θ_floor), θ_max] and smoothed (EMA 0.3), and N̂* (CLT form, §2.5) caps N.
 
 Deviations from the reference scheduler (each keeps memory safety when N̂* is on): by default
@@ -46,12 +46,12 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
+from tidal.batching.eb_bound import CLTBound, ForecastBound, ForecastGate
+from tidal.batching.eb_control import EBController
+from tidal.batching.eb_options import EBOptions
+from tidal.batching.kv_forecast import KVForecast
 from tidal.core.errors import ConfigError
 from tidal.core.request import Request
-from tidal.engine.eb_bound import CLTBound, ForecastBound, ForecastGate
-from tidal.engine.eb_control import EBController
-from tidal.engine.eb_options import EBOptions
-from tidal.engine.kv_forecast import KVForecast
 from tidal.engine.plan import StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
 from tidal.engine.state import EngineState

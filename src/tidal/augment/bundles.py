@@ -25,13 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tidal.augment.budget import DynamicBudget, StaticBudget, TokenBudget
+from tidal.augment.component import Augmentation, AugmentEnv
+from tidal.augment.intercept import INTERCEPTS
+from tidal.augment.ordering import AUGMENT_ORDERINGS, ValueQueue
+from tidal.augment.predictor import PREDICTORS
 from tidal.core.kv import KVBlockManager
 from tidal.core.registry import Registry
-from tidal.engine.augment.budget import DynamicBudget, StaticBudget, TokenBudget
-from tidal.engine.augment.component import Augmentation, AugmentEnv
-from tidal.engine.augment.intercept import INTERCEPTS
-from tidal.engine.augment.ordering import AUGMENT_ORDERINGS, ValueQueue
-from tidal.engine.augment.predictor import PREDICTORS
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import WaitingQueue
 from tidal.engine.scheduler import Scheduler, SchedulerConfig

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tidal.engine import eb_theory as ebt
+from tidal.batching import eb_theory as ebt
 
 # (α_p, β_p, α_d, β_d) in seconds, ebplus.md §1.1
 H200 = (1.2786e-3, 24.853e-6, 8.9212e-3, 45.865e-6)

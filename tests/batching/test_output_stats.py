@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tidal.engine.output_stats import OutputStats, fit_hazard
+from tidal.batching.output_stats import OutputStats, fit_hazard
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -1,6 +1,6 @@
 """EB⁺'s measured arbitration: where the crossover cannot tell EB and MB apart, run both.
 
-The steps crossover (:mod:`tidal.engine.eb_cost`) prices each mode's steady-state cycle on the
+The steps crossover (:mod:`tidal.batching.eb_cost`) prices each mode's steady-state cycle on the
 deployment's step function. On issue 18's grid its error against the realised runs reaches
 ±5 % of the cost: RTX PRO 6000 / Llama-3.1-70B / arXiv, EB predicted 4 % cheaper, MB realised
 1.3 % faster (vLLM's MB holds 38 requests, a count the crossover has no estimate of: it prices
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidal.engine.eb_options import ProbeOptions
+from tidal.batching.eb_options import ProbeOptions
 
 Level = tuple[float, float, float]
 """(N, μ̂_L, μ̂_O): the operating point a verdict was measured at."""

@@ -2,7 +2,7 @@
 occupancy, at every future step, stays within the cache with the §2.5 CLT margin.
 
 The paper's memory-safe batch size (``docs/research/ebplus.md`` §2.5, Proposition 3) and our
-MB-mode bound (:func:`tidal.engine.eb_theory.mb_safe_n`) are *static* caps on the number of
+MB-mode bound (:func:`tidal.batching.eb_theory.mb_safe_n`) are *static* caps on the number of
 running requests: they assume the slots are in a typical state (steady state, or a cohort
 admitted at once). Closed-loop clients with bounded outputs move in waves, and at a phase
 change the running requests are older than anything the estimator's window has seen, so a

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.batching.eb_helpers import make_eb, run_closed_loop
 from tests.conftest import make_request, request_set, simulate, unit_perf
-from tests.engine.eb_helpers import make_eb, run_closed_loop
+from tidal.batching import eb_theory
+from tidal.batching.eb import DECODE, INITIAL_FILL, REFILL
 from tidal.core.clock import VirtualClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
-from tidal.engine import eb_theory
 from tidal.engine.build import build_scheduler
-from tidal.engine.eb import DECODE, INITIAL_FILL, REFILL
 from tidal.engine.engine import Engine
 from tidal.engine.executor import ModelledExecutor
 from tidal.engine.scheduler import SchedulerConfig
@@ -385,7 +385,7 @@ def test_cached_refill_room_equals_the_forecast_room(ops):
 
 
 def test_reference_preset_gives_the_papers_forms_and_explicit_fields_win():
-    from tidal.engine.eb_options import REFERENCE, EBOptions
+    from tidal.batching.eb_options import REFERENCE, EBOptions
 
     ref = EBOptions(preset="reference")
     for group, forms in REFERENCE.items():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.batching.eb_helpers import H200_COSTS, make_eb
 from tests.conftest import request_set, simulate, unit_perf
-from tests.engine.eb_helpers import H200_COSTS, make_eb
-from tidal.engine import eb_theory
-from tidal.engine.eb_cost import eb_cost, mb_cost, step_crossover
+from tidal.batching import eb_theory
+from tidal.batching.eb_cost import eb_cost, mb_cost, step_crossover
 from tidal.sim.config import load_config
 from tidal.sim.phased import run_phases
 from tidal.sim.run import run_simulation

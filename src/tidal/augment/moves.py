@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from tidal.augment.state import KVMode
 from tidal.core.request import Request, RequestState
-from tidal.engine.augment.state import KVMode
 from tidal.engine.plan import StepPlan
 
 if TYPE_CHECKING:
-    from tidal.engine.augment.component import Augmentation
+    from tidal.augment.component import Augmentation
 
 
 def transfer(aug: Augmentation, plan: StepPlan) -> None:
@@ -111,7 +111,7 @@ def reclaim(aug: Augmentation, num_blocks: int, keep: Request | None = None) -> 
 def cache_outlook(aug: Augmentation) -> tuple[int, float] | None:
     """With the prefix cache: (free GPU tokens, tokens/s the running batch claims at
     ``It(N)``), the inputs of a discarded context's expected re-hit
-    (:func:`~tidal.engine.augment.waste.expected_cached_tokens`); None without it, and None
+    (:func:`~tidal.augment.waste.expected_cached_tokens`); None without it, and None
     while requests queue: a discarded context returns needing a prefill, behind that
     backlog, and its blocks age in the LRU for the call *and* the wait (measured: counting
     the hit through a backlog cost AugServe 16 % at 6 req/s, GPT-J-6B)."""

@@ -2,7 +2,7 @@
 
 Stage I (on arrival, docs/research/augserve.md §3.2): from the predicted output length Ĝ, the
 predicted calls (T̂_k, Â_k) and the context at each call, pick each call's context policy Ŝ_k by
-INFERCEPT's min-waste rule (paper forms, :mod:`tidal.engine.augment.waste`) and sum the cost of
+INFERCEPT's min-waste rule (paper forms, :mod:`tidal.augment.waste`) and sum the cost of
 prefill, decode, the calls under Ŝ_k and the resumptions. Stage II (docs/research/augserve.md §3.3):
 whenever the request re-enters the ready queue (a call returned, it was preempted) the value is
 recomputed over the *remaining* phases only, with what is now known: the actual returned tokens
@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tidal.engine.augment.predictor import NO_PREDICTION, Prediction, bucket_upper
-from tidal.engine.augment.waste import (
+from tidal.augment.predictor import NO_PREDICTION, Prediction, bucket_upper
+from tidal.augment.waste import (
     IterationProfile,
     expected_cached_tokens,
     waste_discard,

@@ -11,7 +11,7 @@ Fed one completed request at a time (O(1) on the hot path):
 * ``μ̂_L`` as an EMA (α = 0.05, initial 512) of prompt lengths, updated per completion, and
   with it an EMA of the squared prompt length (initial 512², so the prompt variance starts at
   0), from which ``Var(L)`` is read (not in Algorithm 1: the stationary MB occupancy of
-  :func:`tidal.engine.eb_theory.mb_safe_n` needs it).
+  :func:`tidal.batching.eb_theory.mb_safe_n` needs it).
 """
 
 from __future__ import annotations

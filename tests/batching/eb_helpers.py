@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from tidal.batching.eb_options import EBOptions
 from tidal.core.kv import KVBlockManager
 from tidal.engine.build import build_scheduler
-from tidal.engine.eb_options import EBOptions
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.interference import Quadratic, StepCosts
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from tidal.augment.predictor import Prediction
 from tidal.core.augmented import AugmentedSpec
-from tidal.engine.augment.predictor import Prediction
 
 
 class KVMode(IntEnum):

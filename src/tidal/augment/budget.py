@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from tidal.core.registry import Registry
 
 if TYPE_CHECKING:
-    from tidal.engine.augment.component import Augmentation
+    from tidal.augment.component import Augmentation
 
 
 class TokenBudget:

@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
+from tests.batching.eb_helpers import H200_COSTS, make_eb
+from tests.batching.eb_helpers import run_closed_loop as _run
 from tests.conftest import make_request, request_set, simulate, unit_perf
-from tests.engine.eb_helpers import H200_COSTS, make_eb
-from tests.engine.eb_helpers import run_closed_loop as _run
+from tidal.batching import eb_theory
+from tidal.batching.eb import DECODE
+from tidal.batching.ebplus import EBPlus
 from tidal.core.clock import VirtualClock
-from tidal.engine import eb_theory
 from tidal.engine.build import build_scheduler
-from tidal.engine.eb import DECODE
-from tidal.engine.ebplus import EBPlus
 from tidal.engine.engine import Engine
 from tidal.engine.executor import ModelledExecutor
 from tidal.engine.scheduler import Scheduler

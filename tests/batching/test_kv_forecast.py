@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tidal.engine.kv_forecast import KVForecast
+from tidal.batching.kv_forecast import KVForecast
 
 
 def test_deterministic_outputs_admit_until_the_peak_fills_the_cache():

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tidal.batching import eb_theory as theory
+from tidal.batching.kv_forecast import KVForecast, margin_ell
 from tidal.core.request import Request
-from tidal.engine import eb_theory as theory
-from tidal.engine.kv_forecast import KVForecast, margin_ell
 from tidal.engine.state import AdmissionTest, EngineState
 
 if TYPE_CHECKING:
-    from tidal.engine.eb_control import EBController
+    from tidal.batching.eb_control import EBController
 
 
 class ForecastGate:

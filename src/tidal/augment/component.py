@@ -21,7 +21,7 @@ timer). :meth:`resume` appends the ``a_k`` returned tokens and makes the request
 
 Every step: the intercept policy's per-iteration decisions, the ordering's refresh, the token
 budget (static or AugServe's dynamic one), then the batching policy, then the KV transfers
-(:mod:`tidal.engine.augment.moves`). Before a running request is preempted, idle contexts are
+(:mod:`tidal.augment.moves`). Before a running request is preempted, idle contexts are
 reclaimed; admission reclaims only for the head of an empty instance (no deadlock on memory
 held by idle requests).
 
@@ -38,16 +38,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tidal.augment.budget import StaticBudget, TokenBudget
+from tidal.augment.env import AugmentEnv
+from tidal.augment.intercept import InterceptPolicy, PreservePolicy
+from tidal.augment.moves import cache_outlook, reclaim, transfer
+from tidal.augment.ordering import InterceptFCFSQueue, ValueQueue
+from tidal.augment.predictor import OraclePredictor, Predictor
+from tidal.augment.state import AugRun, KVMode
+from tidal.augment.value import CostEnv, remaining_value
 from tidal.core.augmented import AugmentedSpec
 from tidal.core.request import Request, RequestState
-from tidal.engine.augment.budget import StaticBudget, TokenBudget
-from tidal.engine.augment.env import AugmentEnv
-from tidal.engine.augment.intercept import InterceptPolicy, PreservePolicy
-from tidal.engine.augment.moves import cache_outlook, reclaim, transfer
-from tidal.engine.augment.ordering import InterceptFCFSQueue, ValueQueue
-from tidal.engine.augment.predictor import OraclePredictor, Predictor
-from tidal.engine.augment.state import AugRun, KVMode
-from tidal.engine.augment.value import CostEnv, remaining_value
 from tidal.engine.plan import StepPlan
 from tidal.engine.state import EngineState, StateListener
 

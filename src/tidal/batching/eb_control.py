@@ -1,8 +1,9 @@
 """EB's online controller (Algorithm 1 of arXiv 2606.00516, ``docs/research/ebplus.md`` §3.1).
 
 Every ``update_every`` completions the output-length hazard is re-fitted on a ``window``-sample
-window (:mod:`tidal.engine.output_stats`); ``θ* = θ0 + Δθ`` — the CFR base θ0 (§2.3: ``p0·α_p/α_d``
-or the exact ``−ln(1−p0)·α_p/α_d``) plus the IFR correction Δθ (§2.4) — is clipped to
+window (:mod:`tidal.batching.output_stats`); ``θ* = θ0 + Δθ`` — the CFR base θ0
+(§2.3: ``p0·α_p/α_d`` or the exact ``−ln(1−p0)·α_p/α_d``) plus the IFR correction Δθ (§2.4)
+— is clipped to
 ``[max(0.01, θ_floor), θ_max]`` and smoothed (EMA ``theta_ema``); the admission bound gives N̂*
 (§2.5); N ← N̂* and the refill threshold ``k̂ = ⌊θ̂·N⌋``. With a KV forecast in use, each estimate
 also refreshes its survival curve and the steady-state N of continuous batching.
@@ -15,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tidal.engine import eb_theory as theory
-from tidal.engine.eb_bound import CLTBound, ForecastGate
-from tidal.engine.eb_options import EBOptions
-from tidal.engine.output_stats import OutputStats
+from tidal.batching import eb_theory as theory
+from tidal.batching.eb_bound import CLTBound, ForecastGate
+from tidal.batching.eb_options import EBOptions
+from tidal.batching.output_stats import OutputStats
 from tidal.engine.state import EngineState
 from tidal.hardware.interference import StepCosts
 

@@ -8,7 +8,7 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from tidal.engine.eb_options import GROUP_OF, GROUPS, REFERENCE, EBOptions
+from tidal.batching.eb_options import GROUP_OF, GROUPS, REFERENCE, EBOptions
 from tidal.sim.config import load_config
 
 

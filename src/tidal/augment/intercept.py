@@ -1,7 +1,7 @@
 """What to do with a paused request's KV context while its call runs (registry ``intercept``).
 
 The mechanisms (discard, chunked swap-out, preserve) live in the scheduler
-(:class:`tidal.engine.augment.component.Augmentation`); a policy only decides:
+(:class:`tidal.augment.component.Augmentation`); a policy only decides:
 
 * ``vllm`` — vLLM as run by INFERCEPT: the call ends the request, its KV is freed, and the return
   re-enters as a new request (whole context + returned tokens) at the *tail* of the FCFS queue
@@ -16,7 +16,7 @@ The mechanisms (discard, chunked swap-out, preserve) live in the scheduler
   swapped]; every other one is discarded now if ``W_D < W_P``, else kept (re-decided next
   iteration). With the prefix cache, ``W_D`` is that of the ``C − H`` tokens the resume would
   recompute, ``H`` the blocks expected to stay cached through the call
-  (:func:`~tidal.engine.augment.waste.expected_cached_tokens`).
+  (:func:`~tidal.augment.waste.expected_cached_tokens`).
 
 Fast-forward note: in a pure-decode run ``W_P`` only falls (the call's remaining time shrinks)
 and ``W_D`` only rises (the running contexts grow), so a request kept at one iteration is kept
@@ -27,19 +27,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tidal.core.registry import Registry
-from tidal.core.request import Request
-from tidal.engine.augment.moves import cache_outlook
-from tidal.engine.augment.state import AugRun, KVMode
-from tidal.engine.augment.waste import (
+from tidal.augment.moves import cache_outlook
+from tidal.augment.state import AugRun, KVMode
+from tidal.augment.waste import (
     expected_cached_tokens,
     waste_discard_chunked,
     waste_preserve,
     waste_swap_budgeted,
 )
+from tidal.core.registry import Registry
+from tidal.core.request import Request
 
 if TYPE_CHECKING:
-    from tidal.engine.augment.component import Augmentation
+    from tidal.augment.component import Augmentation
 
 
 class InterceptPolicy:
