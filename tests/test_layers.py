@@ -160,7 +160,6 @@ def test_no_import_runs_upward():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(reason="the cycles are broken in the next commits", strict=True)
 def test_no_import_cycle():
     graph = import_graph(SRC)
     found = cycles(graph)

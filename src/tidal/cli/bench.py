@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console, metrics_table
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console, metrics_table
 
 bench_app = typer.Typer(help="Measure a live server.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console
 from tidal.core.clock import CLOCK_CHOICES, resolve_clock
 
 GRID_TOKENS = 16384

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from tidal.cli import (
+from tidal.cli.app import (
     Opt,
     TidalError,
     _deep_merge,

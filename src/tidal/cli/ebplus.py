@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli.app import Opt, TidalError, _fail, app, console
 
 ebplus_app = typer.Typer(
     help="Exclusive batching (EB) and EB⁺: closed-form thresholds and the EB/MB crossover.",

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from tidal.cli import Opt, TidalError, _fail, _parse_rate, app, console
+from tidal.cli.app import Opt, TidalError, _fail, _parse_rate, app, console
 from tidal.cli.fidelity_report import print_fidelity
 from tidal.experiments.fidelity import run_fidelity
 

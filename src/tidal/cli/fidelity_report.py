@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tidal.cli import console
+from tidal.cli.app import console
 from tidal.cli.plain import styled
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli.app import Opt, TidalError, _fail, app, console
 from tidal.cli.plain import styled
 
 hardware_app = typer.Typer(help="GPU and model catalog: step-time models and memory plans.")

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tidal.cli import (
+from tidal.cli.app import (
     Opt,
     TidalError,
     _deep_merge,

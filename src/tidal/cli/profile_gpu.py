@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli.app import Opt, TidalError, _fail, app, console
 
 DEVICE_NAMES = (
     ("H200", "h200"),

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console, on_interrupt
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console, on_interrupt
 
 
 @contextmanager

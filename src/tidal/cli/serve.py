@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console
 from tidal.cli.plain import styled
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from tidal.cli import (
+from tidal.cli import vllm_names
+from tidal.cli.app import (
     Opt,
     TidalError,
     _fail,
@@ -15,7 +16,6 @@ from tidal.cli import (
     console,
     err_console,
     on_interrupt,
-    vllm_names,
 )
 from tidal.cli.plain import styled
 

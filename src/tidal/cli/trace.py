@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tidal.cli import (
+from tidal.cli.app import (
     Opt,
     TidalError,
     _fail,

@@ -82,16 +82,21 @@ class Registry(Generic[T]):
         return model.model_validate(dict(options))
 
     def summary(self, name: str) -> str:
-        """The first line of entry ``name``'s docstring, without its final period."""
-        doc = (getattr(self.get(name), "__doc__", None) or "").strip()
+        """The first line of entry ``name``'s docstring, without its final period (a class's
+        or a function's; an instance, e.g. a bundle of settings, has none of its own)."""
+        obj = self.get(name)
+        doc = (obj.__doc__ or "").strip() if isinstance(obj, type) or callable(obj) else ""
         return doc.splitlines()[0].rstrip(".") if doc else ""
 
-    def describe(self) -> str:
-        """One item per entry: its name, summary and where its options live (the CLI's help
-        of the registry's flag is built from it)."""
+    def describe(self, summaries: bool = True) -> str:
+        """The entries for the CLI's help of the registry's flag: ``name (summary) [options:
+        key]`` each, ``; ``-separated; without ``summaries`` (or when no entry has a summary
+        or options), ``a | b | c``."""
+        if not summaries:
+            return " | ".join(self)
         parts = []
         for name in self:
             summary = self.summary(name)
             opts = f" [options: {self.options_path(name)}]" if self.options_model(name) else ""
             parts.append(f"{name} ({summary}){opts}" if summary else f"{name}{opts}")
-        return "; ".join(parts)
+        return "; ".join(parts) if parts != list(self) else " | ".join(parts)
