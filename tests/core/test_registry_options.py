@@ -13,7 +13,7 @@ from tests.cluster.helpers import FakeBackend
 from tidal.augment.bundles import SERVING_POLICIES
 from tidal.augment.predictor import PREDICTORS
 from tidal.cli import app
-from tidal.cli.flags import SIMULATE
+from tidal.cli.flags import PLACEMENT_NAMES, SIMULATE
 from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
 from tidal.cluster.policies import PLACEMENTS
@@ -120,4 +120,5 @@ def test_the_help_lists_every_registered_name():
     assert BATCHING.describe() in batching
     assert "eb (Exclusive batching" in batching
     assert "[options: scheduler.eb]" in batching  # EB's options key, read from the class
-    assert PLACEMENTS.describe() in SIMULATE["placement"].help
+    assert tuple(PLACEMENTS) == PLACEMENT_NAMES  # --placement's help, listed without importing
+    assert " | ".join(PLACEMENTS) in SIMULATE["placement"].help

@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+import tidal
 from tidal.cli import help_layout
+from tidal.cli.plain import styled
 from tidal.core.errors import TidalError
 
 app = typer.Typer(
@@ -82,8 +84,6 @@ err_console = _console(stderr=True)
 
 def _print_version(value: bool) -> None:
     if value:
-        import tidal
-
         console.print(f"tidal {tidal.__version__}", highlight=False)
         raise typer.Exit()
 
@@ -101,8 +101,6 @@ Opt = typer.Option
 
 
 def _fail(err: Exception) -> None:
-    from tidal.cli.plain import styled
-
     err_console.print(styled(("error:", "bold red"), " ", str(err)))
     raise typer.Exit(2)
 
@@ -212,6 +210,7 @@ def metrics_table(title: str, rows: dict[str, dict[str, Any]]) -> Table:
 
 
 def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> Any:
+    # lazy: keeps tidal --help fast
     from tidal.core.signals import sigterm_as_exit
     from tidal.report.io import check_run_dir
     from tidal.sim.run import load_requests
@@ -224,6 +223,7 @@ def _run_and_write(cfg: Any, out: Path | None, show_progress: bool = True) -> An
 
 
 def _simulate_and_write(cfg: Any, out: Path | None, show_progress: bool, reqs: Any) -> Any:
+    # lazy: keeps tidal --help fast
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from tidal.report.results import write_run

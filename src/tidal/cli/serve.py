@@ -107,6 +107,7 @@ def serve(
 ) -> None:
     """Serve a model over /v1/completions, /v1/chat/completions, /v1/models, /metrics."""
     try:
+        # lazy: checks that the optional extra is installed
         import uvicorn
 
         from tidal.api.app import create_app

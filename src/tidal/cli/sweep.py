@@ -49,6 +49,7 @@ def sweep(
     ] = "workload",
 ) -> None:
     """Run the cartesian grid of a config in parallel; resumable (finished cells are reused)."""
+    # lazy: keeps tidal --help fast
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

@@ -25,7 +25,7 @@ def trace_info_cmd(
     fmt: Annotated[str, Opt("--format", help="auto | azure | mooncake | servegen.")] = "auto",
 ) -> None:
     """Rows, span, rates, burstiness and length statistics of a trace."""
-    from tidal.workload.info import trace_info
+    from tidal.workload.info import trace_info  # lazy: keeps tidal --help fast
 
     try:
         info = trace_info(path, fmt)

@@ -23,10 +23,10 @@ def plot_ebplus(
     """Write a 4-panel PNG of the selector trace. ``table`` is the ``ebplus`` table (a dict of
     columns or a polars DataFrame) as :meth:`tidal.batching.ebplus.EBPlus.extra_tables`
     returns it."""
-    import matplotlib
+    import matplotlib  # lazy: optional dependency (matplotlib)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional dependency (matplotlib)
 
     t = _col(table, "time_ns") / 1e9
     mode = np.array([1 if m == "eb" else 0 for m in _col(table, "mode")])
