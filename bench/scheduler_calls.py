@@ -12,7 +12,7 @@ import argparse
 import statistics
 import time
 
-import tidal.sim.run as sim_run
+import tidal.sim.single as sim_run
 from tidal.sim.config import load_config
 from tidal.sim.run import load_requests, run_simulation
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+import tidal.cluster.registries  # noqa: F401  (tests build any registered policy by name)
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
 from tidal.engine.build import build_scheduler

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import needs_traces
+from tidal.augment.component import Augmentation
+from tidal.augment.ordering import ValueQueue
+from tidal.batching.ebplus import EBPlus
 from tidal.core.errors import TidalError
-from tidal.engine.augment.component import Augmentation
-from tidal.engine.augment.ordering import ValueQueue
-from tidal.engine.ebplus import EBPlus
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 

@@ -5,8 +5,10 @@ admitted requests while the step holds at most ``max_prefill_tokens`` prefill to
 knob that trades TTFT for TPOT. Everything that changes requests or KV goes through the engine
 state (``schedule_running``, ``admit``); the policy only picks the step's budget.
 
-Use it by importing this file (it registers ``decode-first``), then
+Use it by importing this file (it registers ``decode-first``): ``tidal simulate --policy-module
+docs/examples/decode_first.py --batching decode-first``, or in a config
 
+    policy_modules: [docs/examples/decode_first.py]
     scheduler: {batching: decode-first, options: {max_prefill_tokens: 256}}
 """
 

@@ -6,13 +6,13 @@ import numpy as np
 from hypothesis import strategies as st
 
 from tests.conftest import unit_perf
+from tidal.augment.bundles import AugmentSpec, build_augmented_scheduler
+from tidal.augment.env import AugmentEnv
+from tidal.augment.waste import IterationProfile
+from tidal.batching.eb_options import EBOptions
 from tidal.core.augmented import AugmentedSpec, ToolCall
 from tidal.core.kv import KVBlockManager
 from tidal.core.prefix_cache import PrefixCachingKVManager
-from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
-from tidal.engine.augment.env import AugmentEnv
-from tidal.engine.augment.waste import IterationProfile
-from tidal.engine.eb_options import EBOptions
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import step_costs

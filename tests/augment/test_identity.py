@@ -12,9 +12,9 @@ import pytest
 
 from tests.augment.helpers import make, run
 from tests.conftest import unit_perf
+from tidal.batching.eb_options import EBOptions
 from tidal.core.kv import KVBlockManager
 from tidal.engine.build import build_scheduler
-from tidal.engine.eb_options import EBOptions
 from tidal.engine.scheduler import SchedulerConfig
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.interference import step_costs

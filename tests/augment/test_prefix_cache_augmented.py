@@ -138,7 +138,7 @@ def test_evicted_blocks_are_recomputed_tail_first(prompt_b: int, evicted: int) -
 
 
 def test_expected_cached_tokens() -> None:
-    from tidal.engine.augment.waste import expected_cached_tokens
+    from tidal.augment.waste import expected_cached_tokens
 
     # 100 tokens: 6 full blocks of 16 (96); 0.5 s at 400 tok/s claims 200 > 120 free → 80
     # over, 5 blocks evicted → 1 block left

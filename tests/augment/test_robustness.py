@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tests.augment.helpers import make, run, spec, workload
-from tidal.engine.augment.budget import DynamicBudget, running_growth
-from tidal.engine.augment.predictor import Prediction
+from tidal.augment.budget import DynamicBudget, running_growth
+from tidal.augment.predictor import Prediction
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 

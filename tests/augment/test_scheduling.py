@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 
 from tests.augment.helpers import make, run, spec, workload
-from tidal.core.request import Request
-from tidal.engine.augment.budget import DynamicBudget
-from tidal.engine.augment.ordering import ValueQueue
-from tidal.engine.augment.predictor import (
+from tidal.augment.budget import DynamicBudget
+from tidal.augment.ordering import ValueQueue
+from tidal.augment.predictor import (
     NO_PREDICTION,
     PREDICTORS,
     Prediction,
     bucket_of,
     bucket_upper,
 )
-from tidal.engine.augment.value import CostEnv, remaining_value, stage1_value
-from tidal.engine.augment.waste import IterationProfile
+from tidal.augment.value import CostEnv, remaining_value, stage1_value
+from tidal.augment.waste import IterationProfile
+from tidal.core.request import Request
 
 PROF = IterationProfile(alpha_s=5e-5, gamma_s=0.01, saturation_tokens=384)
 ENV = CostEnv(PROF, 512, 2e-5, other_ctx=10_000)

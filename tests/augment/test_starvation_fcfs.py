@@ -1,12 +1,12 @@
 """AugServe's FCFS-relative anti-starvation (issue 18): a request is promoted to the FCFS tier
 only once FCFS by original arrival — INFERCEPT's order, given the same admission slots — would
-have served it, plus κ times that wait and a floor (``tidal.engine.augment.ordering``)."""
+have served it, plus κ times that wait and a floor (``tidal.augment.ordering``)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tidal.engine.augment.ordering import ValueQueue, VirtualFCFS
+from tidal.augment.ordering import ValueQueue, VirtualFCFS
 
 S = 1_000_000_000
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.augment.helpers import MS, make, run, spec, workload
-from tidal.engine.augment.value import DISCARD, PRESERVE, SWAP, CostEnv, min_waste_policy
-from tidal.engine.augment.waste import (
+from tidal.augment.value import DISCARD, PRESERVE, SWAP, CostEnv, min_waste_policy
+from tidal.augment.waste import (
     IterationProfile,
     waste_discard,
     waste_discard_chunked,

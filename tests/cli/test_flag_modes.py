@@ -111,6 +111,8 @@ MODE_CONFIG = {"cluster": {"cluster": {"warmup_s": 20, "mix": {"alpha": 1.0, "re
 EXACT = {
     "no_fast_forward": "fast-forward is exact: the same result by contract (tests/sim)",
     "ordering": "one registered ordering (fcfs): no other value to give",
+    "policy_module": "imports policies; a result changes only with --batching naming one of "
+    "them (tests/cli/test_policy_module.py)",
 }
 """Flags that change how a run is computed but, by contract, not its result."""
 NOT_HERE = {

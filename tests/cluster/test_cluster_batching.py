@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from tests.conftest import needs_traces
-from tidal.engine.eb import ExclusiveBatching
-from tidal.engine.ebplus import EBPlus
+from tidal.batching.eb import ExclusiveBatching
+from tidal.batching.ebplus import EBPlus
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.batching.eb_helpers import make_eb
 from tests.conftest import make_scheduler
-from tests.engine.eb_helpers import make_eb
 from tidal.core.clock import VirtualClock
 from tidal.core.request import Request, RequestState, StopRule
 from tidal.engine.engine import Engine

@@ -47,7 +47,7 @@ def _boom_on_budget(budget: int) -> Any:
 def test_a_cell_raising_zero_division_is_recorded_and_the_sweep_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tidal.sim.run.run_simulation", _boom_on_budget(1024))
+    monkeypatch.setattr("tidal.experiments.sweep.run_simulation", _boom_on_budget(1024))
     grid = {"scheduler.token_budget": [512, 1024, 2048]}
     out = run_sweep(BASE, grid, tmp_path, backend="serial")
     assert len(out.ran) == 2
@@ -65,7 +65,7 @@ def test_a_cell_raising_zero_division_is_recorded_and_the_sweep_goes_on(
 def test_cli_sweep_with_a_failed_cell_exits_non_zero_after_running_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tidal.sim.run.run_simulation", _boom_on_budget(512))
+    monkeypatch.setattr("tidal.experiments.sweep.run_simulation", _boom_on_budget(512))
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({**BASE, "grid": {"scheduler.token_budget": [512, 2048]}}))
     res = CliRunner().invoke(

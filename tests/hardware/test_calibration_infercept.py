@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tidal.engine.augment.waste import IterationProfile
+from tidal.augment.waste import IterationProfile
 from tidal.hardware.calibration import (
     INFERCEPT_GEMM_EFFICIENCY,
     INFERCEPT_PROFILES,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.runtime.helpers import prompts, run, tiny_engine, write_cpu_profile
+from tidal.batching.eb import ExclusiveBatching
+from tidal.batching.ebplus import EBPlus
 from tidal.core.errors import ConfigError
-from tidal.engine.eb import ExclusiveBatching
-from tidal.engine.ebplus import EBPlus
 from tidal.runtime.config import RuntimeConfig, profile_step_costs
 
 pytest.importorskip("torch")

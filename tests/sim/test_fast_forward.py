@@ -110,7 +110,7 @@ def test_fast_forward_is_exact_for_exclusive_batching(
     """EB's phase machine (both N recoveries) and EB⁺'s per-step demand EMA, surge test, mode
     switches and MB-mode running cap must give the same timestamps whether decode runs are
     fast-forwarded or stepped."""
-    from tests.engine.eb_helpers import make_eb
+    from tests.batching.eb_helpers import make_eb
     from tidal.hardware.interference import step_costs
 
     longest = int((rs.prompt_len + rs.output_len).max())

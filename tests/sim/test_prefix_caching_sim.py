@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.batching.eb_helpers import H200_COSTS
 from tests.conftest import request_set, simulate, traces_available, unit_perf
-from tests.engine.eb_helpers import H200_COSTS
 from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.engine.build import build_scheduler
 from tidal.engine.scheduler import SchedulerConfig

@@ -144,6 +144,7 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
+        # lazy: optional dependency (prometheus_client)
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return PlainTextResponse(

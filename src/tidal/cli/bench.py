@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console, metrics_table
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console, metrics_table
 
 bench_app = typer.Typer(help="Measure a live server.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -98,11 +99,13 @@ def bench_serve(
     pcts = _percentiles(percentile_metrics, metric_percentiles)
     args = dict(locals())
     params = _config({k: v for k, v in args.items() if k not in ("ctx", "pcts")})
+    # lazy: keeps tidal --help fast
     from tidal.measure.dataset import build_requests
     from tidal.measure.results import parse_goodput
     from tidal.measure.runner import BenchSettings, served_model
 
     try:
+        # lazy: checks that the optional extra is installed
         import httpx2  # noqa: F401
     except ImportError as err:
         _fail(TidalError(f"{err}; install the client with: pip install httpx2"))
@@ -165,7 +168,7 @@ def bench_serve(
 
 def _goodput_extras(extra: list[str]) -> list[str]:
     """Arguments after ``--goodput KEY:MS`` (vLLM's nargs='+'): more SLOs, nothing else."""
-    from tidal.measure.results import GOODPUT_KEYS
+    from tidal.measure.results import GOODPUT_KEYS  # lazy: keeps tidal --help fast
 
     for a in extra:
         if a.partition(":")[0] not in GOODPUT_KEYS:
@@ -224,6 +227,7 @@ def run_bench(
     percentiles: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark, write ``out`` (when given) and return ``summary.json``'s content."""
+    # lazy: keeps tidal --help fast
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from tidal.measure.results import columns, measured_metrics
@@ -286,9 +290,7 @@ def run_bench(
 def extra_percentiles(cols: dict[str, Any], pcts: dict[str, list[float]]) -> dict[str, float]:
     """``{metric}_p{p}_s`` over completed requests (ITL: over every gap), for ``--percentile-
     metrics``/``--metric-percentiles`` (vLLM's ``e2el`` is Tidal's ``e2e``)."""
-    import numpy as np
-
-    from tidal.core.metrics import request_latencies
+    from tidal.core.metrics import request_latencies  # lazy: keeps tidal --help fast
 
     lat = request_latencies(cols)
     done = np.asarray(cols["success"], dtype=bool)

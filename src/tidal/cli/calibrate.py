@@ -7,8 +7,12 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+import numpy as np
+from pydantic import ValidationError
+
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console
 from tidal.core.clock import CLOCK_CHOICES, resolve_clock
+from tidal.workload.lengths import uniform_bounds
 
 GRID_TOKENS = 16384
 """Decode grid points hold at most this many context tokens (B·L)."""
@@ -16,8 +20,7 @@ GRID_TOKENS = 16384
 
 def runtime_config(**kw: Any) -> Any:
     """A ``RuntimeConfig``; pydantic errors become readable ``TidalError``s."""
-    from pydantic import ValidationError
-
+    # lazy: keeps tidal --help fast
     from tidal.runtime.config import RuntimeConfig
     from tidal.sim.config import format_validation_error
 
@@ -28,7 +31,7 @@ def runtime_config(**kw: Any) -> Any:
 
 
 def machine_info(threads: int | None) -> dict[str, Any]:
-    import torch
+    import torch  # lazy: optional dependency (torch)
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -51,8 +54,7 @@ def _fit(samples: list[Any], fit_on: str = "all") -> tuple[dict[str, float], Any
     """Fit the profile to every sample, or (``fit_on="serving"``) to the serving points' steps
     only, whose shapes are those of the workload when the points are matched to it; the
     relative errors returned are those of every sample under that fit."""
-    import numpy as np
-
+    # lazy: keeps tidal --help fast
     from tidal.hardware.profiled import ProfiledPerfModel, fit_profile
 
     if fit_on == "all":
@@ -82,8 +84,6 @@ def serving_options(
 ) -> dict[str, Any]:
     """Keyword arguments of :func:`~tidal.runtime.profiling.serving_grid` from the CLI flags:
     lengths uniform on ``[L/2, 3L/2]`` (the workload's ``uniform`` distribution, jitter ½)."""
-    from tidal.workload.lengths import uniform_bounds
-
     kw: dict[str, Any] = {}
     for flag, value, key in (
         ("serving-prompt-len", prompt_len, "prompt_range"),
@@ -153,6 +153,7 @@ def calibrate(
 ) -> None:
     """Profile prefill, decode and mixed steps over a grid of batch shapes; fit the profile."""
     try:
+        # lazy: checks that the optional extra is installed
         import numpy as np
 
         from tidal.hardware.profiled import ProfiledPerfModel
@@ -164,7 +165,7 @@ def calibrate(
         _fail(TidalError(f"{err}; install the engine with: pip install 'tidal[engine]'"))
         return
     try:
-        from tidal.core.outpath import check_out_file
+        from tidal.core.outpath import check_out_file  # lazy: keeps tidal --help fast
 
         check_out_file(out, "out")  # before the profiling, not after it
         if save_samples is not None:
@@ -255,7 +256,7 @@ def calibrate(
         prof = ProfiledPerfModel(coef, source=str(out), info=info)
         write_json(out, prof.to_json())
         if save_samples is not None:
-            from tidal.report.io import write_parquet
+            from tidal.report.io import write_parquet  # lazy: keeps tidal --help fast
 
             cols: dict[str, Any] = {
                 name: np.array([getattr(s.shape, name) for s in samples], dtype=np.int64)
@@ -294,7 +295,7 @@ def calibration_noise(
 ) -> dict[str, Any]:
     """The machine's load during profiling, the passes' spread and the probe's drift
     (:mod:`tidal.runtime.noise`), with a sentence for each beyond its limit."""
-    from tidal.runtime.noise import noise_warnings, repeat_spread
+    from tidal.runtime.noise import noise_warnings, repeat_spread  # lazy: keeps tidal --help fast
 
     spread = repeat_spread(samples)
     drift = probe_after / probe_before - 1

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 from typing import Annotated, Any
 
-from tidal.cli import (
+from tidal.cli.app import (
     Opt,
     TidalError,
     _deep_merge,
@@ -25,8 +26,7 @@ def demo(
     config: Annotated[Path | None, Opt(help="A demo YAML with `base` and `variants`.")] = None,
 ) -> None:
     """Replay a real trace through several configurations and compare them side by side."""
-    import importlib.resources
-
+    # lazy: keeps tidal --help fast
     import yaml
 
     from tidal.sim.config import load_config, load_yaml

@@ -6,8 +6,14 @@ import json
 from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.batching import eb_theory as th
+from tidal.cli.app import Opt, TidalError, _fail, app, console
+from tidal.cli.plain import styled
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.interference import step_costs
+from tidal.hardware.models import get_model
 
 ebplus_app = typer.Typer(
     help="Exclusive batching (EB) and EB⁺: closed-form thresholds and the EB/MB crossover.",
@@ -35,14 +41,11 @@ def explain_setting(
     N̂* capped at ``max_seqs``; θ0 from the CFR closed form with p0 = 1/μ_O; k = θ0·N. The
     crossover uses the simulator's step model (β_MB^e = β_EB^w + ΔI_step) and, where the paper
     measured one, its β_MB^e fit too."""
+    # lazy: keeps tidal --help fast
     from tidal.cli.ranges import ExplainArgs, check_args
-    from tidal.engine import eb_theory as th
     from tidal.hardware.calibration import build_perf_model
     from tidal.hardware.corrected import check_host
-    from tidal.hardware.gpus import get_gpu
-    from tidal.hardware.interference import step_costs
-    from tidal.hardware.memory import plan_memory
-    from tidal.hardware.models import get_model
+    from tidal.hardware.memory import plan_memory  # lazy: keeps tidal --help fast
 
     if prompt_len <= 0 or output_len <= 0:
         raise TidalError("prompt-len/output-len: must be positive token counts")
@@ -146,9 +149,7 @@ def explain(
     if as_json:
         console.print_json(json.dumps(res))
         return
-    from rich.table import Table
 
-    from tidal.cli.plain import styled
 
     c = res["costs"]
     console.print(

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from tidal.cli import Opt, TidalError, _fail, _parse_rate, app, console
+from tidal.cli.app import Opt, TidalError, _fail, _parse_rate, app, console
 from tidal.cli.fidelity_report import print_fidelity
 from tidal.experiments.fidelity import run_fidelity
 
@@ -107,6 +107,7 @@ def fidelity(
 ) -> None:
     """Replay a workload on the real engine and in the simulator; write per-request errors."""
     try:
+        # lazy: checks that the optional extra is installed
         import numpy as np  # noqa: F401
 
         from tidal.runtime.driver import EngineDriver  # noqa: F401
@@ -115,6 +116,7 @@ def fidelity(
         return
     try:
         if measured is not None:
+            # lazy: keeps tidal --help fast
             from tidal.experiments.fidelity_measured import run_measured_fidelity
 
             result = run_measured_fidelity(

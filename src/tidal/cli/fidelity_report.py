@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tidal.cli import console
+from rich.table import Table
+
+from tidal.cli.app import console
 from tidal.cli.plain import styled
 
 
 def print_fidelity(result: dict[str, Any], out: Path) -> None:
-    from rich.table import Table
-
     what = "measured run" if result.get("measured") else "real engine"
     t = Table(title=f"simulator vs {what}, per-request |relative error|")
     t.add_column("metric")

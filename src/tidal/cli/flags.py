@@ -6,27 +6,39 @@ checked against the config models by tests/cli/test_flags.py. vLLM's names (``vl
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+from tidal.augment.bundles import SERVING_POLICIES
+from tidal.augment.predictor import PREDICTORS
+
+# The batching and augmentation policies registered, as the help lists them (not through
+# tidal.cluster.registries: the placement policies would add 15 % to tidal --help).
+from tidal.batching import eb, ebplus  # noqa: F401
+from tidal.cli.app import _parse_rate
 from tidal.cli.flagspec import Flag, FlagTable
+from tidal.core.errors import TidalError
+from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import describe_batching
 from tidal.hardware.gpus import GPUS
 
 
-def _rate(text: str) -> float | None:
-    from tidal.cli import _parse_rate
+def _modules(given: list[str]) -> list[str] | None:
+    return list(given) or None
 
+
+def _rate(text: str) -> float | None:
     return _parse_rate(text)
 
-
-def _cv_of_burstiness(burstiness: float) -> float:
-    from tidal.cli.vllm_names import cv_of_burstiness
-
-    return cv_of_burstiness(burstiness)
+def cv_of_burstiness(burstiness: float) -> float:
+    """Tidal's arrival CV of vLLM's ``--burstiness`` k (the Gamma shape): ``1/sqrt(k)``."""
+    if not burstiness > 0 or math.isinf(burstiness):
+        raise TidalError(f"burstiness: must be a finite number > 0, got {burstiness}")
+    return 1.0 / math.sqrt(burstiness)
 
 
 def _list(text: str) -> list[Any]:
-    from tidal.experiments.grid import parse_value
+    from tidal.experiments.grid import parse_value  # lazy: keeps tidal --help fast
 
     return [parse_value(v) for v in text.split(",") if v.strip()]
 
@@ -141,7 +153,7 @@ SYNTHETIC = (
     Flag(
         "burstiness", F,
         "Synthetic: Gamma shape of the gaps (vLLM), i.e. --arrival-cv 1/sqrt(B).",
-        "workload.arrival_cv", vllm=("--burstiness",), convert=_cv_of_burstiness,
+        "workload.arrival_cv", vllm=("--burstiness",), convert=cv_of_burstiness,
     ),
     Flag(
         "prompt_len", I, "Synthetic: prompt length (location).", "workload.prompt_len",
@@ -185,11 +197,12 @@ AUGMENTED = (
     ),
     Flag(
         "serving_policy", S,
-        "Augmented: vllm | infercept | augserve (| augserve-ordering | augserve-budget).",
+        f"Augmented: {SERVING_POLICIES.describe(summaries=False)}.",
         "augment.serving_policy", shows="vllm",
     ),
     Flag(
-        "predictor", S, "Augmented: oracle | noisy | mean | none (AugServe's predictions).",
+        "predictor", S,
+        f"Augmented: {PREDICTORS.describe(summaries=False)} (AugServe's predictions).",
         "augment.predictor", shows="noisy",
     ),
     Flag(
@@ -212,7 +225,10 @@ SCHEDULER = (
         "batching", S, f"Batching policy: {describe_batching()}.", "scheduler.batching",
         shows="mb",
     ),
-    Flag("ordering", S, "Waiting-queue ordering (fcfs, ...).", "scheduler.ordering", shows="fcfs"),
+    Flag(
+        "ordering", S, f"Waiting-queue ordering: {ORDERINGS.describe(summaries=False)}.",
+        "scheduler.ordering", shows="fcfs",
+    ),
     Flag(
         "token_budget", I,
         "Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan).",
@@ -221,6 +237,12 @@ SCHEDULER = (
     Flag(
         "max_seqs", I, "Max running requests (N; vLLM max_num_seqs).", "scheduler.max_seqs",
         vllm=("--max-num-seqs",), shows=256,
+    ),
+    Flag(
+        "policy_module", list[str] | None,
+        "Python file (or module name) imported before the policies are looked up, so that a "
+        "policy it registers is selected by its name (repeatable).",
+        "policy_modules", convert=_modules,
     ),
 )  # fmt: skip
 
@@ -279,6 +301,10 @@ PREFIXES = (
     ),
 )  # fmt: skip
 
+PLACEMENT_NAMES = ("dedicated", "muxserve", "serverlessllm", "warmserve")
+"""The registered placement policies (``PLACEMENTS``; a test keeps them equal): listed by name
+so that ``tidal --help`` does not import the cluster's policies."""
+
 CLUSTER = (
     Flag(
         "cluster", S, "Multi-model cluster NODESxGPUS:GPU, e.g. 2x8:h100.", "cluster.spec",
@@ -289,7 +315,7 @@ CLUSTER = (
         "cluster.models", shows="llama-2-7b,llama-2-7b,llama-2-13b,llama-2-70b",
     ),
     Flag(
-        "placement", S, "Cluster: dedicated | serverlessllm | muxserve | warmserve.",
+        "placement", S, f"Cluster: {' | '.join(PLACEMENT_NAMES)}.",
         "cluster.placement", shows="warmserve",
     ),
     Flag("alpha", F, "Cluster: power-law skew of model shares.", "cluster.mix.alpha", shows=0.5),

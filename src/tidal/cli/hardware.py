@@ -9,8 +9,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli.app import Opt, TidalError, _fail, app, console
 from tidal.cli.plain import styled
+from tidal.hardware.gpus import GPUS, get_gpu
+from tidal.hardware.models import MODELS, get_model
 
 hardware_app = typer.Typer(help="GPU and model catalog: step-time models and memory plans.")
 app.add_typer(hardware_app, name="hardware")
@@ -39,6 +41,7 @@ def shape_ms(perf: Any, decodes: int, prefill: int) -> float:
 
 def models_for(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
     """The side-by-side models: name → PerfModel (measured only where data exist)."""
+    # lazy: keeps tidal --help fast
     from tidal.hardware.calibration import build_perf_model, measured_model
 
     out = {
@@ -55,6 +58,7 @@ def models_for(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
 def engine_models(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
     """``engine:<engine>`` → the engine-table model at its newest version, where the GPU's
     tables (and the model's shapes) allow one."""
+    # lazy: keeps tidal --help fast
     from tidal.hardware.engine_data import ENGINES
     from tidal.hardware.engine_perf import EnginePerfModel, system_of
 
@@ -71,6 +75,7 @@ def engine_models(model: Any, gpu: Any, tp: int) -> dict[str, Any]:
 
 def engine_version_rows(gpu: Any) -> list[tuple[str, str]]:
     """(engine, its versions with measured tables on ``gpu``), oldest first."""
+    # lazy: keeps tidal --help fast
     from tidal.hardware.engine_data import ENGINES, engine_versions
     from tidal.hardware.engine_perf import system_of
 
@@ -81,7 +86,7 @@ def engine_version_rows(gpu: Any) -> list[tuple[str, str]]:
 
 
 def kv_plan_rows(model: Any, gpu: Any, tp: int) -> list[tuple[str, str]]:
-    from tidal.hardware.memory import plan_memory
+    from tidal.hardware.memory import plan_memory  # lazy: keeps tidal --help fast
 
     try:
         plan = plan_memory(model, gpu, tp)
@@ -122,9 +127,8 @@ def show(
 ) -> None:
     """Step times (ms, including LM head and host time) for typical shapes from each model,
     the model ``--perf-model auto`` picks, and the KV plan."""
+    # lazy: keeps tidal --help fast
     from tidal.hardware.calibration import build_perf_model, perf_model_source
-    from tidal.hardware.gpus import get_gpu
-    from tidal.hardware.models import get_model
 
     try:
         if tp < 1:
@@ -179,8 +183,7 @@ def _backing_lines(title: str, rows: dict[str, Any]) -> Table:
 
 
 def gpu_tables() -> list[Table]:
-    from tidal.hardware.catalog import backing
-    from tidal.hardware.gpus import GPUS
+    from tidal.hardware.catalog import backing  # lazy: keeps tidal --help fast
 
     by_gpu, _ = backing()
     t = Table(title="GPUs (--gpu; NAME@TBs for a what-if memory bandwidth)")
@@ -199,8 +202,6 @@ def gpu_tables() -> list[Table]:
 def engine_table_lines() -> Table:
     """Per GPU, the serving engines and versions whose measured operator tables
     ``--perf-model engine`` reads (``--engine``, ``--engine-version``)."""
-    from tidal.hardware.gpus import GPUS
-
     t = Table.grid(padding=(0, 2))
     t.add_column(no_wrap=True)
     t.add_column()
@@ -213,8 +214,7 @@ def engine_table_lines() -> Table:
 
 
 def model_tables() -> list[Table]:
-    from tidal.hardware.catalog import backing
-    from tidal.hardware.models import MODELS
+    from tidal.hardware.catalog import backing  # lazy: keeps tidal --help fast
 
     _, by_model = backing()
     t = Table(title="Models (--model)")

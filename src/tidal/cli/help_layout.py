@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import typer.rich_utils as rich_utils
 from rich.table import Table
 from rich.text import Text
 
@@ -57,7 +58,5 @@ def _folding(cell: Any) -> Any:
 
 def install() -> None:
     """Make typer's help tables :class:`FoldingTable` s (idempotent)."""
-    import typer.rich_utils as rich_utils
-
     if getattr(rich_utils, "Table", None) is Table:
         rich_utils.Table = FoldingTable  # type: ignore[misc]

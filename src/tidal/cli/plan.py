@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tidal.cli import (
+from tidal.cli.app import (
     Opt,
     TidalError,
     _deep_merge,
@@ -23,7 +23,7 @@ from tidal.cli.flags import PLAN
 
 
 def _pairs(text: str | None, field: str) -> dict[str, Any]:
-    from tidal.experiments.grid import parse_value
+    from tidal.experiments.grid import parse_value  # lazy: keeps tidal --help fast
 
     out: dict[str, Any] = {}
     for part in (text or "").split(","):
@@ -60,6 +60,7 @@ def plan(
     ] = 1,
 ) -> None:
     """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO."""
+    # lazy: keeps tidal --help fast
     from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
 
     from tidal.core.outpath import check_out_dir

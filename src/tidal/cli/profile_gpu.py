@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from tidal.cli import Opt, TidalError, _fail, app, console
+from tidal.cli.app import Opt, TidalError, _fail, app, console
+from tidal.hardware.models import get_model
 
 DEVICE_NAMES = (
     ("H200", "h200"),
@@ -26,7 +27,7 @@ def catalog_gpu(device_name: str) -> str | None:
 
 
 def _device(spec: str) -> object:
-    import torch
+    import torch  # lazy: optional dependency (torch)
 
     if spec == "auto":
         spec = "cuda" if torch.cuda.is_available() else "cpu"
@@ -59,11 +60,11 @@ def profile_gpu(
     """Time the layer's GEMMs, norms, RoPE, activation, residual add, the embedding and LM head,
     paged decode and SDPA prefill attention over the profile grids; write tidal-gpu-profile/1."""
     try:
-        import torch
+        import torch  # lazy: optional dependency (torch)
 
-        from tidal.hardware.models import get_model
+        # lazy: keeps tidal --help fast
         from tidal.hardware.opprofile import load_profile, save_profile
-        from tidal.runtime import opprofiler as op
+        from tidal.runtime import opprofiler as op  # lazy: loads torch, the engine extra
 
         if threads is not None:
             torch.set_num_threads(threads)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console, on_interrupt
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console, on_interrupt
 
 
 @contextmanager
@@ -20,6 +20,7 @@ def figure_status(out: Any) -> Iterator[Callable[[int, int, str], None] | None]:
     if not out.is_terminal:
         yield None
         return
+    # lazy: keeps tidal --help fast
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
     columns = (SpinnerColumn(), TextColumn("drawing {task.description}"), BarColumn())
@@ -43,8 +44,8 @@ def report(
     ] = "html",
 ) -> None:
     """Draw the figures of a results directory and write a report beside them."""
-    from tidal.report.integrity import check_results
-    from tidal.report.render import render_report
+    from tidal.report.integrity import check_results  # lazy: keeps tidal --help fast
+    from tidal.report.render import render_report  # lazy: loads matplotlib
 
     try:
         note = "the figures drawn so far are kept; run the command again to draw them all"

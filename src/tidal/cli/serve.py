@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tidal.cli import Opt, TidalError, _fail, app, console, err_console
+from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console
 from tidal.cli.plain import styled
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ def serve(
 ) -> None:
     """Serve a model over /v1/completions, /v1/chat/completions, /v1/models, /metrics."""
     try:
+        # lazy: checks that the optional extra is installed
         import uvicorn
 
         from tidal.api.app import create_app

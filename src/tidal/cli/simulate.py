@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from tidal.cli import (
+from tidal.cli.app import (
     Opt,
     TidalError,
     _deep_merge,
@@ -18,6 +18,7 @@ from tidal.cli import (
     metrics_table,
 )
 from tidal.cli.flags import SIMULATE
+from tidal.cli.plain import styled
 
 
 @app.command()
@@ -32,7 +33,7 @@ def simulate(
 ) -> None:
     """Simulate one serving instance, or a multi-model cluster (--cluster), on a trace or a
     synthetic workload."""
-    from tidal.sim.config import load_config, load_yaml
+    from tidal.sim.config import load_config, load_yaml  # lazy: keeps tidal --help fast
 
     given = flags or {}
     try:
@@ -42,7 +43,7 @@ def simulate(
         cfg = load_config(data, SIMULATE.key_names())
         result = _run_and_write(cfg, out)
         if out is not None and "ebplus" in result.extras.get("tables", {}):
-            from tidal.report.ebplus_plot import plot_ebplus
+            from tidal.report.ebplus_plot import plot_ebplus  # lazy: keeps tidal --help fast
 
             plot_ebplus(
                 result.extras["tables"]["ebplus"],
@@ -75,8 +76,7 @@ def simulate(
         f"({info['simulated_requests_per_s']:,.0f} req/s, {info['num_events']:,} events)"
         + (f"; results in {out}" if out else "")
     )
-    from tidal.cli.notes import run_notes
-    from tidal.cli.plain import styled
+    from tidal.cli.notes import run_notes  # lazy: keeps tidal --help fast
 
     for note in run_notes(cfg, result):
         head, _, tail = note.partition(":")  # plain text: user values are never markup
@@ -128,7 +128,7 @@ def _print_cluster(cfg: Any, result: Any, out: Path | None, plot: bool) -> None:
         f"rate {'—' if hit is None else f'{hit:.1%}'}, GPU-seconds {m['gpu_seconds']:,.0f}"
     )
     if out is not None and plot:
-        from tidal.report.cluster_plot import plot_gpu_timeline
+        from tidal.report.cluster_plot import plot_gpu_timeline  # lazy: keeps tidal --help fast
 
         plot_gpu_timeline(result, out / "gpu_timeline.png")
     info = result.run_info

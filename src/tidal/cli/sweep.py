@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from tidal.cli import (
+from tidal.cli import vllm_names
+from tidal.cli.app import (
     Opt,
     TidalError,
     _fail,
@@ -15,7 +16,6 @@ from tidal.cli import (
     console,
     err_console,
     on_interrupt,
-    vllm_names,
 )
 from tidal.cli.plain import styled
 
@@ -49,6 +49,7 @@ def sweep(
     ] = "workload",
 ) -> None:
     """Run the cartesian grid of a config in parallel; resumable (finished cells are reused)."""
+    # lazy: keeps tidal --help fast
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tidal.cli import (
+from tidal.cli.app import (
     Opt,
     TidalError,
     _fail,
@@ -25,7 +25,7 @@ def trace_info_cmd(
     fmt: Annotated[str, Opt("--format", help="auto | azure | mooncake | servegen.")] = "auto",
 ) -> None:
     """Rows, span, rates, burstiness and length statistics of a trace."""
-    from tidal.workload.info import trace_info
+    from tidal.workload.info import trace_info  # lazy: keeps tidal --help fast
 
     try:
         info = trace_info(path, fmt)

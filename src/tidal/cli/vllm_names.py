@@ -28,10 +28,9 @@ arrival CV of the same Gamma process is ``1/sqrt(k)`` (k = 1: Poisson, CV 1).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from tidal.cli.flags import vllm_grid_keys
+from tidal.cli.flags import cv_of_burstiness, vllm_grid_keys
 from tidal.core.errors import TidalError
 
 GRID_KEYS = vllm_grid_keys()
@@ -39,10 +38,6 @@ GRID_KEYS = vllm_grid_keys()
 (:mod:`tidal.cli.flags`; ``burstiness`` too, see :func:`grid_key`)."""
 
 
-def cv_of_burstiness(burstiness: float) -> float:
-    if not burstiness > 0 or math.isinf(burstiness):
-        raise TidalError(f"burstiness: must be a finite number > 0, got {burstiness}")
-    return 1.0 / math.sqrt(burstiness)
 
 
 def arrival_cv(cv: float | None, burstiness: float | None) -> float | None:

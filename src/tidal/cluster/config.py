@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from tidal.cluster.topology import parse_cluster
 from tidal.core.strict import StrictModel
 from tidal.workload.multimodel import MixConfig
 
@@ -223,6 +224,9 @@ class ClusterConfig(_Strict):
     )
     placement: str = "warmserve"
     """``dedicated``, ``serverlessllm``, ``muxserve`` or ``warmserve``."""
+    placement_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of the placement policy, validated by its ``Options`` model (``tidal simulate
+    --help`` lists which policies take options)."""
     page_mib: int = Field(default=2, ge=1)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     block_size: int = Field(default=256, ge=1)
@@ -261,9 +265,7 @@ class ClusterConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
-        from tidal.cluster.policies import PLACEMENTS
-        from tidal.cluster.topology import parse_cluster
-
+        """The topology parses; the placement name is checked where the registries are complete
+        (:class:`tidal.sim.config.SimulationConfig`, and the controller that builds it)."""
         parse_cluster(self.spec)
-        PLACEMENTS.get(self.placement)
         return self

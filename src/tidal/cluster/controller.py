@@ -38,6 +38,7 @@ from tidal.cluster.kv import reserving_kv
 from tidal.cluster.load import ModelLoad
 from tidal.cluster.memory import ClusterMemory
 from tidal.cluster.models import ServedModel, served_models
+from tidal.cluster.policies import PLACEMENTS
 from tidal.cluster.startup_run import run_startup_plan
 from tidal.cluster.topology import parse_cluster
 from tidal.cluster.transfer import TransferEngine
@@ -63,8 +64,6 @@ class ClusterController:
         stats: list[dict[str, float]] | None = None,
         first_arrival_ns: int = 0,
     ) -> None:
-        from tidal.cluster.policies import PLACEMENTS
-
         self.cfg = cfg
         self.backend = backend
         self.placed: dict[int, ModelInstance] = {}

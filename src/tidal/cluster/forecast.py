@@ -131,7 +131,7 @@ def seasonal_naive(series: np.ndarray, period: int) -> np.ndarray:
 def holt_winters(series: np.ndarray, period: int, train: int) -> np.ndarray:
     """Additive Holt-Winters: parameters fitted by statsmodels on ``series[:train]``, then one
     step ahead over the whole series with those parameters (NaN before ``train``)."""
-    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing  # lazy: keeps tidal --help fast
 
     fit = ExponentialSmoothing(
         series[:train],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import GPUSpec
@@ -127,8 +127,6 @@ def served_models(
 
 def with_tp(model: ServedModel, tp: int) -> ServedModel:
     """The same logical model sharded over ``tp`` GPUs (MuxServe meshes choose the degree)."""
-    from dataclasses import replace
-
     spec = model.spec
     blk = spec.kv_bytes_per_token_per_gpu(tp) * model.block_size
     return replace(

@@ -21,7 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tidal.core.errors import ConfigError
+from tidal.core.outpath import check_out_dir
 from tidal.core.spool import ColumnSet
 
 _TEMP_SUFFIX = re.compile(r"[A-Za-z0-9_]+")
@@ -64,8 +67,6 @@ def write_json(path: str | Path, obj: Any) -> None:
 def write_parquet(path: str | Path, columns: Mapping[str, Any]) -> None:
     """Columns as one Parquet file (zstd, no statistics). A :class:`ColumnSet` (columns on
     disk) is streamed (:func:`sink_parquet`); the file is the same byte for byte."""
-    import polars as pl
-
     if isinstance(columns, ColumnSet):
         atomic_write(path, lambda p: sink_parquet(p, columns))
         return
@@ -86,8 +87,6 @@ def write_parts(n: int) -> list[int]:
 def sink_parquet(path: Path, cols: ColumnSet) -> None:
     """Write ``cols`` through polars' streaming sink from temporary parts of
     :func:`write_parts`' sizes (one part in memory at a time)."""
-    import polars as pl
-
     if cols.num_rows == 0:
         pl.DataFrame(dict(cols)).write_parquet(path, statistics=False)
         return
@@ -123,8 +122,6 @@ def clear_stale(final: Path) -> None:
 def check_run_dir(final: str | Path) -> None:
     """Refuse a ``final`` that :func:`replacing_dir` may not replace (see there), or cannot
     create (:func:`tidal.core.outpath.check_out_dir`)."""
-    from tidal.core.outpath import check_out_dir
-
     final = check_out_dir(final)
     if final.exists() and not final.is_dir():
         raise ConfigError("out", f"{final} exists and is not a directory", "give a directory")

@@ -27,8 +27,8 @@ class BatchingPolicy(StateListener):
     Options: ClassVar[type[BaseModel] | None] = None
     """The policy's options model (validated from YAML ``scheduler.<options_key>``)."""
     options_key: ClassVar[str] = "options"
-    """Where a run's config holds the options: ``scheduler.options`` (``eb``: the
-    exclusive-batching family's ``scheduler.eb``)."""
+    """Where a run's config holds the options: ``scheduler.<options_key>`` (``options``; the
+    exclusive-batching family of :mod:`tidal.batching` reads ``scheduler.eb``)."""
 
     def __init__(self, state: EngineState, options: Any = None) -> None:
         self.state = state
@@ -63,37 +63,16 @@ class BatchingPolicy(StateListener):
         return {}
 
 
-BATCHING: Registry[type[BatchingPolicy]] = Registry("batching")
+BATCHING: Registry[type[BatchingPolicy]] = Registry("batching", section="scheduler")
 
 
 def describe_batching() -> str:
-    """One line per registered policy: its name, summary and where its options live (the
-    ``--batching`` help is built from it)."""
-    import tidal.engine.policies  # noqa: F401  (registers every policy)
-
-    parts = []
-    for name in BATCHING:
-        cls = BATCHING.get(name)
-        summary = (cls.__doc__ or "").strip().splitlines()[0].rstrip(".") if cls.__doc__ else ""
-        opts = ""
-        if cls.Options is not None:
-            key = "scheduler.eb" if cls.options_key == "eb" else "scheduler.options"
-            opts = f" [options: {key}]"
-        parts.append(f"{name} ({summary}){opts}" if summary else f"{name}{opts}")
-    return "; ".join(parts)
+    """One item per registered policy: name, summary, where its options live (``--batching``'s
+    help; :meth:`Registry.describe`). The caller completes the registry first."""
+    return BATCHING.describe()
 
 
 def validate_options(name: str, options: dict[str, Any]) -> BaseModel | None:
     """``scheduler.options`` validated by the options model of policy ``name`` (None: the
-    policy takes its options from ``scheduler.eb`` or has none)."""
-    import tidal.engine.policies  # noqa: F401  (registers every policy)
-
-    cls = BATCHING.get(name)
-    if cls.Options is None or cls.options_key == "eb":
-        if options:
-            raise ValueError(
-                f"scheduler.options: {name!r} takes no options there"
-                + (" (its options are scheduler.eb)" if cls.Options is not None else "")
-            )
-        return None
-    return cls.Options.model_validate(options)
+    policy reads its options from another key, e.g. ``scheduler.eb``, or has none)."""
+    return BATCHING.validate_options(name, options)

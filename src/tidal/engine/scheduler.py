@@ -11,7 +11,8 @@ model or a real model runner executed the step. Inside, the work is split three 
   every change to them (admit, chunk, preempt, finish), emitting events;
 * a :class:`~tidal.engine.policy.BatchingPolicy` (registry :data:`BATCHING`: ``mb``, ``eb``,
   ``ebplus``) decides each step over that state;
-* an optional :class:`~tidal.engine.augment.component.Augmentation` (tool-calling requests)
+* an optional :class:`~tidal.engine.component.StepComponent` (tool-calling requests:
+  :class:`tidal.augment.component.Augmentation`)
   listens to the state's events and supplies each step's token budget; it composes with any
   batching policy.
 
@@ -21,14 +22,13 @@ Build one with :func:`tidal.engine.build.build_scheduler`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from tidal.core.request import Request
 from tidal.engine.acceptance import AcceptanceModel
-from tidal.engine.eb_options import EBOptions
 from tidal.engine.plan import StepOutput, StepPlan
 from tidal.engine.policy import BATCHING, BatchingPolicy
 from tidal.engine.spec_pool import SpecDecodePool, spec_metrics
@@ -36,7 +36,7 @@ from tidal.engine.state import EngineState, StateView
 from tidal.engine.stats import PolicyStats
 
 if TYPE_CHECKING:
-    from tidal.engine.augment.component import Augmentation
+    from tidal.engine.component import StepComponent
     from tidal.hardware.interference import StepCosts
 
 __all__ = ["BATCHING", "Scheduler", "SchedulerConfig"]
@@ -52,8 +52,9 @@ class SchedulerConfig:
     """Cap on one request's prefill chunk per step (0: only the budget caps it)."""
     costs: StepCosts | None = None
     """The deployment's linear step costs (policies that reason about step cost: ``eb``)."""
-    eb: EBOptions = field(default_factory=EBOptions)
-    """Options of the exclusive-batching policies (``eb``, ``ebplus``)."""
+    eb: BaseModel | None = None
+    """Options of the policies whose ``options_key`` is ``eb`` (the exclusive-batching family
+    of :mod:`tidal.batching`: an ``EBOptions``; None: the policy's defaults)."""
     options: BaseModel | None = None
     """Options of another registered policy (an instance of its ``Options`` model)."""
     speculation: AcceptanceModel | None = None
@@ -73,7 +74,7 @@ class Scheduler(StateView):
         self,
         state: EngineState,
         policy: BatchingPolicy,
-        augmentation: Augmentation | None = None,
+        augmentation: StepComponent | None = None,
     ) -> None:
         self.state = state
         self.policy = policy

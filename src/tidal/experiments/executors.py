@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.core.orphan import die_with_parent
 
 BACKENDS = ("process", "serial", "ray")
 
@@ -69,8 +70,6 @@ def run_process_pool(
 
 def _init_worker(parent: int) -> None:
     """A worker dies with its parent (:mod:`tidal.core.orphan`) and ignores Ctrl-C."""
-    from tidal.core.orphan import die_with_parent
-
     die_with_parent(parent)
     _ignore_sigint()
 
@@ -101,7 +100,7 @@ def _release_manager(pool: ProcessPoolExecutor) -> None:
     pipe nobody writes to, and CPython's exit hook joins every such thread: the process would
     never exit (seen: a test run that passed, then hung). Give it 5 s, then drop it from the
     hook's list; the thread dies with the process."""
-    import concurrent.futures.process as cfp
+    import concurrent.futures.process as cfp  # lazy: a private module, read on this path only
 
     thread = getattr(pool, "_executor_manager_thread", None)
     if thread is None:
@@ -118,7 +117,7 @@ def run_ray(
     it is set (workers need tidal installed, and traces at the same path); otherwise it starts a
     local Ray with ``workers`` CPUs."""
     try:
-        import ray
+        import ray  # lazy: optional dependency (ray)
     except ImportError:
         raise ConfigError(
             "backend",

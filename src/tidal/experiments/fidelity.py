@@ -25,8 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from pydantic import ValidationError
+
 from tidal.core.clock import CLOCK_CHOICES, resolve_clock
 from tidal.core.errors import TidalError
+from tidal.core.request import Request
 from tidal.experiments.fidelity_run import real_run
 from tidal.workload.content import content_token_ids
 
@@ -39,8 +43,7 @@ def _quiet(_: str) -> None:
 
 def runtime_config(**kw: Any) -> Any:
     """A ``RuntimeConfig``; pydantic errors become readable ``TidalError``s."""
-    from pydantic import ValidationError
-
+    # lazy: keeps tidal --help fast
     from tidal.runtime.config import RuntimeConfig
     from tidal.sim.config import format_validation_error
 
@@ -62,7 +65,7 @@ def _check(repeats: int, warmup_requests: int, recalibrate: int, clock: str) -> 
 
 
 def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
-    from tidal.hardware.profiled import ProfiledPerfModel
+    from tidal.hardware.profiled import ProfiledPerfModel  # lazy: keeps tidal --help fast
 
     prof = ProfiledPerfModel.load(profile)
     measured_for = prof.info.get("model")
@@ -78,6 +81,7 @@ def _load_profile(profile: Path, model: str, clock: str, log: Log) -> Any:
 
 def _scaled_profile(prof: Any, ratio: float, path: Path) -> str:
     """Write ``prof`` with every coefficient times ``ratio`` to ``path``; its perf_model key."""
+    # lazy: keeps tidal --help fast
     from tidal.core.io import write_json
     from tidal.hardware.profiled import ProfiledPerfModel
 
@@ -92,9 +96,8 @@ def _held_out_speed(sim_cfg: Any, seed: int, n: int, prof: Any, clock: str) -> A
     """A speed probe on a held-out sample of the same workload (another seed, never compared):
     its replay's measured / predicted step time is the machine's speed relative to the profile
     now."""
-    from tidal.core.request import Request
-    from tidal.runtime.profiling import workload_probe
-    from tidal.sim.run import load_requests, rng_streams
+    from tidal.runtime.profiling import workload_probe  # lazy: loads torch, the engine extra
+    from tidal.sim.run import load_requests, rng_streams  # lazy: keeps tidal --help fast
 
     held_cfg = sim_cfg.model_copy(
         update={
@@ -126,6 +129,7 @@ def _recalibrated(
 ) -> list[dict[str, Any]]:
     """Per real run: the statistics against a simulation whose profile is rescaled by the mean
     of the held-out speed ratios before and after that run."""
+    # lazy: keeps tidal --help fast
     from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.sim.run import run_simulation
 
@@ -149,9 +153,7 @@ def _recalibrated(
 
 def _medians(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The median over runs of every headline statistic (runs without it are skipped)."""
-    import numpy as np
-
-    from tidal.experiments.fidelity_metrics import METRICS
+    from tidal.experiments.fidelity_metrics import METRICS  # lazy: keeps tidal --help fast
 
     keys = [f"{m}_{s}_rel_error" for m in METRICS for s in ("median", "p90")]
     keys += [f"{m}_{s}" for m in METRICS for s in ("median_signed_error", "p50_shift", "p90_shift")]
@@ -163,6 +165,7 @@ def _speed_normalized(
 ) -> dict[str, Any]:
     """The same profile rescaled by the speed probe's ratio (run time / calibration time):
     what is left of the error once the machine's speed drift is taken out."""
+    # lazy: keeps tidal --help fast
     from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.sim.run import run_simulation
 
@@ -179,6 +182,7 @@ def _noise(runs: list[dict[str, Any]], sim_columns: Any) -> dict[str, Any]:
     """The measurement's noise floor (the same comparison between two real runs) and the
     comparison with each request's mean over the real runs (the run-to-run noise averages
     out)."""
+    # lazy: keeps tidal --help fast
     from tidal.experiments.fidelity_metrics import fidelity_summary, mean_columns
 
     pairs = [
@@ -202,6 +206,7 @@ def _sim_config(
     seed: int,
 ) -> tuple[Any, Any]:
     """The simulation's config and requests; every request must fit the KV cache."""
+    # lazy: keeps tidal --help fast
     from tidal.sim.config import load_config
     from tidal.sim.run import load_requests
 
@@ -250,8 +255,7 @@ def run_fidelity(
     ``log`` receives progress lines (rich markup). ``clock="auto"`` is ``cpu`` on a CPU device.
     ``noise`` in the result holds the machine's load during the real runs and a sentence for
     every noise source beyond its limit (:func:`tidal.runtime.noise.fidelity_warnings`)."""
-    import numpy as np
-
+    # lazy: keeps tidal --help fast
     from tidal.experiments.fidelity_metrics import fidelity_summary
     from tidal.runtime.config import device_type
     from tidal.runtime.noise import LoadMeter
@@ -314,8 +318,6 @@ def run_fidelity(
 def prefix_cache_fidelity(sim_columns: Any, real_columns: list[Any]) -> dict[str, Any]:
     """Both backends' prefix-cache hit rates (first-admission cached tokens / prompt tokens,
     from the request tables) and how many requests found exactly the same cached tokens."""
-    import numpy as np
-
     def rate(cols: Any) -> float:
         return float(np.sum(cols["cached_tokens"]) / max(int(np.sum(cols["prompt_len"])), 1))
 
@@ -373,13 +375,14 @@ def _summarize(
 def _noise_report(
     load: dict[str, Any], result: dict[str, Any], runs: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    from tidal.runtime.noise import fidelity_warnings
+    from tidal.runtime.noise import fidelity_warnings  # lazy: keeps tidal --help fast
 
     pairs = [(r["speed_before"], r["speed_after"]) for r in runs if r["speed_before"]]
     return {**load, "warnings": fidelity_warnings(load, result.get("real_vs_real"), pairs)}
 
 
 def _write(out: Path, result: dict[str, Any], sim_columns: Any, real_columns: Any) -> None:
+    # lazy: keeps tidal --help fast
     from tidal.core.io import write_json, write_parquet
     from tidal.experiments.results import _clean
 

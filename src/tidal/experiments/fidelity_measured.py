@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.core.io import write_json, write_parquet
+from tidal.experiments.fidelity_metrics import fidelity_summary
+from tidal.experiments.results import _clean
+from tidal.sim.config import load_config
+from tidal.sim.run import load_requests, run_simulation
+from tidal.workload.measured import measured_columns
 
 
 def measured_requests_path(measured: Path) -> Path:
@@ -48,13 +54,6 @@ def run_measured_fidelity(
     gpu_memory_utilization: float | None,
     seed: int,
 ) -> dict[str, Any]:
-    from tidal.core.io import write_json, write_parquet
-    from tidal.experiments.fidelity_metrics import fidelity_summary
-    from tidal.experiments.results import _clean
-    from tidal.sim.config import load_config
-    from tidal.sim.run import load_requests, run_simulation
-    from tidal.workload.measured import measured_columns
-
     path = measured_requests_path(measured)
     memory: dict[str, Any] = {"block_size": block_size}
     if num_kv_blocks is not None:

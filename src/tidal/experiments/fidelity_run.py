@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
+from tidal.core.request import Request
+
 
 def real_run(
     rt_cfg: Any,
@@ -17,13 +21,15 @@ def real_run(
     """One real-engine replay of ``reqs`` (open-loop arrivals on ``clock``): its request
     columns, metrics (the simulator's :func:`~tidal.core.metrics.summarize`, ITL weighted by
     decode tokens), the scheduler's share of step time, and speed probes before and after."""
+    # lazy: keeps tidal --help fast
     from tidal.core.histogram import LogHistogram
     from tidal.core.metrics import summarize
-    from tidal.core.request import Request
-    from tidal.runtime.config import build_engine
+    from tidal.runtime.config import build_engine  # lazy: keeps tidal --help fast
+
+    # lazy: loads torch, the engine extra
     from tidal.runtime.driver import EngineDriver
     from tidal.runtime.profiling import probe, warm_up
-    from tidal.sim.recorder import RequestRecorder
+    from tidal.sim.recorder import RequestRecorder  # lazy: keeps tidal --help fast
 
     rt = build_engine(rt_cfg)
     driver = EngineDriver(rt)
@@ -45,7 +51,6 @@ def real_run(
     wall = time.perf_counter() - t0
     speed_after = speed(rt) if speed is not None else None
     probe_after = probe(rt, clock)
-    import numpy as np
 
     periods = np.array([r.period_ns for r in steps], dtype=np.int64)
     itl = LogHistogram()  # a step's duration, weighted by its decode tokens (as the simulator)

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
+from tidal.core.io import write_json, write_parquet
 from tidal.experiments.plan_cache import copy_run
 from tidal.experiments.plan_options import PlanOutcome
+from tidal.experiments.results import _clean, write_run
 from tidal.sim.run import SimResult
 
 
 def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
     """``DIR/plan.json``, ``DIR/evaluations.parquet`` and one run directory per returned
     candidate under ``DIR/runs/`` (``tidal report DIR`` draws them)."""
-    from tidal.core.io import write_json, write_parquet
-    from tidal.experiments.results import _clean
-
     out = Path(out_dir)
     spec = outcome.spec
     wl = spec.base.get("workload", {})
@@ -92,8 +92,6 @@ def write_candidate_run(
 ) -> None:
     """One deployment's run directory (``tidal report`` draws it): ``config`` is the option's
     (per-replica) config."""
-    from tidal.experiments.results import write_run
-
     write_run(
         run_dir,
         config,
@@ -109,8 +107,6 @@ def write_candidate_run(
 def _drop_stale_runs(runs: Path, keep: list[str]) -> None:
     """Run directories of an earlier plan into the same directory that this plan did not
     return (the plan directory is the plan's own)."""
-    import shutil
-
     if runs.is_dir():
         for d in runs.iterdir():
             if d.is_dir() and d.name not in keep and (d / "summary.json").is_file():

@@ -17,7 +17,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.core.orphan import die_with_parent
 from tidal.experiments.grid import set_dotted
+from tidal.experiments.plan_options import certain_failure_stop
 from tidal.experiments.replicas import SimulationStopped, run_replicated
 from tidal.experiments.space import PlanSpec
 from tidal.sim.config import SimulationConfig, load_config
@@ -42,9 +44,6 @@ def simulate_at(
 
 def _init(spec: PlanSpec, targets: dict[str, float], requests: RequestSet, parent: int) -> None:
     """A worker's state; it dies with its parent (:mod:`tidal.core.orphan`)."""
-    from tidal.core.orphan import die_with_parent
-    from tidal.experiments.plan_options import certain_failure_stop
-
     die_with_parent(parent)
     _WORKER.update(spec=spec, requests=requests, stop=certain_failure_stop(targets, requests))
 

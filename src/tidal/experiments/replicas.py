@@ -31,6 +31,7 @@ from tidal.engine.stats import PolicyStats
 from tidal.hardware.calibration import perf_model_source
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.roofline import roofline_token_throughput
+from tidal.sim.cluster_metrics import CacheCounts
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
@@ -153,7 +154,6 @@ def run_replicated(
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))
     if reqs.content is not None:  # vLLM's prefix-cache counters, summed over the replicas
-        from tidal.sim.cluster_metrics import CacheCounts
 
         counts = CacheCounts()
         for s, _, _ in built:

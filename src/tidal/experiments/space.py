@@ -35,15 +35,22 @@ each unit of it costing ``gpus_per_unit`` GPUs; the run is then a plain ``run_si
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+import tidal.cluster.registries  # noqa: F401  (every policy registered)
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
+from tidal.engine.ordering import ORDERINGS
+from tidal.engine.scheduler import BATCHING
 from tidal.experiments.replicas import ROUTERS
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.models import get_model
+from tidal.sim.config import format_validation_error
 from tidal.sim.fieldcheck import check_field_value
 
 DEFAULT_TP = [1, 2, 4]
@@ -100,8 +107,6 @@ class PlanSpec(StrictModel):
     def _prices(cls, v: dict[str, float]) -> dict[str, float]:
         """A price is a finite positive USD per GPU-hour of a catalog GPU: a negative price
         would make the most GPUs the cheapest, and an unknown GPU would silently not count."""
-        from tidal.hardware.gpus import get_gpu
-
         for gpu, price in v.items():
             try:
                 get_gpu(gpu)
@@ -126,10 +131,6 @@ class PlanSpec(StrictModel):
 
     def axes(self) -> dict[str, list[Any]]:
         """The search block with the defaults filled in (registered policies, TP, budgets)."""
-        import tidal.engine.policies  # noqa: F401  (registers every policy)
-        from tidal.engine.ordering import ORDERINGS
-        from tidal.engine.scheduler import BATCHING
-
         axes = {k: list(v) for k, v in self.search.items()}
         cluster = self.base.get("cluster")
         axes.setdefault("gpu", [self.base.get("gpu", "h100")])
@@ -171,9 +172,6 @@ class PlanSpec(StrictModel):
 
 def _check_names(key: str, values: list[Any]) -> None:
     """GPU and model axes name catalog entries: a typo is an error, not an empty option."""
-    from tidal.hardware.gpus import get_gpu
-    from tidal.hardware.models import get_model
-
     lookups: dict[str, Callable[[str], object]] = {"gpu": get_gpu, "model": get_model}
     lookup = lookups.get(key)
     if lookup is None:
@@ -189,30 +187,24 @@ REGISTRY_AXES = {
     "scheduler.batching": ("tidal.engine.scheduler", "BATCHING"),
     "scheduler.ordering": ("tidal.engine.ordering", "ORDERINGS"),
     "cluster.placement": ("tidal.cluster.policies", "PLACEMENTS"),
-    "augment.serving_policy": ("tidal.engine.augment.bundles", "SERVING_POLICIES"),
-    "augment.ordering": ("tidal.engine.augment.ordering", "AUGMENT_ORDERINGS"),
+    "augment.serving_policy": ("tidal.augment.bundles", "SERVING_POLICIES"),
+    "augment.ordering": ("tidal.augment.ordering", "AUGMENT_ORDERINGS"),
 }
 """Axes whose values are policy names, checked against their registry up front (a registry
 whose package is not installed yet is skipped)."""
 
 
 def _registry(key: str) -> Any:
-    import importlib
-
     if key not in REGISTRY_AXES:
         return None
     module, name = REGISTRY_AXES[key]
     try:
-        import tidal.engine.policies  # noqa: F401  (registers every policy)
-
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         return None
 
 
 def load_plan_spec(data: dict[str, Any]) -> PlanSpec:
-    from tidal.sim.config import format_validation_error
-
     try:
         return PlanSpec.model_validate(data)
     except ValidationError as err:

@@ -31,12 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tidal.core.errors import ConfigError, TidalError
 from tidal.core.io import write_json, write_parquet
 from tidal.core.signals import sigterm_as_exit
 from tidal.experiments.executors import run_cells
 from tidal.experiments.grid import Grid, apply_cell, canonical, cell_id, cell_seed, cells
 from tidal.experiments.results import _clean, _config_values, write_run
+from tidal.sim.config import load_config
+from tidal.sim.run import run_simulation
 
 CELLS_DIR = "cells"
 RESULTS_FILE = "results.parquet"
@@ -68,8 +72,6 @@ class SweepOutcome:
 
 def plan_cells(base: Mapping[str, Any], grid: Grid, seed_policy: str = "workload") -> list[Cell]:
     """Validate every cell's config up front (an error names the cell and the field)."""
-    from tidal.sim.config import load_config
-
     base_seed = int(base.get("seed", 0) or 0)
     out: list[Cell] = []
     for values in cells(grid):
@@ -122,9 +124,6 @@ def describe_error(err: BaseException) -> str:
 
 def simulate_cell(config: dict[str, Any]) -> CellOutput:
     """Run one cell (in a worker process). Errors a user can act on come back as text."""
-    from tidal.sim.config import load_config
-    from tidal.sim.run import run_simulation
-
     try:
         res = run_simulation(load_config(config))
     except Exception as err:  # one cell's failure, whatever it is, must not end the sweep
@@ -209,8 +208,6 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
 
 
 def write_results(out_dir: Path, cell_list: list[Cell]) -> Path:
-    import polars as pl
-
     rows = results_rows(out_dir, cell_list)
     path = out_dir / RESULTS_FILE
     if rows:

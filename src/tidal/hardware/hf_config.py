@@ -27,7 +27,7 @@ from typing import Any
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.hf_quant import checkpoint_precision
-from tidal.hardware.models import ModelSpec
+from tidal.hardware.model_spec import ModelSpec
 
 PACKAGE = "aiconfigurator_core"
 

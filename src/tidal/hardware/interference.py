@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal.hardware.calibration import CALIBRATIONS
 from tidal.hardware.gpus import GPUS, GPUSpec
+from tidal.hardware.linear_calibration import CALIBRATIONS, derive_linear
 from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import LinearPerfModel, PerfModel, RooflinePerfModel, WrappedPerfModel
 
@@ -114,8 +114,6 @@ STEP_INTERFERENCE: dict[tuple[str, str, int], Quadratic] = _step_table()
 
 
 def _roofline_beta_d(model: ModelSpec, gpu: GPUSpec, tp: int) -> float:
-    from tidal.hardware.calibration import derive_linear
-
     return derive_linear(RooflinePerfModel(model, gpu, tp)).beta_d
 
 
@@ -212,7 +210,7 @@ class StepCosts:
     step_ns: Callable[..., int] | None = field(default=None, compare=False, repr=False)
     """The deployment's step-time function (``PerfModel.step_ns``) the constants were fitted
     to, when known: EB⁺'s crossover may evaluate it at the operating point
-    (:mod:`tidal.engine.eb_cost`)."""
+    (:mod:`tidal.batching.eb_cost`)."""
 
     def beta_eb_w(self, r: float) -> float:
         return beta_eb_w(r, self.beta_p, self.beta_d)
@@ -230,8 +228,6 @@ def step_costs(model: ModelSpec, gpu: GPUSpec, tp: int, perf: PerfModel) -> Step
     linear (measured or roofline-derived), else those the paper's calibration recipe would
     measure on it (``derive_linear``: prefill 256…4096 tokens, decode 16…1024 requests at a
     512-token context, least squares)."""
-    from tidal.hardware.calibration import derive_linear
-
     base = perf.base if isinstance(perf, InterferencePerfModel) else perf
     if isinstance(base, LinearPerfModel):
         a_p, b_p, a_d, b_d, src = base.alpha_p, base.beta_p, base.alpha_d, base.beta_d, base.source

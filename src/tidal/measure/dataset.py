@@ -22,6 +22,7 @@ import numpy as np
 
 from tidal.core.bounded import read_bytes
 from tidal.core.errors import ConfigError, TidalError
+from tidal.workload.traces import load_trace
 
 DATASETS = ("random", "sharegpt", "trace")
 BYTES_PER_TOKEN = 4
@@ -104,8 +105,6 @@ def sharegpt_requests(
 
 
 def trace_requests(path: Path, n: int, rng: np.random.Generator) -> list[BenchRequest]:
-    from tidal.workload.traces import load_trace
-
     rs = load_trace(path, rng=rng)
     k = min(n, len(rs))
     if k == 0:

@@ -62,7 +62,7 @@ async def run_requests(
     on_done: Callable[[int, RequestResult], None] | None = None,
 ) -> tuple[list[RequestResult], int]:
     """Every request's result (in input order) and the run's start (perf_counter ns)."""
-    import httpx2
+    import httpx2  # lazy: optional dependency (httpx2)
 
     if s.max_concurrency is not None and s.max_concurrency < 1:
         raise ConfigError("max-concurrency", f"must be >= 1, got {s.max_concurrency}")
@@ -93,7 +93,7 @@ async def run_requests(
 
 async def served_model(base_url: str, api_key: str | None) -> str:
     """The first model of ``GET /v1/models`` (vLLM's default for ``--model``)."""
-    import httpx2
+    import httpx2  # lazy: optional dependency (httpx2)
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     url = base_url.rstrip("/") + "/v1/models"

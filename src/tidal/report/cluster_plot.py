@@ -37,10 +37,10 @@ def gpu_series(
 
 
 def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) -> Path:
-    import matplotlib
+    import matplotlib  # lazy: optional dependency (matplotlib)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional dependency (matplotlib)
 
     ctl = result.extras["controller"]
     log = result.extras["tables"]["gpu_memory"]
@@ -74,7 +74,7 @@ def plot_gpu_timeline(result: Any, path: str | Path, t0_s: float | None = None) 
         ax.set_ylabel(f"GPU {g}", rotation=0, ha="right", va="center", fontsize=7)
         if t0_s is not None:
             ax.axvline(t0_s, color="k", linewidth=0.5)
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # lazy: optional dependency (matplotlib)
 
     handles = [Patch(color=colors[m % 10], label=n) for m, n in enumerate(names)]
     handles += [

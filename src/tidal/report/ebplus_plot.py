@@ -21,11 +21,12 @@ def plot_ebplus(
     table: Any, path: str | Path, title: str = "EB⁺ selector", sticky: float = 3.0
 ) -> Path:
     """Write a 4-panel PNG of the selector trace. ``table`` is the ``ebplus`` table (a dict of
-    columns or a polars DataFrame) as :meth:`tidal.engine.ebplus.EBPlus.extra_tables` returns it."""
-    import matplotlib
+    columns or a polars DataFrame) as :meth:`tidal.batching.ebplus.EBPlus.extra_tables`
+    returns it."""
+    import matplotlib  # lazy: optional dependency (matplotlib)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional dependency (matplotlib)
 
     t = _col(table, "time_ns") / 1e9
     mode = np.array([1 if m == "eb" else 0 for m in _col(table, "mode")])

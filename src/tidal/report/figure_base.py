@@ -3,6 +3,7 @@ the runs share, evenly spaced curve picking, and the Agg-canvas figure/save help
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -107,8 +108,6 @@ def slo_lines(slo: dict[str, Any]) -> dict[str, tuple[float, str]]:
     """The SLO thresholds in force, per latency (``ttft_s``, ``tpot_s``): a plan's targets
     (``ttft_p99_s: 1`` → ``(1.0, "SLO p99 ≤ 1 s")``) or a run's per-request thresholds
     (``ttft_s: 2`` → ``(2.0, "SLO 2 s")``)."""
-    import re
-
     out: dict[str, tuple[float, str]] = {}
     for key, value in slo.items():
         m = re.fullmatch(r"(ttft|tpot)_(?:(p\d+)_)?s", key)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
+
 from tidal.core.errors import TidalError
 
 
@@ -20,8 +22,6 @@ def _visible(root: Path, pattern: str) -> list[Path]:
 
 def check_results(root: Path) -> None:
     """Every JSON file under ``root`` parses and every Parquet file has a readable footer."""
-    import polars as pl
-
     for p in _visible(root, "*.json"):
         try:
             json.loads(p.read_text(encoding="utf-8"))

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from tidal.core.errors import ConfigError
 from tidal.core.io import atomic_write
 from tidal.report.collect import Results, collect
 from tidal.report.describe import describe, differences
@@ -213,8 +214,6 @@ def render_report(
 ) -> tuple[Path, list[FigureFile]]:
     """Draw every applicable figure into ``DIR/figures/`` and write ``DIR/report.{html,md}``;
     ``progress`` hears of each figure before it is drawn."""
-    from tidal.core.errors import ConfigError
-
     if fmt not in ("html", "md"):
         raise ConfigError("format", f"unknown value {fmt!r}", "html or md")
     res = collect(path)

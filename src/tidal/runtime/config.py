@@ -11,19 +11,23 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-import tidal.engine.policies  # noqa: F401  (registers every policy)
+import tidal.cluster.registries  # noqa: F401  (every policy registered)
+from tidal.batching.eb_options import EBOptions
 from tidal.core.clock import WallClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
 from tidal.core.prefix_blocks import PrefixCachingBlockManager
 from tidal.engine.build import build_scheduler
-from tidal.engine.eb_options import EBOptions
 from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING, Scheduler, SchedulerConfig
 from tidal.engine.spec_config import SpeculativeConfig
+from tidal.hardware.calibration import derive_linear
 from tidal.hardware.interference import StepCosts
 from tidal.hardware.models import get_model
+from tidal.hardware.profiled import ProfiledPerfModel
+from tidal.runtime.memcheck import check_engine_memory
+from tidal.runtime.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:  # torch stays lazy: importing this module must not need the engine extra
     from tidal.runtime.runner import ModelRunner
@@ -75,7 +79,7 @@ class RuntimeConfig(BaseModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        from tidal.runtime.hf import is_hf_dir
+        from tidal.runtime.hf import is_hf_dir  # lazy: loads torch, the engine extra
 
         if not is_hf_dir(v):
             get_model(v)
@@ -115,12 +119,14 @@ class RuntimeEngine:
 
 
 def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
-    import torch
+    import torch  # lazy: optional dependency (torch)
 
+    # lazy: loads torch, the engine extra
     from tidal.runtime.executor import RuntimeExecutor
     from tidal.runtime.hf import hf_llama_config, is_hf_dir
     from tidal.runtime.kv_cache import PagedKVCache
-    from tidal.runtime.memcheck import check_engine_memory
+
+    # lazy: loads torch, the engine extra
     from tidal.runtime.model import LlamaConfig, LlamaForCausalLM
     from tidal.runtime.runner import ModelRunner
     from tidal.runtime.weights import load_safetensors
@@ -141,7 +147,6 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
     else:
         model.init_dummy(cfg.seed)
     if not hf:  # a catalog shape is served with the byte tokenizer: emit only its text ids
-        from tidal.runtime.tokenizer import ByteTokenizer
 
         model.restrict_outputs(ByteTokenizer(lcfg.vocab_size).text_ids())
     model = model.to(device).eval()
@@ -214,7 +219,7 @@ def _kv_bytes_by_utilization(  # type: ignore[no-untyped-def]
 ) -> float:
     """KV bytes = utilization × device memory − memory in use now (the weights included) −
     an activation reserve for a ``token_budget`` step."""
-    import torch
+    import torch  # lazy: optional dependency (torch)
 
     if device.type != "cuda":
         raise ConfigError(
@@ -260,8 +265,6 @@ def profile_step_costs(cfg: RuntimeConfig) -> StepCosts | None:
             "measure them with `tidal calibrate --out PROFILE.json` and pass --profile "
             "PROFILE.json",
         )
-    from tidal.hardware.calibration import derive_linear
-    from tidal.hardware.profiled import ProfiledPerfModel
 
     try:
         perf = ProfiledPerfModel.load(cfg.profile)
@@ -285,7 +288,7 @@ def device_type(name: str) -> str:
 
 
 def _device(name: str):  # -> torch.device
-    import torch
+    import torch  # lazy: optional dependency (torch)
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -216,7 +216,7 @@ class EngineDriver:
         result.
 
         Hook for the interception policies of issue 4 (Preserve / Swap / value scheduling,
-        :class:`tidal.engine.augment.component.Augmentation`): there the scheduler pauses
+        :class:`tidal.augment.component.Augmentation`): there the scheduler pauses
         a request itself at a call point and reports ``on_pause(req, return_time)``; a runtime
         driving it would start this await from ``on_pause`` instead of the "pause" command, and
         map the "resume" command onto ``scheduler.resume(req, now)`` after appending the

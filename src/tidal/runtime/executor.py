@@ -34,7 +34,7 @@ class RuntimeExecutor:
         t0 = time.perf_counter_ns()
         sampled = self.runner.run(plan)
         if self.synchronize:
-            import torch
+            import torch  # lazy: optional dependency (torch)
 
             torch.cuda.synchronize()
         return StepOutput(time.perf_counter_ns() - t0, sampled)

@@ -49,7 +49,7 @@ class ChatTemplateError(ValueError):
 class HFTokenizer:
     def __init__(self, path: str | os.PathLike[str], vocab_size: int) -> None:
         try:
-            from tokenizers import Tokenizer
+            from tokenizers import Tokenizer  # lazy: checks that the optional extra is installed
         except ImportError as err:
             raise ConfigError(
                 "model", f"{err}", "install the server with: pip install 'tidal[serve]'"
@@ -84,6 +84,7 @@ class HFTokenizer:
         if not self.chat_template:
             return ByteTokenizer.apply_chat_template(ByteTokenizer(258), msgs)
         if self._template is None:
+            # lazy: optional dependency (jinja2)
             from jinja2.exceptions import TemplateError
             from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -93,7 +94,7 @@ class HFTokenizer:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.globals["raise_exception"] = raise_exception
             self._template = env.from_string(self.chat_template)
-        from jinja2.exceptions import TemplateError
+        from jinja2.exceptions import TemplateError  # lazy: optional dependency (jinja2)
 
         try:
             return str(
@@ -154,6 +155,6 @@ class IncrementalHFDecoder:
 
 def tokenizer_for(model: str, vocab_size: int) -> ByteTokenizer | HFTokenizer:
     """A model directory's own tokenizer; the byte tokenizer for catalog models."""
-    from tidal.runtime.hf import is_hf_dir
+    from tidal.runtime.hf import is_hf_dir  # lazy: loads torch, the engine extra
 
     return HFTokenizer(model, vocab_size) if is_hf_dir(model) else ByteTokenizer(vocab_size)

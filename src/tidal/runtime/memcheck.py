@@ -34,7 +34,7 @@ def host_available_bytes() -> int | None:
 
 def device_available_bytes(device: Any) -> int | None:
     """Free memory of a CUDA device (None: not CUDA, or unknown)."""
-    import torch
+    import torch  # lazy: optional dependency (torch)
 
     if getattr(device, "type", str(device)) != "cuda":
         return None

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 LIMITS = {"spread": 0.05, "drift": 0.05, "others_share": 0.25, "steal_share": 0.05}
 """Beyond these, a measurement is called noisy: 5 % spread or drift (the fidelity target's
 size), other processes on a quarter of the CPUs' time, 5 % of it stolen by the hypervisor."""
@@ -80,8 +82,6 @@ class LoadMeter:
 def repeat_spread(samples: Iterable[Any]) -> float | None:
     """Median over grid points of ``(max − min) / median`` of the point's mean step time in
     each pass (samples carry ``point``, ``repeat`` and ``seconds``); None with one pass."""
-    import numpy as np
-
     per: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in samples:
         per[s.point][s.repeat].append(s.seconds)

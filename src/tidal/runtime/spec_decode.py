@@ -42,7 +42,7 @@ from tidal.engine.state import EngineState
 from tidal.runtime.ngram import NgramProposer
 
 if TYPE_CHECKING:
-    from tidal.engine.augment.component import Augmentation
+    from tidal.augment.component import Augmentation
     from tidal.runtime.runner import ModelRunner
 
 Proposer = Callable[[Request], list[int]]

@@ -52,7 +52,7 @@ def _files(p: Path) -> list[Path]:
 def load_safetensors(model: LlamaForCausalLM, path: str | Path) -> None:
     """Copy every parameter of ``model`` from the safetensors file (or model directory of
     shards) at ``path``."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # lazy: optional dependency (safetensors)
 
     p = Path(path)
     raw: dict[str, torch.Tensor] = {}
@@ -85,7 +85,7 @@ def load_safetensors(model: LlamaForCausalLM, path: str | Path) -> None:
 
 
 def save_safetensors(model: LlamaForCausalLM, path: str | Path) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # lazy: optional dependency (safetensors)
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.named_parameters()}
     save_file(tensors, str(path))

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
+from tidal.augment.waste import IterationProfile
 from tidal.core.kv import KVBlockManager
 from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.core.strict import StrictModel
-from tidal.engine.augment.waste import IterationProfile
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import INFERCEPT_PROFILES, measured_host_link
 from tidal.hardware.gpus import GPUSpec, get_gpu
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class AugmentConfig(StrictModel):
-    """Serving policy for augmented workloads (:mod:`tidal.engine.augment.bundles`)."""
+    """Serving policy for augmented workloads (:mod:`tidal.augment.bundles`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -65,7 +65,7 @@ class AugmentConfig(StrictModel):
     docs/design/augserve-defaults.md)."""
     budget_growth: float = Field(default=3.0, ge=0)
     """γ: the dynamic budget keeps γ × the running set's predicted growth to its next stop
-    free (:mod:`tidal.engine.augment.budget`; 0: the spec's one-step need)."""
+    free (:mod:`tidal.augment.budget`; 0: the spec's one-step need)."""
     saturation_tokens: int = Field(default=384, ge=1)
     """INFERCEPT's saturation point N_sat (its chunked-recompute waste and swap budget)."""
     prefix_caching: bool = False
@@ -81,7 +81,7 @@ class AugmentConfig(StrictModel):
     stage2: bool = True
     """AugServe Stage II: recompute the value whenever a request re-enters the queue."""
     starvation_fcfs: float = Field(default=1.0, ge=0)
-    """κ of the FCFS-relative anti-starvation rule (:mod:`tidal.engine.augment.ordering`): a
+    """κ of the FCFS-relative anti-starvation rule (:mod:`tidal.augment.ordering`): a
     queued request is promoted to the FCFS tier at ``ready + κ·W_F + F``, ``W_F`` its wait
     under FCFS by original arrival (INFERCEPT's order, tracked on the real admissions) and
     ``F = starvation_floor_factor × slo.ttft_s``; no request is promoted that FCFS would not
@@ -100,9 +100,9 @@ class AugmentConfig(StrictModel):
     @field_validator("serving_policy", "ordering", "intercept")
     @classmethod
     def _known(cls, v: str | None, info: ValidationInfo) -> str | None:
-        from tidal.engine.augment.bundles import SERVING_POLICIES
-        from tidal.engine.augment.intercept import INTERCEPTS
-        from tidal.engine.augment.ordering import AUGMENT_ORDERINGS
+        from tidal.augment.bundles import SERVING_POLICIES
+        from tidal.augment.intercept import INTERCEPTS
+        from tidal.augment.ordering import AUGMENT_ORDERINGS
 
         names = {
             "serving_policy": SERVING_POLICIES.names,
@@ -183,8 +183,8 @@ def augmented_engine(
     (``scheduler.ordering`` does not apply: the bundle's ``augment.ordering`` does; an
     explicitly set ``scheduler.token_budget`` is the static budget unless
     ``augment.static_budget`` is given)."""
-    from tidal.engine.augment.bundles import AugmentSpec, build_augmented_scheduler
-    from tidal.engine.augment.env import AugmentEnv
+    from tidal.augment.bundles import AugmentSpec, build_augmented_scheduler
+    from tidal.augment.env import AugmentEnv
 
     a = cfg.augment
     model, gpu, tp = deployment or (cfg.model_spec(), get_gpu(cfg.gpu), cfg.tp)

@@ -47,7 +47,7 @@ class CacheCounts:
         return self
 
     def metrics(self, caching: bool) -> dict[str, Any]:
-        """The keys of :func:`tidal.sim.run.prefix_cache_metrics` (one instance's); the host
+        """The keys of :func:`tidal.sim.single.prefix_cache_metrics` (one instance's); the host
         tier's only where an engine had one."""
         out = {
             "prefix_caching": caching,

@@ -47,6 +47,7 @@ from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import SpooledRecorder
 from tidal.sim.simulator import CONTROL, Simulation
+from tidal.sim.single import SimResult, check_host_tier, rng_streams
 from tidal.workload.base import RequestSet
 from tidal.workload.concurrency import window_concurrency
 from tidal.workload.multimodel import MixWorkload, azure_mix, read_aggregate_rates, servegen_mix
@@ -57,8 +58,6 @@ from tidal.workload.traces import load_azure
 
 @functools.lru_cache(maxsize=2)
 def _mix_cached(cfg_json: str) -> MixWorkload:
-    from tidal.sim.run import rng_streams
-
     cfg = SimulationConfig.model_validate_json(cfg_json)
     c = cfg.cluster
     assert c is not None
@@ -156,13 +155,11 @@ class SimBackend:
         self.model_index: dict[str, int] = {}
         """Model name → index (engines serve one model for life)."""
         self.free_engines: dict[str, list[int]] = {}
-        from tidal.sim.run import rng_streams
-
         self.policy_seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         self.num_started = 0
         self.prefix_caching = False
         """Engines cache prompt prefixes: ``memory.prefix_caching`` and a workload with
-        content (as one instance, :func:`tidal.sim.run.make_kv`)."""
+        content (as one instance, :func:`tidal.sim.single.make_kv`)."""
         self.retired: list[tuple[str, RetiredStats]] = []
         """Per model, the summed counters of its stopped schedulers (engines reused)."""
         self._retired_of: dict[str, RetiredStats] = {}
@@ -251,8 +248,6 @@ def run_cluster(
     requests: RequestSet | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Any:
-    from tidal.sim.run import SimResult, check_host_tier
-
     c = cfg.cluster
     assert c is not None
     t0 = time.perf_counter()

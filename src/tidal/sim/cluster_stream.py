@@ -27,6 +27,7 @@ from tidal.cluster.models import served_models, service_ms
 from tidal.cluster.topology import parse_cluster
 from tidal.core.units import NS_PER_S, s_to_ns
 from tidal.sim.config import SimulationConfig
+from tidal.sim.single import rng_streams
 from tidal.workload.base import RequestSet
 from tidal.workload.mixstream import MixStream
 from tidal.workload.multimodel import read_aggregate_rates
@@ -42,8 +43,6 @@ def streams(cfg: SimulationConfig) -> bool:
 
 def mix_stream(cfg: SimulationConfig, rows: int = 8192) -> MixStream:
     """The run's ServeGen mix as a stream (the workload generator of the seed, fresh)."""
-    from tidal.sim.run import rng_streams
-
     c = cfg.cluster
     assert c is not None
     topo = parse_cluster(c.spec)

@@ -16,11 +16,16 @@ from pydantic import (
     model_validator,
 )
 
+import tidal.cluster.registries  # noqa: F401  (every policy registered)
+from tidal.batching.eb_options import EBOptions
 from tidal.cluster.config import ClusterConfig
+from tidal.cluster.policies import PLACEMENTS
 from tidal.core.errors import ConfigError
+from tidal.core.plugins import load_policy_modules
 from tidal.core.strict import StrictModel
 from tidal.core.yaml_safe import safe_load_bounded
-from tidal.engine.eb_options import EBOptions
+from tidal.engine.ordering import ORDERINGS
+from tidal.engine.policy import BATCHING
 from tidal.engine.spec_config import SpeculativeConfig, parse_speculative_config
 from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
@@ -117,6 +122,10 @@ class SimulationConfig(_Strict):
     ``engine`` (the measured operator tables of ``engine`` at ``engine_version``),
     ``roofline``, ``corrected-roofline``, ``measured`` (alias ``vidur``), ``linear``,
     ``profile:PATH``, ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
+    policy_modules: list[str] = Field(default_factory=list)
+    """Python files (or module names) imported before any policy is looked up, so that a policy
+    written outside the package registers itself by name (``--policy-module``;
+    :func:`tidal.core.plugins.load_policy_modules`)."""
     engine: Literal["vllm", "sglang"] = "vllm"
     """The serving engine simulated: its measured operator tables (``perf_model: engine``)
     and its scheduler defaults where the config leaves them unset (SGLang: prefill-first
@@ -263,16 +272,28 @@ class SimulationConfig(_Strict):
             raise ValueError(str(err)) from None
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _load_policy_modules(cls, data: Any) -> Any:
+        """Import ``policy_modules`` first: the policies they register are then looked up like
+        the package's own (a bad path raises naming the key and ``--policy-module``)."""
+        mods = data.get("policy_modules") if isinstance(data, dict) else None
+        mods = [mods] if isinstance(mods, str) else mods
+        if isinstance(mods, list) and all(isinstance(m, str) for m in mods):
+            load_policy_modules(mods)  # anything else: the field's type error says what to give
+        return data
+
     @model_validator(mode="after")
     def _policies(self) -> SimulationConfig:
-        import tidal.engine.policies  # noqa: F401  (registers every policy)
-        from tidal.engine.ordering import ORDERINGS
-        from tidal.engine.policy import validate_options
-        from tidal.engine.scheduler import BATCHING
-
+        """Every policy name is registered and its options valid (the registries are complete:
+        :mod:`tidal.cluster.registries`)."""
         BATCHING.get(self.scheduler.batching)
-        validate_options(self.scheduler.batching, self.scheduler.options)
+        BATCHING.validate_options(self.scheduler.batching, self.scheduler.options)
         ORDERINGS.get(self.scheduler.ordering)
+        if self.cluster is not None:
+            PLACEMENTS.validate_options(
+                self.cluster.placement, self.cluster.placement_options, "cluster.placement_options"
+            )
         return self
 
     @model_validator(mode="after")

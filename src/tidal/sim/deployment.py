@@ -126,15 +126,13 @@ def pool_config(cfg: SimulationConfig, role: str) -> SimulationConfig:
     """The base config with ``role``'s pool settings applied (no deployment): what one
     instance of that pool is built from. A host prefix-cache tier of the base config is the
     prefill pool's (the decode pool gets one only from its own ``memory`` keys)."""
-    from tidal.sim.config import MemoryConfig, SchedulerSettings
-
     assert cfg.deployment is not None
     pool: PoolConfig = getattr(cfg.deployment, role)
-    sched = SchedulerSettings.model_validate({**_dump(cfg.scheduler), **pool.scheduler})
+    sched = type(cfg.scheduler).model_validate({**_dump(cfg.scheduler), **pool.scheduler})
     mem_data = {**_dump(cfg.memory), **pool.memory}
     if role == "decode" and "host_cache_gib" not in pool.memory:
         mem_data.update(host_cache_gib=0.0)  # the base's host tier is the prefill pool's
-    mem = MemoryConfig.model_validate(mem_data)
+    mem = type(cfg.memory).model_validate(mem_data)
     return cfg.model_copy(
         update={
             "gpu": pool.gpu or cfg.gpu,

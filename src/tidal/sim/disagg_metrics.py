@@ -32,9 +32,9 @@ from tidal.sim.recorder import RequestRecorder
 if TYPE_CHECKING:
     from tidal.hardware.memory import MemoryPlan
     from tidal.hardware.perf import PerfModel
-    from tidal.sim.disagg import DisaggWiring
+    from tidal.sim.disagg_wiring import DisaggWiring
     from tidal.sim.instance import SimInstance
-    from tidal.sim.run import SimResult
+    from tidal.sim.single import SimResult
 
     Pool = tuple[SimulationConfig, list[SimInstance], list[tuple[Any, PerfModel, MemoryPlan]]]
 
@@ -169,9 +169,9 @@ def disagg_result(
     span_ns: int,
     timing: dict[str, Any],
 ) -> SimResult:
-    """The run's :class:`~tidal.sim.run.SimResult`: columns, ``summary.json`` metrics, the
+    """The run's :class:`~tidal.sim.single.SimResult`: columns, ``summary.json`` metrics, the
     instances' timelines (``instance``: global index, prefill pool first)."""
-    from tidal.sim.run import SimResult
+    from tidal.sim.single import SimResult
 
     c = recorder.columns()
     c.update(cols.columns())

@@ -29,7 +29,7 @@ from typing import Any
 from tidal.cluster.links import kv_transfer_bytes
 from tidal.core.request import Request
 from tidal.engine.events import StateListener
-from tidal.sim.disagg import DisaggWiring
+from tidal.sim.disagg_wiring import DisaggWiring
 from tidal.sim.instance import SimInstance
 from tidal.sim.simulator import RESUME
 

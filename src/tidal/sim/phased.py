@@ -30,16 +30,16 @@ from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
-from tidal.sim.run import (
+from tidal.sim.simulator import Simulation
+from tidal.sim.single import (
     SEED_STREAMS,
     SimResult,
     build_instance,
     check_context,
-    load_requests,
+    load_instance_requests,
     prefix_cache_metrics,
-    run_simulation,
+    run_single,
 )
-from tidal.sim.simulator import Simulation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
 from tidal.workload.content import PrefixContent
@@ -57,10 +57,11 @@ def warmup_requests(cfg: SimulationConfig, n: int, reqs: RequestSet) -> RequestS
 def run_with_warmup(
     cfg: SimulationConfig, warmup: int, requests: RequestSet | None = None
 ) -> SimResult:
-    """:func:`tidal.sim.run.run_simulation` after ``warmup`` warm-up requests (0: identical)."""
+    """One instance's run (:func:`tidal.sim.single.run_single`) after ``warmup`` warm-up
+    requests (0: identical)."""
     if warmup <= 0:
-        return run_simulation(cfg, requests)
-    reqs = requests if requests is not None else load_requests(cfg)
+        return run_single(cfg, requests)
+    reqs = requests if requests is not None else load_instance_requests(cfg)
     warm = warmup_requests(cfg, warmup, reqs)
     return run_phases(cfg, [(reqs, cfg.workload.concurrency)], warm)
 
@@ -70,7 +71,7 @@ def phased_prefill_bound(
 ) -> tuple[float, float] | None:
     """The measured phases' unavoidable prefill (:func:`tidal.workload.prefill_bound.
     unavoidable_prefill`): a content node computed by the warm-up or an earlier phase is free
-    in a later one — as :func:`tidal.sim.run.cached_prefill_bound` for one phase; None (every
+    in a later one — as :func:`tidal.sim.single.cached_prefill_bound` for one phase; None (every
     prompt token) without the prefix cache or without content."""
     if not cfg.memory.prefix_caching or all(r.content is None for r in phases):
         return None
@@ -88,7 +89,7 @@ def phased_prefill_bound(
 
 
 def _measured_cache_metrics(kv: KVBlockManager, queries: int, hits: int) -> dict[str, Any]:
-    """:func:`tidal.sim.run.prefix_cache_metrics` with the queries and hits of the measured
+    """:func:`tidal.sim.single.prefix_cache_metrics` with the queries and hits of the measured
     phases only (the counts at the warm-up's end subtracted); evictions and the host tier's
     counters cover the whole run."""
     out = prefix_cache_metrics(kv)

@@ -30,12 +30,16 @@ from tidal.core.errors import ConfigError
 from tidal.core.units import NS_PER_S
 from tidal.workload._io import MAX_SPAN_NS
 from tidal.workload.arrivals import arrival_times
+from tidal.workload.augmented import generate_mixture, parse_types
+from tidal.workload.augmented_jsonl import load_augmented_jsonl
 from tidal.workload.base import RequestSet
 from tidal.workload.config import WorkloadConfig
 from tidal.workload.content import PrefixContent
 from tidal.workload.lengths import config_lengths
 from tidal.workload.measured import load_measured
+from tidal.workload.parallel_probe import probe_groups, token_savings
 from tidal.workload.servegen import load_servegen
+from tidal.workload.sessions import sessions
 from tidal.workload.traces import detect_format, load_azure, load_mooncake
 
 
@@ -181,8 +185,6 @@ def parallel_branches(rs: RequestSet, cfg: WorkloadConfig, rng: np.random.Genera
     )
     source = f"parallel sampling n = {k} (all branches to completion)"
     if cfg.branch_policy == "parallel-probe":
-        from tidal.workload.parallel_probe import probe_groups, token_savings
-
         full = output.reshape(n, k)
         done = probe_groups(full, cfg.parallel_probe, rng)
         seq, tot = token_savings(full, done)
@@ -214,9 +216,6 @@ def _servegen(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
 def _augmented(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     """Augmented workloads (:mod:`tidal.workload.augmented`): generated or a JSONL file; the
     time window and ``max_requests`` apply, length caps do not (use ``max_context``)."""
-    from tidal.workload.augmented import generate_mixture, parse_types
-    from tidal.workload.augmented_jsonl import load_augmented_jsonl
-
     name = cfg.augmented
     assert name is not None
     if name.startswith("augmented:"):
@@ -269,8 +268,6 @@ def build_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestSet:
     if cfg.augmented is not None:
         return _augmented(cfg, rng)
     if cfg.trace is None and cfg.turns > 1:
-        from tidal.workload.sessions import sessions
-
         rs = sessions(cfg, rng)
     elif cfg.trace is None:
         rs = synthetic(cfg, rng)

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from tidal.core.errors import ConfigError, TraceError
 from tidal.workload._io import MAX_SPAN_NS, MAX_TOKENS
 from tidal.workload.base import RequestSet
+from tidal.workload.client_results import client_format, read_client_results
 
 REQUIRED = ("arrival_ns", "prompt_len", "finish_ns", "output_tokens")
 TIMES = ("arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns")
@@ -30,8 +32,6 @@ TIMES = ("arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns")
 
 def is_measured(path: str | os.PathLike[str]) -> bool:
     """A ``requests.parquet``, or a benchmark client's per-request result file."""
-    from tidal.workload.client_results import client_format
-
     return Path(path).name.lower().endswith(".parquet") or client_format(path) is not None
 
 
@@ -42,8 +42,6 @@ def _row_error(path: Path, row: int, column: str, message: str) -> TraceError:
 
 def _int_column(df: Any, path: Path, column: str) -> np.ndarray:
     """An integer column as int64, without nulls (a float, string or null is refused)."""
-    import polars as pl
-
     s = df[column]
     if s.dtype == pl.Boolean or not s.dtype.is_integer():
         raise TraceError(
@@ -59,8 +57,6 @@ def _int_column(df: Any, path: Path, column: str) -> np.ndarray:
 
 
 def _success(df: Any, path: Path) -> np.ndarray:
-    import polars as pl
-
     if "success" not in df.columns:
         return np.ones(len(df), dtype=bool)
     s = df["success"]
@@ -76,10 +72,6 @@ def _success(df: Any, path: Path) -> np.ndarray:
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     """The columns, every one the loader uses typed and checked (:func:`_check_rows`)."""
-    import polars as pl
-
-    from tidal.workload.client_results import client_format, read_client_results
-
     if not path.name.lower().endswith(".parquet") and client_format(path) is not None:
         return read_client_results(path)
 

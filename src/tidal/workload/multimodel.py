@@ -42,6 +42,7 @@ from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
 from tidal.core.units import NS_PER_S
 from tidal.workload._io import fail_at, float_column, read_bytes, read_csv_strings
+from tidal.workload.augmented import cap_context, parse_types, request_set_of, sample_request
 from tidal.workload.base import RequestSet
 from tidal.workload.concurrency import window_concurrency
 from tidal.workload.lengths import quantile_lengths
@@ -278,8 +279,6 @@ def augment_mix(
     and gets an INFERCEPT-type structure (prompt, decode segments, calls; types drawn
     uniformly, :mod:`tidal.workload.augmented`) instead of the trace's lengths, capped to
     ``max_context``. The trace gives the arrival process per model, INFERCEPT the request."""
-    from tidal.workload.augmented import cap_context, parse_types, request_set_of, sample_request
-
     types = parse_types(kinds)
     which = rng.integers(0, len(types), size=len(rs))
     prompts, specs = [], []

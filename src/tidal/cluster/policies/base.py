@@ -5,7 +5,9 @@ reads the cluster through ``self.view`` and acts on it only through ``self.act``
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel
 
 from tidal.core.registry import Registry
 from tidal.core.request import Request
@@ -21,11 +23,20 @@ class ClusterPolicy:
     name = "base"
     uses_load_stamps = False
     """Whether the policy reads the 5-s average load (then the controller keeps stamps)."""
+    Options: ClassVar[type[BaseModel] | None] = None
+    """The policy's options model (None: none), validated from ``cluster.placement_options``
+    (the registries' one options hook, :class:`tidal.core.registry.Registry`)."""
+    options_key: ClassVar[str] = "placement_options"
 
     def __init__(self, view: ClusterView, act: ClusterActions) -> None:
         self.view = view
         self.act = act
         self.cfg = view.cfg
+        model = type(self).Options
+        self.options: Any = (
+            model.model_validate(self.cfg.placement_options) if model is not None else None
+        )
+        """The validated ``cluster.placement_options`` (None: the policy takes none)."""
 
     # ------------------------------------------------------------------ events
     def setup(self, now_ns: int) -> None:
@@ -65,4 +76,4 @@ class ClusterPolicy:
         return perf
 
 
-PLACEMENTS: Registry[type[ClusterPolicy]] = Registry("placement")
+PLACEMENTS: Registry[type[ClusterPolicy]] = Registry("placement", section="cluster")
