@@ -13,8 +13,9 @@ that version's own table where the version has one, else the family's **newest**
 family (``summary.json``'s ``perf_model_tables``, with the rule). Measured reason (BENCHMARKS.md,
 issue 28, "version fallback"): the earlier rule, the nearest version per family (newest older,
 else oldest newer), made vLLM 0.15.1's gpt-oss rows on B200 read 0.19.0's slower MXFP4 MoE
-rows (TPOT 3.7× the measured value); the newest tables give them 24 %, and on every silicon row
-whose version lacks tables of its own the two rules are otherwise within a few points.
+rows (TPOT 3.7× the measured value); the newest tables give them 24 %, and over the 864 silicon
+rows the two rules read differently the rows off by 2× in TPOT fall from 106 to 37
+(docs/research/engine-data.md, "Version rule").
 """
 
 from __future__ import annotations
