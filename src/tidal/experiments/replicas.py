@@ -41,7 +41,11 @@ from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
 from tidal.engine.stats import PolicyStats
-from tidal.hardware.calibration import perf_model_source, perf_model_tables
+from tidal.hardware.calibration import (
+    client_side_metrics,
+    perf_model_source,
+    perf_model_tables,
+)
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.config import SimulationConfig
@@ -202,6 +206,7 @@ def run_replicated(
     metrics["perf_model"] = built[0][1].name
     metrics["perf_model_source"] = perf_model_source(built[0][1])
     metrics.update(perf_model_tables(built[0][1]))
+    metrics.update(client_side_metrics(built[0][1], cols))  # engine tables: client-side TTFT
     metrics["replicas"] = replicas
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))
