@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "out"
+PINNED_PERF_MODEL = "auto-vidur"
+"""The step model of the results these scripts recorded (BENCHMARKS.md, bench/results): ``auto``
+before issue 28 made the engine tables its second choice (a paper's calibration, else the
+Vidur profiles, else the corrected roofline). The papers' reproductions keep it."""
 
 
 def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float], Any]:

@@ -220,8 +220,9 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument(
         "--perf-model",
-        default="auto",
-        help="auto (INFERCEPT's measured profile on its deployments) | roofline | linear",
+        default="auto-vidur",
+        help="auto-vidur (INFERCEPT's measured profile on its deployments, else the Vidur "
+        "profiles: the recorded results; auto adds the engine tables) | roofline | linear",
     )
     ap.add_argument("--swap-gb", type=float, default=128.0)
     ap.add_argument("--workload", default="infercept-mix")

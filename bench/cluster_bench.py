@@ -17,6 +17,7 @@ import sys
 import time
 
 import numpy as np
+from _common import PINNED_PERF_MODEL
 
 from tidal.cluster.config import ABLATIONS
 from tidal.core.metrics import request_latencies
@@ -48,6 +49,7 @@ def cfg(
             "workload": {"trace": TRACES.get(trace, trace)},
             "cluster": {
                 "spec": "2x8:h100",
+                "perf_model": PINNED_PERF_MODEL,
                 "models": MODELS,
                 "placement": placement,
                 "eager_overhead": eager,
@@ -214,6 +216,7 @@ def long(args):
             "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
             "cluster": {
                 "spec": "2x8:h100",
+                "perf_model": PINNED_PERF_MODEL,
                 "models": MODELS,
                 "placement": args.placement,
                 "mix": {

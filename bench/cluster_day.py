@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Any
 
+from _common import PINNED_PERF_MODEL
+
 FOUR = ["llama-2-7b", "llama-2-7b", "llama-2-13b", "llama-2-70b"]
 
 
@@ -41,6 +43,7 @@ def raw_config(
         "workload": {"trace": "servegen/servegen_aggregate_rate_10min.csv.gz"},
         "cluster": {
             "spec": spec,
+            "perf_model": PINNED_PERF_MODEL,
             "models": models,
             "placement": placement,
             "mix": {"kind": "servegen", "days": days, "rate": rate, "alpha": 1.0},

@@ -15,7 +15,7 @@ import argparse
 import time
 from typing import Any
 
-from _common import md_table, save
+from _common import PINNED_PERF_MODEL, md_table, save
 
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
@@ -26,6 +26,7 @@ def run_one(rate: float, window: float, batching: str, policy: str) -> dict[str,
         {
             "model": "gpt-j-6b",
             "gpu": "a100-80gb",
+            "perf_model": PINNED_PERF_MODEL,
             "workload": {
                 "augmented": "infercept-mix",
                 "num_requests": round(rate * window),

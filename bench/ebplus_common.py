@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from _common import PINNED_PERF_MODEL
+
 from tidal.hardware import interference
 from tidal.hardware.interference import Quadratic
 from tidal.sim.config import load_config
@@ -50,7 +52,9 @@ class Cell:
     length_dist: str = "uniform"
     seed: int = 0
     eb: dict[str, Any] | None = None
-    perf_model: str = "auto"
+    perf_model: str = PINNED_PERF_MODEL
+    """``auto`` before issue 28: the EB paper's calibration on H200 / RTX PRO 6000, else the
+    Vidur profiles, else the corrected roofline (the recorded EB / EB⁺ tables)."""
 
     def config(self) -> Any:
         sched: dict[str, Any] = {

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import robustness_grid as rg
-from _common import md_table, save
+from _common import PINNED_PERF_MODEL, md_table, save
 
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
@@ -42,6 +42,7 @@ def run(gpu: str, model: str, mix: str, c: int, **sched: Any) -> dict[str, Any]:
         "gpu": gpu,
         "tp": rg.fit_tp(model, gpu),
         "interference": True,
+        "perf_model": PINNED_PERF_MODEL,
         "workload": {"num_requests": N, "concurrency": c, "warmup_requests": 100, **rg.MIXES[mix]},
         "scheduler": {"token_budget": 14336, "max_seqs": 1024, **sched},
     }

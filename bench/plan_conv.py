@@ -44,7 +44,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--verify-end-s", type=float, default=300.0)
     ap.add_argument("--skip-verify", action="store_true")
-    ap.add_argument("--perf-models", default="auto", help="e.g. roofline,auto: before/after")
+    ap.add_argument("--perf-models", default="auto-vidur",
+                    help="e.g. roofline,auto: before/after (auto-vidur: the recorded results)")
     args = ap.parse_args()
     rows, data = [], {}
     for pm, objective in [(p, o) for p in args.perf_models.split(",")

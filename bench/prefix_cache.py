@@ -17,7 +17,7 @@ import os
 import statistics
 from typing import Any
 
-from _common import md_table, save
+from _common import PINNED_PERF_MODEL, md_table, save
 
 from tidal.sim.config import load_config
 from tidal.sim.run import load_requests, run_simulation
@@ -29,7 +29,7 @@ TRACES = ("conversation", "synthetic")
 def config(name: str, rate_scale: float, **memory: Any) -> Any:
     path = traces_dir() / "mooncake_fast25" / f"{name}_trace.jsonl.gz"
     workload = {"trace": str(path), "max_prompt_len": 120_000, "rate_scale": rate_scale}
-    return load_config({"workload": workload, "memory": memory})
+    return load_config({"workload": workload, "memory": memory, "perf_model": PINNED_PERF_MODEL})
 
 
 def row(name: str, cache: str, res: Any) -> list[Any]:

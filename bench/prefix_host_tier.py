@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import md_table, save
+from _common import PINNED_PERF_MODEL, md_table, save
 from prefix_cache import TRACES, config
 
 from tidal.sim.config import load_config
@@ -85,6 +85,7 @@ def augmented(args: argparse.Namespace, data: dict[str, Any]) -> None:
             {
                 "model": "gpt-j-6b",
                 "gpu": "a100-80gb",
+                "perf_model": PINNED_PERF_MODEL,
                 "workload": {
                     "augmented": "infercept-mix",
                     "rate": args.aug_rate,
@@ -152,6 +153,7 @@ def cluster(args: argparse.Namespace, data: dict[str, Any]) -> None:
                 "memory": {"host_cache_gib": gib},
                 "cluster": {
                     "spec": "1x2:h100",
+                    "perf_model": PINNED_PERF_MODEL,
                     "models": ["llama-2-7b", "llama-3.1-8b"],
                     "placement": "dedicated",
                     "warmup_s": WARMUP_S,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from _common import md_table, save
+from _common import PINNED_PERF_MODEL, md_table, save
 
 from tidal.experiments.replicas import run_replicated
 from tidal.sim.config import load_config
@@ -32,7 +32,8 @@ def main() -> None:
     }
     rows, data = [], {"args": vars(args)}
     for router in ("round-robin", "least-loaded", "prefix-aware"):
-        res = run_replicated(load_config({"workload": workload, "seed": 1}), args.replicas, router)
+        cfg = load_config({"workload": workload, "seed": 1, "perf_model": PINNED_PERF_MODEL})
+        res = run_replicated(cfg, args.replicas, router)
         m, c = res.metrics, res.columns
         data[router] = {k: m[k] for k in ("ttft_p50_s", "ttft_p90_s", "ttft_mean_s")}
         data[router]["cached_share"] = float(c["cached_tokens"].sum() / c["prompt_len"].sum())

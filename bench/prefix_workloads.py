@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from _common import md_table, save
+from _common import PINNED_PERF_MODEL, md_table, save
 
 from tidal.sim.config import load_config
 from tidal.sim.run import run_simulation
@@ -36,7 +36,8 @@ def main() -> None:
     for name, w in CASES.items():
         for caching in (False, True):
             cfg = load_config(
-                {"workload": {**BASE, **w}, "memory": {"prefix_caching": caching}, "seed": 1}
+                {"workload": {**BASE, **w}, "memory": {"prefix_caching": caching}, "seed": 1,
+                 "perf_model": PINNED_PERF_MODEL}
             )
             res = run_simulation(cfg)
             m, c = res.metrics, res.columns

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from _common import PINNED_PERF_MODEL
+
 from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.memory import plan_memory
@@ -126,6 +128,7 @@ def ebplus_groups(num_requests: int, gpus: tuple[str, ...] = tuple(GPUS)) -> lis
                         "gpu": gpu,
                         "tp": tp,
                         "interference": True,
+                        "perf_model": PINNED_PERF_MODEL,
                         "workload": {
                             "num_requests": num_requests,
                             "concurrency": c,
@@ -146,6 +149,7 @@ def augserve_base(model: str, gpu: str, tp: int, rate: float, window_s: float) -
         "model": model,
         "gpu": gpu,
         "tp": tp,
+        "perf_model": PINNED_PERF_MODEL,
         "workload": {
             "augmented": "infercept-mix",
             "rate": rate,
@@ -211,7 +215,10 @@ def warmserve_group(
     base = {
         "workload": {"trace": AZURE[service]},
         "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
-        "cluster": {"spec": spec, "models": MODEL_SETS[set_name], "mix": {"rate": rate}},
+        "cluster": {
+            "spec": spec, "models": MODEL_SETS[set_name], "mix": {"rate": rate},
+            "perf_model": PINNED_PERF_MODEL,
+        },
     }
     label = {"spec": spec, "models": set_name, "trace": service, "rate": rate}
     pols = list(WARM_PLACEMENTS if placements is None else placements)

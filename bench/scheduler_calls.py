@@ -39,7 +39,8 @@ def main() -> None:
     wl = {"num_requests": 10_000, "rate": 5.744, "length_dist": "empirical:sharegpt"}
     ff = args.fast_forward == "on"
     cfg = load_config(
-        {"model": "llama-3.1-8b", "gpu": "h100", "workload": wl, "seed": 1, "fast_forward": ff}
+        {"model": "llama-3.1-8b", "gpu": "h100", "workload": wl, "seed": 1, "fast_forward": ff,
+         "perf_model": "auto-vidur"}  # the recorded results' step model (auto before issue 28)
     )
     reqs = load_requests(cfg)
     res: dict[bool, list[float]] = {False: [], True: []}

@@ -18,7 +18,7 @@ warm-up requests of the first prompt's lengths (``--num-warmups 2·C``) that are
 TTFT and TPOT as vLLM's client computes them: means over requests of ``first token − send`` and
 ``(E2E − TTFT) / (output − 1)``; the TTFT compared is the simulator's client-side one
 (``ttft_client_mean_s``: the engine-side TTFT plus the API server's request path,
-``tidal.hardware.api_server``) where the run reports it (``perf_model: engine``), else the
+``tidal.hardware.api_server``) where the run reports it (the engine tables), else the
 engine-side one; both are written per row (``sim_ttft_ms``, ``sim_ttft_engine_ms``, and
 ``ttft_side`` says which one ``sim_ttft_ms`` is). Server settings the sample does not record:
 prefix caching off (InferenceX's recipes of both engines); the engine's defaults once the
@@ -36,7 +36,8 @@ by more than 2× overall and by engine, GPU, model and precision; writes per-row
 quantized rows with bf16 weights (a smoke test of the harness, not an accuracy number). A row
 that fails, or runs past ``--row-timeout`` seconds, is reported under ``error``, never fatal.
 ``--engine`` / ``--engine-version`` / quantization / PP / DP / EP are passed only where the
-config schema has them (the version with ``--perf-model engine`` only: it selects tables).
+config schema has them (the version with ``--perf-model engine`` or ``auto`` only: it selects
+tables).
 """
 
 from __future__ import annotations

@@ -335,13 +335,14 @@ def engine_settings(
 ) -> dict:
     """``engine`` / ``engine_version`` where the schema has them: ``row`` takes the row's,
     ``default`` leaves it out. The version selects measured tables, so it is passed with
-    ``perf_model: engine`` only (an empty one is left to the simulator's newest)."""
+    ``perf_model: engine`` or ``auto`` only (``auto`` reads the tables where the GPU has
+    them, issue 28; an empty one is left to the simulator's newest)."""
     out: dict[str, Any] = {}
     key = _field(fields, "engine")
     if key is not None and engine != "default":
         out[key] = row.engine if engine == "row" else engine
     key = _field(fields, "engine_version")
-    if key is not None and version != "default" and perf_model == "engine":
+    if key is not None and version != "default" and perf_model in ("engine", "auto"):
         v = row.version if version == "row" else version
         if v:
             out[key] = v

@@ -12,7 +12,7 @@ import argparse
 import resource
 import time
 
-from _common import save
+from _common import PINNED_PERF_MODEL, save
 from sim_speed import config
 
 from tidal.sim.run import load_requests, run_simulation
@@ -26,9 +26,10 @@ def main() -> None:
     rate = args.rate
     if rate is None:
         rate = round(
-            0.8 * run_simulation(config(4000, float("inf"), True)).metrics["request_throughput"], 3
-        )
-    cfg = config(args.requests, rate, True)
+            0.8 * run_simulation(config(4000, float("inf"), True, PINNED_PERF_MODEL)).metrics[
+                "request_throughput"], 3
+        )  # fmt: skip
+    cfg = config(args.requests, rate, True, PINNED_PERF_MODEL)  # the recorded run's step model
     t0 = time.perf_counter()
     reqs = load_requests(cfg)
     res = run_simulation(cfg, reqs)

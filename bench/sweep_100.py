@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import md_table, save
+from _common import PINNED_PERF_MODEL, md_table, save
 
 from tidal.experiments.sweep import run_sweep
 
@@ -37,6 +37,7 @@ def base(requests: int) -> dict:
     return {
         "model": "llama-3.1-8b",
         "gpu": "h100",
+        "perf_model": PINNED_PERF_MODEL,
         "workload": {"num_requests": requests, "length_dist": "empirical:sharegpt"},
         "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
         "seed": 1,

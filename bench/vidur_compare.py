@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from _common import md_table, median_time, save
+from _common import PINNED_PERF_MODEL, md_table, median_time, save
 
 from tidal.sim.config import SimulationConfig
 from tidal.sim.run import run_simulation
@@ -81,6 +81,7 @@ def main() -> None:
             "model": "codellama-34b",
             "gpu": "a100-80gb",
             "tp": 2,
+            "perf_model": PINNED_PERF_MODEL,
             "scheduler": {"batching": "mb", "token_budget": 512, "max_seqs": 128},
             "workload": {"num_requests": len(reqs), "rate": 1.0},  # replaced by `reqs`
         }

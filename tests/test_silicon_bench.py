@@ -80,9 +80,12 @@ def test_settings_pass_through_once_the_schema_has_them() -> None:
     c = plan.config
     assert (c["quantization"], c["pipeline_parallel_size"]) == ("modelopt_fp4", 2)
     assert (c["engine"], c["engine_version"]) == ("vllm", "0.19.0")
-    auto = sr.plan_row(row(), fields)  # the version selects tables: perf_model engine only
+    auto = sr.plan_row(row(), fields)  # auto reads the tables too (issue 28): the version
     assert isinstance(auto, sr.Plan)
-    assert "engine_version" not in auto.config
+    assert auto.config["engine_version"] == "0.19.0"
+    roof = sr.plan_row(row(), fields, perf_model="corrected-roofline")  # no tables to select
+    assert isinstance(roof, sr.Plan)
+    assert "engine_version" not in roof.config
     assert "engine" not in sr.plan_row(row(), TODAY - {"engine"}).config  # type: ignore[union-attr]
     # the tables' dtypes directly, where the config has them (moe_quant for MoE models only)
     dtypes = fields | {"gemm_quant", "moe_quant"}
@@ -175,7 +178,8 @@ def test_a_refused_engine_version_falls_back_to_the_default(
     cfg, note = silicon.load_or_default_version({**plan.config, "engine_version": "nightly"})
     assert is_70b(cfg.model)
     assert "nightly" in note
-    assert silicon.load_or_default_version(plan.config)[1] == ""
+    plain = {k: v for k, v in plan.config.items() if k != "engine_version"}
+    assert silicon.load_or_default_version(plain)[1] == ""
 
 
 def test_a_quantized_checkpoint_of_the_same_width_keeps_its_dtypes(

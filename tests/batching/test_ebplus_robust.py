@@ -78,13 +78,15 @@ def _cell(
     **eb: object,
 ):
     """One policy of a robustness-grid cell (``n`` requests, the first ``warmup`` of them —
-    default ``n/12`` — warm-ups; the grid's cells: 1500 and 100)."""
+    default ``n/12`` — warm-ups; the grid's cells: 1500 and 100), on the grid's step model
+    (``auto-vidur``, pinned in ``bench/robustness_grid.py``)."""
     cfg = load_config(
         {
             "model": model,
             "gpu": gpu,
             "tp": tp,
             "interference": True,
+            "perf_model": "auto-vidur",
             "workload": {
                 "num_requests": n,
                 "concurrency": c,

@@ -18,13 +18,16 @@ SYNTH = ["--num-requests", "80", "--rate", "10", "--prompt-len", "300", "--outpu
 
 
 def test_summary_records_which_step_model_ran(tmp_path) -> None:
-    for gpu, model, tp, want in (
-        ("a100-80gb", "llama-2-70b", "4", "measured:vidur/a100-80gb/llama-2-70b/tp4"),
-        ("h200", "llama-3.1-8b", "1", "corrected-roofline"),
+    for gpu, model, tp, kind, want in (
+        ("h200", "llama-3.1-8b", "1", "auto", "engine:vllm-0.24.0/h200_sxm/llama-3.1-8b/tp1"),
+        ("a40", "llama-2-7b", "1", "auto", "measured:vidur/a40/llama-2-7b/tp1"),
+        ("a40", "llama-3.1-8b", "1", "auto", "corrected-roofline"),
+        ("a100-80gb", "llama-2-70b", "4", "auto-vidur", "measured:vidur/a100-80gb/llama-2-70b/tp4"),
+        ("h200", "llama-3.1-8b", "1", "auto-vidur", "corrected-roofline"),
     ):
-        out = tmp_path / f"{gpu}-{model}"
+        out = tmp_path / f"{gpu}-{model}-{kind}"
         res = runner.invoke(app, ["simulate", *SYNTH, "--gpu", gpu, "--model", model, "--tp", tp,
-                                  "--out", str(out)])  # fmt: skip
+                                  "--perf-model", kind, "--out", str(out)])  # fmt: skip
         assert res.exit_code == 0, res.output
         metrics = json.loads((out / "summary.json").read_text())["metrics"]
         assert metrics["perf_model_source"] == want

@@ -14,6 +14,8 @@ scale-down moved the six WarmServe digests other than ``warmserve-augmented``;
 starvation guard moved ``warmserve-small-batch`` and ``warmserve-ssd-ablation-a``, the cases
 where it hands an instance back — with ``starve_wait_s: 0`` both keep their old digests):
 re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
+Issue 28 made the engine tables ``auto``'s second choice; the cases pin the step model they
+were recorded with (``perf_model: auto-vidur``, the earlier ``auto``), so no digest moved.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ AZURE = "azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz"
 SERVEGEN = "servegen/servegen_aggregate_rate_10min.csv.gz"
 SMALL = ["llama-2-7b", "llama-2-7b", "llama-2-13b"]
 FOUR = ["llama-2-7b", "llama-2-7b", "llama-2-13b", "llama-2-70b"]
+PINNED = "auto-vidur"
+"""The step model of the recorded digests (``auto`` before issue 28)."""
 
 
 def _azure(placement: str, **cluster: Any) -> dict[str, Any]:
     c = {
         "spec": "1x4:h100",
+        "perf_model": PINNED,
         "models": SMALL,
         "placement": placement,
         "warmup_s": 20,
@@ -51,6 +56,7 @@ def _azure(placement: str, **cluster: Any) -> dict[str, Any]:
 def _servegen(placement: str, days: float = 0.04, rate: float = 2.0, **cluster: Any):
     c = {
         "spec": "2x8:h100",
+        "perf_model": PINNED,
         "models": FOUR,
         "placement": placement,
         "mix": {"kind": "servegen", "rate": rate, "alpha": 1.0, "days": days},

@@ -79,8 +79,11 @@ def test_auto_perf_model_uses_measured_constants_where_they_exist():
     assert p.alpha_p == 1.2786e-3
     # A pure decode of 256 requests at a 512-token context: α_d + β_d·256 (the paper's fit).
     assert p.step_ns(256, 256 * 512) == pytest.approx((8.9212e-3 + 45.865e-6 * 256) * 1e9, abs=2)
-    # no calibration and no measured profile for Qwen3-8B on H100: the corrected roofline
-    assert isinstance(build_perf_model("auto", m, get_gpu("h100")), CorrectedRooflinePerfModel)
+    # no calibration and no measured profile for Qwen3-8B on H100: the engine tables, and in
+    # the order before issue 28 (auto-vidur) the corrected roofline
+    assert build_perf_model("auto", m, get_gpu("h100")).name == "engine"
+    h100 = build_perf_model("auto-vidur", m, get_gpu("h100"))
+    assert isinstance(h100, CorrectedRooflinePerfModel)
     assert isinstance(build_perf_model("roofline", m, get_gpu("h100")), RooflinePerfModel)
 
 

@@ -31,18 +31,18 @@ def engine(model: str = "llama-3.1-8b", gpu: str = "h100", tp: int = 1, eng: str
     return EnginePerfModel(get_model(model), get_gpu(gpu), tp, eng)
 
 
-def test_versions_sort_numerically_and_resolve_with_backward_fill() -> None:
+def test_versions_sort_numerically_and_resolve_to_their_own_else_the_newest() -> None:
     assert version_key("0.5.6.post2") < version_key("0.5.9") < version_key("0.5.14")
     have = ["0.14.0", "0.19.0", "0.24.0"]
     assert _pick(have, "0.19.0") == "0.19.0"
-    assert _pick(have, "0.22.0") == "0.19.0"  # the newest older one
-    assert _pick(have, "0.12.0") == "0.14.0"  # only newer ones: the oldest of them
+    assert _pick(have, "0.22.0") == "0.24.0"  # not its own: the newest, not 0.19.0
+    assert _pick(have, "0.12.0") == "0.24.0"  # nor the oldest newer one
     ts = resolve_versions("h100_sxm", "vllm")
     assert ts.version == engine_versions("h100_sxm", "vllm")[-1]
     assert {f for f, _ in ts.families} == {"gemm", "attention", "moe", "comm"}
     older = resolve_versions("h100_sxm", "vllm", "0.12.0")  # no tables of its own
     assert older.version == "0.12.0"
-    assert all(version_key(v) >= version_key("0.14.0") for _, v in older.families)
+    assert dict(older.families) == dict(ts.families)
     assert older.describe()["exact"] is False
     with pytest.raises(ConfigError, match="versions with data"):
         resolve_versions("h100_sxm", "vllm", "latest; rm")
@@ -172,7 +172,7 @@ def test_moe_layers_read_the_fused_moe_table_not_dense_gemms() -> None:
 
 def test_an_older_engine_version_reads_its_own_tables_where_they_exist() -> None:
     """H200's vLLM MoE tables exist for 0.19.0 and 0.24.0, its GEMM tables for 0.24.0 only:
-    asking for 0.19.0 reads 0.19.0's MoE rows and the oldest newer GEMM rows."""
+    asking for 0.19.0 reads 0.19.0's MoE rows and the newest GEMM rows."""
     have = engine_versions("h200_sxm", "vllm")
     assert "0.19.0" in have
     old = resolve_versions("h200_sxm", "vllm", "0.19.0")

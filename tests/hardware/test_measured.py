@@ -148,17 +148,19 @@ def test_fill_row_and_binned_median() -> None:
 
 
 def test_auto_prefers_paper_calibrations_then_measured_then_corrected() -> None:
+    """The order without the engine tables (``auto-vidur``; ``auto`` puts the tables second:
+    tests/hardware/test_auto_perf.py)."""
     a100 = get_gpu("a100-80gb")
     # INFERCEPT's A100 profile keeps precedence over Vidur's A100 data
     assert isinstance(build_perf_model("auto", get_model("gpt-j-6b"), a100), LinearPerfModel)
     assert isinstance(build_perf_model("auto", get_model("qwen3-8b"), get_gpu("h200")),
                       LinearPerfModel)  # fmt: skip
-    meas = build_perf_model("auto", get_model("llama-3-70b"), a100, 2)
+    meas = build_perf_model("auto-vidur", get_model("llama-3-70b"), a100, 2)
     assert perf_model_source(meas) == "measured:vidur/a100-80gb/llama-3-70b/tp2"
-    corr = build_perf_model("auto", get_model("llama-3.1-8b"), get_gpu("h200"))
+    corr = build_perf_model("auto-vidur", get_model("llama-3.1-8b"), get_gpu("h200"))
     assert isinstance(corr, CorrectedRooflinePerfModel)
     assert perf_model_source(corr) == "corrected-roofline"
-    wrapped = build_perf_model("auto", get_model("llama-2-7b"), a100, interference=True)
+    wrapped = build_perf_model("auto-vidur", get_model("llama-2-7b"), a100, interference=True)
     assert perf_model_source(wrapped) == "measured:vidur/a100-80gb/llama-2-7b/tp1+interference"
     with pytest.raises(ConfigError, match=r"no measured profile for llama-3\.1-8b on h200"):
         build_perf_model("measured", get_model("llama-3.1-8b"), get_gpu("h200"))

@@ -64,9 +64,11 @@ DEPLOYMENT = (
     ),
     Flag(
         "perf_model", S,
-        "auto (paper calibration > measured profile > corrected roofline) | engine (the "
-        "engine's measured operator tables) | roofline | corrected-roofline | measured "
-        "(vidur) | linear | profile:PATH (tidal calibrate) | measured:PATH.",
+        "auto (paper calibration for the model, GPU and TP > the engine's measured operator "
+        "tables where the GPU has them > Vidur's 2023 profiles > corrected roofline) | engine "
+        "(the engine's tables) | auto-vidur (auto without the tables, before issue 28) | "
+        "roofline | corrected-roofline | measured (vidur) | linear | profile:PATH (tidal "
+        "calibrate) | measured:PATH.",
         "perf_model", shows="auto",
     ),
     Flag(
@@ -75,7 +77,7 @@ DEPLOYMENT = (
     ),
     Flag(
         "engine", S, "Serving engine whose measured operator tables --perf-model engine "
-        "reads: vllm | sglang.", "engine", shows="vllm",
+        "(and auto) reads: vllm | sglang.", "engine", shows="vllm",
     ),
     Flag(
         "engine_version", S, "Engine version of the tables (default: the newest for the GPU; "
@@ -83,12 +85,12 @@ DEPLOYMENT = (
     ),
     Flag(
         "data_parallel_size", I, "Data-parallel engines of --tp GPUs each (--perf-model "
-        "engine; MoE layers span all of them).", "data_parallel_size",
+        "engine, or auto on tables; MoE layers span all of them).", "data_parallel_size",
         decls=("--data-parallel-size",), vllm=("-dp",), shows=1,
     ),
     Flag(
         "moe_tp_size", I, "MoE: GPUs that split each expert in a hybrid TP × EP MoE (SGLang's "
-        "--moe-tp-size; --perf-model engine).", "moe_tp_size",
+        "--moe-tp-size; --perf-model engine, or auto on tables).", "moe_tp_size",
     ),
     Flag(
         "enable_expert_parallel", bool | None, "MoE: shard experts over the TP ranks (EP = TP).",

@@ -28,7 +28,11 @@ from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.engine.spec_pool import spec_metrics
 from tidal.engine.stats import PolicyStats
-from tidal.hardware.calibration import perf_model_source
+from tidal.hardware.calibration import (
+    client_side_metrics,
+    perf_model_source,
+    perf_model_tables,
+)
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.roofline import roofline_token_throughput
 from tidal.sim.cluster_metrics import CacheCounts
@@ -149,7 +153,10 @@ def run_replicated(
         np.mean([inst.busy_ns / max(sim.now_ns, 1) for inst in instances])
     )
     metrics["perf_model"] = built[0][1].name
-    metrics["perf_model_source"] = perf_model_source(base_perf(built[0][1]))
+    target = base_perf(built[0][1])
+    metrics["perf_model_source"] = perf_model_source(target)
+    metrics.update(perf_model_tables(target))
+    metrics.update(client_side_metrics(target, cols))  # engine tables: client-side TTFT
     metrics["replicas"] = replicas
     metrics["num_gpus"] = replicas * cfg.tp
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))

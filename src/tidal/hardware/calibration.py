@@ -6,10 +6,10 @@ The measured step-cost constants it draws on live in :mod:`tidal.hardware.linear
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.hardware.auto_perf import EngineChoice
 from tidal.hardware.gpus import GPUSpec
 from tidal.hardware.interference import InterferencePerfModel, step_interference
 from tidal.hardware.linear_calibration import (
@@ -41,25 +41,16 @@ __all__ = [  # moved to :mod:`tidal.hardware.linear_calibration`, still importab
 
 PERF_MODELS = (
     "auto", "roofline", "linear", "measured", "vidur", "corrected-roofline", "corrected", "engine",
+    "auto-vidur",
 )  # fmt: skip
-"""``roofline``: the plain roofline (:class:`RooflinePerfModel`); ``corrected-roofline`` (alias
-``corrected``): the roofline fitted on measured kernels (:mod:`tidal.hardware.corrected`);
+"""``auto``: :mod:`tidal.hardware.auto_perf` (a paper's calibration > the engine tables > the
+Vidur profiles > the corrected roofline); ``auto-vidur``: the ``auto`` of before issue 28
+(without the tables); ``roofline``: the plain roofline (:class:`RooflinePerfModel`);
+``corrected-roofline`` (alias ``corrected``): the roofline fitted on measured kernels
+(:mod:`tidal.hardware.corrected`);
 ``measured`` (alias ``vidur``): the bundled GPU operator profiles of Vidur's older engine
 (:mod:`tidal.hardware.measured`); ``engine``: the measured operator tables of the serving
 engine and version (:mod:`tidal.hardware.engine_perf`)."""
-@dataclass(frozen=True)
-class EngineChoice:
-    """Which engine's tables ``--perf-model engine`` reads (``SimulationConfig``'s keys
-    ``engine``, ``engine_version``, ``enable_expert_parallel``, ``moe_distribution``)."""
-
-    engine: str = "vllm"
-    version: str | None = None
-    expert_parallel: bool = False
-    moe_distribution: str = "power_law_1.01"
-    data_parallel: int = 1
-    moe_tp: int | None = None
-    """MoE tensor parallelism of a hybrid TP × EP MoE (SGLang's ``--moe-dense-tp``-style
-    splits); None: all TP, or all EP with ``expert_parallel``."""
 
 
 PROFILE_PREFIX = "profile:"
@@ -173,14 +164,20 @@ def build_perf_model(
     engine, version and expert parallelism; vLLM's newest tables by default).
     ``profile:PATH``: the profile measured on the real engine (``tidal calibrate``).
     ``auto``: in this order, the papers' calibrated linear model where one exists for (model,
-    GPU, TP) (EB paper, INFERCEPT), the bundled measured operator profiles
-    (``measured``), else the corrected roofline. ``roofline``: the plain roofline.
+    GPU, TP) (EB paper, INFERCEPT), the engine's tables where the GPU has them for the
+    engine, the bundled measured operator profiles (``measured``), else the corrected
+    roofline (:mod:`tidal.hardware.auto_perf`); ``auto-vidur``: the same without the tables
+    (``auto`` before issue 28). ``roofline``: the plain roofline.
     ``linear``: measured constants, or constants derived from the roofline (α from a
     one-token step, β from the marginal cost of a 512-token-context decode and of a prefill
     token) when none were measured. ``interference`` adds the mixed-step interference term of
     :mod:`tidal.hardware.interference` (EB paper §1.2) on top of either. ``host``: whose
     per-step host time the measured and corrected models add (``vllm-v1``, the default, or
     ``vidur``; :data:`tidal.hardware.corrected.HOST_MODES`)."""
+    if kind == "auto":
+        from tidal.hardware.auto_perf import resolve_auto
+
+        kind, engine = resolve_auto(model, gpu, tp, engine)
     if kind == "engine":
         from tidal.hardware.engine_perf import EnginePerfModel
 
@@ -219,7 +216,7 @@ def _build_base(
     kappa = model.kv_bytes_per_token_per_gpu(tp) * tp / (eff_bw * gpu.mem_bw * tp)
     if kind == "vidur":
         kind = "measured"
-    if kind == "measured" or (kind == "auto" and cal is None):
+    if kind == "measured" or (kind in ("auto", "auto-vidur") and cal is None):
         meas = measured_model(model, gpu, tp, host=host)
         if meas is not None:
             return meas

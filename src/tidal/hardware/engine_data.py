@@ -6,13 +6,16 @@ milliseconds of the operators a forward pass is made of, measured with that engi
 ``<root>/systems/data/<system>/<op>/<engine>/<version>/*.parquet``. Tidal reads these files
 (with polars) and never imports the package's code.
 
-Version resolution (:func:`resolve_versions`): the requested engine version, else the newest
-version with any table for the GPU; each operator family then uses that version's table, or
-the newest older one that has it (a backward fill, as the package's own loader does), or —
-when the family was only collected later — the oldest newer one. The versions actually read are
-recorded per family (``summary.json``'s ``perf_model_tables``), so a version without tables of
-its own (vLLM 0.12 on H100) reads, and says it reads, the nearest ones; a ``nightly-<build>``
-reads the newest.
+Version resolution (:func:`resolve_versions`, rule :data:`VERSION_RULE`): the requested engine
+version, else the newest version with any table for the GPU; each operator family then uses
+that version's own table where the version has one, else the family's **newest** table (as a
+``nightly-<build>`` and the default version do). The versions actually read are recorded per
+family (``summary.json``'s ``perf_model_tables``, with the rule). Measured reason (BENCHMARKS.md,
+issue 28, "version fallback"): the earlier rule, the nearest version per family (newest older,
+else oldest newer), made vLLM 0.15.1's gpt-oss rows on B200 read 0.19.0's slower MXFP4 MoE
+rows (TPOT 3.7× the measured value); the newest tables give them 24 %, and over the 864 silicon
+rows the two rules read differently the rows off by 2× in TPOT fall from 106 to 37
+(docs/research/engine-data.md, "Version rule").
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ FAMILIES = {
     "comm": ("custom_allreduce_perf.parquet",),
 }
 """Operator family → the files Tidal reads from its directory."""
+VERSION_RULE = "own tables of the version, else the newest"
+"""How a family's version is chosen (:func:`_pick`); ``summary.json`` records it."""
 
 
 def _module_dir() -> Path | None:
@@ -127,6 +132,7 @@ class TableSet:
             "gpu_tables": self.system,
             "tables": dict(self.families),
             "exact": all(v == self.version for _, v in self.families),
+            "version_rule": VERSION_RULE,
         }
 
 
@@ -149,13 +155,11 @@ def fallbacks(ts: TableSet, family: str) -> list[TableSet]:
 
 
 def _pick(have: list[str], want: str) -> str | None:
-    """``want`` if held, else the newest older version, else the oldest newer one."""
+    """``want`` if it holds the family's table, else the newest version that does (module
+    docstring: a version's own measurement, never a neighbour's older or newer kernels)."""
     if not have:
         return None
-    if want in have:
-        return want
-    older = [v for v in have if version_key(v) < version_key(want)]
-    return older[-1] if older else have[0]
+    return want if want in have else have[-1]
 
 
 @lru_cache(maxsize=64)

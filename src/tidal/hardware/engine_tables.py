@@ -85,7 +85,8 @@ def _heads_filter(df: pl.DataFrame, q: int, kv: int, d: int, kv_dtype: str, wind
         & (pl.col("num_key_value_heads") == kv)
         & (pl.col("head_dim") == d)
         & (pl.col("kv_cache_dtype") == kv_dtype)
-        & (pl.col("window_size") == window)
+        # tables without the column (A100's vLLM 0.14) hold full attention only
+        & ((pl.col("window_size") == window) if "window_size" in df.columns else window == 0)
     )
 
 

@@ -141,7 +141,7 @@ def measured_iteration_profile(
     (``perf_model`` auto or linear on a deployment INFERCEPT measured): its waste formulas then
     use the paper's own constants, not a line refitted to the (13B: floored) step model."""
     p = INFERCEPT_PROFILES.get((model or cfg.model, gpu or cfg.gpu, tp or cfg.tp))
-    if p is None or cfg.perf_model not in ("auto", "linear"):
+    if p is None or cfg.perf_model not in ("auto", "auto-vidur", "linear"):
         return None
     return IterationProfile(p.alpha_ms / 1e3, p.gamma_ms / 1e3, cfg.augment.saturation_tokens)
 

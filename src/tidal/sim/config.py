@@ -117,11 +117,13 @@ class SimulationConfig(_Strict):
     moe_quant: str | None = None
     """Tidal: the tables' dtype of the routed experts (… w4a16_mxfp4), over ``quantization``."""
     perf_model: str = "auto"
-    """``auto``: a paper's calibration for (model, GPU, TP), else the bundled measured GPU
-    profiles, else the corrected roofline (``summary.json``: ``perf_model_source``); or
-    ``engine`` (the measured operator tables of ``engine`` at ``engine_version``),
-    ``roofline``, ``corrected-roofline``, ``measured`` (alias ``vidur``), ``linear``,
-    ``profile:PATH``, ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
+    """``auto``: a paper's calibration for (model, GPU, TP), else the engine's measured
+    operator tables where the GPU has them, else the bundled Vidur profiles, else the
+    corrected roofline (:mod:`tidal.hardware.auto_perf`; ``summary.json``:
+    ``perf_model_source``); or ``engine`` (the tables of ``engine`` at ``engine_version``),
+    ``auto-vidur`` (``auto`` before issue 28: without the tables), ``roofline``,
+    ``corrected-roofline``, ``measured`` (alias ``vidur``), ``linear``, ``profile:PATH``,
+    ``measured:PATH`` (:mod:`tidal.hardware.calibration`)."""
     policy_modules: list[str] = Field(default_factory=list)
     """Python files (or module names) imported before any policy is looked up, so that a policy
     written outside the package registers itself by name (``--policy-module``;
@@ -240,28 +242,27 @@ class SimulationConfig(_Strict):
 
     @model_validator(mode="after")
     def _engine_only(self) -> SimulationConfig:
+        """Engine-only settings need a step model with tables: ``engine``, or ``auto`` where it
+        resolves to them (:mod:`tidal.hardware.auto_perf`)."""
         if self.perf_model == "engine":
             return self
-        if self.engine_version is not None:
-            raise ValueError(
-                "engine_version selects the measured tables of perf_model: engine; set "
-                "--perf-model engine or drop --engine-version"
-            )
-        if self.moe_tp_size is not None:
-            raise ValueError(
-                "moe_tp_size needs perf_model: engine (the other step models have no MoE "
-                "split); set --perf-model engine or drop --moe-tp-size"
-            )
-        if self.data_parallel_size > 1:
-            raise ValueError(
-                "data_parallel_size > 1 needs perf_model: engine (the other step models have "
-                "no data-parallel ranks); set --perf-model engine or drop --data-parallel-size"
-            )
-        if self.enable_expert_parallel:
-            raise ValueError(
-                "enable_expert_parallel needs perf_model: engine (the other step models have "
-                "no expert-parallel MoE); set --perf-model engine or drop the flag"
-            )
+        from tidal.hardware.auto_perf import (
+            check_auto_engine_settings,
+            engine_only_settings,
+            refuse_engine_only,
+        )
+        from tidal.hardware.calibration import engine_choice
+
+        choice = engine_choice(self, self.data_parallel_size, self.moe_tp_size)
+        try:
+            if self.perf_model == "auto":
+                check_auto_engine_settings(self.model_spec(), get_gpu(self.gpu), self.tp, choice)
+                return self
+            keys = engine_only_settings(choice)
+            if keys:
+                raise refuse_engine_only(keys, f"perf_model {self.perf_model} has none")
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
         return self
 
     @model_validator(mode="after")
