@@ -34,8 +34,12 @@ class BlockPool:
         self.num_free_blocks = left
 
     def take(self, num_blocks: int) -> None:
-        """The decode pool's bulk charge (a caching pool may take the blocks lazily)."""
-        self.take_now(num_blocks)
+        """The decode pool's bulk charge (a caching pool may take the blocks lazily); once a
+        step, so :meth:`take_now` is inlined."""
+        left = self.num_free_blocks - num_blocks
+        if left < 0:
+            raise RuntimeError(f"KV overcommit: need {num_blocks}, free {self.num_free_blocks}")
+        self.num_free_blocks = left
 
     def release(self, num_blocks: int) -> None:
         """``num_blocks`` blocks without content come back."""
