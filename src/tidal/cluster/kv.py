@@ -64,9 +64,7 @@ def reserving_kv(
     over the prefix cache's pool if ``prefix_caching``."""
     reservation = ReserveToTarget(num_blocks, min_free, min_total)
     if prefix_caching:
-        kv = prefix_cache_kv(num_blocks, block_size, watermark=0.0)
-        kv.reservation = reservation
-        return kv
+        return prefix_cache_kv(num_blocks, block_size, watermark=0.0, reservation=reservation)
     return KVCacheManager(num_blocks, block_size, watermark=0.0, reservation=reservation)
 
 

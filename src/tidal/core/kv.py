@@ -18,11 +18,12 @@ One manager, composed of small parts (no subclass per feature):
 Invariant: ``num_free_blocks + (blocks held by GPU-resident requests, each shared block once)
 == num_blocks`` (without prefix caching: ``num_free_blocks + Σ request.num_blocks``), of the free
 blocks ``num_cached_free_blocks()`` still hold reusable content; likewise for the swap space
-(``check`` asserts it, with each part's own invariants). A request holding ``t`` computed tokens holds
-``ceil(t / block_size)`` blocks. Block ids are optional: the simulator only counts; the real
-engine asks for a request's block table, materialised lazily from the pool's free ids so that
-bulk accounting (the decode pool charges many requests one block each in O(1)) and id tables
-never disagree. Statistics are read through one method, :meth:`KVCacheManager.cache_stats`.
+(``check`` asserts it, with each part's own invariants). A request holding ``t`` computed
+tokens holds ``ceil(t / block_size)`` blocks. Block ids are optional: the simulator only
+counts; the real engine asks for a request's block table, materialised lazily from the pool's
+free ids so that bulk accounting (the decode pool charges many requests one block each in O(1))
+and id tables never disagree. Statistics are read through one method,
+:meth:`KVCacheManager.cache_stats`.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from bisect import bisect_right
 
 from tidal.core.block_content import MASK63, BlockContent, mix
 from tidal.core.host_cache import HostTier
-from tidal.core.kv import KVCacheManager
+from tidal.core.kv import KVCacheManager, Reservation
 from tidal.core.prefix_queue import CacheNode, PrefixQueue
 from tidal.core.request import Request, RequestState
 
@@ -419,15 +419,24 @@ def prefix_cache_kv(
     host_cache_blocks: int = 0,
     load_ns_per_block: float = 0.0,
     lazy: bool = True,
+    reservation: Reservation | None = None,
 ) -> KVCacheManager:
     """A KV manager with counting prefix caching: a :class:`PrefixQueue` pool, a
-    :class:`SegmentIndex`, ``num_host_blocks`` of swap space and, if ``host_cache_blocks`` >
-    0, a host tier whose hits cost ``load_ns_per_block`` each (the host link)."""
+    :class:`SegmentIndex`, ``num_host_blocks`` of swap space, if ``host_cache_blocks`` > 0 a
+    host tier whose hits cost ``load_ns_per_block`` each (the host link), and ``reservation``
+    run after each free event."""
     tier = HostTier(host_cache_blocks, load_ns_per_block) if host_cache_blocks > 0 else None
     pool = PrefixQueue(num_blocks, tier)
     index = SegmentIndex(pool, block_size, lazy)
     return KVCacheManager(
-        num_blocks, block_size, watermark, num_host_blocks, pool=pool, index=index, host_tier=tier
+        num_blocks,
+        block_size,
+        watermark,
+        num_host_blocks,
+        pool=pool,
+        index=index,
+        host_tier=tier,
+        reservation=reservation,
     )
 
 
