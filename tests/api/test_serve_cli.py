@@ -85,13 +85,14 @@ def test_vllm_serve_flags_change_the_server(monkeypatch):
     driver, server = seen["driver"], seen["server"]
     assert driver.rt.max_model_len == 300
     assert not driver.rt.config.prefix_caching
-    assert type(driver.scheduler.kv).__name__ == "KVBlockManager"
+    assert not driver.scheduler.kv.prefix_caching
+    assert driver.scheduler.kv.track_ids
     assert server.config.access_log is False
     assert server.config.app.state.tidal.model_name == "demo"
     assert "byte_tokenizer" in r.output  # where clients find the tokenizer to count with
     r, seen = _serve_captured(monkeypatch, "--num-kv-blocks", "64")
     assert seen["driver"].rt.max_model_len == 64 * 16  # the KV cache bounds the default
-    assert type(seen["driver"].scheduler.kv).__name__ == "PrefixCachingBlockManager"
+    assert type(seen["driver"].scheduler.kv.index).__name__ == "BlockHashIndex"
 
 
 @pytest.mark.parametrize(

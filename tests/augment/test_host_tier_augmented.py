@@ -56,9 +56,9 @@ def test_a_discarded_context_re_hits_its_evicted_blocks_from_host(
     hit = 16 + 16 * from_host
     assert (aug.recompute_hit_tokens, aug.recompute_tokens) == (hit, 49 - hit)
     kv = s.kv
-    assert kv.host_hit_tokens == 16 * from_host
+    assert kv.cache_stats().host_hit_tokens == 16 * from_host
     stall = from_host * 16 * int(T_TOK)  # blocks × (block bytes / host bandwidth)
-    assert kv.host_load_ns == stall
+    assert kv.cache_stats().host_load_ns == stall
     assert aug.stall_block_ns > 0  # the load is a transfer stall (swap waste)
     assert rec0.finish_ns[0] - rec.finish_ns[0] == 16 * from_host * 1_000 - stall
     assert rec0.finish_ns[1] == rec.finish_ns[1]  # B never meets the tier

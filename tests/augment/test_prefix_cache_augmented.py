@@ -97,7 +97,7 @@ def test_cached_augmented_contexts_keep_invariants_and_exact_fast_forward(
     assert s2.kv.num_free_blocks == s2.kv.num_blocks
     assert s2.kv.num_free_host_blocks == s2.kv.num_host_blocks
     if tier:
-        event("host-tier hits" if s2.kv.host_hit_tokens else "no host-tier hit")
+        event("host-tier hits" if s2.kv.cache_stats().host_hit_tokens else "no host-tier hit")
 
 
 # ---------------------------------------------------------------- hand-derived re-hits

@@ -40,7 +40,7 @@ def test_invariants_with_a_host_tier(spec: list, ops: list, num_blocks: int, hos
     prompts, extra = [p for p, _ in spec], [e for _, e in spec]
     reqs = make_requests(prompts, extra)
     kv = PrefixCachingKVManager(num_blocks, BS, 0.0, 0, host, load_ns_per_block=3.5)
-    tier = kv._tier
+    tier = kv.host_tier
     assert tier is not None
     waiting, running = list(reqs), []
     seen: set[tuple[object, ...]] = set()
@@ -50,11 +50,11 @@ def test_invariants_with_a_host_tier(spec: list, ops: list, num_blocks: int, hos
         if op == "admit" and waiting:
             req = waiting[x % len(waiting)]
             ref = reference_hit(seen, req, prompt_of[req.request_id])
-            before = kv.host_hit_tokens
+            before = kv.cache_stats().host_hit_tokens
             hit = admit(kv, req, chunk=1 + x % 7)
             if hit >= 0:
                 assert hit <= ref, "a hit on content never computed"
-                loaded = kv.host_hit_tokens - before
+                loaded = kv.cache_stats().host_hit_tokens - before
                 assert loaded <= host * BS
                 event("a host hit" if loaded else "no host hit")
                 assert kv.pending_load_ns == math.ceil(loaded // BS * 3.5)
@@ -111,7 +111,7 @@ def test_hand_computed_host_hit_and_transfer_time() -> None:
     they are GPU-cached again; a's own question block stays in host memory."""
     a, b = make_requests([[(0, 16), (1, 4)], [(0, 16), (2, 4)]], [0, 0])
     kv = PrefixCachingKVManager(6, BS, 0.0, 0, host_cache_blocks=8, load_ns_per_block=2.5e6)
-    tier = kv._tier
+    tier = kv.host_tier
     assert tier is not None
     assert admit(kv, a) == 0
     kv.free(a)
@@ -124,7 +124,7 @@ def test_hand_computed_host_hit_and_transfer_time() -> None:
     assert kv.match_prefix(b) == (16, 0)
     assert admit(kv, b) == 16
     assert kv.pending_load_ns == 10_000_000
-    assert kv.host_hit_tokens == 16
+    assert kv.cache_stats().host_hit_tokens == 16
     assert tier.used == 1
     assert b.num_blocks == 5  # 4 loaded + 1 computed
     kv.check([b])

@@ -142,15 +142,15 @@ class _EngineState(Collector):
         yield from _gauge(
             "num_requests_waiting", "Requests queued, not yet running.", m, d.num_queued()
         )
-        yield from _gauge(
-            "kv_cache_usage_perc", "Share of KV cache blocks in use (0-1).", m, s.kv.usage()
-        )
+        kv = s.kv.cache_stats()
+        usage = (kv.num_blocks - kv.num_free_blocks) / kv.num_blocks
+        yield from _gauge("kv_cache_usage_perc", "Share of KV cache blocks in use (0-1).", m, usage)
         yield from _counter("num_preemptions", "Preemptions by recompute.", m, s.num_preemptions)
         yield from _counter(
-            "prefix_cache_queries", "Prefix cache queries, in tokens.", m, s.kv.cache_queries
+            "prefix_cache_queries", "Prefix cache queries, in tokens.", m, kv.queries
         )
         yield from _counter(
-            "prefix_cache_hits", "Prefix cache hits, in tokens.", m, s.kv.cache_hits
+            "prefix_cache_hits", "Prefix cache hits, in tokens.", m, kv.hits
         )
         if d.rt.config.speculative_config is not None:
             yield from _spec_decode(d.runner.spec_stats, m)

@@ -14,7 +14,7 @@ from tidal.hardware.perf import PerfModel
 
 class Backend(Protocol):
     """A backend may also set ``prefix_caching = True``: engines' KV caches then cache prompt
-    prefixes (:class:`~tidal.cluster.kv.ReservingPrefixKV`)."""
+    prefixes (:func:`~tidal.cluster.kv.reserving_kv`)."""
 
     def now_ns(self) -> int:
         """Current time."""

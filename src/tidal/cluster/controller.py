@@ -34,7 +34,7 @@ from tidal.cluster.config import ClusterConfig
 from tidal.cluster.eager import EagerPerfModel, eager_overhead_s
 from tidal.cluster.engine_pool import EnginePool
 from tidal.cluster.instance import START_KINDS, ModelInstance, Replica, State
-from tidal.cluster.kv import reserving_kv
+from tidal.cluster.kv import reservation_of, reserving_kv
 from tidal.cluster.load import ModelLoad
 from tidal.cluster.memory import ClusterMemory
 from tidal.cluster.models import ServedModel, served_models
@@ -238,7 +238,7 @@ class ClusterController:
         inst.kv = reserving_kv(
             caching, blocks, model.block_size, params.min_free_blocks, params.min_total_blocks
         )
-        inst.kv.on_reserve = lambda n, inst=inst: self._kv_reserved(inst, n)
+        reservation_of(inst.kv).on_reserve = lambda n, inst=inst: self._kv_reserved(inst, n)
         run_startup_plan(self, inst, plan, replica, now_ns)
         return inst
 

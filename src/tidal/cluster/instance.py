@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from tidal.cluster.kv import ReservingKV
 from tidal.cluster.models import ServedModel
 from tidal.cluster.transfer import Transfer
+from tidal.core.kv import KVCacheManager
 from tidal.core.request import Request
 
 
@@ -51,7 +51,7 @@ class ModelInstance:
     engine: int = -1
     ready_ns: int = -1
     stopped_ns: int = -1
-    kv: ReservingKV | None = None
+    kv: KVCacheManager | None = None
     kv_pages: int = 0
     share: float = 1.0
     waiting_for: set[str] = field(default_factory=set)

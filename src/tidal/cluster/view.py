@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Protocol
 
+from tidal.cluster.kv import reservation_of
 from tidal.core.request import Request
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class LaunchParams:
     """Most in-flight requests (None: ``cluster.batch``)."""
     min_free_blocks: int = 0
     min_total_blocks: int = 0
-    """KV reservation floors (:class:`tidal.cluster.kv.ReservingKV`)."""
+    """KV reservation floors (:class:`tidal.cluster.kv.ReserveToTarget`)."""
     shared_gpus: bool = False
     """GPUs may already hold other engines of the same mesh (MuxServe)."""
 
@@ -140,11 +141,11 @@ class ClusterActions:
 
     def set_kv_target(self, inst: ModelInstance, free_blocks: int) -> None:
         """KV blocks ``inst`` should keep free for reservation (WarmServe §2.4)."""
-        kv = inst.kv
-        assert kv is not None
-        before = kv.target_free
-        kv.set_target(free_blocks)
-        if kv.target_free != before:
+        assert inst.kv is not None
+        res = reservation_of(inst.kv)
+        before = res.target_free
+        res.set_target(free_blocks)
+        if res.target_free != before:
             self._ctl.version += 1
 
     # ------------------------------------------------------------------ weights

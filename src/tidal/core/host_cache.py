@@ -7,6 +7,8 @@ range at its front, and a load (a prefix hit in host memory) or a new GPU copy t
 front. Capacity is in blocks; over it, the least recently filled node loses its last host
 blocks first (LRU by node). Invariant: ``used == Σ node.host <= capacity`` and a node is in
 the LRU iff ``node.host > 0``. Blocks are exclusive: a block is on the GPU or in host memory.
+The tier also keeps its statistics (hits, load time, dropped blocks), read through
+:meth:`tidal.core.kv.KVCacheManager.cache_stats`.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ from typing import Any
 
 
 class HostTier:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, load_ns_per_block: float = 0.0) -> None:
         if capacity <= 0:
             raise ValueError("a host tier needs a positive capacity (blocks)")
         self.capacity = capacity
+        self.load_ns_per_block = load_ns_per_block
+        """Cost of loading one block back to the GPU (the host link)."""
+        self.hit_tokens = 0
+        """Prefix-cache hit tokens loaded from this tier."""
+        self.load_ns = 0
+        """Total transfer time charged for those hits."""
         self.used = 0
         self.lru: OrderedDict[int, Any] = OrderedDict()
         """Nodes with host blocks, least recently filled first (key → node)."""

@@ -43,15 +43,22 @@ blocks, which commit loads into fresh GPU blocks and charges ``load_ns_per_block
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_right
 
 from tidal.core.block_content import MASK63, BlockContent, mix
 from tidal.core.host_cache import HostTier
+from tidal.core.kv import KVCacheManager, Reservation
 from tidal.core.prefix_queue import CacheNode, PrefixQueue
 from tidal.core.request import Request, RequestState
 
-__all__ = ["MASK63", "BlockContent", "PrefixCachingKVManager", "mix"]
+__all__ = [
+    "MASK63",
+    "BlockContent",
+    "PrefixCachingKVManager",
+    "SegmentIndex",
+    "mix",
+    "prefix_cache_kv",
+]
 
 
 def _private(content: BlockContent, bs: int) -> int:
@@ -63,52 +70,45 @@ _Hit = tuple[CacheNode, int, int]
 """A matched node: (node, its GPU blocks taken, its host blocks loaded)."""
 
 
-class PrefixCachingKVManager(PrefixQueue):
-    """:class:`KVBlockManager` with prefix caching (counting only, no block ids)."""
+class SegmentIndex:
+    """The counting prefix cache's index over a :class:`PrefixQueue` pool (module docstring):
+    which nodes each request references, and what it registered. Used by
+    :class:`~tidal.core.kv.KVCacheManager`, built by :func:`prefix_cache_kv`."""
 
-    prefix_caching = True
+    supports_swap = True
 
-    def __init__(
-        self,
-        num_blocks: int,
-        block_size: int = 16,
-        watermark: float = 0.01,
-        num_host_blocks: int = 0,
-        host_cache_blocks: int = 0,
-        load_ns_per_block: float = 0.0,
-        lazy: bool = True,
-    ) -> None:
-        """``num_host_blocks``: swap space; ``host_cache_blocks``: the second cache tier in
-        host memory (0: none), whose hits cost ``load_ns_per_block`` each (the host link);
-        ``lazy``: defer the registration of requests' own blocks (module docstring; the
-        results are the same either way, without a host tier it is on)."""
-        super().__init__(num_blocks, block_size, watermark, num_host_blocks, host_cache_blocks)
-        self.load_ns_per_block = load_ns_per_block
-        self.host_hit_tokens = 0
-        """Of ``cache_hits``, tokens loaded from the host tier."""
-        self.host_load_ns = 0
-        """Total transfer time charged for host-tier hits."""
+    def __init__(self, pool: PrefixQueue, block_size: int, lazy: bool = True) -> None:
+        """``lazy``: defer the registration of requests' own blocks (module docstring; the
+        results are the same either way; with a host tier it is off)."""
+        self.pool = pool
+        self.block_size = block_size
         self._refs: dict[int, list[CacheNode]] = {}
         """Nodes each request references, in block order."""
         self._upto: dict[int, int] = {}
         """Blocks of each request already registered or left anonymous."""
         self._pending: tuple[int, list[_Hit]] | None = None
-        self._lazy = lazy and self._tier is None
+        self._lazy = lazy and pool.tier is None
         self._seen: set[int] = set()
         """Requests whose own blocks are registered eagerly (they left the GPU unfinished)."""
 
-    def add_host_tier(self, num_blocks: int, load_ns_per_block: float) -> None:
-        """A host tier of ``num_blocks`` (a cluster engine's, given at its start, before
-        anything is cached); it turns lazy registration off, as in ``__init__``."""
-        if self._tier is not None or self.num_evicted_blocks or self._refs:
+    def add_host_tier(self, tier: HostTier) -> None:
+        """Evictions now move to ``tier``; lazy registration turns off (as in ``__init__``)."""
+        if self.pool.tier is not None or self._refs:
             raise RuntimeError("a host tier is added once, before anything is cached")
-        if num_blocks > 0:
-            self._tier = HostTier(num_blocks)
-            self.load_ns_per_block = load_ns_per_block
-            self._lazy = False
+        self.pool.tier = tier
+        self._lazy = False
+
+    def block_table(self, req: Request, num_blocks: int | None) -> list[int]:
+        raise RuntimeError("block ids are not tracked by the counting prefix cache")
+
+    def trim(self, req: Request, num_blocks: int) -> None:
+        """Nothing to trim: the counting cache keeps no block ids (:meth:`block_table`)."""
+
+    def forget_content(self, req: Request) -> None:
+        """Nothing to forget: counted blocks have no content that a failed step could spoil."""
 
     # ------------------------------------------------------------------ matching
-    def match_prefix(self, req: Request) -> tuple[int, int]:
+    def match(self, req: Request) -> tuple[int, int]:
         """(cached prefix tokens, how many of those blocks other requests hold) for a request
         about to be admitted with nothing computed; no state changes until commit_prefix."""
         content = req.content
@@ -120,12 +120,12 @@ class PrefixCachingKVManager(PrefixQueue):
         ):  # (the last: only its own content, of which nothing was registered yet)
             self._pending = None
             return 0, 0
-        self.settle()
+        self.pool.settle()
         bs = self.block_size
         limit = (req.num_tokens - 1) // bs
         hits: list[_Hit] = []
         hit = shared = lo = 0
-        get = self._nodes.get
+        get = self.pool.nodes.get
         hashes = content.hashes
         bounds = content._bounds if content._bs == bs else None
         if bounds is None:
@@ -159,17 +159,14 @@ class PrefixCachingKVManager(PrefixQueue):
         self._pending = (req.request_id, hits)
         return hit * bs, shared
 
-    def commit_prefix(self, req: Request, hit_tokens: int) -> None:
-        """Admit ``req`` with the match just returned by :meth:`match_prefix`: reference its
-        cached blocks (they leave the free queue) and count them as computed."""
-        self.cache_queries += req.num_tokens
-        self.cache_hits += hit_tokens
-        if req.num_cached_tokens < 0:
-            req.num_cached_tokens = hit_tokens
+    def commit(self, req: Request, hit_tokens: int) -> int:
+        """Admit ``req`` with the match just returned by :meth:`match`: reference its cached
+        blocks (they leave the free queue) and count them as computed. Returns the host-tier
+        blocks loaded (the manager charges their transfer)."""
         pending, self._pending = self._pending, None
         if not hit_tokens:
-            return
-        self.settle()
+            return 0
+        self.pool.settle()
         assert pending is not None, "commit_prefix without match_prefix"
         assert pending[0] == req.request_id, "commit_prefix for another request"
         rid = req.request_id
@@ -179,25 +176,22 @@ class PrefixCachingKVManager(PrefixQueue):
             node.holders[rid] = take + h
             refs.append(node)
             if take > node.held:
-                self.num_free_blocks -= take - node.held
+                self.pool.num_free_blocks -= take - node.held
                 node.held = take
                 if node.held == node.cached:
-                    self._unqueue(node)
+                    self.pool.unqueue(node)
             if h:  # load from the host tier into fresh GPU blocks (taken below)
-                assert self._tier is not None
-                self._tier.take_front(node, h)
+                assert self.pool.tier is not None
+                self.pool.tier.take_front(node, h)
                 node.cached = node.held = take + h
                 loads += h
         if loads:
-            self._take(loads)
-            ns = math.ceil(loads * self.load_ns_per_block)
-            self.pending_load_ns += ns
-            self.host_load_ns += ns
-            self.host_hit_tokens += loads * self.block_size
+            self.pool.take_now(loads)
         blocks = hit_tokens // self.block_size
         self._upto[rid] = blocks
         req.num_blocks = blocks
         req.num_computed_tokens = hit_tokens
+        return loads
 
     # ------------------------------------------------------------------ registration
     def _register(self, req: Request, full: int) -> None:
@@ -239,7 +233,7 @@ class PrefixCachingKVManager(PrefixQueue):
         refs = self._refs.get(rid)
         if refs is None:
             refs = self._refs[rid] = []
-        nodes = self._nodes
+        nodes = self.pool.nodes
         bs = self.block_size
         hashes = content.hashes
         bounds = content._bounds if content._bs == bs else None
@@ -276,8 +270,8 @@ class PrefixCachingKVManager(PrefixQueue):
                     if adopt:
                         refs.append(node)
                     if node.host:  # the new GPU copy supersedes those host blocks
-                        assert self._tier is not None
-                        self._tier.take_front(node, node.cached - old)
+                        assert self.pool.tier is not None
+                        self.pool.tier.take_front(node, node.cached - old)
             lo = start = hi
             s += 1
 
@@ -286,10 +280,10 @@ class PrefixCachingKVManager(PrefixQueue):
         bs = self.block_size
         need = -(-num_tokens // bs) - req.num_blocks
         if need > 0:
-            self._take(need)  # (settles the deferred bulk takes first)
+            self.pool.take_now(need)  # (settles the deferred bulk takes first)
             req.num_blocks += need
-        elif self._debt:
-            self.settle()
+        elif self.pool.debt:
+            self.pool.settle()
         content = req.content
         if content is not None:
             full, rid = num_tokens // bs, req.request_id
@@ -315,7 +309,7 @@ class PrefixCachingKVManager(PrefixQueue):
     def free(self, req: Request) -> None:
         """Release ``req``'s blocks: its anonymous ones first, then its nodes from the last,
         so the LRU evicts its tail first (vLLM frees a block table in reverse order)."""
-        self.settle()
+        self.pool.settle()
         rid = req.request_id
         own = 0  # a finished request's own registered blocks (lazy: never registered)
         content = req.content
@@ -355,33 +349,20 @@ class PrefixCachingKVManager(PrefixQueue):
                         tail.append(node)
         anon = req.num_blocks - registered
         if anon > 0:
-            self._push_anon(anon)
+            self.pool.push_anon(anon)
         if own:
-            self._push_own(own)
+            self.pool.push_own(own)
         for node in tail:
-            self._push_node(node)
-        self.num_free_blocks += anon + own + freed
+            self.pool.push_node(node)
+        self.pool.num_free_blocks += anon + own + freed
         req.num_blocks = 0
-        assert self.num_free_blocks <= self.num_blocks
+        assert self.pool.num_free_blocks <= self.pool.num_blocks
 
-    def swap_in(self, req: Request) -> bool:
-        n = self._host.get(req.request_id, 0)
-        if n > self.num_free_blocks:
-            return False
-        del self._host[req.request_id]
-        self.num_free_host_blocks += n
-        self._take(n)
-        req.num_blocks = n
-        return True
-
-    def swap_out_blocks(self, req: Request, n: int) -> int:
-        """Move up to ``n`` of ``req``'s last GPU blocks to host memory: its anonymous blocks
-        first, then its registered ones from the last node; their GPU copies stay cached
-        (evictable) if no one else references them, so a later admission may re-hit them."""
-        self.settle()
-        m = max(0, min(n, req.num_blocks, self.num_free_host_blocks))
-        if not m:
-            return 0
+    def release_tail(self, req: Request, m: int) -> None:
+        """Free ``m`` (> 0, at most its GPU blocks) of ``req``'s last GPU blocks, which the
+        manager moves to host memory: its anonymous blocks first, then its registered ones
+        from the last node; their GPU copies stay cached (evictable) if no one else
+        references them, so a later admission may re-hit them."""
         rid = req.request_id
         if req.content is not None:
             self._settle(req)
@@ -389,7 +370,7 @@ class PrefixCachingKVManager(PrefixQueue):
         refs = self._refs.get(rid, [])
         registered = sum(node.holders[rid] for node in refs)
         anon = min(m, req.num_blocks - registered)
-        self._push_anon(anon)
+        self.pool.push_anon(anon)
         freed, left = anon, m - anon
         while left:
             node = refs[-1]
@@ -405,46 +386,62 @@ class PrefixCachingKVManager(PrefixQueue):
                 node.held = max(node.holders.values()) if node.holders else 0
                 if node.held < ext:
                     freed += ext - node.held
-                    self._push_node(node)
+                    self.pool.push_node(node)
         req.num_blocks -= m
         self._upto[rid] = min(self._upto.get(rid, 0), req.num_blocks)
-        self.num_free_blocks += freed
-        self.num_free_host_blocks -= m
-        self._host[rid] = self._host.get(rid, 0) + m
-        return m
-
-    def swap_in_blocks(self, req: Request, n: int, keep_free: int = 0) -> int:
-        have = self._host.get(req.request_id, 0)
-        m = max(0, min(n, have, self.num_free_blocks - keep_free))
-        if m:
-            self._take(m)
-            req.num_blocks += m
-            self.num_free_host_blocks += m
-            if m == have:
-                del self._host[req.request_id]
-            else:
-                self._host[req.request_id] = have - m
-        return m
+        self.pool.num_free_blocks += freed
 
     # ------------------------------------------------------------------ queries
     def check(self, resident: list[Request]) -> None:
-        anon_free, own = self.check_queue()
+        anon_free, own = self.pool.check_queue()
         cached, held = own, 0  # own runs: cached, not held
-        if self._tier is not None:
-            self._tier.check(self._nodes)
-        for node in self._nodes.values():
+        if self.pool.tier is not None:
+            self.pool.tier.check(self.pool.nodes)
+        for node in self.pool.nodes.values():
             assert node.cached or node.holders or node.host, "a dead node was kept"
             assert 0 <= node.held <= node.cached, "a referenced block was evicted"
             assert node.held == max(node.holders.values(), default=0)
             assert node.entry is None or node.entry[0] is node
             cached += node.cached
             held += node.held
-        assert anon_free + cached - held == self.num_free_blocks, "free count drifted"
+        assert anon_free + cached - held == self.pool.num_free_blocks, "free count drifted"
         anon_used = 0
         for r in resident:
             reg = sum(n.holders[r.request_id] for n in self._refs.get(r.request_id, []))
             assert reg <= r.num_blocks
             anon_used += r.num_blocks - reg
-        assert anon_free + cached + anon_used == self.num_blocks, "a block leaked"
+        assert anon_free + cached + anon_used == self.pool.num_blocks, "a block leaked"
         assert set(self._refs) <= {r.request_id for r in resident}, "a freed request holds refs"
-        assert self.num_free_host_blocks + sum(self._host.values()) == self.num_host_blocks
+
+
+def prefix_cache_kv(
+    num_blocks: int,
+    block_size: int = 16,
+    watermark: float = 0.01,
+    num_host_blocks: int = 0,
+    host_cache_blocks: int = 0,
+    load_ns_per_block: float = 0.0,
+    lazy: bool = True,
+    reservation: Reservation | None = None,
+) -> KVCacheManager:
+    """A KV manager with counting prefix caching: a :class:`PrefixQueue` pool, a
+    :class:`SegmentIndex`, ``num_host_blocks`` of swap space, if ``host_cache_blocks`` > 0 a
+    host tier whose hits cost ``load_ns_per_block`` each (the host link), and ``reservation``
+    run after each free event."""
+    tier = HostTier(host_cache_blocks, load_ns_per_block) if host_cache_blocks > 0 else None
+    pool = PrefixQueue(num_blocks, tier)
+    index = SegmentIndex(pool, block_size, lazy)
+    return KVCacheManager(
+        num_blocks,
+        block_size,
+        watermark,
+        num_host_blocks,
+        pool=pool,
+        index=index,
+        host_tier=tier,
+        reservation=reservation,
+    )
+
+
+PrefixCachingKVManager = prefix_cache_kv
+"""The factory's earlier name (it was a subclass; callers construct it the same way)."""

@@ -1,5 +1,6 @@
-"""The prefix cache's nodes and its LRU free queue (:mod:`tidal.core.prefix_cache` explains
-the content model; this is its eviction half).
+"""The prefix cache's nodes and its LRU free queue: the block pool of the counting prefix cache
+(:mod:`tidal.core.prefix_cache` explains the content model and is its index; this is the
+eviction half, which feeds the optional host tier).
 
 A *node* is one segment chain hash: ``cached`` leading blocks of its segment on the GPU, of
 which ``held = max(holders)`` are referenced. The free queue holds, head first, the blocks that
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from tidal.core.block_pool import BlockPool
 from tidal.core.host_cache import HostTier
-from tidal.core.kv import KVBlockManager
 
 
 class CacheNode:
@@ -40,20 +41,17 @@ class CacheNode:
 QueueEntry = list  # [node or None, anonymous blocks, own blocks]: one entry of the free queue
 
 
-class PrefixQueue(KVBlockManager):
-    """Counting KV manager whose free blocks may hold cached content (the free queue)."""
+class PrefixQueue(BlockPool):
+    """Counted block pool whose free blocks may hold cached content (the free queue)."""
 
-    def __init__(
-        self,
-        num_blocks: int,
-        block_size: int = 16,
-        watermark: float = 0.01,
-        num_host_blocks: int = 0,
-        host_cache_blocks: int = 0,
-    ) -> None:
-        super().__init__(num_blocks, block_size, watermark, num_host_blocks)
-        self._tier = HostTier(host_cache_blocks) if host_cache_blocks > 0 else None
-        self._nodes: dict[int, CacheNode] = {}
+    cached_content = True
+
+    def __init__(self, num_blocks: int, tier: HostTier | None = None) -> None:
+        super().__init__(num_blocks)
+        self.tier = tier
+        """The host tier evicted blocks move to (None: their content is lost)."""
+        self.nodes: dict[int, CacheNode] = {}
+        """Every node with GPU-cached blocks, holders or host blocks, by chain hash."""
         self._free: deque[QueueEntry] = deque([[None, num_blocks, 0]])
         """LRU free queue, head first. An entry ``[node, 0, 0]``: a node with evictable
         blocks (``node.entry`` is it); ``[None, a, o]``: a run of ``a`` blocks without
@@ -63,11 +61,11 @@ class PrefixQueue(KVBlockManager):
         self._anon_free = num_blocks
         """Free blocks without content (the anonymous part of the runs)."""
         self._evicted = 0
-        self._debt = 0
+        self.debt = 0
         """Blocks :meth:`take` charged but not yet taken from the queue: taken before any
         operation looks at it (:meth:`settle`), so in the same order as if taken at once."""
 
-    def _push_anon(self, count: int) -> None:
+    def push_anon(self, count: int) -> None:
         if count <= 0:
             return
         self._anon_free += count
@@ -79,7 +77,7 @@ class PrefixQueue(KVBlockManager):
                 return
         free.append([None, count, 0])
 
-    def _push_own(self, count: int) -> None:
+    def push_own(self, count: int) -> None:
         """Append ``count`` cached blocks of a finished request's own suffix to the queue."""
         free = self._free
         if free:
@@ -89,7 +87,7 @@ class PrefixQueue(KVBlockManager):
                 return
         free.append([None, 0, count])
 
-    def _push_node(self, node: CacheNode) -> None:
+    def push_node(self, node: CacheNode) -> None:
         """Move ``node`` (it has evictable blocks) to the tail of the queue."""
         e = node.entry
         if e is not None:
@@ -97,22 +95,22 @@ class PrefixQueue(KVBlockManager):
         node.entry = e = [node, 0, 0]
         self._free.append(e)
 
-    def _unqueue(self, node: CacheNode) -> None:
+    def unqueue(self, node: CacheNode) -> None:
         """``node`` has no evictable block any more: blank its entry."""
         e = node.entry
         if e is not None:
             e[0] = None
             node.entry = None
 
-    def _take(self, num_blocks: int) -> None:
+    def take_now(self, num_blocks: int) -> None:
         """Take ``num_blocks`` free blocks from the LRU head, evicting cached content as
-        needed (also :meth:`take`, the decode pool's bulk charge)."""
+        needed (into the host tier, if any)."""
         left = self.num_free_blocks - num_blocks
         if left < 0:
             raise RuntimeError(f"KV overcommit: need {num_blocks}, free {self.num_free_blocks}")
         self.num_free_blocks = left
-        n = num_blocks + self._debt
-        self._debt = 0
+        n = num_blocks + self.debt
+        self.debt = 0
         free = self._free
         while n > 0:
             e = free[0]
@@ -140,38 +138,38 @@ class PrefixQueue(KVBlockManager):
             if spare > n:  # a partial eviction: the node stays at the head
                 node.cached -= n
                 self._evicted += n
-                if self._tier is not None:
-                    self._tier.add(node, n, self._nodes)
+                if self.tier is not None:
+                    self.tier.add(node, n, self.nodes)
                 return
             node.cached -= spare
             n -= spare
             self._evicted += spare
-            if self._tier is not None:
-                self._tier.add(node, spare, self._nodes)
+            if self.tier is not None:
+                self.tier.add(node, spare, self.nodes)
             free.popleft()
             node.entry = None
             if node.cached == 0 and not node.holders and not node.host:
-                self._nodes.pop(node.key, None)
+                self.nodes.pop(node.key, None)
 
     def take(self, num_blocks: int) -> None:
         """The decode pool's bulk charge: counted now, taken from the queue lazily (the
         queue is looked at once a step at most, by the step's next allocation or match)."""
-        if self._tier is not None:  # (its evictions feed the host tier at once)
-            self._take(num_blocks)
+        if self.tier is not None:  # (its evictions feed the host tier at once)
+            self.take_now(num_blocks)
             return
         left = self.num_free_blocks - num_blocks
         if left < 0:
             raise RuntimeError(f"KV overcommit: need {num_blocks}, free {self.num_free_blocks}")
         self.num_free_blocks = left
-        self._debt += num_blocks
+        self.debt += num_blocks
 
     def settle(self) -> None:
         """Take the blocks :meth:`take` deferred (before the queue or the nodes are read)."""
-        d = self._debt
+        d = self.debt
         if d:
-            self._debt = 0
+            self.debt = 0
             self.num_free_blocks += d
-            self._take(d)
+            self.take_now(d)
 
     @property
     def num_evicted_blocks(self) -> int:
@@ -184,6 +182,11 @@ class PrefixQueue(KVBlockManager):
         self.settle()
         return self.num_free_blocks - self._anon_free
 
+    def release(self, num_blocks: int) -> None:
+        """``num_blocks`` blocks without content join the queue's tail."""
+        self.push_anon(num_blocks)
+        self.num_free_blocks += num_blocks
+
     def check_queue(self) -> tuple[int, int]:
         """Assert the queue's invariants; returns (anonymous free blocks, own cached free
         blocks) for the caller's block balance."""
@@ -193,7 +196,7 @@ class PrefixQueue(KVBlockManager):
         queued = [e[0] for e in self._free if e[0] is not None]
         assert len(queued) == len({id(x) for x in queued}), "a node is queued twice"
         assert all(x.entry is not None and x.entry[0] is x for x in queued)
-        for node in self._nodes.values():
+        for node in self.nodes.values():
             assert (node.entry is not None) == (node.cached > node.held)
         assert anon_free == self._anon_free
         return anon_free, sum(e[2] for e in runs)

@@ -16,7 +16,7 @@ from tidal.batching.eb_options import EBOptions
 from tidal.core.clock import WallClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
-from tidal.core.prefix_blocks import PrefixCachingBlockManager
+from tidal.core.prefix_blocks import block_hash_kv
 from tidal.engine.build import build_scheduler
 from tidal.engine.engine import Engine
 from tidal.engine.ordering import ORDERINGS
@@ -162,7 +162,7 @@ def build_engine(cfg: RuntimeConfig) -> RuntimeEngine:
     cache = PagedKVCache(lcfg, num_blocks, cfg.block_size, device, dtype)
     kv: KVBlockManager
     if cfg.prefix_caching:
-        kv = PrefixCachingBlockManager(num_blocks, cfg.block_size, cfg.watermark)
+        kv = block_hash_kv(num_blocks, cfg.block_size, cfg.watermark)
     else:
         kv = KVBlockManager(num_blocks, cfg.block_size, cfg.watermark, track_ids=True)
     sched_cfg = SchedulerConfig(

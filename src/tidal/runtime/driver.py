@@ -298,10 +298,8 @@ class EngineDriver:
         self.num_step_failures += 1
         self._consecutive_failures += 1
         sched, now = self.scheduler, self.clock.now_ns()
-        forget = getattr(sched.kv, "forget_content", None)  # prefix caching: no stale block
         for req in list(sched.running.values()):
-            if forget is not None:
-                forget(req)
+            sched.kv.forget_content(req)  # prefix caching: no stale block
             sched.abort(req, now)
             h = self.handles.get(req.request_id)
             if h is not None:

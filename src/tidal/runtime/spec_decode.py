@@ -171,7 +171,7 @@ class SpeculativeScheduler(Scheduler):
 
     # ------------------------------------------------------------------ lookahead blocks
     def _return_charge(self) -> None:
-        self.state.kv.num_free_blocks += self._charged
+        self.state.kv.pool.release(self._charged)
         self._charged = 0
 
     def _trim(self) -> None:

@@ -18,7 +18,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from tidal.augment.waste import IterationProfile
 from tidal.core.kv import KVBlockManager
-from tidal.core.prefix_cache import PrefixCachingKVManager
+from tidal.core.prefix_cache import prefix_cache_kv
 from tidal.core.strict import StrictModel
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.calibration import INFERCEPT_PROFILES, measured_host_link
@@ -247,9 +247,7 @@ def build_augmented(
     kv: KVBlockManager
     if cfg.augment.prefix_caching and cfg.memory.prefix_caching:
         tier, ns = host_tier_size(cfg, model, get_gpu(cfg.gpu), cfg.tp, mem.block_size)
-        kv = PrefixCachingKVManager(
-            mem.num_blocks, mem.block_size, cfg.memory.watermark, hb, tier, ns
-        )
+        kv = prefix_cache_kv(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb, tier, ns)
     else:
         kv = KVBlockManager(mem.num_blocks, mem.block_size, cfg.memory.watermark, hb)
     return augmented_engine(cfg, sched_cfg, kv, perf, policy_seed)

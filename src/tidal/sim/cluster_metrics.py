@@ -34,14 +34,14 @@ class CacheCounts:
             self.evicted += kv.evicted
             host = kv.host
         else:
-            self.queries += kv.cache_queries
-            self.hits += kv.cache_hits
-            self.evicted += getattr(kv, "num_evicted_blocks", 0)
-            tier = getattr(kv, "_tier", None)
+            st = kv.cache_stats()
+            self.queries += st.queries
+            self.hits += st.hits
+            self.evicted += st.evicted_blocks
             host = None
-            if tier is not None:
-                hits, load_ns = getattr(kv, "host_hit_tokens", 0), getattr(kv, "host_load_ns", 0)
-                host = [tier.capacity, hits, load_ns, tier.num_evicted_blocks]
+            if st.host_tier_blocks:
+                host = [st.host_tier_blocks, st.host_hit_tokens, st.host_load_ns]
+                host.append(st.host_evicted_blocks)
         if host is not None:
             self.host = [a + b for a, b in zip(self.host or [0] * 4, host, strict=True)]
         return self

@@ -25,7 +25,6 @@ from tidal.cluster.topology import parse_cluster
 from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
-from tidal.core.prefix_cache import PrefixCachingKVManager
 from tidal.core.request import Request
 from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
 from tidal.engine.build import build_scheduler
@@ -194,7 +193,6 @@ class SimBackend:
         if self.prefix_caching and self.cfg.memory.host_cache_gib > 0:
             from tidal.sim.augment import host_tier_size
 
-            assert isinstance(kv, PrefixCachingKVManager)
             tier = host_tier_size(self.cfg, model.spec, self.gpu, model.tp, kv.block_size)
             kv.add_host_tier(*tier)
         if c.mix.augmented is not None:

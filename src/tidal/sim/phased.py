@@ -93,7 +93,8 @@ def _measured_cache_metrics(kv: KVBlockManager, queries: int, hits: int) -> dict
     phases only (the counts at the warm-up's end subtracted); evictions and the host tier's
     counters cover the whole run."""
     out = prefix_cache_metrics(kv)
-    q, h = kv.cache_queries - queries, kv.cache_hits - hits
+    st = kv.cache_stats()
+    q, h = st.queries - queries, st.hits - hits
     rate = h / q if q else 0.0
     out.update(prefix_cache_queries=q, prefix_cache_hits=h, prefix_cache_hit_rate=rate)
     return out
@@ -138,7 +139,8 @@ def run_phases(
         inst.itl = LogHistogram()
         inst.busy_ns = 0
         before = scheduler.stats()
-    cache_before = (scheduler.kv.cache_queries, scheduler.kv.cache_hits)
+    cache = scheduler.kv.cache_stats()
+    cache_before = (cache.queries, cache.hits)
     t_measured = now
     parts = []
     t_sim = 0.0

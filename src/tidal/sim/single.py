@@ -15,9 +15,9 @@ import numpy as np
 
 import tidal.cluster.registries  # noqa: F401  (every policy registered)
 from tidal.core.errors import ConfigError
-from tidal.core.kv import KVBlockManager, cdiv
+from tidal.core.kv import KVBlockManager, KVCacheStats, cdiv
 from tidal.core.metrics import summarize
-from tidal.core.prefix_cache import PrefixCachingKVManager
+from tidal.core.prefix_cache import prefix_cache_kv
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
@@ -85,9 +85,8 @@ def make_kv(cfg: SimulationConfig, num_blocks: int, content: bool) -> KVBlockMan
     mem = cfg.memory
     if mem.prefix_caching and content:
         host, ns = host_cache_blocks(cfg)
-        return PrefixCachingKVManager(
-            num_blocks, mem.block_size, mem.watermark, 0, host, ns if host else 0.0
-        )
+        ns = ns if host else 0.0
+        return prefix_cache_kv(num_blocks, mem.block_size, mem.watermark, 0, host, ns)
     return KVBlockManager(num_blocks, mem.block_size, mem.watermark)
 
 
@@ -134,29 +133,28 @@ def check_host_tier(cfg: SimulationConfig, content: bool) -> None:
 
 def prefix_cache_metrics(kv: KVBlockManager) -> dict[str, Any]:
     """vLLM's prefix-cache counters (tokens), the hit rate, and evicted cached blocks."""
+    st = kv.cache_stats()
     return {
-        "prefix_caching": kv.prefix_caching,
-        "prefix_cache_queries": kv.cache_queries,
-        "prefix_cache_hits": kv.cache_hits,
-        "prefix_cache_hit_rate": kv.cache_hits / kv.cache_queries if kv.cache_queries else 0.0,
-        "prefix_cache_evicted_blocks": getattr(kv, "num_evicted_blocks", 0),
-        **host_tier_metrics(kv),
+        "prefix_caching": st.prefix_caching,
+        "prefix_cache_queries": st.queries,
+        "prefix_cache_hits": st.hits,
+        "prefix_cache_hit_rate": st.hit_rate,
+        "prefix_cache_evicted_blocks": st.evicted_blocks,
+        **host_tier_metrics(st),
     }
 
 
-def host_tier_metrics(kv: KVBlockManager) -> dict[str, Any]:
+def host_tier_metrics(st: KVCacheStats) -> dict[str, Any]:
     """The host tier's capacity, hits (tokens, part of ``prefix_cache_hits``), load time and
     dropped blocks; empty without a host tier."""
-    tier = getattr(kv, "_tier", None)
-    if tier is None:
+    if not st.host_tier_blocks:
         return {}
-    hits = getattr(kv, "host_hit_tokens", 0)
     return {
-        "prefix_cache_host_blocks": tier.capacity,
-        "prefix_cache_host_hits": hits,
-        "prefix_cache_host_hit_rate": hits / kv.cache_queries if kv.cache_queries else 0.0,
-        "prefix_cache_host_load_s": getattr(kv, "host_load_ns", 0) / 1e9,
-        "prefix_cache_host_evicted_blocks": tier.num_evicted_blocks,
+        "prefix_cache_host_blocks": st.host_tier_blocks,
+        "prefix_cache_host_hits": st.host_hit_tokens,
+        "prefix_cache_host_hit_rate": st.host_hit_tokens / st.queries if st.queries else 0.0,
+        "prefix_cache_host_load_s": st.host_load_ns / 1e9,
+        "prefix_cache_host_evicted_blocks": st.host_evicted_blocks,
     }
 
 

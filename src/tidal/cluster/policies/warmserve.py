@@ -53,6 +53,7 @@ from tidal.cluster.coldstart import StartupPlan, unified_plan
 from tidal.cluster.config import WARMSERVE_FEATURES
 from tidal.cluster.forecast import WindowForecaster
 from tidal.cluster.instance import ModelInstance, Replica, State
+from tidal.cluster.kv import reservation_of
 from tidal.cluster.models import ServedModel
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import RoundRobin, least_loaded
@@ -243,7 +244,7 @@ class WarmServe(ClusterPolicy):
             for insts in view.serving:
                 for inst in insts:
                     if inst.kv is not None and inst.state == State.READY:
-                        target = int(inst.kv.initial_blocks * inst.inflight / b)
+                        target = int(reservation_of(inst.kv).initial_blocks * inst.inflight / b)
                         self.act.set_kv_target(inst, target)
 
     # ------------------------------------------------------------------ prewarming
