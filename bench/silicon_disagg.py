@@ -6,6 +6,7 @@ measured mean TTFT and TPOT.
     python bench/silicon_disagg.py [--perf-model engine] [--engine row|vllm|sglang|default]
                                    [--engine-version row|default|X] [--limit N]
                                    [--filter REGEX] [--range-ratio 0.8] [--workers 2]
+                                   [--prefill-batch row|engine]
                                    [--row-timeout 600] [--max-concurrency N] [--tag NAME]
 
 The client is ``bench/silicon.py``'s (InferenceX's ``benchmark_serving.py``: C clients, ``10·C``
@@ -154,6 +155,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="run at most N of the runnable rows")
     p.add_argument("--filter", default=None, help="regex on id/engine/version/model/gpu/precision")
     p.add_argument("--range-ratio", type=float, default=0.8)
+    p.add_argument("--prefill-batch", choices=("row", "engine"), default="row",
+                   help="prefill pool max_seqs: the row's prefill batch size, or the engine's "
+                   "default")
     p.add_argument("--max-concurrency", type=int, default=2048,
                    help="rows of a larger C are reported under 'size' (0: no limit)")
     p.add_argument("--workers", type=int, default=2)
@@ -173,7 +177,8 @@ def plan_all(a: argparse.Namespace) -> tuple[list[Plan], list[dict[str, Any]], d
     recs: list[dict[str, Any]] = []
     base: dict[str, dict[str, Any]] = {}
     for d in rows:
-        p = plan_disagg_row(d, fields, pfields, a.perf_model, a.engine, a.engine_version)
+        p = plan_disagg_row(d, fields, pfields, a.perf_model, a.engine, a.engine_version,
+                            a.prefill_batch == "row")  # fmt: skip
         rec = record(d)
         if isinstance(p, Skip):
             recs.append({**rec, "status": p.group, "reason": p.reason})

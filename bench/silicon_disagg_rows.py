@@ -159,9 +159,11 @@ def _pool_parallel(
 
 
 def deployment_settings(
-    d: DisaggRow, fields: set[str], pfields: set[str], moe: bool
+    d: DisaggRow, fields: set[str], pfields: set[str], moe: bool, prefill_batch: bool = True
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """(base config updates, ``deployment`` section, skip reason or "")."""
+    """(base config updates, ``deployment`` section, skip reason or ""). ``prefill_batch``
+    False leaves the prefill pool's ``max_seqs`` to the engine's default (the row's prefill
+    batch size, 1 on every row, is AIConfigurator's model of a prefill step)."""
     pre, why = _pool_parallel(d, "prefill", fields, moe)
     if why:
         return {}, {}, why
@@ -183,7 +185,7 @@ def deployment_settings(
     for side in ("prefill", "decode"):
         pool: Pool = getattr(d, side)
         pools[side].update(instances=pool.workers, tp=pool.tp)
-        if pool.batch:
+        if pool.batch and (side == "decode" or prefill_batch):
             pools[side]["scheduler"] = {"max_seqs": pool.batch}
     dep = {**pools, "kv_transfer": {"protocol": PROTOCOL[d.row.engine]}}
     return rest, dep, ""
@@ -200,6 +202,7 @@ def plan_disagg_row(
     perf_model: str = "engine",
     engine: str = "row",
     version: str = "row",
+    prefill_batch: bool = True,
 ) -> Plan | Skip:
     """The row's config with its deployment, or why it is skipped (module docstring)."""
     row = d.row
@@ -218,7 +221,7 @@ def plan_disagg_row(
     quant.update(kv_settings(row, fields))
     if row.pp > 1:
         return Skip(row, "parallelism", f"pp {row.pp}: not a simulator setting in a pool")
-    base, dep, why = deployment_settings(d, fields, pfields, moe)
+    base, dep, why = deployment_settings(d, fields, pfields, moe, prefill_batch)
     if why:
         return Skip(row, "parallelism", why)
     c = row.concurrency
