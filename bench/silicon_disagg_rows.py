@@ -56,6 +56,12 @@ PROTOCOL = {"vllm": "pull", "sglang": "push"}
 """The engines' KV connectors (design §1.1): vLLM's NixlConnector pulls after the prefill,
 SGLang's Mooncake backend pushes layer by layer."""
 
+ROW_DTYPES = frozenset({"moonshotai/Kimi-K2.5"})
+"""Models whose rows are priced at the row's own GEMM/MoE dtypes even where the checkpoint has
+weights of the same width (issue 28's rule keeps the checkpoint's): Kimi-K2.5's ``nvfp4``
+rows (vLLM 0.18 on GB200) are taken at their word — an NVFP4 checkpoint served with NVFP4
+kernels — not the base checkpoint's INT4 weight-only experts (W4A16 kernels)."""
+
 POOL_KEYS = ("data_parallel_size", "enable_expert_parallel", "moe_tp_size")
 """Parallel settings that may differ between the pools."""
 
@@ -218,6 +224,9 @@ def plan_disagg_row(
     quant, why = precision_settings(row, fields, False, model, moe)
     if why:
         return Skip(row, "precision", why)
+    if row.model in ROW_DTYPES and {"gemm_quant", "moe_quant"} <= fields:
+        quant = {k: v for k, v in (("gemm_quant", row.gemm_quant), ("moe_quant", row.moe_quant))
+                 if v}  # fmt: skip
     quant.update(kv_settings(row, fields))
     if row.pp > 1:
         return Skip(row, "parallelism", f"pp {row.pp}: not a simulator setting in a pool")

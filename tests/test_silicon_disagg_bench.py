@@ -128,3 +128,14 @@ def test_a_shrunken_row_runs_and_a_failing_one_is_reported() -> None:
     bad = sd.run_disagg_plan((p, 0.8, 0, 0))
     assert bad["status"] in ("config", "error")
     assert "tp" in bad["reason"]
+
+
+def test_kimi_rows_are_priced_at_their_own_dtypes() -> None:
+    kimi = drow(model="moonshotai/Kimi-K2.5", engine="vllm", version="0.18.0", system="gb200",
+                gemm_quant="nvfp4", moe_quant="nvfp4")  # fmt: skip
+    p = plan(kimi)
+    assert isinstance(p, sr.Plan)
+    assert (p.config["gemm_quant"], p.config["moe_quant"]) == ("nvfp4", "nvfp4")
+    # issue 28's rule, for comparison: same width as the checkpoint's INT4 experts → theirs
+    quant, _ = sr.precision_settings(kimi.row, FIELDS, False, "moonshotai/Kimi-K2.5", True)
+    assert "moe_quant" not in quant
