@@ -111,6 +111,18 @@ def run_aic(python: str, rows: list[DisaggRow], log: Path) -> dict[str, dict[str
     return out
 
 
+def earlier_aic(tag: str) -> dict[str, dict[str, Any]]:
+    """AIConfigurator's results of an earlier run of this script, by row id."""
+    out: dict[str, dict[str, Any]] = {}
+    with gzip.open(RESULTS / f"{tag}.csv.gz", "rt") as f:
+        for r in csv.DictReader(f):
+            got = {"argv": r["aic_argv"], "error": r["aic_error"]}
+            for k in ("ttft", "tpot"):
+                got[k] = float(r[f"aic_{k}_ms"]) if r[f"aic_{k}_ms"] else None
+            out[r["id"]] = {k: v for k, v in got.items() if v not in ("", None)}
+    return out
+
+
 def _moe(d: DisaggRow) -> bool:
     """Whether Tidal's catalog holds the row's model as a MoE model."""
     model, _, _ = resolve_model(d.row)
@@ -158,12 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tidal-tag", default="silicon_disagg")
     p.add_argument("--filter", default=None, help="regex on the row id/engine/model/gpu")
     p.add_argument("--tag", default="aic_compare")
+    p.add_argument("--reuse", default=None, metavar="TAG",
+                   help="take AIConfigurator's results from an earlier run's CSV (no venv)")
     a = p.parse_args(argv)
     tidal = tidal_results(a.tidal_tag)
     rows = [d for d in read_disagg_rows(sample_path()) if d.row.id in tidal]
     if a.filter:
         rows = [d for d in rows if re.search(a.filter, d.text)]
-    aic = run_aic(a.aic_python, rows, Path(tempfile.gettempdir()) / f"{a.tag}.aic.log")
+    if a.reuse:
+        aic = earlier_aic(a.reuse)
+    else:
+        aic = run_aic(a.aic_python, rows, Path(tempfile.gettempdir()) / f"{a.tag}.aic.log")
     recs = []
     for d in rows:
         t, r = tidal[d.row.id], aic.get(d.row.id, {})
