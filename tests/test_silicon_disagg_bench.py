@@ -139,3 +139,24 @@ def test_kimi_rows_are_priced_at_their_own_dtypes() -> None:
     # issue 28's rule, for comparison: same width as the checkpoint's INT4 experts → theirs
     quant, _ = sr.precision_settings(kimi.row, FIELDS, False, "moonshotai/Kimi-K2.5", True)
     assert "moe_quant" not in quant
+
+
+def test_aic_command_line_and_who_the_silicon_agrees_with() -> None:
+    import aic_compare
+
+    tries = aic_compare.aic_argv(drow(), moe=True)
+    first = tries[0]
+    assert first[:2] == ["cli", "estimate"]
+    assert first[first.index("--estimate-mode") + 1] == "disagg"
+    assert first[first.index("--decode-num-workers") + 1] == "2"
+    assert first[first.index("--decode-batch-size") + 1] == "4"
+    assert first[first.index("--prefill-moe-ep-size") + 1] == "1"  # MoE: always a layout
+    assert first[first.index("--backend-version") + 1] == "0.5.8"
+    assert "--backend-version" not in tries[1]  # then AIConfigurator's default version
+    assert "--prefill-moe-ep-size" not in aic_compare.aic_argv(drow(), moe=False)[0]
+    rec = {"silicon_ttft_ms": 100.0, "tidal_ttft_ms": 90.0, "aic_ttft_ms": 50.0,
+           "silicon_tpot_ms": 10.0, "tidal_tpot_ms": 10.5, "aic_tpot_ms": 10.0}  # fmt: skip
+    out = aic_compare.compare(rec)
+    assert out["ttft_closer"] == "tidal"
+    assert "tpot_closer" not in out  # within 10 % of each other: no verdict
+    assert out["aic_ttft_err"] == pytest.approx(-0.5)
