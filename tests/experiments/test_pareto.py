@@ -114,3 +114,30 @@ def test_tiny_plan_writes_the_front_and_resumes(tmp_path: Path) -> None:
 def test_config_errors_name_the_field(over: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         _spec(**over)
+
+
+def test_cli_pareto_writes_points_json_and_figure(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tidal.cli import app
+
+    args = [
+        "plan", "--pareto", "--modes", "mb,disagg", "--num-requests", "16",
+        "--prompt-len", "256", "--output-len", "16", "--slo-ttft-p99", "1",
+        "--out", str(tmp_path / "p"),
+    ]  # fmt: skip
+    cfg = tmp_path / "plan.yaml"
+    cfg.write_text(
+        "base: {perf_model: roofline}\npareto: {gpus: 2, loads: [2], pd_ratios: ['1:1']}\n"
+    )
+    res = CliRunner().invoke(app, [*args, "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    assert "Pareto front on 2 GPUs" in res.output
+    assert "cheapest meeting" in res.output
+    for name in ("pareto.parquet", "pareto.json", "pareto.png"):
+        assert (tmp_path / "p" / name).is_file()
+    assert set(pl.read_parquet(tmp_path / "p" / "pareto.parquet")["mode"]) == {"mb", "disagg"}
+    bad = CliRunner().invoke(app, [*args, "--modes", "mb,xx", "--config", str(cfg)])
+    assert bad.exit_code != 0
+    assert "modes" in bad.output
+    assert "unknown mode 'xx'" in bad.output
