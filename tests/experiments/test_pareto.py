@@ -84,6 +84,13 @@ def test_tiny_plan_writes_the_front_and_resumes(tmp_path: Path) -> None:
     on = df.filter(pl.col("on_front"))
     xs, ys = df["tokens_per_s_per_user"].to_list(), df["tokens_per_s_per_gpu"].to_list()
     assert on.height == sum(not _dominated(i, xs, ys) for i in range(df.height)) >= 1
+    fast = df.filter(pl.col("ttft_p99_s") <= 1.0)  # the SLO's TTFT target
+    fx, fy = fast["tokens_per_s_per_user"].to_list(), fast["tokens_per_s_per_gpu"].to_list()
+    on_ttft = [not _dominated(i, fx, fy) for i in range(fast.height)]
+    assert fast["on_front_ttft"].to_list() == on_ttft
+    assert df.filter(~pl.col("on_front_ttft") & (pl.col("ttft_p99_s") > 1.0)).height == (
+        df.filter(pl.col("ttft_p99_s") > 1.0).height
+    )
     # more clients: more tokens per GPU for every option
     for opt in set(df["option"]):
         d = df.filter(pl.col("option") == opt).sort("load")

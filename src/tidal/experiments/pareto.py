@@ -13,7 +13,9 @@ Each option is simulated at every load of ``pareto.loads`` (closed-loop clients,
 trace's ``rate_scale``). A point's axes are those AIConfigurator and InferenceX plot:
 **tokens/s/GPU** = output tokens / makespan / all GPUs of all pools, and **tokens/s/user** =
 1 / mean TPOT. The front is the set of non-dominated points (no other point is at least as
-good on both axes and better on one); the cost at the SLO is the cheapest point ($/Mtok of
+good on both axes and better on one) among the completed points that meet the SLO's TTFT
+targets (``on_front_ttft``, the front printed and drawn, as AIConfigurator constrains TTFT;
+``on_front``: of every completed point); the cost at the SLO is the cheapest point ($/Mtok of
 output) whose run completes every request and meets every target of ``slo``.
 
 Points are written as they finish under ``DIR/pareto_simulations/<key>.json`` (key: a hash of
@@ -189,7 +191,10 @@ def point_row(
 class ParetoOutcome:
     spec: PlanSpec
     rows: list[dict[str, Any]]
-    """One per (option, load), in option order then load order; ``on_front`` set."""
+    """One per (option, load), in option order then load order; ``on_front`` (the front of
+    every completed point) and ``on_front_ttft`` (of those meeting the SLO's TTFT targets —
+    AIConfigurator's constrained front: a saturated prefill pool's point can have a fine
+    TPOT and hours of queueing) set."""
     skipped: list[str]
     simulations_run: int
     simulations_reused: int
@@ -197,9 +202,9 @@ class ParetoOutcome:
 
     @property
     def front(self) -> list[dict[str, Any]]:
-        """The front's points by tokens/s/user (most interactive last)."""
+        """The TTFT-constrained front's points by tokens/s/user (most interactive last)."""
         return sorted(
-            (r for r in self.rows if r["on_front"]), key=lambda r: r["tokens_per_s_per_user"]
+            (r for r in self.rows if r["on_front_ttft"]), key=lambda r: r["tokens_per_s_per_user"]
         )
 
     @property
@@ -236,16 +241,29 @@ def pareto(
 
     out = Path(out_dir) if out_dir is not None else None
     metrics, reused = run_points(tasks, workers, out, shown)
-    rows = [point_row(spec, o, x, m) for (o, x), m in zip(pairs, metrics, strict=True)]
+    rows = [
+        {**point_row(spec, o, x, m), "metrics": m} for (o, x), m in zip(pairs, metrics, strict=True)
+    ]
     if all(r["error"] for r in rows):
         raise ConfigError("pareto", f"every point failed; the first: {rows[0]['error']}")
-    ok = [r["error"] is None and r["num_completed"] == r["num_requests"] for r in rows]
+    ttft = {k: v for k, v in spec.targets().items() if k.startswith("ttft_")}
+    _mark_front(rows, "on_front", lambda r: True)
+    _mark_front(rows, "on_front_ttft", lambda r: meets_slo(r["metrics"], ttft))
+    for r in rows:
+        del r["metrics"]
+    n = len(tasks)
+    return ParetoOutcome(spec, rows, skipped, n - reused, reused, time.perf_counter() - t0)
+
+
+def _mark_front(
+    rows: list[dict[str, Any]], col: str, keep: Callable[[dict[str, Any]], bool]
+) -> None:
+    """``row[col]``: the row is on the front of the completed rows that ``keep`` accepts."""
+    ok = [r["error"] is None and r["num_completed"] == r["num_requests"] and keep(r) for r in rows]
     xs = [r["tokens_per_s_per_user"] if k else math.nan for r, k in zip(rows, ok, strict=True)]
     ys = [r["tokens_per_s_per_gpu"] if k else math.nan for r, k in zip(rows, ok, strict=True)]
     for r, on in zip(rows, front_mask(xs, ys), strict=True):
-        r["on_front"] = on
-    n = len(tasks)
-    return ParetoOutcome(spec, rows, skipped, n - reused, reused, time.perf_counter() - t0)
+        r[col] = on
 
 
 def write_pareto(outcome: ParetoOutcome, out_dir: str | Path) -> Path:
@@ -267,6 +285,9 @@ def write_pareto(outcome: ParetoOutcome, out_dir: str | Path) -> Path:
         "modes": spec.modes or list(MODES),
         "slo": spec.targets(),
         "front": outcome.front,
+        "front_unconstrained": sorted(
+            (r for r in outcome.rows if r["on_front"]), key=lambda r: r["tokens_per_s_per_user"]
+        ),
         "cheapest_at_slo": outcome.cheapest_at_slo,
         "skipped": outcome.skipped,
         "simulations_run": outcome.simulations_run,
