@@ -58,16 +58,16 @@ class ParetoOption:
 
 
 def front_mask(xs: list[float], ys: list[float]) -> list[bool]:
-    """True where (x, y) is non-dominated (both maximised): sorted by x descending (ties: y
-    descending), a point is on the front when its y beats the running max of the points
-    before it — or equals it at the same x (duplicates of a front point stay on it)."""
-    order = sorted(range(len(xs)), key=lambda i: (-xs[i], -ys[i]))
+    """True where (x, y) is non-dominated (both maximised; NaN: never on it): sorted by x
+    descending (ties: y descending), a point is on the front when its y beats the running max
+    of the points before it — or equals it at the same x (duplicates of a front point stay on
+    it)."""
+    valid = [i for i in range(len(xs)) if not (math.isnan(xs[i]) or math.isnan(ys[i]))]
+    order = sorted(valid, key=lambda i: (-xs[i], -ys[i]))  # NaN out first: it breaks sorting
     mask = [False] * len(xs)
     best_y, best_x = -math.inf, math.inf
     for i in order:
         x, y = xs[i], ys[i]
-        if math.isnan(x) or math.isnan(y):
-            continue
         if y > best_y or (y == best_y and x == best_x):
             mask[i] = True
             best_y, best_x = y, x
