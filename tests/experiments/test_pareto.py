@@ -159,3 +159,12 @@ def test_cli_pareto_writes_points_json_and_figure(tmp_path: Path) -> None:
     assert bad.exit_code != 0
     assert "modes" in bad.output
     assert "unknown mode 'xx'" in bad.output
+
+
+def test_workers_give_the_same_points() -> None:
+    sweep = {"gpus": 2, "loads": [1, 4], "pd_ratios": ["1:1"]}
+    spec = _spec(modes=["mb", "disagg"], speculative=[], pareto=sweep)
+    one = pareto(spec, workers=1)
+    two = pareto(spec, workers=2)
+    assert two.rows == one.rows
+    assert len(one.rows) == 4
