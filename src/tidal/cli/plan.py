@@ -58,6 +58,17 @@ def plan(
         int,
         Opt(help="Processes simulating ahead of the search (the plan is the same for any N)."),
     ] = 1,
+    pareto: Annotated[
+        bool,
+        Opt(
+            "--pareto",
+            help="Compare deployment modes at a fixed GPU count under a load sweep and print "
+            "the Pareto front (pareto.parquet, pareto.png; the config's modes/pareto keys).",
+        ),
+    ] = False,
+    modes: Annotated[
+        str | None, Opt(help="With --pareto: modes to compare, e.g. mb,ebplus,disagg.")
+    ] = None,
 ) -> None:
     """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO."""
     # lazy: keeps tidal --help fast
@@ -93,7 +104,14 @@ def plan(
             "base"
         ].get("workload", {}):
             raise TidalError("trace: give --trace PATH (or a base workload in --config)")
+        if modes:
+            data["modes"] = [m.strip() for m in modes.split(",") if m.strip()]
         spec = load_plan_spec(data)
+        if pareto:
+            from tidal.cli.plan_pareto import run_pareto
+
+            run_pareto(spec, out, workers)
+            return
 
         bar = Progress(
             "[progress.description]{task.description}",

@@ -58,7 +58,49 @@ DEFAULT_SERVING_POLICIES = ["vllm", "infercept", "augserve"]
 """Augmented workloads: the baseline, INFERCEPT and AugServe (the ablations on request)."""
 DEFAULT_TOKEN_BUDGETS = [512, 2048, 8192]
 DEFAULT_MAX_SEQS = [128, 256]
+MODES = ("mb", "ebplus", "disagg")
+"""Deployment modes of ``tidal plan --pareto`` (:mod:`tidal.experiments.pareto`)."""
 SLO_METRICS = tuple(f"{m}_p{p}_s" for m in ("ttft", "tpot", "e2e") for p in (50, 90, 99))
+
+
+class ParetoSettings(StrictModel):
+    """``pareto:`` — the load sweep of ``tidal plan --pareto`` at a fixed GPU count, and the
+    per-mode option axes (agg: ``tp``; disagg: ``prefill_tp`` × ``decode_tp`` × ``pd_ratios``)."""
+
+    gpus: int = Field(default=8, ge=1)
+    load_key: Literal["concurrency", "rate_scale"] = "concurrency"
+    """``concurrency``: closed-loop clients (``workload.concurrency``); ``rate_scale``: the
+    trace's arrivals sped up (``workload.rate_scale``)."""
+    loads: list[float] = Field(default_factory=lambda: [1.0, 4.0, 16.0, 64.0], min_length=1)
+    tp: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    prefill_tp: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    decode_tp: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    pd_ratios: list[str] = Field(
+        default_factory=lambda: ["1:1", "1:2", "2:1", "1:3", "3:1"], min_length=1
+    )
+
+    @field_validator("loads")
+    @classmethod
+    def _loads(cls, v: list[float]) -> list[float]:
+        if any(not math.isfinite(x) or x <= 0 for x in v):
+            raise ValueError(f"{v}: each load must be a finite number > 0")
+        return v
+
+    @field_validator("tp", "prefill_tp", "decode_tp")
+    @classmethod
+    def _tps(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError(f"{v}: each TP degree must be >= 1")
+        return v
+
+    @field_validator("pd_ratios")
+    @classmethod
+    def _ratios(cls, v: list[str]) -> list[str]:
+        for r in v:
+            p, sep, d = str(r).partition(":")
+            if not (sep and p.isdigit() and d.isdigit() and int(p) > 0 and int(d) > 0):
+                raise ValueError(f"{r!r} is not a P:D ratio (give e.g. 1:1, 1:3)")
+        return v
 
 
 class PlanSpec(StrictModel):
@@ -82,6 +124,37 @@ class PlanSpec(StrictModel):
     """How a capacity n is written into ``capacity_key``: e.g. ``"1x{n}:{gpu}"`` for a
     cluster spec string (``{gpu}``, ``{tp}``: the option's values); None: the integer n."""
     gpus_per_unit: int | None = Field(default=None, ge=1)
+    modes: list[str] | None = None
+    """``tidal plan --pareto``: deployment modes to compare (mb, ebplus, disagg; default all)."""
+    speculative: list[dict[str, Any] | str] = Field(default_factory=list)
+    """``tidal plan --pareto``: speculative configs (vLLM's JSON); each mode runs without
+    speculation and with each of these."""
+    pareto: ParetoSettings = Field(default_factory=ParetoSettings)
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: list[str] | None) -> list[str] | None:
+        for m in v or []:
+            if m not in MODES:
+                raise ValueError(f"unknown mode {m!r} (valid: {', '.join(MODES)})")
+        if v is not None and not v:
+            raise ValueError(f"no modes (valid: {', '.join(MODES)})")
+        return v
+
+    @field_validator("speculative")
+    @classmethod
+    def _speculative(cls, v: list[dict[str, Any] | str]) -> list[dict[str, Any] | str]:
+        import json
+
+        from tidal.engine.spec_config import parse_speculative_config
+
+        for i, s in enumerate(v):
+            text = s if isinstance(s, str) else json.dumps(s)
+            try:
+                parse_speculative_config(text, f"speculative[{i}]")
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
+        return v
 
     @field_validator("router")
     @classmethod
