@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from tidal.cli import console, err_console, on_interrupt
+from tidal.cli.app import console, err_console, on_interrupt
 
 
 def run_pareto(spec: Any, out: Path, workers: int) -> None:
