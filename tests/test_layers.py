@@ -6,6 +6,7 @@ imports under ``if TYPE_CHECKING:`` never run and are left out) has no cycle."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,3 +219,29 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_the_walker_catches_cycles(tmp_path, files, cycle):
     graph = import_graph(_package(tmp_path, files))
     assert cycles(graph) == ([[f"tidal.a.{m}" for m in cycle]] if cycle else [])
+
+
+STATE_WRITE = re.compile(r"\b\w+\.state\s*=\s*RequestState\.")
+STATS_GETATTR = re.compile(r"getattr\(\s*(?:self\.)?(?:kv|_kv|executor|_executor)\b")
+
+
+def test_only_the_engine_core_writes_request_state_and_stats_are_not_fished():
+    """Issue 30: a request's state changes only in ``engine/`` (the scheduler owns every
+    ending), and KV managers and executors give their counters through methods
+    (``cache_stats()``), never through ``getattr`` on them."""
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        text = path.read_text()
+        if not rel.startswith("engine/"):
+            bad += [f"{rel}: writes a request's state" for _ in STATE_WRITE.finditer(text)]
+        bad += [f"{rel}: getattr on a KV manager or executor" for _ in STATS_GETATTR.finditer(text)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_state_and_getattr_patterns_match_what_they_forbid():
+    assert STATE_WRITE.search("        req.state = RequestState.PAUSED")
+    assert not STATE_WRITE.search("if req.state == RequestState.PAUSED:")
+    assert STATS_GETATTR.search('getattr(kv, "num_evicted_blocks", 0)')
+    assert STATS_GETATTR.search('getattr(self.executor, "sampled", None)')
+    assert not STATS_GETATTR.search('getattr(self._perf, "spec_affine", None)')

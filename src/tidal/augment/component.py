@@ -217,8 +217,7 @@ class Augmentation(StateListener):
 
     def _pause(self, req: Request, run: AugRun, now_ns: int) -> None:
         assert run.spec is not None
-        del self.state.running[req.request_id]
-        req.state = RequestState.PAUSED
+        self.state.pause(req)
         run.pause_ns = now_ns
         run.mode = KVMode.GPU
         self.paused[req.request_id] = req
@@ -249,7 +248,7 @@ class Augmentation(StateListener):
         self.swap_out_q.pop(req.request_id, None)
         if self.kv.host_blocks_of(req):
             run.mode = KVMode.SWAPPING_IN
-            req.state = RequestState.WAITING
+            self.state.ready(req)
             self._idle_blocks -= req.num_blocks
             self._swapin_blocks += req.num_blocks
             self.swap_in_q[req.request_id] = req
@@ -258,7 +257,7 @@ class Augmentation(StateListener):
             self.enqueue(req, run, now_ns)
 
     def enqueue(self, req: Request, run: AugRun, now_ns: int) -> None:
-        req.state = RequestState.WAITING
+        self.state.ready(req)
         run.ready_ns = now_ns
         if self.use_value and self.stage2:
             run.value = self._value(req, run)

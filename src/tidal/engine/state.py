@@ -345,6 +345,16 @@ class EngineState:
         req.finish_ns = -1
         self.add(req)
 
+    def pause(self, req: Request) -> None:
+        """``req`` (out of the decode pool) stops at a tool call keeping its KV: it leaves the
+        running set, blocks held, until :meth:`ready` (augmented requests' components)."""
+        del self.running[req.request_id]
+        req.state = RequestState.PAUSED
+
+    def ready(self, req: Request) -> None:
+        """A paused ``req``'s call returned: it waits again, in its component's queue."""
+        req.state = RequestState.WAITING
+
     def _drop(self, req: Request) -> None:
         if req.request_id in self.running:
             self._leave_running(req)
