@@ -73,7 +73,12 @@ class PoolConfig(StrictModel):
     @field_validator("speculative", mode="before")
     @classmethod
     def _speculative(cls, v: Any) -> Any:
-        return parse_speculative_config(v, "speculative") if isinstance(v, str) else v
+        if not isinstance(v, str):
+            return v
+        try:
+            return parse_speculative_config(v, "speculative")
+        except ConfigError as err:  # pydantic names the field (deployment.<pool>.speculative)
+            raise ValueError(str(err).split(": ", 1)[-1]) from None
 
 
 class KVTransferConfig(StrictModel):
@@ -268,10 +273,10 @@ def _check_pool(cfg: SimulationConfig, role: str, flags: dict[str, str]) -> None
 def _check_parallel(pcfg: SimulationConfig, fail: Any) -> None:
     """The base config's checks of the engine-only keys (``SimulationConfig._engine_only``:
     they need the engine tables) and of the MoE split, run on the pool's effective config."""
-    from tidal.sim.config import SimulationConfig
+    from tidal.sim.config import check_engine_only
 
     try:
-        SimulationConfig._engine_only(pcfg)
+        check_engine_only(pcfg)
     except ValueError as err:
         key, _, msg = str(err).partition(": ")
         fail(key, msg)
