@@ -277,3 +277,20 @@ def test_fast_forward_changes_no_request_with_speculation_on_the_decode_pool(
         assert np.array_equal(a.columns[key], b.columns[key]), key
     for key in ("spec_decode_num_drafts", "spec_decode_num_accepted_tokens"):
         assert a.metrics[key] == b.metrics[key], key
+
+
+def test_auto_link_counts_every_dp_rank_towards_the_node():
+    # 1 + 1 GPUs fit one NVLink node; with the decode pool at DP 8 it is 1 + 8 GPUs: two nodes
+    def run(decode):
+        cfg = load_config({
+            "model": "llama-3.1-8b", "gpu": "h100", "perf_model": "engine",
+            "workload": {"num_requests": 2, "rate": 1.0, "prompt_len": 256, "output_len": 4},
+            "deployment": {"prefill": {"tp": 1}, "decode": decode},
+        })  # fmt: skip
+        return run_simulation(cfg).metrics
+
+    one, two = run({"tp": 1}), run({"tp": 1, "data_parallel_size": 8})
+    assert one["kv_link"] == "nvlink"
+    assert two["kv_link"] == "ib-ndr"
+    assert two["pools"]["decode"]["gpus"] == 8
+    assert two["num_gpus"] == 9
