@@ -33,6 +33,7 @@ from tidal.hardware.models import ModelSpec, check_tp, get_model
 from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
 from tidal.sim.augment import AugmentConfig
 from tidal.sim.deployment import DeploymentConfig
+from tidal.sim.engine_only import check_engine_only
 from tidal.workload.config import WorkloadConfig
 
 _Strict = StrictModel
@@ -327,32 +328,6 @@ class SimulationConfig(_Strict):
                     f"cluster.mix.augmented: {aug} (augmented requests on the mix's arrivals)"
                 )
         return data
-
-
-def check_engine_only(cfg: SimulationConfig) -> SimulationConfig:
-    """Engine-only settings need a step model with tables: ``engine``, or ``auto`` where it
-    resolves to them (:mod:`tidal.hardware.auto_perf`); also run on each deployment pool's
-    effective config (``sim/deployment.py``)."""
-    if cfg.perf_model == "engine":
-        return cfg
-    from tidal.hardware.auto_perf import (
-        check_auto_engine_settings,
-        engine_only_settings,
-        refuse_engine_only,
-    )
-    from tidal.hardware.calibration import engine_choice
-
-    choice = engine_choice(cfg, cfg.data_parallel_size, cfg.moe_tp_size)
-    try:
-        if cfg.perf_model == "auto":
-            check_auto_engine_settings(cfg.model_spec(), get_gpu(cfg.gpu), cfg.tp, choice)
-            return cfg
-        keys = engine_only_settings(choice)
-        if keys:
-            raise refuse_engine_only(keys, f"perf_model {cfg.perf_model} has none")
-    except ConfigError as err:
-        raise ValueError(str(err)) from None
-    return cfg
 
 
 def _plain(check: Any, value: Any) -> Any:

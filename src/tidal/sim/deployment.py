@@ -273,7 +273,7 @@ def _check_pool(cfg: SimulationConfig, role: str, flags: dict[str, str]) -> None
 def _check_parallel(pcfg: SimulationConfig, fail: Any) -> None:
     """The base config's checks of the engine-only keys (``SimulationConfig._engine_only``:
     they need the engine tables) and of the MoE split, run on the pool's effective config."""
-    from tidal.sim.config import check_engine_only
+    from tidal.sim.engine_only import check_engine_only
 
     try:
         check_engine_only(pcfg)
