@@ -61,7 +61,8 @@ class PoolConfig(StrictModel):
     engine: Literal["vllm", "sglang"] | None = None
     """The pool's serving engine (default: the base config's). An engine other than the
     base's brings its scheduler defaults (``sim/engine_defaults.py``) under the pool's own
-    ``scheduler`` / ``memory`` keys."""
+    ``scheduler`` / ``memory`` keys (vLLM's are Tidal's own: a vLLM pool under an SGLang base
+    keeps the base's SGLang-filled values unless its keys set them)."""
     engine_version: str | None = None
     """The pool's engine version (default: the base config's)."""
     speculative: SpeculativeConfig | None = Field(
