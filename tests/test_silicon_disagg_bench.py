@@ -83,6 +83,23 @@ def test_a_shared_dp_ep_layout_is_the_base_configs() -> None:
     assert "data_parallel_size" not in p.config["deployment"]["decode"]
 
 
+def test_per_pool_dp_ep_layouts_are_set_on_the_pools() -> None:
+    from tidal.sim.deployment import pool_config
+
+    pre = sdr.Pool(1, 1, 8, 1, 8, 1)  # prefill TP 1 × attention DP 8, EP 8; decode TP 8
+    p = plan(drow(pre, DEC))
+    assert isinstance(p, sr.Plan), p
+    dep = p.config["deployment"]
+    assert (dep["prefill"]["data_parallel_size"], dep["prefill"]["enable_expert_parallel"]) == (
+        8, True)  # fmt: skip
+    assert "data_parallel_size" not in dep["decode"]
+    assert "data_parallel_size" not in p.config
+    cfg = load_config(p.config)
+    pc, dc = pool_config(cfg, "prefill"), pool_config(cfg, "decode")
+    assert (pc.tp, pc.data_parallel_size, pc.enable_expert_parallel) == (1, 8, True)
+    assert (dc.tp, dc.data_parallel_size, dc.enable_expert_parallel) == (8, 1, False)
+
+
 @pytest.mark.parametrize(
     ("pre", "dec", "group", "words"),
     [

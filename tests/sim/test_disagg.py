@@ -227,3 +227,70 @@ def test_push_hides_most_of_a_slow_transfer_behind_the_prefill():
     t_push = ttft_breakdown(push.columns)["transfer"]
     assert (t_push < t_pull).all()
     assert push.metrics["ttft_mean_s"] < pull.metrics["ttft_mean_s"]
+
+
+SPEC = {"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
+
+
+def test_speculation_on_the_decode_pool_takes_fewer_decode_steps_and_counts_drafts():
+    wl = {"num_requests": 20, "rate": 20.0, "prompt_len": 256, "output_len": 64}
+    plain = _run({"decode": {}}, **wl)
+    spec = _run({"decode": {"speculative": SPEC}}, **wl)
+    pd, sd = plain.metrics["pools"]["decode"], spec.metrics["pools"]["decode"]
+    assert sd["num_steps"] < pd["num_steps"]
+    assert (spec.columns["output_tokens"] == plain.columns["output_tokens"]).all()
+    # the prefill pool samples one token: it neither speculates nor changes
+    assert spec.metrics["pools"]["prefill"]["speculative"] is None
+    assert "spec_decode_num_drafts" not in spec.metrics["pools"]["prefill"]
+    assert spec.metrics["pools"]["prefill"]["num_steps"] == plain.metrics["pools"]["prefill"][
+        "num_steps"]  # fmt: skip
+    m = spec.metrics
+    assert sd["speculative"]["num_speculative_tokens"] == 3
+    assert m["spec_decode_num_drafts"] == sd["spec_decode_num_drafts"] > 0
+    assert m["spec_decode_num_draft_tokens"] == 3 * m["spec_decode_num_drafts"]
+    assert 0 < m["spec_decode_num_accepted_tokens"] <= m["spec_decode_num_draft_tokens"]
+    assert sum(m["spec_decode_num_accepted_tokens_per_pos"]) == m[
+        "spec_decode_num_accepted_tokens"]  # fmt: skip
+    assert "spec_decode_num_drafts" not in plain.metrics
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    d=st.integers(1, 2),
+    rate=st.sampled_from([10.0, 80.0]),
+    seed=st.integers(0, 1000),
+    blocks=st.sampled_from([None, 300]),
+    k=st.integers(1, 4),
+    alpha=st.sampled_from([0.3, 0.8]),
+)
+def test_fast_forward_changes_no_request_with_speculation_on_the_decode_pool(
+    d, rate, seed, blocks, k, alpha
+):
+    spec = {"method": "eagle3", "num_speculative_tokens": k, "acceptance_rate": alpha}
+    decode = {"instances": d, "scheduler": {"max_seqs": 16}, "speculative": spec}
+    if blocks is not None:
+        decode["memory"] = {"num_blocks": blocks}
+    wl = {"num_requests": 30, "rate": rate, "prompt_len": 256, "output_len": 64,
+          "length_dist": "uniform", "seed": seed}  # fmt: skip
+    a, b = _run({"decode": decode}, True, **wl), _run({"decode": decode}, False, **wl)
+    for key in COLS:
+        assert np.array_equal(a.columns[key], b.columns[key]), key
+    for key in ("spec_decode_num_drafts", "spec_decode_num_accepted_tokens"):
+        assert a.metrics[key] == b.metrics[key], key
+
+
+def test_auto_link_counts_every_dp_rank_towards_the_node():
+    # 1 + 1 GPUs fit one NVLink node; with the decode pool at DP 8 it is 1 + 8 GPUs: two nodes
+    def run(decode):
+        cfg = load_config({
+            "model": "llama-3.1-8b", "gpu": "h100", "perf_model": "engine",
+            "workload": {"num_requests": 2, "rate": 1.0, "prompt_len": 256, "output_len": 4},
+            "deployment": {"prefill": {"tp": 1}, "decode": decode},
+        })  # fmt: skip
+        return run_simulation(cfg).metrics
+
+    one, two = run({"tp": 1}), run({"tp": 1, "data_parallel_size": 8})
+    assert one["kv_link"] == "nvlink"
+    assert two["kv_link"] == "ib-ndr"
+    assert two["pools"]["decode"]["gpus"] == 8
+    assert two["num_gpus"] == 9

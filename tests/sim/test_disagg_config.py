@@ -127,3 +127,64 @@ def test_the_heterogeneous_example_loads():
     cfg = load_config(load_yaml(path))
     assert cfg.deployment is not None
     assert (pool_config(cfg, "prefill").gpu, pool_config(cfg, "decode").gpu) == ("h200", "b200")
+
+
+SPEC = {"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
+
+
+def test_parallel_engine_and_speculation_keys_override_the_base_per_pool():
+    cfg = _load(
+        {
+            "prefill": {"enable_expert_parallel": True, "engine_version": "0.10.0"},
+            "decode": {"data_parallel_size": 2, "moe_tp_size": 1, "engine": "sglang",
+                       "speculative": SPEC},
+        },
+        tp=1,
+    )
+    p, d = pool_config(cfg, "prefill"), pool_config(cfg, "decode")
+    assert (p.enable_expert_parallel, p.engine_version, p.data_parallel_size) == (
+        True, "0.10.0", 1)  # fmt: skip
+    assert (d.enable_expert_parallel, d.engine_version) == (False, None)  # the base's
+    assert (d.data_parallel_size, d.moe_tp_size, d.engine) == (2, 1, "sglang")
+    # an engine other than the base's brings its scheduler defaults (SGLang: prefill-first)
+    assert (p.scheduler.batching, d.scheduler.batching) == ("mb", "prefill-first")
+    assert d.speculative is not None
+    assert d.speculative.num_speculative_tokens == 3
+    assert p.speculative is None
+
+
+def test_a_base_speculative_is_the_decode_pools_only():
+    cfg = _load({"decode": {}}, speculative=SPEC)
+    assert pool_config(cfg, "prefill").speculative is None
+    d = pool_config(cfg, "decode").speculative
+    assert d is not None
+    assert d.method == "eagle3"
+    # a JSON string, as vLLM's --speculative-config takes it, is accepted in a pool too
+    cfg = _load({"decode": {"speculative_config": '{"method": "ngram", '
+                 '"num_speculative_tokens": 2, "acceptance_rate": 0.5}'}})  # fmt: skip
+    d = pool_config(cfg, "decode").speculative
+    assert d is not None
+    assert (d.method, d.num_speculative_tokens) == ("ngram", 2)
+
+
+@pytest.mark.parametrize(
+    ("deployment", "over", "match"),
+    [
+        ({"prefill": {"speculative": SPEC}}, {}, r"deployment\.prefill\.speculative: .*decode"),
+        ({"decode": {"speculative": {"method": "medusa", "num_speculative_tokens": 2}}}, {},
+         r"deployment\.decode\.speculative"),
+        ({"decode": {"speculative": "{not json"}}, {}, r"deployment\.decode\.speculative"),
+        ({"decode": {"moe_tp_size": 3, "tp": 2}}, {}, r"deployment\.decode\.moe_tp_size: 3"),
+        ({"decode": {"data_parallel_size": 0}}, {}, r"deployment\.decode\.data_parallel_size"),
+        ({"decode": {"engine": "trtllm"}}, {}, r"deployment\.decode\.engine"),
+        ({"prefill": {"data_parallel_size": 2}}, {"perf_model": "roofline"},
+         r"deployment\.prefill\.data_parallel_size: .*engine tables"),
+        ({"decode": {"engine_version": "0.10.0"}}, {"perf_model": "roofline"},
+         r"deployment\.decode\.engine_version: .*engine tables"),
+        ({"decode": {"enable_expert_parallel": True}}, {"perf_model": "corrected-roofline"},
+         r"deployment\.decode\.enable_expert_parallel: .*engine tables"),
+    ],
+)  # fmt: skip
+def test_pool_parallel_and_speculation_errors_name_the_field(deployment, over, match):
+    with pytest.raises(ConfigError, match=match):
+        _load(deployment, **over)

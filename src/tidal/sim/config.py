@@ -33,6 +33,7 @@ from tidal.hardware.models import ModelSpec, check_tp, get_model
 from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
 from tidal.sim.augment import AugmentConfig
 from tidal.sim.deployment import DeploymentConfig
+from tidal.sim.engine_only import check_engine_only
 from tidal.workload.config import WorkloadConfig
 
 _Strict = StrictModel
@@ -242,28 +243,7 @@ class SimulationConfig(_Strict):
 
     @model_validator(mode="after")
     def _engine_only(self) -> SimulationConfig:
-        """Engine-only settings need a step model with tables: ``engine``, or ``auto`` where it
-        resolves to them (:mod:`tidal.hardware.auto_perf`)."""
-        if self.perf_model == "engine":
-            return self
-        from tidal.hardware.auto_perf import (
-            check_auto_engine_settings,
-            engine_only_settings,
-            refuse_engine_only,
-        )
-        from tidal.hardware.calibration import engine_choice
-
-        choice = engine_choice(self, self.data_parallel_size, self.moe_tp_size)
-        try:
-            if self.perf_model == "auto":
-                check_auto_engine_settings(self.model_spec(), get_gpu(self.gpu), self.tp, choice)
-                return self
-            keys = engine_only_settings(choice)
-            if keys:
-                raise refuse_engine_only(keys, f"perf_model {self.perf_model} has none")
-        except ConfigError as err:
-            raise ValueError(str(err)) from None
-        return self
+        return check_engine_only(self)
 
     @model_validator(mode="after")
     def _tp(self) -> SimulationConfig:

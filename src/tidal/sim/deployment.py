@@ -10,19 +10,24 @@
       router: least-loaded          # per pool (experiments/replicas.py's routers)
       kv_transfer: {link: auto, bandwidth_gbs: null, latency_us: null, efficiency: 0.8}
 
-A pool's ``gpu`` and ``tp`` replace the base config's; its ``scheduler`` and ``memory`` keys
-are merged over the base sections. Errors name the field (``deployment.decode.tp: …``).
+A pool's ``gpu``, ``tp``, ``data_parallel_size``, ``enable_expert_parallel``, ``moe_tp_size``,
+``engine`` and ``engine_version`` replace the base config's; its ``scheduler`` and ``memory``
+keys are merged over the base sections. ``speculative`` is the decode pool's only: the prefill
+leg samples one token, so the prefill pool never speculates (a base ``speculative`` is the
+decode pool's). The base config's validators of these keys run on each pool's effective
+config; errors name the field (``deployment.decode.tp: …``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 
 from tidal.cluster.links import LINK_KINDS
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
+from tidal.engine.spec_config import SpeculativeConfig, parse_speculative_config
 
 if TYPE_CHECKING:
     from tidal.sim.config import SimulationConfig
@@ -46,6 +51,35 @@ class PoolConfig(StrictModel):
     """Keys of the ``scheduler`` section that differ in this pool."""
     memory: dict[str, Any] = Field(default_factory=dict)
     """Keys of the ``memory`` section that differ in this pool."""
+    data_parallel_size: int | None = Field(default=None, ge=1)
+    """Attention data parallelism of one instance (vLLM's ``--data-parallel-size``; default:
+    the base config's)."""
+    enable_expert_parallel: bool | None = None
+    """MoE experts sharded over the instance's ranks (default: the base config's)."""
+    moe_tp_size: int | None = Field(default=None, ge=1)
+    """Hybrid MoE split, SGLang's ``--moe-tp-size`` (default: the base config's)."""
+    engine: Literal["vllm", "sglang"] | None = None
+    """The pool's serving engine (default: the base config's). An engine other than the
+    base's brings its scheduler defaults (``sim/engine_defaults.py``) under the pool's own
+    ``scheduler`` / ``memory`` keys (vLLM's are Tidal's own: a vLLM pool under an SGLang base
+    keeps the base's SGLang-filled values unless its keys set them)."""
+    engine_version: str | None = None
+    """The pool's engine version (default: the base config's)."""
+    speculative: SpeculativeConfig | None = Field(
+        default=None, validation_alias=AliasChoices("speculative", "speculative_config")
+    )
+    """Decode pool only: speculative decoding of the decode instances (vLLM's
+    ``--speculative-config``; default: the base config's ``speculative``)."""
+
+    @field_validator("speculative", mode="before")
+    @classmethod
+    def _speculative(cls, v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        try:
+            return parse_speculative_config(v, "speculative")
+        except ConfigError as err:  # pydantic names the field (deployment.<pool>.speculative)
+            raise ValueError(str(err).split(": ", 1)[-1]) from None
 
 
 class KVTransferConfig(StrictModel):
@@ -122,23 +156,46 @@ class DeploymentConfig(StrictModel):
         return self.mode == "disagg"
 
 
+OVERRIDES = (
+    "gpu", "tp", "data_parallel_size", "enable_expert_parallel", "moe_tp_size", "engine",
+    "engine_version",
+)  # fmt: skip
+"""Pool keys that replace the base config's where the pool sets them."""
+
+
 def pool_config(cfg: SimulationConfig, role: str) -> SimulationConfig:
     """The base config with ``role``'s pool settings applied (no deployment): what one
     instance of that pool is built from. A host prefix-cache tier of the base config is the
-    prefill pool's (the decode pool gets one only from its own ``memory`` keys)."""
+    prefill pool's (the decode pool gets one only from its own ``memory`` keys); speculation
+    is the decode pool's (the prefill leg samples one token)."""
     assert cfg.deployment is not None
     pool: PoolConfig = getattr(cfg.deployment, role)
-    sched = type(cfg.scheduler).model_validate({**_dump(cfg.scheduler), **pool.scheduler})
-    mem_data = {**_dump(cfg.memory), **pool.memory}
+    update: dict[str, Any] = {
+        k: getattr(pool, k) for k in OVERRIDES if k in pool.model_fields_set
+        and getattr(pool, k) is not None
+    }  # fmt: skip
+    sched_keys, mem_keys = dict(pool.scheduler), dict(pool.memory)
+    engine = update.get("engine", cfg.engine)
+    if engine != cfg.engine:  # the pool's engine brings its defaults, under the pool's keys
+        from tidal.sim.engine_defaults import apply_engine_defaults
+
+        eng = apply_engine_defaults(
+            {"engine": engine, "gpu": update.get("gpu", cfg.gpu), "scheduler": sched_keys,
+             "memory": mem_keys}
+        )  # fmt: skip
+        sched_keys, mem_keys = eng["scheduler"], eng["memory"]
+    sched = type(cfg.scheduler).model_validate({**_dump(cfg.scheduler), **sched_keys})
+    mem_data = {**_dump(cfg.memory), **mem_keys}
     if role == "decode" and "host_cache_gib" not in pool.memory:
         mem_data.update(host_cache_gib=0.0)  # the base's host tier is the prefill pool's
     mem = type(cfg.memory).model_validate(mem_data)
+    spec = None if role == "prefill" else (pool.speculative or cfg.speculative)
     return cfg.model_copy(
         update={
-            "gpu": pool.gpu or cfg.gpu,
-            "tp": pool.tp or cfg.tp,
+            **update,
             "scheduler": sched,
             "memory": mem,
+            "speculative": spec,
             "deployment": None,
         }
     )
@@ -198,10 +255,36 @@ def _check_pool(cfg: SimulationConfig, role: str, flags: dict[str, str]) -> None
         check_tp(pcfg.model_spec(), pcfg.tp)
     except ConfigError as err:
         fail("tp", str(err).split(": ", 1)[-1])
+    if role == "prefill" and pool.speculative is not None:
+        fail(
+            "speculative",
+            "the prefill leg samples one token, so the prefill pool does not speculate; set "
+            "deployment.decode.speculative",
+        )
+    _check_parallel(pcfg, fail)
     if role == "decode" and pcfg.scheduler.batching not in EXACT_DECODE_BATCHING:
         fail(
             "scheduler.batching",
             f"{pcfg.scheduler.batching} is not supported in the decode pool yet (exact "
             f"hand-offs are tested for {', '.join(EXACT_DECODE_BATCHING)}); set "
             "deployment.decode.scheduler.batching: mb",
+        )
+
+
+def _check_parallel(pcfg: SimulationConfig, fail: Any) -> None:
+    """The base config's checks of the engine-only keys (``SimulationConfig._engine_only``:
+    they need the engine tables) and of the MoE split, run on the pool's effective config."""
+    from tidal.sim.engine_only import check_engine_only
+
+    try:
+        check_engine_only(pcfg)
+    except ValueError as err:
+        key, _, msg = str(err).partition(": ")
+        fail(key, msg)
+    moe_tp, group = pcfg.moe_tp_size, pcfg.tp * pcfg.data_parallel_size
+    if moe_tp is not None and group % moe_tp:
+        fail(
+            "moe_tp_size",
+            f"{moe_tp} does not divide the {group} GPUs of the pool's MoE group "
+            "(tp × data_parallel_size); use a divisor of it",
         )

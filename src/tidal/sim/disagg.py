@@ -105,10 +105,12 @@ def _wire(
     assert cfg.deployment is not None
     dep, (pcfg, p_insts), (dcfg, d_insts) = cfg.deployment, prefill, decode
     n_pre, n_dec = len(p_insts), len(d_insts)
+    # every GPU of both pools counts towards one node (an instance is tp × dp GPUs); a
+    # transfer moves over the tp ports of the DP rank that holds the request's KV
+    gpus = n_pre * pcfg.tp * pcfg.data_parallel_size + n_dec * dcfg.tp * dcfg.data_parallel_size
     link = resolve_link(
-        dep.kv_transfer.link, get_gpu(pcfg.gpu), get_gpu(dcfg.gpu),
-        n_pre * pcfg.tp + n_dec * dcfg.tp, dep.kv_transfer.bandwidth_gbs,
-        dep.kv_transfer.latency_us, dep.kv_transfer.efficiency,
+        dep.kv_transfer.link, get_gpu(pcfg.gpu), get_gpu(dcfg.gpu), gpus,
+        dep.kv_transfer.bandwidth_gbs, dep.kv_transfer.latency_us, dep.kv_transfer.efficiency,
     )  # fmt: skip
     per_gpu = dcfg.model_spec().kv_bytes_per_token_per_gpu(dcfg.tp)
     args = (sim, p_insts, d_insts, link, (per_gpu, dcfg.tp), cols, output_len, dep.router)

@@ -144,7 +144,13 @@ def pool_summary(pool: Pool, span_ns: int) -> dict[str, Any]:
         "instances": len(insts),
         "tp": cfg.tp,
         "gpu": cfg.gpu,
-        "gpus": len(insts) * cfg.tp,
+        "gpus": len(insts) * cfg.tp * cfg.data_parallel_size,
+        "data_parallel_size": cfg.data_parallel_size,
+        "enable_expert_parallel": cfg.enable_expert_parallel,
+        "moe_tp_size": cfg.moe_tp_size,
+        "engine": cfg.engine,
+        "engine_version": cfg.engine_version,
+        "speculative": cfg.speculative.model_dump() if cfg.speculative is not None else None,
         "utilization": float(np.mean([i.busy_ns / max(span_ns, 1) for i in insts])),
         "num_steps": sum(s.num_steps for s, _, _ in built),
         "num_preemptions": sum(s.num_preemptions for s, _, _ in built),
@@ -157,7 +163,20 @@ def pool_summary(pool: Pool, span_ns: int) -> dict[str, Any]:
     queries = sum(kv.cache_queries for kv in kvs)
     if any(kv.prefix_caching for kv in kvs):
         out["prefix_cache_hit_rate"] = sum(kv.cache_hits for kv in kvs) / max(queries, 1)
+    out.update(spec_summary(cfg, [s for s, _, _ in built]))
     return out
+
+
+def spec_summary(cfg: SimulationConfig, scheds: list[Any]) -> dict[str, Any]:
+    """vLLM's speculation counters summed over a pool's instances (none without
+    speculation): ``spec_decode_num_drafts`` … and the mean acceptance length."""
+    if cfg.speculative is None:
+        return {}
+    from tidal.engine.spec_pool import spec_metrics
+    from tidal.engine.stats import PolicyStats
+
+    total = PolicyStats.total(s.stats() for s in scheds)
+    return spec_metrics(total.counters, cfg.speculative.num_speculative_tokens)
 
 
 def disagg_result(
@@ -185,6 +204,9 @@ def disagg_result(
     metrics.update(d_built[0][2].summary())  # the decode pool's KV plan (where tokens live)
     summaries = {role: pool_summary(pool, span_ns) for role, pool in pools.items()}
     metrics["pools"] = summaries
+    metrics.update(  # the decode pool's speculation, at the top level as a single run's
+        {k: v for k, v in summaries["decode"].items() if k.startswith("spec_decode_")}
+    )
     metrics["num_gpus"] = sum(p["gpus"] for p in summaries.values())
     metrics["num_steps"] = sum(p["num_steps"] for p in summaries.values())
     every = [i for _, insts, _ in pools.values() for i in insts]

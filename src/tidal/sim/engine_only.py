@@ -1,0 +1,36 @@
+"""The check of the engine-only settings (``engine_version``, ``data_parallel_size``,
+``enable_expert_parallel``, ``moe_tp_size``) on a simulation config: the base config's
+validator and each deployment pool's effective config (``sim/deployment.py``) run it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidal.core.errors import ConfigError
+from tidal.hardware.gpus import get_gpu
+
+
+def check_engine_only(cfg: Any) -> Any:
+    """Engine-only settings need a step model with tables: ``engine``, or ``auto`` where it
+    resolves to them (:mod:`tidal.hardware.auto_perf`); also run on each deployment pool's
+    effective config (``sim/deployment.py``)."""
+    if cfg.perf_model == "engine":
+        return cfg
+    from tidal.hardware.auto_perf import (
+        check_auto_engine_settings,
+        engine_only_settings,
+        refuse_engine_only,
+    )
+    from tidal.hardware.calibration import engine_choice
+
+    choice = engine_choice(cfg, cfg.data_parallel_size, cfg.moe_tp_size)
+    try:
+        if cfg.perf_model == "auto":
+            check_auto_engine_settings(cfg.model_spec(), get_gpu(cfg.gpu), cfg.tp, choice)
+            return cfg
+        keys = engine_only_settings(choice)
+        if keys:
+            raise refuse_engine_only(keys, f"perf_model {cfg.perf_model} has none")
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+    return cfg
