@@ -94,6 +94,7 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "kv_cache_dtype": ("fp8", {}),
     "gemm_quant": ("fp8", {}),
     "moe_quant": ("fp8", {"model": "qwen3-30b-a3b"}),
+    "speculative_config": ('{"method": "eagle3", "num_speculative_tokens": 3}', {}),
 }
 TOGETHER = {
     "shared_prefix_groups": {"shared_prefix_len": 300},

@@ -111,6 +111,10 @@ def _rules() -> tuple[Rule, ...]:
         Rule(k, frozenset({SYN, SES, TRACE}), "augmented requests are not disaggregated yet")
         for k in pools
     ]
+    rules.append(
+        Rule("speculative", frozenset({SYN, SES, TRACE, AUG}),
+             "a cluster run builds its engines without speculation yet")
+    )  # fmt: skip
     return tuple(rules)
 
 
