@@ -65,7 +65,7 @@ class MixedBatching(BatchingPolicy):
         if plan.prefills or plan.preempted or not plan.num_decodes:
             return 1, True
         st = self.state
-        m = st.pool.steps_until_departure_or_full(st.kv.num_free_blocks)
+        m = st.pool.steps_until_departure_or_full(st.kv.pool.num_free_blocks)
         full = len(st.running) >= st.config.max_num_seqs
         blocked = st.admission_blocked_by_kv and not st.waiting.arrival_can_jump_head
         return m, not (full or blocked)

@@ -137,6 +137,7 @@ class EngineState:
         ``budget``; preempt the newest running requests while the step's KV blocks do not fit.
         Returns the budget left; the victims are in ``plan.preempted``."""
         pool, kv = self.pool, self.kv
+        bp = kv.pool  # the block pool itself: this runs every step, so no delegation layer
         n_dec = len(pool.members)
         budget -= n_dec * pool.rows_per_decode
         chunks: list[tuple[Request, int]] = []
@@ -155,8 +156,8 @@ class EngineState:
                 blocks = blocks_for(req.num_computed_tokens + n) - req.num_blocks
                 chunk_need[req.request_id] = blocks
                 need += blocks
-        while need > kv.num_free_blocks:
-            if self._reclaim(need - kv.num_free_blocks):
+        while need > bp.num_free_blocks:
+            if self._reclaim(need - bp.num_free_blocks):
                 continue
             victim = next(reversed(self.running.values()))
             if victim.in_pool:
@@ -174,7 +175,7 @@ class EngineState:
         if preempted:  # victims may have left the pool
             pool_need = pool.blocks_needed(0)
             n_dec = len(pool.members)
-        kv.take(pool_need)
+        bp.take(pool_need)
         for req, n in chunks:
             plan.add_chunk(req, n)
             kv.allocate(req, req.num_computed_tokens + n)
