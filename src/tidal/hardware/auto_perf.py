@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidal.core.errors import ConfigError
+from tidal.hardware import engine_data
+from tidal.hardware.engine_perf import system_of
 from tidal.hardware.gpus import GPUSpec
 from tidal.hardware.linear_calibration import CALIBRATIONS
 from tidal.hardware.models import ModelSpec
@@ -73,9 +75,6 @@ def auto_tables(model: ModelSpec, gpu: GPUSpec, tp: int, engine: str = "vllm") -
 def tables_system(gpu: GPUSpec, engine: str = "vllm") -> str | None:
     """The GPU's system id when it has GEMM tables of ``engine`` (what every deployment reads
     first), else None; None too without the package (``auto`` then uses the older models)."""
-    from tidal.hardware import engine_data
-    from tidal.hardware.engine_perf import system_of
-
     system = system_of(gpu)
     if system is None or engine not in engine_data.ENGINES:
         return None

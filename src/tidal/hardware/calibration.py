@@ -9,7 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from tidal.core.errors import ConfigError
-from tidal.hardware.auto_perf import EngineChoice
+from tidal.hardware.api_server import client_metrics, overhead_for
+from tidal.hardware.auto_perf import EngineChoice, resolve_auto
+from tidal.hardware.corrected import CorrectedRooflinePerfModel, check_host
+from tidal.hardware.engine_perf import EnginePerfModel
 from tidal.hardware.gpus import GPUSpec
 from tidal.hardware.interference import InterferencePerfModel, step_interference
 from tidal.hardware.linear_calibration import (
@@ -23,8 +26,11 @@ from tidal.hardware.linear_calibration import (
     line_fit,
     measured_host_link,
 )
+from tidal.hardware.measured import MeasuredPerfModel
 from tidal.hardware.models import ModelSpec
-from tidal.hardware.perf import LinearPerfModel, PerfModel, RooflinePerfModel
+from tidal.hardware.opprofile import bundled_profiles, deployment, load_profile
+from tidal.hardware.perf import LinearPerfModel, PerfModel, RooflinePerfModel, WrappedPerfModel
+from tidal.hardware.profiled import ProfiledPerfModel
 
 __all__ = [  # moved to :mod:`tidal.hardware.linear_calibration`, still importable from here
     "CALIBRATIONS",
@@ -62,13 +68,9 @@ MEASURED_PREFIX = "measured:"
 def check_perf_model(kind: str) -> None:
     """Raise a ``ConfigError`` unless ``kind`` names a performance model (profiles are read)."""
     if kind.startswith(PROFILE_PREFIX):
-        from tidal.hardware.profiled import ProfiledPerfModel
-
         ProfiledPerfModel.load(kind.removeprefix(PROFILE_PREFIX))
         return
     if kind.startswith(MEASURED_PREFIX):
-        from tidal.hardware.opprofile import load_profile
-
         load_profile(kind.removeprefix(MEASURED_PREFIX))
         return
     if kind not in PERF_MODELS:
@@ -84,9 +86,6 @@ def measured_model(
 ) -> PerfModel | None:
     """The :class:`~tidal.hardware.measured.MeasuredPerfModel` of (model, GPU, TP) from the
     bundled profiles (or the profile file ``path``), None when they have no data for it."""
-    from tidal.hardware.measured import MeasuredPerfModel
-    from tidal.hardware.opprofile import deployment, load_profile
-
     profiles = (load_profile(path),) if path is not None else None
     heads = (model.num_heads, model.num_kv_heads, model.d_head)
     dep = deployment(gpu.name, model.name, tp, profiles, heads)
@@ -97,10 +96,6 @@ def perf_model_source(perf: PerfModel) -> str:
     """Where a model's step times come from, for ``summary.json``'s ``perf_model_source``:
     ``measured:<source>/<gpu>/<model>/tp<N>``, ``corrected-roofline``, ``roofline``,
     ``calibrated:<citation>``, ``profile:<source>``; ``+interference`` when wrapped."""
-    from tidal.hardware.corrected import CorrectedRooflinePerfModel
-    from tidal.hardware.measured import MeasuredPerfModel
-    from tidal.hardware.perf import WrappedPerfModel
-
     if isinstance(perf, WrappedPerfModel):
         return perf_model_source(perf.base) + "+interference"
     if isinstance(perf, MeasuredPerfModel):
@@ -126,9 +121,6 @@ def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
     """``summary.json``'s record of the engine tables a step model read (``perf_model:
     engine``: data source and its version, engine, engine version, GPU tables, the version of
     each operator family, and which parts fell back); empty for the other models."""
-    from tidal.hardware.engine_perf import EnginePerfModel
-    from tidal.hardware.perf import WrappedPerfModel
-
     base = perf.base if isinstance(perf, WrappedPerfModel) else perf
     if not isinstance(base, EnginePerfModel):
         return {}
@@ -138,10 +130,6 @@ def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
 def client_side_metrics(perf: PerfModel, cols: Any) -> dict[str, Any]:
     """``summary.json``'s client-side TTFT / E2E family (:mod:`tidal.hardware.api_server`)
     with ``perf_model: engine``, whose engine is known; empty for the other models."""
-    from tidal.hardware.api_server import client_metrics, overhead_for
-    from tidal.hardware.engine_perf import EnginePerfModel
-    from tidal.hardware.perf import WrappedPerfModel
-
     base = perf.base if isinstance(perf, WrappedPerfModel) else perf
     if not isinstance(base, EnginePerfModel):
         return {}
@@ -175,12 +163,8 @@ def build_perf_model(
     per-step host time the measured and corrected models add (``vllm-v1``, the default, or
     ``vidur``; :data:`tidal.hardware.corrected.HOST_MODES`)."""
     if kind == "auto":
-        from tidal.hardware.auto_perf import resolve_auto
-
         kind, engine = resolve_auto(model, gpu, tp, engine)
     if kind == "engine":
-        from tidal.hardware.engine_perf import EnginePerfModel
-
         e = engine or EngineChoice()
         base: PerfModel = EnginePerfModel(
             model, gpu, tp, e.engine, e.version, host, e.expert_parallel, e.moe_distribution,
@@ -199,13 +183,10 @@ def _build_base(
     kind: str, model: ModelSpec, gpu: GPUSpec, tp: int, eff_bw: float, host: str,
     **roofline_kw: float,
 ) -> PerfModel:  # fmt: skip
-    from tidal.hardware.corrected import check_host
 
     check_perf_model(kind)
     check_host(host)
     if kind.startswith(PROFILE_PREFIX):
-        from tidal.hardware.profiled import ProfiledPerfModel
-
         return ProfiledPerfModel.load(kind.removeprefix(PROFILE_PREFIX))
     if kind.startswith(MEASURED_PREFIX):
         meas = measured_model(model, gpu, tp, kind.removeprefix(MEASURED_PREFIX), host)
@@ -224,8 +205,6 @@ def _build_base(
             raise _no_measured(model, gpu, tp, "the bundled profiles")
         kind = "corrected-roofline"
     if kind in ("corrected-roofline", "corrected"):
-        from tidal.hardware.corrected import CorrectedRooflinePerfModel
-
         return CorrectedRooflinePerfModel(model, gpu, tp, host=host)
     if kind == "roofline":
         return RooflinePerfModel(model, gpu, tp, eff_bw=eff_bw, **roofline_kw)
@@ -244,8 +223,6 @@ def _build_base(
 
 
 def _no_measured(model: ModelSpec, gpu: GPUSpec, tp: int, where: str) -> ConfigError:
-    from tidal.hardware.opprofile import bundled_profiles
-
     have = sorted(
         f"{x.model}@{p.gpu}/tp{x.tp}" for p in bundled_profiles() for x in p.linear
         if x.model == model.name or p.gpu == gpu.name

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from tidal.core.errors import ConfigError
 from tidal.hardware.allreduce import LinkConst, allreduce_time
 from tidal.hardware.gpus import GPUS, GPUSpec
 from tidal.hardware.models import ModelSpec
@@ -101,8 +102,6 @@ DEFAULT_HOST = "vllm-v1"
 
 def check_host(host: str, field: str = "perf_host") -> str:
     if host not in HOST_MODES:
-        from tidal.core.errors import ConfigError
-
         raise ConfigError(field, f"unknown host model {host!r}", f"use one of {HOST_MODES}")
     return host
 
