@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tidal.sim.augment import AugmentConfig
+
 SYN, SES, TRACE, AUG, CLU = "synthetic", "sessions", "trace", "augmented", "cluster"
 MODES = (SYN, SES, TRACE, AUG, CLU)
 GENERATED = frozenset({SYN, SES})
@@ -159,8 +161,6 @@ def _servegen_days(cfg: Any) -> str | None:
 
 
 def _augment_keys() -> tuple[str, ...]:
-    from tidal.sim.augment import AugmentConfig
-
     return tuple(f"augment.{k}" for k in AugmentConfig.model_fields)
 
 

@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
+from tidal.augment.bundles import SERVING_POLICIES, AugmentSpec, build_augmented_scheduler
+from tidal.augment.env import AugmentEnv
+from tidal.augment.intercept import INTERCEPTS
+from tidal.augment.ordering import AUGMENT_ORDERINGS
 from tidal.augment.waste import IterationProfile
 from tidal.core.kv import KVBlockManager
 from tidal.core.prefix_cache import prefix_cache_kv
@@ -100,10 +104,6 @@ class AugmentConfig(StrictModel):
     @field_validator("serving_policy", "ordering", "intercept")
     @classmethod
     def _known(cls, v: str | None, info: ValidationInfo) -> str | None:
-        from tidal.augment.bundles import SERVING_POLICIES
-        from tidal.augment.intercept import INTERCEPTS
-        from tidal.augment.ordering import AUGMENT_ORDERINGS
-
         names = {
             "serving_policy": SERVING_POLICIES.names,
             "ordering": AUGMENT_ORDERINGS.names,
@@ -183,9 +183,6 @@ def augmented_engine(
     (``scheduler.ordering`` does not apply: the bundle's ``augment.ordering`` does; an
     explicitly set ``scheduler.token_budget`` is the static budget unless
     ``augment.static_budget`` is given)."""
-    from tidal.augment.bundles import AugmentSpec, build_augmented_scheduler
-    from tidal.augment.env import AugmentEnv
-
     a = cfg.augment
     model, gpu, tp = deployment or (cfg.model_spec(), get_gpu(cfg.gpu), cfg.tp)
     env = AugmentEnv.build(

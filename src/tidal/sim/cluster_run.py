@@ -22,6 +22,8 @@ from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
 from tidal.cluster.models import ServedModel, served_models, service_ms
 from tidal.cluster.topology import parse_cluster
+from tidal.core.augmented_metrics import augmented_metrics
+from tidal.core.errors import ConfigError
 from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
@@ -33,6 +35,7 @@ from tidal.engine.policy import validate_options
 from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
+from tidal.sim.augment import augmented_engine, host_blocks, host_tier_size
 from tidal.sim.cluster_metrics import (
     RetiredStats,
     Selected,
@@ -49,7 +52,13 @@ from tidal.sim.simulator import CONTROL, Simulation
 from tidal.sim.single import SimResult, check_host_tier, rng_streams
 from tidal.workload.base import RequestSet
 from tidal.workload.concurrency import window_concurrency
-from tidal.workload.multimodel import MixWorkload, azure_mix, read_aggregate_rates, servegen_mix
+from tidal.workload.multimodel import (
+    MixWorkload,
+    augment_mix,
+    azure_mix,
+    read_aggregate_rates,
+    servegen_mix,
+)
 from tidal.workload.paths import resolve_trace
 from tidal.workload.stream import LazyColumn
 from tidal.workload.traces import load_azure
@@ -66,8 +75,6 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
     mix = c.mix
     if mix.kind == "azure":
         if cfg.workload.trace is None:
-            from tidal.core.errors import ConfigError
-
             raise ConfigError(
                 "workload.trace",
                 "the Azure mix needs a trace",
@@ -80,8 +87,6 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
         w = servegen_mix(mix, len(models), rng, read_aggregate_rates(path))
     rs = w.requests
     if mix.augmented is not None:
-        from tidal.workload.multimodel import augment_mix
-
         rs = augment_mix(rs, mix.augmented, rng, c.max_model_len)
     shifted = RequestSet(
         rs.arrival_ns + s_to_ns(c.warmup_s),
@@ -191,13 +196,9 @@ class SimBackend:
             c.token_budget, max(256, c.batch), costs=costs, eb=s.eb, options=opts
         )
         if self.prefix_caching and self.cfg.memory.host_cache_gib > 0:
-            from tidal.sim.augment import host_tier_size
-
             tier = host_tier_size(self.cfg, model.spec, self.gpu, model.tp, kv.block_size)
             kv.add_host_tier(*tier)
         if c.mix.augmented is not None:
-            from tidal.sim.augment import augmented_engine, host_blocks
-
             kv.add_host_space(host_blocks(self.cfg, model.spec, model.tp, kv.block_size))
             self.num_started += 1
             seed = self.policy_seed + self.num_started
@@ -324,8 +325,6 @@ def run_cluster(
     metrics["num_engines"] = len(sim.instances)
     augmented = "call_ns" in cols
     if augmented:
-        from tidal.core.augmented_metrics import augmented_metrics
-
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
     scheds = backend.retired + [
         (backend.names[i], inst.scheduler) for i, inst in enumerate(sim.instances)

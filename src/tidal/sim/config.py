@@ -31,8 +31,10 @@ from tidal.hardware.calibration import check_perf_model
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import ModelSpec, check_tp, get_model
 from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
+from tidal.sim.applicability import describe, ignored
 from tidal.sim.augment import AugmentConfig
-from tidal.sim.deployment import DeploymentConfig
+from tidal.sim.deployment import DeploymentConfig, check_deployment
+from tidal.sim.engine_defaults import apply_engine_defaults
 from tidal.sim.engine_only import check_engine_only
 from tidal.workload.config import WorkloadConfig
 
@@ -236,8 +238,6 @@ class SimulationConfig(_Strict):
     @classmethod
     def _engine_defaults(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            from tidal.sim.engine_defaults import apply_engine_defaults
-
             return apply_engine_defaults(data)
         return data
 
@@ -300,8 +300,6 @@ class SimulationConfig(_Strict):
     def _applied(self, info: ValidationInfo) -> SimulationConfig:
         """Refuse a value the run's mode ignores (:mod:`tidal.sim.applicability`); the
         validation context's ``flag_names`` (config key → flag) names the flags."""
-        from tidal.sim.applicability import describe, ignored
-
         found = ignored(self)
         if found:
             names = (info.context or {}).get("flag_names")
@@ -311,8 +309,6 @@ class SimulationConfig(_Strict):
     @model_validator(mode="after")
     def _deployment(self, info: ValidationInfo) -> SimulationConfig:
         """After :meth:`_applied`: a pool flag in a mode that ignores it is named there."""
-        from tidal.sim.deployment import check_deployment
-
         check_deployment(self, (info.context or {}).get("flag_names"))
         return self
 

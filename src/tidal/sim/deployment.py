@@ -28,6 +28,10 @@ from tidal.cluster.links import LINK_KINDS
 from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
 from tidal.engine.spec_config import SpeculativeConfig, parse_speculative_config
+from tidal.hardware.gpus import get_gpu
+from tidal.hardware.models import check_tp
+from tidal.sim.engine_defaults import apply_engine_defaults
+from tidal.sim.engine_only import check_engine_only
 
 if TYPE_CHECKING:
     from tidal.sim.config import SimulationConfig
@@ -177,7 +181,6 @@ def pool_config(cfg: SimulationConfig, role: str) -> SimulationConfig:
     sched_keys, mem_keys = dict(pool.scheduler), dict(pool.memory)
     engine = update.get("engine", cfg.engine)
     if engine != cfg.engine:  # the pool's engine brings its defaults, under the pool's keys
-        from tidal.sim.engine_defaults import apply_engine_defaults
 
         eng = apply_engine_defaults(
             {"engine": engine, "gpu": update.get("gpu", cfg.gpu), "scheduler": sched_keys,
@@ -229,9 +232,6 @@ def _unsupported(cfg: SimulationConfig) -> list[tuple[str, str]]:
 
 
 def _check_pool(cfg: SimulationConfig, role: str, flags: dict[str, str]) -> None:
-    from tidal.hardware.gpus import get_gpu
-    from tidal.hardware.models import check_tp
-
     def fail(field: str, msg: str) -> None:
         key = f"deployment.{role}.{field}"
         flag = flags.get(key)
@@ -274,8 +274,6 @@ def _check_pool(cfg: SimulationConfig, role: str, flags: dict[str, str]) -> None
 def _check_parallel(pcfg: SimulationConfig, fail: Any) -> None:
     """The base config's checks of the engine-only keys (``SimulationConfig._engine_only``:
     they need the engine tables) and of the MoE split, run on the pool's effective config."""
-    from tidal.sim.engine_only import check_engine_only
-
     try:
         check_engine_only(pcfg)
     except ValueError as err:

@@ -25,16 +25,18 @@ import numpy as np
 from tidal.core.histogram import LogHistogram
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
+from tidal.engine.spec_pool import spec_metrics
+from tidal.engine.stats import PolicyStats
 from tidal.hardware.calibration import client_side_metrics, perf_model_source
 from tidal.sim.config import SimulationConfig
 from tidal.sim.recorder import RequestRecorder
+from tidal.sim.single import SimResult
 
 if TYPE_CHECKING:
     from tidal.hardware.memory import MemoryPlan
     from tidal.hardware.perf import PerfModel
     from tidal.sim.disagg_wiring import DisaggWiring
     from tidal.sim.instance import SimInstance
-    from tidal.sim.single import SimResult
 
     Pool = tuple[SimulationConfig, list[SimInstance], list[tuple[Any, PerfModel, MemoryPlan]]]
 
@@ -172,9 +174,6 @@ def spec_summary(cfg: SimulationConfig, scheds: list[Any]) -> dict[str, Any]:
     speculation): ``spec_decode_num_drafts`` … and the mean acceptance length."""
     if cfg.speculative is None:
         return {}
-    from tidal.engine.spec_pool import spec_metrics
-    from tidal.engine.stats import PolicyStats
-
     total = PolicyStats.total(s.stats() for s in scheds)
     return spec_metrics(total.counters, cfg.speculative.num_speculative_tokens)
 
@@ -190,8 +189,6 @@ def disagg_result(
 ) -> SimResult:
     """The run's :class:`~tidal.sim.single.SimResult`: columns, ``summary.json`` metrics, the
     instances' timelines (``instance``: global index, prefill pool first)."""
-    from tidal.sim.single import SimResult
-
     c = recorder.columns()
     c.update(cols.columns())
     _, d_insts, d_built = pools["decode"]

@@ -7,6 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.hardware.auto_perf import (
+    check_auto_engine_settings,
+    engine_only_settings,
+    refuse_engine_only,
+)
+from tidal.hardware.calibration import engine_choice
 from tidal.hardware.gpus import get_gpu
 
 
@@ -16,12 +22,6 @@ def check_engine_only(cfg: Any) -> Any:
     effective config (``sim/deployment.py``)."""
     if cfg.perf_model == "engine":
         return cfg
-    from tidal.hardware.auto_perf import (
-        check_auto_engine_settings,
-        engine_only_settings,
-        refuse_engine_only,
-    )
-    from tidal.hardware.calibration import engine_choice
 
     choice = engine_choice(cfg, cfg.data_parallel_size, cfg.moe_tp_size)
     try:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from tidal.core.errors import ConfigError
+from tidal.sim.config import SimulationConfig
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -30,8 +31,6 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 def field_info(key: str) -> FieldInfo | None:
     """The :class:`FieldInfo` of dotted ``key`` of the simulation config (None: not a field)."""
-    from tidal.sim.config import SimulationConfig
-
     model: type[BaseModel] | None = SimulationConfig
     info = None
     for part in key.split("."):

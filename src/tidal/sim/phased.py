@@ -43,6 +43,7 @@ from tidal.sim.single import (
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
 from tidal.workload.content import PrefixContent
+from tidal.workload.prefill_bound import unavoidable_prefill
 
 
 def warmup_requests(cfg: SimulationConfig, n: int, reqs: RequestSet) -> RequestSet:
@@ -75,7 +76,6 @@ def phased_prefill_bound(
     prompt token) without the prefix cache or without content."""
     if not cfg.memory.prefix_caching or all(r.content is None for r in phases):
         return None
-    from tidal.workload.prefill_bound import unavoidable_prefill
 
     seen = [_row_hashes(warmup.content)] if warmup is not None and warmup.content else []
     tokens = positions = 0.0

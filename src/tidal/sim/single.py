@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import tidal.cluster.registries  # noqa: F401  (every policy registered)
+from tidal.core.augmented_metrics import augmented_metrics
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager, KVCacheStats, cdiv
 from tidal.core.metrics import summarize
@@ -35,6 +36,7 @@ from tidal.hardware.memory import MemoryPlan, plan_memory
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.roofline import roofline_token_throughput
+from tidal.sim.augment import build_augmented, host_tier_size
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
@@ -43,6 +45,7 @@ from tidal.sim.speculation import base_perf, build_speculation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
 from tidal.workload.content import unique_content
+from tidal.workload.prefill_bound import unavoidable_prefill
 
 SEED_STREAMS = ("workload", "policy", "cluster", "noise")
 """Named random streams, spawned in this order from the run seed (``SeedSequence.spawn``)."""
@@ -93,8 +96,6 @@ def make_kv(cfg: SimulationConfig, num_blocks: int, content: bool) -> KVBlockMan
 def host_cache_blocks(cfg: SimulationConfig) -> tuple[int, float]:
     """(blocks of the host prefix-cache tier, ns to load one over the host link) of the run's
     deployment (:func:`tidal.sim.augment.host_tier_size`)."""
-    from tidal.sim.augment import host_tier_size
-
     model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
     return host_tier_size(cfg, model, gpu, cfg.tp, cfg.memory.block_size)
 
@@ -104,7 +105,6 @@ def cached_prefill_bound(cfg: SimulationConfig, reqs: RequestSet) -> tuple[float
     (:func:`tidal.workload.prefill_bound.unavoidable_prefill`); None: every prompt token."""
     if not cfg.memory.prefix_caching or reqs.content is None:
         return None
-    from tidal.workload.prefill_bound import unavoidable_prefill
 
     return unavoidable_prefill(reqs.prompt_len, reqs.content)
 
@@ -229,8 +229,6 @@ def build_instance(
         speculation=accept,
     )
     if cfg.workload.augmented is not None:
-        from tidal.sim.augment import build_augmented
-
         seed = int(rng_streams(cfg.seed)["policy"].integers(1 << 62))
         return build_augmented(cfg, sched_cfg, plan, perf, seed), perf, plan
     scheduler = build_scheduler(sched_cfg, kv, s.batching, ORDERINGS.get(s.ordering)())
@@ -289,8 +287,6 @@ def run_single(
     metrics.update(perf_model_tables(target))
     metrics.update(client_side_metrics(target, cols))
     if "call_ns" in cols:
-        from tidal.core.augmented_metrics import augmented_metrics
-
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
     if reqs.content is not None:
         metrics.update(prefix_cache_metrics(scheduler.kv))
