@@ -15,6 +15,7 @@ def run_pareto(spec: Any, out: Path, workers: int) -> None:
     ``pareto.json`` and ``pareto.png``, and print the front and the cheapest point at the SLO."""
     import json
 
+    # lazy: keeps tidal --help fast (the planner loads the simulator)
     from tidal.experiments.pareto import pareto, write_pareto
     from tidal.experiments.pareto_points import SIMS_DIR
     from tidal.report.pareto_figure import pareto_figure

@@ -33,10 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.core.io import write_json, write_parquet
 from tidal.experiments.grid import apply_cell
+from tidal.experiments.pareto_points import run_points
 from tidal.experiments.plan_options import _with_slo, meets_slo
+from tidal.experiments.results import _clean
 from tidal.experiments.space import MODES, PlanSpec
 from tidal.hardware.gpus import get_gpu
+from tidal.sim.config import load_config
 
 MODE_NAMES = {"mb": "MB", "ebplus": "EB+", "disagg": "disagg"}
 
@@ -223,8 +227,6 @@ def pareto(
     """Every option of the plan's modes at every load (module docstring) and the front."""
     import time
 
-    from tidal.experiments.pareto_points import run_points
-    from tidal.sim.config import load_config
 
     if workers < 1:
         raise ConfigError("workers", f"must be >= 1, got {workers}")
@@ -269,8 +271,6 @@ def _mark_front(
 def write_pareto(outcome: ParetoOutcome, out_dir: str | Path) -> Path:
     """``DIR/pareto.parquet`` (every point) and ``DIR/pareto.json`` (the front, the cheapest
     point at the SLO, the skipped options, the sweep), each written atomically."""
-    from tidal.core.io import write_json, write_parquet
-    from tidal.experiments.results import _clean
 
     out = Path(out_dir)
     rows = outcome.rows

@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from tidal.core.errors import ConfigError
+from tidal.core.io import atomic_write
+from tidal.core.orphan import die_with_parent
+from tidal.experiments.replicas import run_replicated
+from tidal.sim.config import load_config
+from tidal.sim.disagg import run_disaggregated
+from tidal.sim.run import load_requests
 
 SIMS_DIR = "pareto_simulations"
 Task = tuple[dict[str, Any], int, str]
@@ -26,10 +32,6 @@ _REQUESTS: dict[str, Any] = {}
 def simulate_point(task: Task) -> dict[str, Any]:
     """Metrics of one point (scalars only): ``task`` = (config, replicas, router). A config
     the simulator refuses gives ``{"error": message}``."""
-    from tidal.experiments.replicas import run_replicated
-    from tidal.sim.config import load_config
-    from tidal.sim.disagg import run_disaggregated
-    from tidal.sim.run import load_requests
 
     data, replicas, router = task
     try:
@@ -49,7 +51,6 @@ def simulate_point(task: Task) -> dict[str, Any]:
 
 
 def _init_worker(parent: int) -> None:
-    from tidal.core.orphan import die_with_parent
 
     die_with_parent(parent)
 
@@ -66,7 +67,6 @@ def run_points(
     on_point: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Each task's metrics (in task order) and how many were reused from ``out_dir``."""
-    from tidal.core.io import atomic_write
 
     results: dict[int, dict[str, Any]] = {}
     todo = []
