@@ -226,8 +226,12 @@ def reason_key(reason: str) -> str:
     return re.sub(r"(?<![\w.-])\d[\d.]*", "#", reason)
 
 
-def summarize(recs: list[dict[str, Any]], total: int, in_catalog: int) -> dict[str, Any]:
-    """Coverage, skip reasons by group, and accuracy overall and per engine/GPU/model/precision."""
+def summarize(
+    recs: list[dict[str, Any]], total: int, in_catalog: int | None,
+    groups: tuple[str, ...] = GROUPS,
+) -> dict[str, Any]:  # fmt: skip
+    """Coverage, skip reasons by group, and accuracy overall and per ``groups`` (engine, GPU,
+    model, precision); ``in_catalog`` None leaves that count out (the disaggregated rows)."""
     status = Counter(r["status"] for r in recs)
     reasons: dict[str, Counter] = defaultdict(Counter)
     for r in recs:
@@ -235,11 +239,11 @@ def summarize(recs: list[dict[str, Any]], total: int, in_catalog: int) -> dict[s
             reasons[r["status"]][reason_key(r.get("reason", ""))] += 1
     by = {
         g: {k: accuracy([r for r in recs if r[g] == k]) for k in sorted({r[g] for r in recs})}
-        for g in GROUPS
+        for g in groups
     }
     return {
         "rows": total,
-        "rows_gpu_in_catalog": in_catalog,
+        **({} if in_catalog is None else {"rows_gpu_in_catalog": in_catalog}),
         "ran": status.get("ok", 0),
         "skipped": {g: n for g, n in status.items() if g != "ok"},
         "reasons": {g: dict(c.most_common()) for g, c in reasons.items()},

@@ -32,7 +32,6 @@ import multiprocessing as mp
 import re
 import sys
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import silicon
 from _common import md_table
-from silicon import accuracy, base_record, finish, plan_ratio, reason_key, write
+from silicon import base_record, finish, plan_ratio, write
 from silicon_disagg_rows import DisaggRow, plan_disagg_row, pool_fields, read_disagg_rows
 from silicon_rows import Plan, Skip, config_fields, sample_path
 
@@ -104,23 +103,7 @@ def record(d: DisaggRow) -> dict[str, Any]:
 
 def summarize(recs: list[dict[str, Any]], total: int) -> dict[str, Any]:
     """Coverage, skip reasons by group, accuracy overall and per :data:`GROUPS`."""
-    status = Counter(r["status"] for r in recs)
-    reasons: dict[str, Counter] = defaultdict(Counter)
-    for r in recs:
-        if r["status"] != "ok":
-            reasons[r["status"]][reason_key(r.get("reason", ""))] += 1
-    by = {
-        g: {k: accuracy([r for r in recs if r[g] == k]) for k in sorted({r[g] for r in recs})}
-        for g in GROUPS
-    }
-    return {
-        "rows": total,
-        "ran": status.get("ok", 0),
-        "skipped": {g: n for g, n in status.items() if g != "ok"},
-        "reasons": {g: dict(c.most_common()) for g, c in reasons.items()},
-        "accuracy": accuracy(recs),
-        "by": by,
-    }
+    return silicon.summarize(recs, total, None, GROUPS)
 
 
 def report(summary: dict[str, Any]) -> str:
