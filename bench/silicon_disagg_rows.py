@@ -37,13 +37,10 @@ from silicon_rows import (
     Row,
     Skip,
     _int,
-    _is_moe,
     engine_settings,
     kv_settings,
     parallel_settings,
-    precision_settings,
-    resolve_gpu,
-    resolve_model,
+    resolve_row,
     scheduler_defaults,
     source_client_ratio,
 )
@@ -214,16 +211,10 @@ def plan_disagg_row(
     row = d.row
     if d.prefill.workers is None or d.decode.workers is None:
         return Skip(row, "pd-unknown", "P:D worker counts not recorded")
-    gpu, why = resolve_gpu(row)
-    if gpu is None:
-        return Skip(row, "gpu", why)
-    model, group, why = resolve_model(row)
-    if model is None:
-        return Skip(row, group, why)
-    moe = _is_moe(model)
-    quant, why = precision_settings(row, fields, False, model, moe)
-    if why:
-        return Skip(row, "precision", why)
+    got = resolve_row(row, fields)
+    if isinstance(got, Skip):
+        return got
+    gpu, model, moe, quant = got
     if row.model in ROW_DTYPES and {"gemm_quant", "moe_quant"} <= fields:
         quant = {k: v for k, v in (("gemm_quant", row.gemm_quant), ("moe_quant", row.moe_quant))
                  if v}  # fmt: skip

@@ -367,15 +367,11 @@ def scheduler_defaults(engine: str, gpu: str, concurrency: int) -> dict[str, int
     return {"token_budget": max(budget, seqs), "max_seqs": seqs}
 
 
-def plan_row(
-    row: Row,
-    fields: set[str],
-    perf_model: str = "auto",
-    engine: str = "row",
-    version: str = "row",
-    bf16_fallback: bool = False,
-) -> Plan | Skip:
-    """The row's config, or why it is skipped (first obstacle in the order of the groups)."""
+def resolve_row(
+    row: Row, fields: set[str], bf16_fallback: bool = False
+) -> tuple[str, str, bool, dict] | Skip:
+    """The row's GPU, model, whether it is MoE and its precision settings, or the first of
+    them that cannot be expressed (groups ``gpu``, the model's, ``precision``)."""
     gpu, why = resolve_gpu(row)
     if gpu is None:
         return Skip(row, "gpu", why)
@@ -386,6 +382,22 @@ def plan_row(
     quant, why = precision_settings(row, fields, bf16_fallback, model, moe)
     if why:
         return Skip(row, "precision", why)
+    return gpu, model, moe, quant
+
+
+def plan_row(
+    row: Row,
+    fields: set[str],
+    perf_model: str = "auto",
+    engine: str = "row",
+    version: str = "row",
+    bf16_fallback: bool = False,
+) -> Plan | Skip:
+    """The row's config, or why it is skipped (first obstacle in the order of the groups)."""
+    got = resolve_row(row, fields, bf16_fallback)
+    if isinstance(got, Skip):
+        return got
+    gpu, model, moe, quant = got
     if not bf16_fallback:
         quant.update(kv_settings(row, fields))
     par, why = parallel_settings(row, fields, moe)
