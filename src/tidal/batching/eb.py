@@ -66,6 +66,7 @@ class ExclusiveBatching(BatchingPolicy):
     """Exclusive batching: prefill-only and decode-only steps, refilled at a threshold."""
 
     name = "eb"
+    needs_step_costs = True
     Options = EBOptions
     options_key = "eb"
 

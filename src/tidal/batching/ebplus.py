@@ -115,6 +115,7 @@ class EBPlus(BatchingPolicy):
     """EB⁺: the online EB/MB selector (an EB and an MB policy over one engine state)."""
 
     name = "ebplus"
+    needs_step_costs = True
     Options = EBOptions
     options_key = "eb"
 

@@ -107,6 +107,14 @@ def serve(
     max_streams: Annotated[
         int | None, Opt(help="Streamed requests allowed at once; beyond, HTTP 429.")
     ] = None,
+    policy_module: Annotated[
+        list[str] | None,
+        Opt(
+            help="Python file (or module name) imported before the policies are looked up, so "
+            "that a policy it registers is selected by its name, e.g. --batching NAME "
+            "(repeatable)."
+        ),
+    ] = None,
     public_metrics: Annotated[
         bool,
         Opt(help="With --api-key, leave /metrics and the OpenAPI docs open (default: keyed)."),
@@ -172,6 +180,7 @@ def serve(
             num_threads=threads,
             seed=seed,
             speculative_config=spec,
+            policy_modules=policy_module or [],
         )
         rt = build_engine(cfg)
         tokenizer = tokenizer_for(model, rt.runner.model.config.vocab_size)

@@ -29,6 +29,9 @@ class BatchingPolicy(StateListener):
     options_key: ClassVar[str] = "options"
     """Where a run's config holds the options: ``scheduler.<options_key>`` (``options``; the
     exclusive-batching family of :mod:`tidal.batching` reads ``scheduler.eb``)."""
+    needs_step_costs: ClassVar[bool] = False
+    """Whether the policy prices steps with the deployment's step costs (α/β), which the real
+    engine takes from this machine's calibrated profile (``--profile``)."""
 
     def __init__(self, state: EngineState, options: Any = None) -> None:
         self.state = state

@@ -7,7 +7,7 @@ simulation and a real run can be configured alike (``tidal fidelity`` does so).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,6 +16,7 @@ from tidal.batching.eb_options import EBOptions
 from tidal.core.clock import WallClock
 from tidal.core.errors import ConfigError
 from tidal.core.kv import KVBlockManager
+from tidal.core.plugins import load_policy_modules
 from tidal.core.prefix_blocks import block_hash_kv
 from tidal.engine.build import build_scheduler
 from tidal.engine.engine import Engine
@@ -75,6 +76,21 @@ class RuntimeConfig(BaseModel):
     speculative_config: SpeculativeConfig | None = None
     """vLLM's ``--speculative-config``: the real engine runs method ``ngram`` (prompt lookup,
     greedy requests; :mod:`tidal.runtime.spec_decode`) with batching ``mb``."""
+    policy_modules: list[str] = Field(default_factory=list)
+    """Python files or module names imported before the policies are looked up (``tidal serve
+    --policy-module``), so that a batching or ordering policy they register is selected by its
+    name, as in a simulation (:func:`tidal.core.plugins.load_policy_modules`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _load_policy_modules(cls, data: Any) -> Any:
+        """Import ``policy_modules`` before any name is looked up (a bad path raises naming the
+        key and ``--policy-module``)."""
+        mods = data.get("policy_modules") if isinstance(data, dict) else None
+        mods = [mods] if isinstance(mods, str) else mods
+        if isinstance(mods, list) and all(isinstance(m, str) for m in mods):
+            load_policy_modules(mods)
+        return data
 
     @field_validator("model")
     @classmethod
@@ -256,6 +272,8 @@ def profile_step_costs(cfg: RuntimeConfig) -> StepCosts | None:
     §1.1). No mixed-step interference term: the profile measures none (on a CPU runner a mixed step
     costs its prefill and decode work, EB paper §1.2's term is a GPU effect), so EB⁺'s crossover
     weighs the step overheads α and the per-token costs only."""
+    if cfg.profile is None and not BATCHING.get(cfg.batching).needs_step_costs:
+        return None  # mixed batching, or a policy of --policy-module that prices no step
     if cfg.batching == "mb":
         return None
     if cfg.profile is None:
