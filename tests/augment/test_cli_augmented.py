@@ -114,7 +114,8 @@ def test_token_budget_flag_sets_the_static_budget(tmp_path):
 
 
 def test_measured_deployment_runs_on_infercepts_profile_and_swap_rate(tmp_path):
-    base = ["--workload", "infercept-mix", "--rate", "2", "--num-requests", "20"]
+    base = ["--workload", "infercept-mix", "--rate", "2", "--num-requests", "20",
+            "--perf-model", "linear"]  # fmt: skip  (auto reads today's engine tables)
     m = _run(tmp_path / "a", *base, "--serving-policy", "infercept")["metrics"]
     assert m["perf_model"] == "linear"
     # half of INFERCEPT's 605.5-token swap budget per 27.78 ms iteration × 458,752 B

@@ -77,8 +77,11 @@ def _explain(*args: str) -> dict:
 
 
 def test_explain_picks_mb_at_low_and_eb_at_high_concurrency():
+    """On the paper's testbed constants (``--perf-model linear``: its eager-mode calibration;
+    ``auto`` reads today's engine tables and agrees on both winners)."""
     low = _explain(
-        "--gpu", "h200", "--prompt-len", "512", "--output-len", "256", "--concurrency", "32"
+        "--gpu", "h200", "--prompt-len", "512", "--output-len", "256", "--concurrency", "32",
+        "--perf-model", "linear",
     )
     assert low["winner"] == "mb"
     assert low["paper"]["winner"] == "mb"
@@ -94,12 +97,18 @@ def test_explain_picks_mb_at_low_and_eb_at_high_concurrency():
         "256",
         "--concurrency",
         "256",
+        "--perf-model",
+        "linear",
     )
     assert high["winner"] == "eb"
     assert high["margin"] > 0
     # the abstract's "≈20 %" on RTX PRO 6000, from the paper's fit
     assert high["paper"]["threshold_decode_share"] == pytest.approx(0.205, abs=0.003)
     assert 0 < high["threshold_decode_share"] < 1
+    for gpu, c, winner in (("h200", "32", "mb"), ("rtx-pro-6000", "256", "eb")):
+        today = _explain("--gpu", gpu, "--prompt-len", "512", "--output-len", "256",
+                         "--concurrency", c)  # fmt: skip
+        assert today["winner"] == winner
 
 
 def test_explain_defaults_n_to_the_memory_safe_batch_and_prints_a_verdict():

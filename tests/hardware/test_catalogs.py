@@ -72,9 +72,13 @@ def test_roofline_marginals_reproduce_the_measured_qwen3_constants(gpu, beta_p_u
     assert fit.beta_d * 1e6 == pytest.approx(beta_d_us, rel=0.06)
 
 
-def test_auto_perf_model_uses_measured_constants_where_they_exist():
+def test_the_papers_constants_are_used_where_they_exist():
+    """``linear`` and ``auto-vidur`` take the EB paper's constants (``auto`` reads the tables)."""
     m = get_model("qwen3-8b")
-    p = build_perf_model("auto", m, get_gpu("h200"))
+    assert build_perf_model("auto-vidur", m, get_gpu("h200")).step_ns(8, 4096) == (
+        build_perf_model("linear", m, get_gpu("h200")).step_ns(8, 4096)
+    )
+    p = build_perf_model("linear", m, get_gpu("h200"))
     assert isinstance(p, LinearPerfModel)
     assert p.alpha_p == 1.2786e-3
     # A pure decode of 256 requests at a 512-token context: α_d + β_d·256 (the paper's fit).

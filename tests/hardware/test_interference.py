@@ -87,7 +87,7 @@ def test_every_catalog_gpu_gets_a_positive_default():
 
 
 def test_step_costs_expose_the_measured_constants_and_fits():
-    perf = build_perf_model("auto", QWEN, get_gpu("h200"), interference=True)
+    perf = build_perf_model("linear", QWEN, get_gpu("h200"), interference=True)
     c = step_costs(QWEN, get_gpu("h200"), 1, perf)
     measured = (1.2786e-3, 24.853e-6, 8.9212e-3, 45.865e-6)
     assert (c.alpha_p, c.beta_p, c.alpha_d, c.beta_d) == measured

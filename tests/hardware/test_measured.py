@@ -147,13 +147,14 @@ def test_fill_row_and_binned_median() -> None:
     assert y == [6.0, 6.0]
 
 
-def test_auto_prefers_paper_calibrations_then_measured_then_corrected() -> None:
-    """The order without the engine tables (``auto-vidur``; ``auto`` puts the tables second:
+def test_auto_vidur_prefers_paper_calibrations_then_measured_then_corrected() -> None:
+    """The order without the engine tables (``auto-vidur``; ``auto`` puts the tables first:
     tests/hardware/test_auto_perf.py)."""
     a100 = get_gpu("a100-80gb")
     # INFERCEPT's A100 profile keeps precedence over Vidur's A100 data
-    assert isinstance(build_perf_model("auto", get_model("gpt-j-6b"), a100), LinearPerfModel)
-    assert isinstance(build_perf_model("auto", get_model("qwen3-8b"), get_gpu("h200")),
+    assert isinstance(build_perf_model("auto-vidur", get_model("gpt-j-6b"), a100),
+                      LinearPerfModel)  # fmt: skip
+    assert isinstance(build_perf_model("auto-vidur", get_model("qwen3-8b"), get_gpu("h200")),
                       LinearPerfModel)  # fmt: skip
     meas = build_perf_model("auto-vidur", get_model("llama-3-70b"), a100, 2)
     assert perf_model_source(meas) == "measured:vidur/a100-80gb/llama-3-70b/tp2"

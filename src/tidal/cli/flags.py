@@ -64,11 +64,11 @@ DEPLOYMENT = (
     ),
     Flag(
         "perf_model", S,
-        "auto (paper calibration for the model, GPU and TP > the engine's measured operator "
-        "tables where the GPU has them > Vidur's 2023 profiles > corrected roofline) | engine "
-        "(the engine's tables) | auto-vidur (auto without the tables, before issue 28) | "
-        "roofline | corrected-roofline | measured (vidur) | linear | profile:PATH (tidal "
-        "calibrate) | measured:PATH.",
+        "auto (the engine's measured operator tables where the GPU has them > a paper's "
+        "calibration for the model, GPU and TP > Vidur's 2023 profiles > corrected roofline) | "
+        "engine (the engine's tables) | auto-vidur (auto without the tables, before issue 28) "
+        "| roofline | corrected-roofline | measured (vidur) | linear (a paper's calibration "
+        "where one exists) | profile:PATH (tidal calibrate) | measured:PATH.",
         "perf_model", shows="auto",
     ),
     Flag(

@@ -208,8 +208,8 @@ def engine_table_lines() -> Table:
     for name, g in GPUS.items():
         rows = engine_version_rows(g)
         t.add_row(name, "; ".join(f"{e} {v}" for e, v in rows) or "no tables (corrected roofline)")
-    t.title = ("GPUs: engines and versions with measured operator tables (--perf-model engine; "
-               "auto where no paper's calibration applies)")
+    t.title = ("GPUs: engines and versions with measured operator tables (--perf-model engine "
+               "and auto)")
     t.title_justify = "left"
     return t
 

@@ -2,24 +2,29 @@
 
 In this order (issue 28), the first that applies:
 
-1. a paper's calibration for exactly (model, GPU, TP) (:data:`~tidal.hardware.calibration.
-   CALIBRATIONS`: the EB paper's Qwen3-8B constants, INFERCEPT's profiles), which keeps the
-   papers' reproductions on their own testbeds' numbers;
-2. the serving engine's measured operator tables (``engine``,
+1. the serving engine's measured operator tables (``engine``,
    :class:`~tidal.hardware.engine_perf.EnginePerfModel`) when the GPU has tables for the
    configured engine: today's kernels, per engine and version (on NVIDIA's silicon sample the
-   tables' TPOT median |error| is 13.7 % against 94.5 % for the older default;
+   tables' TPOT median |error| is 12.0 % against 94.5 % for the older default;
    BENCHMARKS.md, issue 28);
+2. a paper's calibration for exactly (model, GPU, TP) (:data:`~tidal.hardware.calibration.
+   CALIBRATIONS`: the EB paper's Qwen3-8B constants, INFERCEPT's profiles);
 3. the bundled Vidur operator profiles of 2023 (``measured``, alias ``vidur``);
 4. the corrected roofline.
 
+The calibrations rank below the tables because they describe the papers' testbeds, not the
+engine users run: the EB paper's Qwen3-8B constants were measured in vLLM's eager mode (no CUDA
+graphs: 8.9 ms per decode step at batch 1 on an H200, where the tables of vLLM 0.14–0.24 give
+5.2 ms) and INFERCEPT's on a vLLM-0.2 fork. ``--perf-model linear`` still selects a paper's
+calibration where one exists.
+
 Every model the catalog or a ``config.json`` describes is expressible by the tables (the parts
 a table lacks fall back to the corrected roofline inside :class:`EnginePerfModel`, recorded in
-``perf_model_tables.parts``), so step 2 is skipped only where the GPU has no tables for the
+``perf_model_tables.parts``), so step 1 is skipped only where the GPU has no tables for the
 engine (A40; SGLang on a GPU with vLLM tables only): :func:`auto_tables` decides it from the
 tables' directory, before any table is read, and any other error of the tables propagates.
 
-``auto-vidur`` keeps the order before issue 28 (1, 3, 4): the papers' reproductions, the golden
+``auto-vidur`` keeps the order before issue 28 (2, 3, 4): the papers' reproductions, the golden
 battery and the cluster hashes pin it. ``summary.json``'s ``perf_model_source`` says which one
 was taken (``calibrated:…``, ``engine:…``, ``measured:…``, ``corrected-roofline``), and
 ``perf_model_tables`` which tables, when tables are used.
@@ -33,7 +38,6 @@ from tidal.core.errors import ConfigError
 from tidal.hardware import engine_data
 from tidal.hardware.engine_perf import system_of
 from tidal.hardware.gpus import GPUSpec
-from tidal.hardware.linear_calibration import CALIBRATIONS
 from tidal.hardware.models import ModelSpec
 
 LEGACY_AUTO = "auto-vidur"
@@ -66,9 +70,9 @@ class EngineChoice:
 
 def auto_tables(model: ModelSpec, gpu: GPUSpec, tp: int, engine: str = "vllm") -> str | None:
     """The package's GPU system whose ``engine`` tables ``auto`` reads for (model, GPU, TP),
-    or None when ``auto`` takes another model (a paper's calibration, no tables)."""
-    if (model.name, gpu.name, tp) in CALIBRATIONS:
-        return None
+    or None when the GPU has none for ``engine`` (``auto`` then takes a paper's calibration,
+    the Vidur profiles or the corrected roofline)."""
+    del model, tp  # every deployment of a GPU with tables reads them
     return tables_system(gpu, engine)
 
 
@@ -117,10 +121,8 @@ def check_auto_engine_settings(
     keys = engine_only_settings(engine)
     if not keys:
         return
+    del model, tp  # the tables apply to every deployment of a GPU that has them
     name = engine.engine if engine is not None else "vllm"
-    if (model.name, gpu.name, tp) in CALIBRATIONS:
-        why = f"perf_model auto takes the paper's calibration of {model.name} on {gpu.name} tp {tp}"
-        raise refuse_engine_only(keys, why)
     if tables_system(gpu, name) is None:
         raise refuse_engine_only(keys, f"{gpu.name} has no {name} tables", True)
 

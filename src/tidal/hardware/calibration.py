@@ -49,7 +49,7 @@ PERF_MODELS = (
     "auto", "roofline", "linear", "measured", "vidur", "corrected-roofline", "corrected", "engine",
     "auto-vidur",
 )  # fmt: skip
-"""``auto``: :mod:`tidal.hardware.auto_perf` (a paper's calibration > the engine tables > the
+"""``auto``: :mod:`tidal.hardware.auto_perf` (the engine tables > a paper's calibration > the
 Vidur profiles > the corrected roofline); ``auto-vidur``: the ``auto`` of before issue 28
 (without the tables); ``roofline``: the plain roofline (:class:`RooflinePerfModel`);
 ``corrected-roofline`` (alias ``corrected``): the roofline fitted on measured kernels

@@ -1,9 +1,9 @@
 """What data backs each GPU and model of the catalogs (``tidal gpus``, ``tidal models``).
 
 Step times come, per (model, GPU, TP), from the first that exists of (``--perf-model auto``,
-:mod:`tidal.hardware.auto_perf`): a paper's measured linear constants
-(:data:`~tidal.hardware.calibration.CALIBRATIONS`), the engine's measured operator tables (per
-GPU: ``tidal gpus`` lists them apart), the bundled per-operator GPU profiles
+:mod:`tidal.hardware.auto_perf`): the engine's measured operator tables (per
+GPU: ``tidal gpus`` lists them apart), a paper's measured linear constants
+(:data:`~tidal.hardware.calibration.CALIBRATIONS`), the bundled per-operator GPU profiles
 (``tidal/data/profiles``, Vidur's public measurements), else the corrected roofline — which
 needs only the spec sheet. This module lists, for each catalog entry, the deployments with a
 calibration or a profile (``auto-vidur``'s order, without the tables)."""

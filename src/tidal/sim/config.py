@@ -120,8 +120,8 @@ class SimulationConfig(_Strict):
     moe_quant: str | None = None
     """Tidal: the tables' dtype of the routed experts (… w4a16_mxfp4), over ``quantization``."""
     perf_model: str = "auto"
-    """``auto``: a paper's calibration for (model, GPU, TP), else the engine's measured
-    operator tables where the GPU has them, else the bundled Vidur profiles, else the
+    """``auto``: the engine's measured operator tables where the GPU has them, else a paper's
+    calibration for (model, GPU, TP), else the bundled Vidur profiles, else the
     corrected roofline (:mod:`tidal.hardware.auto_perf`; ``summary.json``:
     ``perf_model_source``); or ``engine`` (the tables of ``engine`` at ``engine_version``),
     ``auto-vidur`` (``auto`` before issue 28: without the tables), ``roofline``,
