@@ -28,6 +28,13 @@ def check_pipeline_config(cfg: Any) -> None:
         check_pipeline(cfg.model_spec(), pp)
     except ConfigError as err:
         raise ValueError(str(err)) from None
+    dep = getattr(cfg, "deployment", None)
+    if dep is not None and getattr(dep, "mode", None) == "disagg":
+        raise ValueError(
+            "pipeline_parallel_size: disaggregated pools over pipeline stages are not modelled "
+            "(the KV transfer and the pools' GPUs assume one stage); set "
+            "--pipeline-parallel-size 1"
+        )
     if getattr(cfg, "speculative", None) is not None:
         raise ValueError(
             "pipeline_parallel_size: speculative decoding over pipeline stages is not modelled; "
