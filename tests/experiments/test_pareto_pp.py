@@ -10,6 +10,7 @@ import polars as pl
 
 from tidal.experiments.pareto import pareto, pareto_options, write_pareto
 from tidal.experiments.space import load_plan_spec
+from tidal.hardware.gpus import get_gpu
 
 
 def _spec(**pareto_over: Any) -> Any:
@@ -46,3 +47,20 @@ def test_a_pipeline_option_runs_and_is_charged_all_its_gpus(tmp_path: Path) -> N
     piped = df.filter(pl.col("pp") == 2).sort("load")
     assert piped["replicas"].to_list() == [2, 2]
     assert (piped["tokens_per_s_per_gpu"] > 0).all()
+
+
+def test_tidal_plan_s_replica_of_a_pipeline_is_tp_times_pp_gpus() -> None:
+    from tidal.experiments.plan_options import build_options
+
+    spec = load_plan_spec({
+        "base": {"model": "llama-3.1-8b", "gpu": "h100", "perf_model": "engine",
+                 "workload": {"num_requests": 8, "rate": 4.0}},
+        "search": {"tp": [1, 2], "pipeline_parallel_size": [1, 2]},
+        "slo": {"ttft_p99_s": 1.0},
+    })  # fmt: skip
+    opts = build_options(spec, 4096)
+    units = {(o.config.tp, o.config.pipeline_parallel_size): o.unit_gpus for o in opts
+             if o.config is not None}  # fmt: skip
+    assert units == {(1, 1): 1, (1, 2): 2, (2, 1): 2, (2, 2): 4}
+    price = get_gpu("h100").price_per_hour
+    assert all(o.unit_price == o.unit_gpus * price for o in opts)
