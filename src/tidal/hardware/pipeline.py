@@ -50,7 +50,7 @@ def stage_layers(num_layers: int, pp: int) -> list[int]:
     if pp < 1 or pp > num_layers:
         raise ConfigError(
             "pipeline_parallel_size", f"{pp} stages for {num_layers} layers",
-            f"a value from 1 to {num_layers}",
+            f"set --pipeline-parallel-size from 1 to {num_layers}",
         )  # fmt: skip
     parts = [num_layers // pp] * pp
     for i in range(2, num_layers % pp + 2):
