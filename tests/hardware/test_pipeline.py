@@ -146,6 +146,8 @@ def test_pp_1_runs_byte_identical_and_pp_2_records_the_pipeline() -> None:
         ({"pipeline_parallel_size": 2, "speculative": {"method": "ngram",
                                                        "num_speculative_tokens": 2}},
          "speculative decoding over pipeline stages"),
+        ({"pipeline_parallel_size": 2, "perf_model": "engine", "deployment": {"mode": "disagg"}},
+         "disaggregated pools over pipeline stages"),
     ],
 )  # fmt: skip
 def test_bad_pipeline_settings_are_refused_naming_the_flag(kw, match) -> None:
