@@ -88,6 +88,7 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "engine": ("sglang", {"perf_model": "engine"}),
     "engine_version": ("0.19.0", {"perf_model": "engine", "model": "qwen3-30b-a3b", "gpu": "h200"}),
     "data_parallel_size": (2, {"perf_model": "engine"}),
+    "pipeline_parallel_size": (2, {"perf_model": "engine"}),
     "enable_expert_parallel": (True, {"perf_model": "engine", "model": "qwen3-30b-a3b", "tp": 2}),
     "moe_tp_size": (1, {"perf_model": "engine", "model": "qwen3-30b-a3b", "tp": 2}),
     "quantization": ("fp8", {}),

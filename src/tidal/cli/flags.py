@@ -89,6 +89,11 @@ DEPLOYMENT = (
         decls=("--data-parallel-size",), vllm=("-dp",), shows=1,
     ),
     Flag(
+        "pipeline_parallel_size", I, "Pipeline stages of --tp GPUs each, up to that many "
+        "micro-batches in flight (--perf-model engine, or auto on tables).",
+        "pipeline_parallel_size", decls=("--pipeline-parallel-size",), vllm=("-pp",), shows=1,
+    ),
+    Flag(
         "moe_tp_size", I, "MoE: GPUs that split each expert in a hybrid TP × EP MoE (SGLang's "
         "--moe-tp-size; --perf-model engine, or auto on tables).", "moe_tp_size",
     ),

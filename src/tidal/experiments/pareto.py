@@ -83,16 +83,25 @@ def _spec_label(s: dict[str, Any] | str) -> str:
     return f"{d['method']} k={d['num_speculative_tokens']}"
 
 
-def _agg(mode: str, g: int, tps: list[int]) -> Iterator[ParetoOption | str]:
+def _agg(mode: str, g: int, tps: list[int], pps: list[int]) -> Iterator[ParetoOption | str]:
     for tp in tps:
-        if g % tp:
-            yield f"{MODE_NAMES[mode]} TP{tp}: {g} GPUs are not a multiple of TP {tp}"
-            continue
-        n = g // tp
-        yield ParetoOption(
-            mode, f"{MODE_NAMES[mode]} {n}×TP{tp}", {"scheduler.batching": mode, "tp": tp},
-            g, n, fields={"tp": tp, "replicas": n},
-        )  # fmt: skip
+        for pp in pps:
+            yield _agg_option(mode, g, tp, pp)
+
+
+def _agg_option(mode: str, g: int, tp: int, pp: int) -> ParetoOption | str:
+    """Replicas of tp × pp GPUs (pp 1: the option, label and key of before ``pareto.pp``)."""
+    unit, shape = tp * pp, f"TP{tp}" + (f"×PP{pp}" if pp > 1 else "")
+    if g % unit:
+        what = f"TP {tp}" + (f" × PP {pp}" if pp > 1 else "")
+        return f"{MODE_NAMES[mode]} {shape}: {g} GPUs are not a multiple of {what}"
+    n = g // unit
+    values: dict[str, Any] = {"scheduler.batching": mode, "tp": tp}
+    fields: dict[str, Any] = {"tp": tp, "replicas": n}
+    if pp > 1:
+        values["pipeline_parallel_size"] = pp
+        fields["pp"] = pp
+    return ParetoOption(mode, f"{MODE_NAMES[mode]} {n}×{shape}", values, g, n, fields=fields)
 
 
 def _disagg(spec: PlanSpec, g: int) -> Iterator[ParetoOption | str]:
@@ -126,7 +135,8 @@ def pareto_options(spec: PlanSpec) -> tuple[list[ParetoOption], list[str]]:
     out: list[ParetoOption] = []
     skipped: list[str] = []
     for mode in spec.modes or list(MODES):
-        opts = _disagg(spec, g) if mode == "disagg" else _agg(mode, g, spec.pareto.tp)
+        opts = (_disagg(spec, g) if mode == "disagg"
+                else _agg(mode, g, spec.pareto.tp, spec.pareto.pp))  # fmt: skip
         for o in opts:
             if isinstance(o, str):
                 skipped.append(o)
@@ -142,7 +152,7 @@ def pareto_options(spec: PlanSpec) -> tuple[list[ParetoOption], list[str]]:
     if not out:
         raise ConfigError(
             "pareto.gpus", f"no mode option uses exactly {g} GPUs ({'; '.join(skipped)})",
-            "give a GPU count that the TP degrees and P:D ratios divide",
+            "give a GPU count that the TP (× PP) degrees and P:D ratios divide",
         )  # fmt: skip
     return out, skipped
 
@@ -170,6 +180,7 @@ def point_row(
         "option": opt.label,
         "speculative": opt.spec,
         "tp": opt.fields.get("tp"),
+        "pp": opt.fields.get("pp", 1 if opt.mode != "disagg" else None),
         "replicas": opt.fields.get("replicas"),
         "pd": opt.fields.get("pd"),
         "prefill_instances": opt.fields.get("prefill"),

@@ -162,7 +162,8 @@ def build_options(spec: PlanSpec, max_tokens: int) -> list[Option]:
             label = _label(values, None)
             out.append(Option(i, label, values, None, 1, 0.0, str(err).removeprefix("config: ")))
             continue
-        unit = gpus_per_unit or (cfg.tp if spec.capacity_key == "replicas" else 1)
+        inst = cfg.tp * cfg.pipeline_parallel_size  # the GPUs of one replica
+        unit = gpus_per_unit or (inst if spec.capacity_key == "replicas" else 1)
         base_gpu = cfg.gpu.partition("@")[0]
         price = spec.prices.get(base_gpu, get_gpu(cfg.gpu).price_per_hour)
         opt = Option(i, _label(values, cfg), values, cfg, unit, unit * price)

@@ -141,7 +141,7 @@ def run_replicated(
     metrics["roofline_token_throughput"] = replicas * roofline_token_throughput(
         cfg.model_spec(),
         get_gpu(cfg.gpu),
-        cfg.tp,
+        cfg.tp * cfg.pipeline_parallel_size,
         reqs.prompt_len,
         reqs.output_len,
         mem.kv_capacity_tokens,
@@ -158,7 +158,7 @@ def run_replicated(
     metrics.update(perf_model_tables(target))
     metrics.update(client_side_metrics(target, cols))  # engine tables: client-side TTFT
     metrics["replicas"] = replicas
-    metrics["num_gpus"] = replicas * cfg.tp
+    metrics["num_gpus"] = replicas * cfg.tp * cfg.pipeline_parallel_size
     metrics.update(_merge_extras([s.extra_metrics() for s, _, _ in built]))
     if reqs.content is not None:  # vLLM's prefix-cache counters, summed over the replicas
 
@@ -183,7 +183,8 @@ def run_replicated(
         "simulate_s": t_sim - t0,
         "num_events": sim.num_events,
     }
-    deployment = {"replicas": replicas, "router": router, "num_gpus": replicas * cfg.tp}
+    gpus = replicas * cfg.tp * cfg.pipeline_parallel_size
+    deployment = {"replicas": replicas, "router": router, "num_gpus": gpus}
     return SimResult(
         cfg, metrics, cols, run_info, {"tables": tables, "json": {"deployment": deployment}}
     )

@@ -73,6 +73,8 @@ class ParetoSettings(StrictModel):
     trace's arrivals sped up (``workload.rate_scale``)."""
     loads: list[float] = Field(default_factory=lambda: [1.0, 4.0, 16.0, 64.0], min_length=1)
     tp: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    pp: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    """Agg modes: pipeline stages of each replica (``pipeline_parallel_size``; tp × pp GPUs)."""
     prefill_tp: list[int] = Field(default_factory=lambda: [1], min_length=1)
     decode_tp: list[int] = Field(default_factory=lambda: [1], min_length=1)
     pd_ratios: list[str] = Field(
@@ -86,7 +88,7 @@ class ParetoSettings(StrictModel):
             raise ValueError(f"{v}: each load must be a finite number > 0")
         return v
 
-    @field_validator("tp", "prefill_tp", "decode_tp")
+    @field_validator("tp", "pp", "prefill_tp", "decode_tp")
     @classmethod
     def _tps(cls, v: list[int]) -> list[int]:
         if any(x < 1 for x in v):

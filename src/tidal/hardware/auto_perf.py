@@ -49,6 +49,7 @@ ENGINE_ONLY = {
     "data_parallel_size": "--data-parallel-size",
     "enable_expert_parallel": "--enable-expert-parallel",
     "moe_tp_size": "--moe-tp-size",
+    "pipeline_parallel_size": "--pipeline-parallel-size",
 }
 """Settings only the engine tables model (config key → CLI flag)."""
 
@@ -66,6 +67,8 @@ class EngineChoice:
     moe_tp: int | None = None
     """MoE tensor parallelism of a hybrid TP × EP MoE (SGLang's ``--moe-dense-tp``-style
     splits); None: all TP, or all EP with ``expert_parallel``."""
+    pipeline: int = 1
+    """Pipeline stages (vLLM's ``--pipeline-parallel-size``; :mod:`tidal.hardware.pipeline`)."""
 
 
 def auto_tables(model: ModelSpec, gpu: GPUSpec, tp: int, engine: str = "vllm") -> str | None:
@@ -101,6 +104,8 @@ def engine_only_settings(engine: EngineChoice | None) -> list[str]:
         out.append("enable_expert_parallel")
     if engine.moe_tp is not None:
         out.append("moe_tp_size")
+    if engine.pipeline > 1:
+        out.append("pipeline_parallel_size")
     return out
 
 

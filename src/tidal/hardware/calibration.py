@@ -10,9 +10,9 @@ from typing import Any
 
 from tidal.core.errors import ConfigError
 from tidal.hardware.api_server import client_metrics, overhead_for
-from tidal.hardware.auto_perf import EngineChoice, resolve_auto
+from tidal.hardware.auto_perf import EngineChoice, refuse_engine_only, resolve_auto
 from tidal.hardware.corrected import CorrectedRooflinePerfModel, check_host
-from tidal.hardware.engine_perf import EnginePerfModel
+from tidal.hardware.engine_perf import EnginePerfModel, system_of
 from tidal.hardware.gpus import GPUSpec
 from tidal.hardware.interference import InterferencePerfModel, step_interference
 from tidal.hardware.linear_calibration import (
@@ -30,6 +30,7 @@ from tidal.hardware.measured import MeasuredPerfModel
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.opprofile import bundled_profiles, deployment, load_profile
 from tidal.hardware.perf import LinearPerfModel, PerfModel, RooflinePerfModel, WrappedPerfModel
+from tidal.hardware.pipeline import PipelinePerfModel, pipeline_model, unwrap_pipeline
 from tidal.hardware.profiled import ProfiledPerfModel
 
 __all__ = [  # moved to :mod:`tidal.hardware.linear_calibration`, still importable from here
@@ -95,7 +96,10 @@ def measured_model(
 def perf_model_source(perf: PerfModel) -> str:
     """Where a model's step times come from, for ``summary.json``'s ``perf_model_source``:
     ``measured:<source>/<gpu>/<model>/tp<N>``, ``corrected-roofline``, ``roofline``,
-    ``calibrated:<citation>``, ``profile:<source>``; ``+interference`` when wrapped."""
+    ``calibrated:<citation>``, ``profile:<source>``; ``+interference`` when wrapped;
+    ``+pp<N>`` over ``N`` pipeline stages."""
+    if isinstance(perf, PipelinePerfModel):
+        return perf_model_source(perf.base) + f"+pp{perf.pp}"
     if isinstance(perf, WrappedPerfModel):
         return perf_model_source(perf.base) + "+interference"
     if isinstance(perf, MeasuredPerfModel):
@@ -113,7 +117,7 @@ def engine_choice(cfg: Any, data_parallel: int = 1, moe_tp: int | None = None) -
     ``enable_expert_parallel`` and ``moe_distribution`` (the simulation or cluster config)."""
     return EngineChoice(
         cfg.engine, cfg.engine_version, cfg.enable_expert_parallel, cfg.moe_distribution,
-        data_parallel, moe_tp,
+        data_parallel, moe_tp, getattr(cfg, "pipeline_parallel_size", 1),
     )  # fmt: skip
 
 
@@ -121,6 +125,7 @@ def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
     """``summary.json``'s record of the engine tables a step model read (``perf_model:
     engine``: data source and its version, engine, engine version, GPU tables, the version of
     each operator family, and which parts fell back); empty for the other models."""
+    perf = unwrap_pipeline(perf)
     base = perf.base if isinstance(perf, WrappedPerfModel) else perf
     if not isinstance(base, EnginePerfModel):
         return {}
@@ -130,6 +135,7 @@ def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
 def client_side_metrics(perf: PerfModel, cols: Any) -> dict[str, Any]:
     """``summary.json``'s client-side TTFT / E2E family (:mod:`tidal.hardware.api_server`)
     with ``perf_model: engine``, whose engine is known; empty for the other models."""
+    perf = unwrap_pipeline(perf)
     base = perf.base if isinstance(perf, WrappedPerfModel) else perf
     if not isinstance(base, EnginePerfModel):
         return {}
@@ -172,11 +178,16 @@ def build_perf_model(
         )  # fmt: skip
     else:
         base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)
-    if not interference:
+    if interference:
+        q, source = step_interference(model, gpu, tp)
+        base = InterferencePerfModel(base, q, source)
+    if engine is None or engine.pipeline == 1:
         return base
-
-    q, source = step_interference(model, gpu, tp)
-    return InterferencePerfModel(base, q, source)
+    if kind != "engine":  # the settings check refuses it before; a direct caller gets this
+        raise refuse_engine_only(["pipeline_parallel_size"], f"perf_model {kind} has none")
+    e = engine
+    return pipeline_model(base, model, tp, e.pipeline, gpu.peer_bw, system_of(gpu),
+                          e.data_parallel)  # fmt: skip
 
 
 def _build_base(

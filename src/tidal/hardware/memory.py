@@ -78,6 +78,7 @@ from typing import Any
 from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import GIB, GPUSpec
 from tidal.hardware.models import ModelSpec
+from tidal.hardware.pipeline import binding_stage
 
 SAMPLER_BYTES_PER_LOGIT = 28
 """Bytes per (request, vocab) entry alive at the dummy sampler's peak (module docstring)."""
@@ -203,11 +204,14 @@ def plan_memory(
     non_torch_gib_per_gpu: float | None = None,
     cuda_graph_gib: float | None = None,
     moe_gpus: int | None = None,
+    pp: int = 1,
 ) -> MemoryPlan:
     """vLLM's KV plan (module docstring). Raises a ``ConfigError`` stating every term when the
     weights do not fit or the cache cannot hold ``min_tokens`` (one request's tokens).
     ``moe_gpus``: the GPUs a MoE model's routed experts are spread over (data parallelism:
-    dp·tp, while the other weights are split over ``tp``); default ``tp``."""
+    dp·tp, while the other weights are split over ``tp``); default ``tp``. ``pp``: pipeline
+    stages; the plan is the stage with the fewest blocks (:func:`~tidal.hardware.pipeline.
+    binding_stage`: its layers' weights and KV, and the embedding or LM head)."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError("gpu_memory_utilization", "must be in (0, 1]", "e.g. 0.9")
     total = gpu.mem_bytes
@@ -225,8 +229,12 @@ def plan_memory(
         method = "vllm-profile"
     reserve = act + non_torch + graphs
     seq_state = seq_reserve_bytes(model, tp, block_size) * max_seqs
-    kv = requested - weights - reserve - seq_state
     per_tok = kv_bytes_per_token_planned(model, tp)
+    if pp > 1:
+        weights, per_tok, seq_state = binding_stage(
+            model, tp, pp, weights, per_tok, seq_state, requested - reserve, block_size
+        )
+    kv = requested - weights - reserve - seq_state
     gpu_blocks = int(kv // (per_tok * block_size)) if kv > 0 else 0
     blocks = max(gpu_blocks - 1, 0)
     if blocks * block_size < max(min_tokens, block_size):
@@ -238,7 +246,9 @@ def plan_memory(
         used = " − ".join(f"{k} {v / GIB:.2f} GiB" for k, v in shown.items())
         raise ConfigError(
             "model",
-            f"{model.name} does not fit on {tp}× {gpu.name}: {gpu_memory_utilization:g} × "
+            f"{model.name} does not fit on {tp * pp}× {gpu.name}"
+            + (f" (tp {tp} × pp {pp}; the fullest stage)" if pp > 1 else "")
+            + f": {gpu_memory_utilization:g} × "
             f"{total / GIB:.2f} GiB = {requested / GIB:.2f} GiB per GPU − {used} leaves "
             f"{max(kv, 0) / GIB:.2f} GiB for KV = {blocks * block_size} tokens, but one request "
             f"needs {min_tokens} tokens",

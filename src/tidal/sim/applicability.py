@@ -60,8 +60,8 @@ def _rules() -> tuple[Rule, ...]:
         "memory.cuda_graph_gib", "memory.block_size", "memory.num_blocks",
         "scheduler.token_budget", "scheduler.max_seqs", "scheduler.long_prefill_token_threshold",
         "engine", "engine_version", "data_parallel_size", "enable_expert_parallel",
-        "moe_distribution", "moe_tp_size", "quantization", "kv_cache_dtype", "gemm_quant",
-        "moe_quant",
+        "pipeline_parallel_size", "moe_distribution", "moe_tp_size", "quantization",
+        "kv_cache_dtype", "gemm_quant", "moe_quant",
     ]  # fmt: skip
     rules = [Rule(k, ONE, _CLUSTER_WHY) for k in one]
     w = "workload."

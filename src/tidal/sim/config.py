@@ -142,6 +142,10 @@ class SimulationConfig(_Strict):
     """vLLM's ``--data-parallel-size`` (``perf_model: engine``): dp engines of ``tp`` GPUs
     each, simulated as one scheduler over dp times the KV cache, ``max_seqs`` and token
     budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs."""
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    """vLLM's ``--pipeline-parallel-size`` (``perf_model: engine``): the layers split over this
+    many stages of ``tp`` GPUs, up to that many micro-batches in flight; one step is one
+    pipeline round (:mod:`tidal.hardware.pipeline`). An instance holds tp × pp × dp GPUs."""
     moe_tp_size: int | None = Field(default=None, ge=1)
     """A hybrid MoE split (SGLang's ``--moe-tp-size`` beside ``--ep-size``): experts sharded
     over tp·dp / moe_tp_size groups of ``moe_tp_size`` GPUs each, which split every expert

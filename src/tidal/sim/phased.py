@@ -167,7 +167,7 @@ def run_phases(
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         get_gpu(cfg.gpu),
-        cfg.tp * cfg.data_parallel_size,  # every GPU of the dp engines
+        cfg.tp * cfg.data_parallel_size * cfg.pipeline_parallel_size,  # every GPU
         np.concatenate([r.prompt_len for r in all_reqs]),
         np.concatenate([r.output_len for r in all_reqs]),
         mem.kv_capacity_tokens,

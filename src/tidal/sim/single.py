@@ -192,6 +192,7 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
         non_torch_gib_per_gpu=mem.non_torch_gib,
         cuda_graph_gib=mem.cuda_graph_gib,
         moe_gpus=cfg.tp * cfg.data_parallel_size,
+        pp=cfg.pipeline_parallel_size,
     )
     if mem.num_blocks is not None:
         check_num_blocks(mem.num_blocks, mem.block_size, mem.watermark, max_request_tokens)
@@ -271,7 +272,7 @@ def run_single(
     metrics["roofline_token_throughput"] = roofline_token_throughput(
         model,
         gpu,
-        cfg.tp * cfg.data_parallel_size,  # every GPU of the dp engines
+        cfg.tp * cfg.data_parallel_size * cfg.pipeline_parallel_size,  # every GPU
         reqs.prompt_len,
         reqs.output_len,
         mem.kv_capacity_tokens,
