@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tidal.augment.component import Augmentation
 from tidal.cluster.links import LinkSpec, kv_transfer_bytes
 from tidal.cluster.transfer import TransferEngine
 from tidal.core.request import Request
@@ -46,6 +47,8 @@ class DisaggWiring:
             RemoteKV(inst.scheduler.state, self._starter(j)) for j, inst in enumerate(decode)
         ]
         self.route_decode = _decode_router(router, decode, self.remote)
+        self.augs = [_augmentation(inst) for inst in decode]
+        """The decode instances' augmentations (augmented requests pause there), or None."""
         self._source: dict[int, int] = {}
 
     def set_capacities(self, caps: dict[str, float]) -> None:
@@ -73,7 +76,9 @@ class DisaggWiring:
     def _decode_leg(self, leg: Request) -> Request:
         """The request as the proxy sends it to the decode pool (its full output length)."""
         rid = leg.request_id
-        dleg = Request(rid, leg.arrival_ns, leg.prompt_len, int(self.output_len[rid]))
+        dleg = Request(
+            rid, leg.arrival_ns, leg.prompt_len, int(self.output_len[rid]), payload=leg.payload
+        )  # an augmented request's calls (payload) are the decode pool's to handle
         dleg.content = leg.content
         return dleg
 
@@ -121,6 +126,9 @@ class DisaggWiring:
         self.held[i].release(dleg.request_id)
         self.sim.wake(i, t)
         self.remote[j].loaded(dleg)
+        aug = self.augs[j]
+        if aug is not None:  # its loaded blocks are idle KV until it starts
+            aug.adopt_idle(dleg, t)
         self.sim.notify(self.num_prefill + j, t)
 
 
@@ -158,6 +166,11 @@ def _decode_router(
         return best
 
     return least_loaded
+
+
+def _augmentation(inst: SimInstance) -> Augmentation | None:
+    aug = inst.scheduler.augmentation
+    return aug if isinstance(aug, Augmentation) else None
 
 
 def never() -> int:
