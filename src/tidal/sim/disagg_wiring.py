@@ -35,6 +35,9 @@ class DisaggWiring:
     ) -> None:
         self.sim = sim
         self.num_prefill = len(prefill)
+        self.p_idx = [inst.index for inst in prefill]
+        self.d_idx = [inst.index for inst in decode]
+        """The pools' instances' indices in the simulation (a cluster's are anywhere)."""
         self.link = link
         self.kv_per_gpu = kv_per_gpu
         """(KV bytes per prompt token on one decode GPU, the decode pool's TP)."""
@@ -96,7 +99,7 @@ class DisaggWiring:
         j = self.route_decode(dleg)
         self.cols.decode_instance[rid] = j
         self.remote[j].expect(dleg)
-        self.sim.deliver(self.num_prefill + j, dleg, t)
+        self.sim.deliver(self.d_idx[j], dleg, t)
 
     # ------------------------------------------------------------------ decode side
     def attach_decode(self, j: int, inst: SimInstance) -> None:
@@ -124,12 +127,12 @@ class DisaggWiring:
     def _transferred(self, i: int, j: int, dleg: Request, t: int) -> None:
         self.cols.kv_transfer_end_ns[dleg.request_id] = t
         self.held[i].release(dleg.request_id)
-        self.sim.wake(i, t)
+        self.sim.wake(self.p_idx[i], t)
         self.remote[j].loaded(dleg)
         aug = self.augs[j]
         if aug is not None:  # its loaded blocks are idle KV until it starts
             aug.adopt_idle(dleg, t)
-        self.sim.notify(self.num_prefill + j, t)
+        self.sim.notify(self.d_idx[j], t)
 
 
 def _quiet_idle(inst: SimInstance, holding: Callable[[], bool]) -> None:

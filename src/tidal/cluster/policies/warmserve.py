@@ -100,7 +100,7 @@ class WarmServe(ClusterPolicy):
         )
         per_req = -(-mcfg.max_model_len // mcfg.block_size)
         self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
-        self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in view.models]
+        self.tcold = [m.spec.weight_bytes / m.engine_tp / 2**30 / ws.score_gbs for m in view.models]
         self._scores_key: tuple[int, ...] = ()
         self._quiet_version = -1
         self._quiet_until = 0
@@ -242,8 +242,10 @@ class WarmServe(ClusterPolicy):
         view, b = self.view, self.cfg.batch
         if self.on["kv-reservation"]:
             for insts in view.serving:
-                for inst in insts:
-                    if inst.kv is not None and inst.state == State.READY:
+                for inst in insts:  # (a disaggregated unit's engines keep their KV whole)
+                    if inst.kv is not None and inst.state == State.READY and not (
+                        inst.model.disaggregated
+                    ):
                         target = int(reservation_of(inst.kv).initial_blocks * inst.inflight / b)
                         self.act.set_kv_target(inst, target)
 
@@ -322,7 +324,7 @@ class WarmServe(ClusterPolicy):
         if not self.on["device-prewarm"]:
             proc += st.worker_s
         if not self.unified:
-            group = st.nccl_s if model.tp > 1 else 0.0
+            group = st.nccl_s if model.engine_tp > 1 else 0.0
             return StartupPlan(proc, True, group, st.kv_init_s)
         blocks = -(-st.lazy_kv_tokens // self.cfg.block_size)
         if self.on["memory-switching"]:
@@ -430,7 +432,7 @@ class WarmServe(ClusterPolicy):
         if not self.unified:
             return 0.0
         st = self.cfg.startup
-        extra = st.nccl_s if model.tp > 1 else 0.0
+        extra = st.nccl_s if model.engine_tp > 1 else 0.0
         if not self.on["memory-switching"]:
             extra += model.shard_bytes / (st.map_gbs * 1e9)
         return extra
