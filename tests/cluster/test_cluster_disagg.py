@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import needs_traces
+from tidal.cluster.instance import START_KINDS
 from tidal.cluster.links import resolve_link
 from tidal.cluster.models import served_models
 from tidal.core.errors import ConfigError
@@ -80,15 +81,16 @@ def test_static_unit_moves_the_prompt_kv_over_nvlink():
     assert first > c.kv_transfer_end_ns[0]  # the decode engine's first token follows
 
 
-def _warmserve(rate: float = 3.0):
+def _warmserve(rate: float = 3.0, fast_forward: bool = True, augmented: str | None = None):
+    mix = {"rate": rate, "alpha": 1.0, "replay_s": 240, "augmented": augmented}
     return load_config(
         {
+            "fast_forward": fast_forward,
             "workload": {"trace": AZURE},
             "cluster": {
                 "spec": "1x4:h100", "perf_model": "roofline",
                 "models": ["llama-2-7b:1p1d", "llama-2-7b", "llama-2-7b"],
-                "placement": "warmserve", "warmup_s": 20,
-                "mix": {"rate": rate, "alpha": 1.0, "replay_s": 240},
+                "placement": "warmserve", "warmup_s": 20, "mix": mix,
             },
         }
     )  # fmt: skip
@@ -123,6 +125,12 @@ def test_warmserve_places_units_and_routes_only_to_ready_ones():
         )
         if m == 0 and e >= 0
     }
+    units = np.asarray(table["model"]) == 0
+    assert (np.asarray(table["num_gpus"])[units] == 2).all()  # a prefill GPU and a decode GPU
+    # WarmServe prewarmed the unit's weights on both: every start took a replica (hit, partial)
+    kinds = np.asarray(table["kind"])[units]
+    assert units.any()
+    assert set(kinds.tolist()) <= {START_KINDS.index("hit"), START_KINDS.index("partial")}
     for front, t in delivered:  # only to a ready unit, never after it stopped
         ready, stopped = rows[front]
         assert ready <= t
@@ -138,3 +146,16 @@ def test_warmserve_places_units_and_routes_only_to_ready_ones():
 def test_cluster_with_units_is_deterministic():
     a, b = run_simulation(_warmserve(2.0)), run_simulation(_warmserve(2.0))
     assert result_digest(a) == result_digest(b)
+
+
+@needs_traces
+@pytest.mark.parametrize("augmented", [None, "infercept-mix"])
+def test_fast_forward_changes_nothing_with_units(augmented):
+    """With augmented requests the unit's decode engine pauses them (the prefill engine never
+    sees a call)."""
+    a = run_simulation(_warmserve(2.0, True, augmented))
+    b = run_simulation(_warmserve(2.0, False, augmented))
+    assert result_digest(a) == result_digest(b)
+    if augmented:
+        pm = a.extras["summary"]["per_model"]["llama-2-7b#0"]
+        assert pm["num_intercepts"] > 0
