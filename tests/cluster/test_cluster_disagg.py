@@ -159,3 +159,19 @@ def test_fast_forward_changes_nothing_with_units(augmented):
     if augmented:
         pm = a.extras["summary"]["per_model"]["llama-2-7b#0"]
         assert pm["num_intercepts"] > 0
+
+
+@needs_traces
+def test_muxserve_refuses_units():
+    cfg = load_config(
+        {
+            "workload": {"trace": AZURE},
+            "cluster": {
+                "spec": "1x4:h100", "perf_model": "roofline",
+                "models": ["llama-2-7b:1p1d", "llama-2-7b"], "placement": "muxserve",
+                "mix": {"rate": 1.0, "alpha": 1.0, "replay_s": 30},
+            },
+        }
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="disaggregated units"):
+        run_simulation(cfg)
