@@ -148,12 +148,15 @@ def _served(res, rs) -> None:
     policy=st.sampled_from(["vllm", "infercept", "augserve"]),
     intercept=st.sampled_from([None, "preserve", "discard", "swap"]),
     blocks=st.sampled_from([None, 64]),
+    protocol=st.sampled_from(["pull", "push"]),
 )
-def test_kv_is_conserved_on_both_pools(rs, p, d, policy, intercept, blocks):
+def test_kv_is_conserved_on_both_pools(rs, p, d, policy, intercept, blocks, protocol):
     dec: dict = {"instances": d}
     if blocks is not None:  # 64 blocks of 16 tokens: the decode pool runs out of KV
         dec["memory"] = {"num_blocks": blocks}
-    cfg = _cfg({"prefill": {"instances": p}, "decode": dec}, policy=policy, intercept=intercept)
+    link = {**LINK, "protocol": protocol}
+    dep = {"prefill": {"instances": p}, "decode": dec, "kv_transfer": link}
+    cfg = _cfg(dep, policy=policy, intercept=intercept)
     checked: list = []
     with _unit_steps_and_checks(checked):
         res = run_disaggregated(cfg, rs)
@@ -168,15 +171,17 @@ def test_kv_is_conserved_on_both_pools(rs, p, d, policy, intercept, blocks):
     d=st.integers(1, 2),
     policy=st.sampled_from(["vllm", "infercept", "augserve"]),
     blocks=st.sampled_from([None, 64]),
+    protocol=st.sampled_from(["pull", "push"]),
 )
-def test_fast_forward_changes_nothing(rs, d, policy, blocks):
+def test_fast_forward_changes_nothing(rs, d, policy, blocks, protocol):
     dec: dict = {"instances": d}
     if blocks is not None:
         dec["memory"] = {"num_blocks": blocks}
+    dep = {"decode": dec, "kv_transfer": {**LINK, "protocol": protocol}}
     out = []
     for ff in (True, False):
         with _unit_steps_and_checks():
-            out.append(run_disaggregated(_cfg({"decode": dec}, ff, policy=policy), rs))
+            out.append(run_disaggregated(_cfg(dep, ff, policy=policy), rs))
     a, b = out
     for k in a.columns:
         assert np.array_equal(a.columns[k], b.columns[k]), k
