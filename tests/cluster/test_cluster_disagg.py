@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import needs_traces
+from tidal.cluster.controller import ClusterController
 from tidal.cluster.instance import START_KINDS
 from tidal.cluster.links import resolve_link
 from tidal.cluster.models import served_models
@@ -40,6 +41,7 @@ def test_entries_give_the_unit_group_and_engine_shards():
     # every GPU of the unit holds one engine's shard: the 7B's whole weights, as aggregated
     assert (unit.weight_pages, unit.block_pages) == (agg.weight_pages, agg.block_pages)
     assert (big.tp, big.engine_tp) == (8, 2)
+    assert (agg.slots, unit.slots, big.slots) == (1, 1, 3)  # router slots: B per decode engine
     for bad in ("llama-2-7b:1p0d", "llama-2-7b:2p1d", "llama-2-7b:1:2:1p1d", "llama-2-70b:8:1p1d"):
         with pytest.raises(ConfigError, match=r"cluster\.models"):
             served_models([bad], h100, 8, 2 << 20, 256)
@@ -175,3 +177,38 @@ def test_muxserve_refuses_units():
     )  # fmt: skip
     with pytest.raises(ConfigError, match="disaggregated units"):
         run_simulation(cfg)
+
+
+def test_unit_router_cap_is_b_per_decode_engine():
+    """A dedicated 1p3d unit on 1×4 H100: its instance accepts 3·B requests, served by three
+    decode engines (least-loaded among them)."""
+    cfg = load_config(
+        {
+            "workload": {"trace": AZURE},
+            "cluster": {
+                "spec": "1x4:h100", "perf_model": "roofline", "models": ["llama-2-7b:1p3d"],
+                "placement": "dedicated", "warmup_s": 20, "batch": 4,
+                "mix": {"rate": 1.0, "alpha": 1.0, "replay_s": 60},
+            },
+        }
+    )  # fmt: skip
+    n = 6
+    rs = RequestSet(
+        np.full(n, 30 * 10**9), np.full(n, 500), np.full(n, 64), "test",
+        extra={"model": np.zeros(n, dtype=np.int64)},
+    )  # fmt: skip
+    launched = []
+    launch = ClusterController.launch
+
+    def spy(self, *a, **k):
+        launched.append(launch(self, *a, **k))
+        return launched[-1]
+
+    with mock.patch.object(ClusterController, "launch", spy):
+        res = run_simulation(cfg, rs)
+    ctl = res.extras["controller"]
+    assert [i.cap for i in launched] == [3 * 4]
+    assert res.metrics["num_completed"] == n
+    (wiring,) = ctl.backend.disagg.wirings
+    served = np.asarray(res.columns["instance"]).tolist()
+    assert set(served) == set(wiring.d_idx)  # 6 coincident requests spread over 3 engines

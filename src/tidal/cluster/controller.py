@@ -210,7 +210,7 @@ class ClusterController:
         for g in gpus:
             if self.gpu_busy[g] is not None:
                 raise RuntimeError(f"GPU {g} is busy")
-        cap = params.cap or self.cfg.batch
+        cap = params.cap or self.cfg.batch * model.slots
         inst = ModelInstance(self.num_instances, model, gpus, now_ns, kind, cap, share=params.share)
         self.num_instances += 1
         self.version += 1

@@ -76,6 +76,12 @@ class ServedModel:
         return self.decode_engines > 0
 
     @property
+    def slots(self) -> int:
+        """Request slots of one instance in units of the router cap B: a unit's decode
+        engines (1: an aggregated engine)."""
+        return self.decode_engines or 1
+
+    @property
     def engine_tp(self) -> int:
         """GPUs of one engine (``tp`` for an aggregated model)."""
         return self.tp // (self.prefill_engines + self.decode_engines or 1)

@@ -221,10 +221,11 @@ class WarmServe(ClusterPolicy):
             model, insts = view.models[m], view.serving[m]
             n = len(insts)
             load = view.loads[m].avg_load(now_ns, window)
-            cap = n * b
+            bm = b * model.slots  # (a disaggregated unit: B per decode engine)
+            cap = n * bm
             if load < cap * ws.scale_down:
-                keep = math.ceil(load / ws.scale_down / b)
-                keep = max(keep, math.ceil(self.peaks.peak(m, now_ns) / (ws.peak_headroom * b)))
+                keep = math.ceil(load / ws.scale_down / bm)
+                keep = max(keep, math.ceil(self.peaks.peak(m, now_ns) / (ws.peak_headroom * bm)))
                 n_stop = n - keep
                 old = [i for i in insts if now_ns - i.created_ns > protect]
                 if n_stop > 0 and old:
@@ -232,7 +233,7 @@ class WarmServe(ClusterPolicy):
                     for inst in old[:n_stop]:
                         self.act.stop(inst, now_ns)
             elif load > cap * ws.scale_up and can_create:
-                for _ in range(math.ceil(load / ws.scale_up / b) - n):
+                for _ in range(math.ceil(load / ws.scale_up / bm) - n):
                     if self.acquire(model, now_ns) is None:
                         can_create = False
                         break
@@ -267,7 +268,8 @@ class WarmServe(ClusterPolicy):
             for m in range(len(view.models)):
                 f = self.forecasters[m]
                 _, _, s = model_scores(
-                    f.pred_avg, f.pred_peak, len(view.serving[m]), self.cfg.batch, self.tcold[m]
+                    f.pred_avg, f.pred_peak, len(view.serving[m]),
+                    self.cfg.batch * view.models[m].slots, self.tcold[m],
                 )
                 self._scores_val.append(s)
         return self._scores_val
