@@ -283,6 +283,12 @@ class Augmentation(StateListener):
             run.mode = KVMode.GPU
         self._changed = True
 
+    def adopt_idle(self, req: Request, now_ns: int) -> None:
+        """``req`` was queued holding blocks this component did not see it take (a
+        disaggregated decode leg whose prompt KV was just loaded): idle KV until it starts."""
+        self._integrate(now_ns)
+        self._idle_blocks += req.num_blocks
+
     def start_swap_out(self, req: Request) -> None:
         run = self.runs[req.request_id]
         run.mode = KVMode.SWAPPING_OUT
@@ -412,7 +418,9 @@ class Augmentation(StateListener):
         queued = [r for r in self.waiting if r.num_blocks]
         paused = list(self.paused.values())
         swapping = list(self.swap_in_q.values())
-        resident = [*self.running.values(), *paused, *queued, *swapping]
+        remote = self.state.remote  # a disaggregated decode leg's blocks while loading
+        loading = list(remote.loading.values()) if remote is not None else []
+        resident = [*self.running.values(), *paused, *queued, *swapping, *loading]
         kv.check(resident)
         assert self._idle_blocks == sum(r.num_blocks for r in paused + queued)
         assert self._swapin_blocks == sum(r.num_blocks for r in swapping)
@@ -420,8 +428,10 @@ class Augmentation(StateListener):
         assert len(self.pool) + len(self.prefilling) == len(self.running)
         for r in self.running.values():
             assert r.num_blocks == kv.blocks_for(r.num_computed_tokens)
-        for r in paused + list(self.waiting) + swapping:
-            assert r.num_blocks + kv.host_blocks_of(r) == kv.blocks_for(r.num_computed_tokens)
+        loaded = {r.request_id for r in remote.ready} if remote is not None else set()
+        for r in paused + list(self.waiting) + swapping:  # (a loaded leg holds its prompt's)
+            if r.request_id not in loaded:
+                assert r.num_blocks + kv.host_blocks_of(r) == kv.blocks_for(r.num_computed_tokens)
 
     def extra_metrics(self) -> dict[str, Any]:
         m_gb = self.kv.block_size * self.env.kv_bytes_per_token / 1e9 / 1e9  # block·ns → GB·s

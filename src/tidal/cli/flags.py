@@ -318,7 +318,8 @@ CLUSTER = (
         shows="2x8:h100",
     ),
     Flag(
-        "models", S, "Cluster: comma list of model ids (repeats allowed; id:tp).",
+        "models", S, "Cluster: comma list of model ids (repeats allowed; id:tp; disaggregated "
+        "id:PpDd or id:tp:PpDd, e.g. llama-2-7b:1p1d).",
         "cluster.models", shows="llama-2-7b,llama-2-7b,llama-2-13b,llama-2-70b",
     ),
     Flag(

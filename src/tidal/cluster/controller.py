@@ -210,7 +210,7 @@ class ClusterController:
         for g in gpus:
             if self.gpu_busy[g] is not None:
                 raise RuntimeError(f"GPU {g} is busy")
-        cap = params.cap or self.cfg.batch
+        cap = params.cap or self.cfg.batch * model.slots
         inst = ModelInstance(self.num_instances, model, gpus, now_ns, kind, cap, share=params.share)
         self.num_instances += 1
         self.version += 1
@@ -269,10 +269,10 @@ class ClusterController:
         return perf
 
     def perf_for(self, inst: ModelInstance) -> PerfModel:
-        key = (inst.model.index, inst.model.tp, inst.share)
+        key = (inst.model.index, inst.model.engine_tp, inst.share)
         perf = self._perf_cache.get(key)
         if perf is None:
-            perf = self.engine_perf(inst.model.spec, inst.model.tp)
+            perf = self.engine_perf(inst.model.spec, inst.model.engine_tp)
             perf = self.policy.wrap_perf(inst, perf)
             self._perf_cache[key] = perf
         return perf

@@ -6,6 +6,14 @@ entry may give its tensor-parallel degree as ``id:tp``; otherwise the artifact's
 Llama-2 family (7B→1, 13B→2, 70B→4), else the smallest power of two whose weight shard fits in
 40% of a GPU.
 
+A **disaggregated** entry, ``id:PpDd`` or ``id:tp:PpDd`` (``llama-2-7b:1p1d``), serves the model
+as a unit of P prefill and D decode engines of ``tp`` GPUs each (docs/design/
+disagg-cluster-composition.md §B): ``tp`` of the :class:`ServedModel` is then the unit's GPU
+group, (P + D)·engine_tp — what placement, prewarming and the autoscaler count — while weights
+and KV blocks are sharded by :attr:`ServedModel.engine_tp`: every GPU of the group holds one
+engine's shard of the weights, so a prewarmed replica is the weights on the prefill *and* the
+decode GPUs.
+
 Per-GPU sizes are counted in memory pages: weights take ``align_up(bytes / tp, page)``
 (``align_up`` as the artifact's ``MEM_GRANULARITY``), a KV block of ``block_size`` tokens takes
 ``ceil(block_bytes_per_gpu / page)`` pages.
@@ -14,6 +22,7 @@ Per-GPU sizes are counted in memory pages: weights take ``align_up(bytes / tp, p
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -58,6 +67,24 @@ class ServedModel:
     """Pages per GPU for one KV block."""
     block_size: int
     page_bytes: int
+    prefill_engines: int = 0
+    decode_engines: int = 0
+    """A disaggregated unit's engines (module docstring); 0, 0: one aggregated engine."""
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.decode_engines > 0
+
+    @property
+    def slots(self) -> int:
+        """Request slots of one instance in units of the router cap B: a unit's decode
+        engines (1: an aggregated engine)."""
+        return self.decode_engines or 1
+
+    @property
+    def engine_tp(self) -> int:
+        """GPUs of one engine (``tp`` for an aggregated model)."""
+        return self.tp // (self.prefill_engines + self.decode_engines or 1)
 
     @property
     def shard_bytes(self) -> int:
@@ -66,7 +93,7 @@ class ServedModel:
     @property
     def kv_block_bytes(self) -> float:
         """Bytes of one KV block on one GPU (the exact, unrounded value)."""
-        return self.spec.kv_bytes_per_token_per_gpu(self.tp) * self.block_size
+        return self.spec.kv_bytes_per_token_per_gpu(self.engine_tp) * self.block_size
 
 
 def _default_tp(spec: ModelSpec, gpu: GPUSpec, gpus_per_node: int) -> int:
@@ -89,7 +116,7 @@ def served_models(
     out = []
     for i, (entry, mid) in enumerate(zip(entries, ids, strict=True)):
         spec = get_model(mid)
-        _, _, tp_s = entry.partition(":")
+        tp_s, (p, d) = _parse_entry(entry)
         if tp_s:
             try:
                 tp = int(tp_s)
@@ -99,11 +126,13 @@ def served_models(
                 ) from None
         else:
             tp = _default_tp(spec, gpu, gpus_per_node)
-        if tp < 1 or tp > gpus_per_node or tp & (tp - 1):
+        group = tp * (p + d or 1)
+        if tp < 1 or group > gpus_per_node or group & (group - 1):
+            what = f"tp {tp}" if not d else f"its {p} + {d} engines × tp {tp} = {group} GPUs"
             raise ConfigError(
                 "cluster.models",
-                f"{entry!r}: tp {tp} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
-                "TP groups stay inside one node",
+                f"{entry!r}: {what} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
+                "TP groups (and a disaggregated unit) stay inside one node",
             )
         check_tp(spec, tp, "cluster.models")
         name = f"{mid}#{seen[mid]}" if counts[mid] > 1 else mid
@@ -115,18 +144,44 @@ def served_models(
                 i,
                 name,
                 spec,
-                tp,
+                group,
                 cdiv(w, page_bytes),
                 cdiv(math.ceil(blk), page_bytes),
                 block_size,
                 page_bytes,
+                p,
+                d,
             )
         )
     return out
 
 
+_SHAPE = re.compile(r"(\d+)p(\d+)d")
+
+
+def _parse_entry(entry: str) -> tuple[str, tuple[int, int]]:
+    """(the tp text, or "", (P, D) of a disaggregated unit, or (0, 0)) of ``id[:tp][:PpDd]``."""
+    parts = [x.strip() for x in entry.split(":")[1:]]
+    shape = (0, 0)
+    if parts and (m := _SHAPE.fullmatch(parts[-1].lower())) is not None:
+        shape = (int(m[1]), int(m[2]))
+        parts.pop()
+        if min(shape) < 1:
+            raise ConfigError(
+                "cluster.models", f"{entry!r}: a disaggregated unit needs ≥ 1 prefill and ≥ 1 "
+                "decode engine", "write id:1p1d (or id:tp:PpDd)",
+            )  # fmt: skip
+    if len(parts) > 1:
+        raise ConfigError(
+            "cluster.models", f"bad entry {entry!r}", "write id, id:tp, id:PpDd or id:tp:PpDd"
+        )
+    return (parts[0] if parts else ""), shape
+
+
 def with_tp(model: ServedModel, tp: int) -> ServedModel:
-    """The same logical model sharded over ``tp`` GPUs (MuxServe meshes choose the degree)."""
+    """The same logical model sharded over ``tp`` GPUs (MuxServe meshes choose the degree;
+    aggregated models only)."""
+    assert not model.disaggregated, "MuxServe meshes do not hold disaggregated units"
     spec = model.spec
     blk = spec.kv_bytes_per_token_per_gpu(tp) * model.block_size
     return replace(

@@ -109,10 +109,7 @@ def _rules() -> tuple[Rule, ...]:
         "deployment.decode.tp", "deployment.prefill.gpu", "deployment.decode.gpu",
         "deployment.kv_transfer.link",
     )  # fmt: skip
-    rules += [
-        Rule(k, frozenset({SYN, SES, TRACE}), "augmented requests are not disaggregated yet")
-        for k in pools
-    ]
+    rules += [Rule(k, ONE, "") for k in pools]  # a cluster's models are not disaggregated yet
     rules.append(
         Rule("speculative", frozenset({SYN, SES, TRACE, AUG}),
              "a cluster run builds its engines without speculation yet")

@@ -36,6 +36,7 @@ from tidal.engine.scheduler import Scheduler, SchedulerConfig
 from tidal.hardware.interference import StepCosts, step_costs
 from tidal.hardware.perf import PerfModel
 from tidal.sim.augment import augmented_engine, host_blocks, host_tier_size
+from tidal.sim.cluster_disagg import DisaggEngines
 from tidal.sim.cluster_metrics import (
     RetiredStats,
     Selected,
@@ -167,6 +168,8 @@ class SimBackend:
         self.retired: list[tuple[str, RetiredStats]] = []
         """Per model, the summed counters of its stopped schedulers (engines reused)."""
         self._retired_of: dict[str, RetiredStats] = {}
+        self.disagg = DisaggEngines(sim, self.gpu, len(sim.requests))
+        """The disaggregated units' engines."""
         self._costs: dict[int, tuple[PerfModel, StepCosts]] = {}
         """EB step costs by step-time model (kept alive here, so ``id`` stays unique)."""
 
@@ -176,19 +179,22 @@ class SimBackend:
     def call_at(self, t_ns: int, fn: Callable[[int], None]) -> None:
         self.sim.call_at(t_ns, fn, CONTROL)
 
-    def scheduler(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> Scheduler:
+    def scheduler(
+        self, model: ServedModel, kv: KVBlockManager, perf: PerfModel, plain: bool = False
+    ) -> Scheduler:
         """An engine's scheduler: ``scheduler.batching`` and ``scheduler.ordering`` of the run,
         the cluster's token budget and N_max = max(256, B) (the router caps an engine at B);
         EB and EB⁺ get the step costs of the engine's own step-time model (shared GPUs:
         the slowed one). Its KV cache gets its host memory now: the prefix cache's host tier
-        (``memory.host_cache_gib`` per GPU) and, serving augmented requests, swap space."""
+        (``memory.host_cache_gib`` per GPU) and, serving augmented requests, swap space
+        (``plain``: a disaggregated unit's prefill engine, never augmented)."""
         c, s = self.cfg.cluster, self.cfg.scheduler
         assert c is not None
         costs = None
         if s.batching != "mb":
             hit = self._costs.get(id(perf))
             if hit is None:
-                hit = (perf, step_costs(model.spec, self.gpu, model.tp, perf))
+                hit = (perf, step_costs(model.spec, self.gpu, model.engine_tp, perf))
                 self._costs[id(perf)] = hit
             costs = hit[1]
         opts = validate_options(s.batching, s.options)
@@ -196,18 +202,22 @@ class SimBackend:
             c.token_budget, max(256, c.batch), costs=costs, eb=s.eb, options=opts
         )
         if self.prefix_caching and self.cfg.memory.host_cache_gib > 0:
-            tier = host_tier_size(self.cfg, model.spec, self.gpu, model.tp, kv.block_size)
+            tier = host_tier_size(self.cfg, model.spec, self.gpu, model.engine_tp, kv.block_size)
             kv.add_host_tier(*tier)
-        if c.mix.augmented is not None:
-            kv.add_host_space(host_blocks(self.cfg, model.spec, model.tp, kv.block_size))
+        if c.mix.augmented is not None and not plain:
+            kv.add_host_space(host_blocks(self.cfg, model.spec, model.engine_tp, kv.block_size))
             self.num_started += 1
             seed = self.policy_seed + self.num_started
-            deployment = (model.spec, self.gpu, model.tp)
+            deployment = (model.spec, self.gpu, model.engine_tp)
             return augmented_engine(self.cfg, sched_cfg, kv, perf, seed, deployment)
         return build_scheduler(sched_cfg, kv, s.batching, ORDERINGS.get(s.ordering)())
 
     def start_engine(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> int:
         name = model.name
+        if model.disaggregated:  # a unit of prefill and decode engines (sim/cluster_disagg.py)
+            add = lambda s, p: self._add_engine(model, s, p)  # noqa: E731
+            self.disagg.caching = self.prefix_caching
+            return self.disagg.start(model, kv, perf, self.scheduler, add)
         sched = self.scheduler(model, kv, perf)
         free = self.free_engines.get(name)
         if free:
@@ -216,6 +226,9 @@ class SimBackend:
             self.sim.replace_scheduler(idx, sched)
             self.sim.instances[idx].perf = perf
             return idx
+        return self._add_engine(model, sched, perf)
+
+    def _add_engine(self, model: ServedModel, sched: Scheduler, perf: PerfModel) -> int:
         inst = SimInstance(
             len(self.sim.instances),
             sched,
@@ -224,8 +237,8 @@ class SimBackend:
             timeline_interval_ns=INF_NS,  # a cluster run reports no per-engine timeline
             buffer_capacity=16,
         )
-        self.names.append(name)
-        self.model_index[name] = model.index
+        self.names.append(model.name)
+        self.model_index[model.name] = model.index
         return self.sim.add_instance(inst)
 
     def _retire_scheduler(self, name: str, sched: Scheduler) -> None:
@@ -236,9 +249,15 @@ class SimBackend:
         acc.add(sched)
 
     def release_engine(self, engine: int) -> None:
+        if engine in self.disagg.units:
+            self.disagg.release(engine)
+            return
         self.free_engines.setdefault(self.names[engine], []).append(engine)
 
     def deliver(self, engine: int, req: Request, now_ns: int) -> None:
+        if engine in self.disagg.units:
+            self.disagg.deliver(engine, req, now_ns)
+            return
         self.sim.deliver(engine, req, now_ns)
 
 
@@ -323,6 +342,8 @@ def run_cluster(
     t_end = max(end_ns, first)
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
+    if backend.disagg.wirings:  # disaggregated units: the KV they moved between their pools
+        metrics.update(backend.disagg.metrics())
     augmented = "call_ns" in cols
     if augmented:
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
@@ -348,7 +369,9 @@ def run_cluster(
         if reqs.content is not None:
             counts = cache_counts([s for name, s in scheds if name == m.name])
             pm.update(counts.metrics(backend.prefix_caching))
-        pm["tp"] = m.tp
+        pm["tp"] = m.engine_tp
+        if m.disaggregated:  # a unit of P prefill + D decode engines (sim/cluster_disagg.py)
+            pm["deployment"] = f"{m.prefill_engines}p{m.decode_engines}d"
         pm["share"] = float(shares[m.index])
         per_model[m.name] = pm
     run_info = {

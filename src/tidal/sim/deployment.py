@@ -224,8 +224,6 @@ def _unsupported(cfg: SimulationConfig) -> list[tuple[str, str]]:
     out = []
     if cfg.cluster is not None:
         out.append(("cluster", "a disaggregated deployment serves one model, not a cluster"))
-    if cfg.workload.augmented is not None:
-        out.append(("workload.augmented", "augmented requests are not disaggregated yet"))
     if cfg.workload.warmup_requests:
         out.append(("workload.warmup_requests", "warm-up phases are not disaggregated yet"))
     return out

@@ -28,6 +28,7 @@ which ends the run anyway).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,7 @@ from tidal.cluster.links import pool_links, resolve_link
 from tidal.hardware.gpus import get_gpu
 from tidal.sim.config import SimulationConfig
 from tidal.sim.deployment import pool_config
+from tidal.sim.disagg_augment import decode_horizon, plain_prefill
 from tidal.sim.disagg_metrics import DisaggColumns, disagg_result
 from tidal.sim.disagg_push import PushWiring
 from tidal.sim.disagg_wiring import DisaggWiring, never, prefill_leg
@@ -45,6 +47,7 @@ from tidal.sim.routers import make_router
 from tidal.sim.simulator import Simulation
 from tidal.sim.single import SimResult, build_instance, check_context, load_instance_requests
 from tidal.workload.base import RequestSet
+from tidal.workload.content import unique_content
 
 
 def run_disaggregated(
@@ -57,11 +60,14 @@ def run_disaggregated(
     dep = cfg.deployment
     t0 = time.perf_counter()
     reqs = requests if requests is not None else load_instance_requests(cfg)
+    augmented = cfg.workload.augmented is not None
+    if augmented and cfg.augment.prefix_caching and reqs.content is None:
+        reqs = dataclasses.replace(reqs, content=unique_content(reqs.prompt_len))
     t_load = time.perf_counter()
     check_context(cfg.model_spec(), reqs)
-    pcfg, dcfg = pool_config(cfg, "prefill"), pool_config(cfg, "decode")
+    pcfg, dcfg = plain_prefill(pool_config(cfg, "prefill")), pool_config(cfg, "decode")
     content = reqs.content is not None
-    longest = int((reqs.prompt_len + reqs.output_len).max())
+    longest = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
     pre = [build_instance(pcfg, int(reqs.prompt_len.max()) + 1, content) for _ in range(
         dep.prefill.instances)]  # fmt: skip
     dec = [build_instance(dcfg, longest, content) for _ in range(dep.decode.instances)]
@@ -70,7 +76,10 @@ def run_disaggregated(
     cb = (lambda done: progress(done, n)) if progress is not None else None
     sim = Simulation([], reqs, recorder, cfg.workload.concurrency, progress=cb)
     n_pre = len(pre)
-    sim.horizon = lambda idx: sim.next_external_ns if idx < n_pre else never
+    if augmented:  # decode instances stop at their own call returns
+        sim.horizon = decode_horizon(sim, n_pre)
+    else:
+        sim.horizon = lambda idx: sim.next_external_ns if idx < n_pre else never
     insts = [SimInstance(i, s, p, cfg.fast_forward) for i, (s, p, _) in enumerate(pre + dec)]
     for inst in insts:
         sim.add_instance(inst)

@@ -29,6 +29,7 @@ from tidal.engine.spec_pool import spec_metrics
 from tidal.engine.stats import PolicyStats
 from tidal.hardware.calibration import client_side_metrics, perf_model_source
 from tidal.sim.config import SimulationConfig
+from tidal.sim.disagg_augment import augmented_disagg_metrics
 from tidal.sim.recorder import RequestRecorder
 from tidal.sim.single import SimResult
 
@@ -204,6 +205,11 @@ def disagg_result(
     metrics.update(  # the decode pool's speculation, at the top level as a single run's
         {k: v for k, v in summaries["decode"].items() if k.startswith("spec_decode_")}
     )
+    if "call_ns" in c:  # augmented: calls pause on the decode pool (sim/disagg_augment.py)
+        aug, per_pool = augmented_disagg_metrics(cfg, c, {r: p[1] for r, p in pools.items()})
+        metrics.update(aug)
+        for role, extra in per_pool.items():
+            summaries[role]["augment"] = extra
     metrics["num_gpus"] = sum(p["gpus"] for p in summaries.values())
     metrics["num_steps"] = sum(p["num_steps"] for p in summaries.values())
     every = [i for _, insts, _ in pools.values() for i in insts]
@@ -239,10 +245,16 @@ def describe(metrics: Mapping[str, Any]) -> list[str]:
         f"{k.replace('_', ' ')} {v * 1e3:.2f}" for k, v in parts.items() if v is not None
     )
     gb = metrics["kv_transfer_bytes"] / 1e9
+    aug = [] if "augment" not in pools["decode"] else [
+        "tool calls on the decode pool: {intercepts_preserved} preserved, {intercepts_discarded} "
+        "discarded, {intercepts_swapped} swapped; {:.1f} s paused".format(
+            metrics["paused_time_s"], **pools["decode"]["augment"])
+    ]  # fmt: skip
     return [
         f"disaggregated: {shape}; {metrics['num_gpus']} GPUs",
         f"TTFT breakdown, mean ms: {mean}",
         f"KV transferred: {gb:,.2f} GB over {metrics['kv_link']} "
         f"({metrics['kv_link_gbs_per_gpu']:g} GB/s per GPU × {metrics['kv_link_efficiency']:g}, "
         f"{metrics['kv_link_latency_us']:g} µs)",
+        *aug,
     ]

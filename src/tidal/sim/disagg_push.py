@@ -65,7 +65,7 @@ class PushWiring(DisaggWiring):
         self.cols.decode_instance[rid] = j
         self._legs[rid] = (leg, i, j, dleg)
         self.remote[j].expect(dleg)
-        self.sim.deliver(self.num_prefill + j, dleg, t)
+        self.sim.deliver(self.d_idx[j], dleg, t)
         return -1
 
     def attach_prefill(self, i: int, inst: SimInstance) -> None:
@@ -83,8 +83,8 @@ class PushWiring(DisaggWiring):
         return reserved
 
     def _send_prefill(self, leg: Request, i: int, j: int, t: int) -> None:
-        self.sim.deliver(i, leg, t)
-        self.sim.recorder.assign(leg.request_id, self.num_prefill + j)  # the serving engine
+        self.sim.deliver(self.p_idx[i], leg, t)
+        self.sim.recorder.assign(leg.request_id, self.d_idx[j])  # the serving engine
 
     def _prefill_started(self, leg: Request) -> None:
         rid = leg.request_id

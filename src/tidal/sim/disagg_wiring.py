@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tidal.augment.component import Augmentation
 from tidal.cluster.links import LinkSpec, kv_transfer_bytes
 from tidal.cluster.transfer import TransferEngine
 from tidal.core.request import Request
@@ -34,6 +35,9 @@ class DisaggWiring:
     ) -> None:
         self.sim = sim
         self.num_prefill = len(prefill)
+        self.p_idx = [inst.index for inst in prefill]
+        self.d_idx = [inst.index for inst in decode]
+        """The pools' instances' indices in the simulation (a cluster's are anywhere)."""
         self.link = link
         self.kv_per_gpu = kv_per_gpu
         """(KV bytes per prompt token on one decode GPU, the decode pool's TP)."""
@@ -46,6 +50,8 @@ class DisaggWiring:
             RemoteKV(inst.scheduler.state, self._starter(j)) for j, inst in enumerate(decode)
         ]
         self.route_decode = _decode_router(router, decode, self.remote)
+        self.augs = [_augmentation(inst) for inst in decode]
+        """The decode instances' augmentations (augmented requests pause there), or None."""
         self._source: dict[int, int] = {}
 
     def set_capacities(self, caps: dict[str, float]) -> None:
@@ -73,7 +79,9 @@ class DisaggWiring:
     def _decode_leg(self, leg: Request) -> Request:
         """The request as the proxy sends it to the decode pool (its full output length)."""
         rid = leg.request_id
-        dleg = Request(rid, leg.arrival_ns, leg.prompt_len, int(self.output_len[rid]))
+        dleg = Request(
+            rid, leg.arrival_ns, leg.prompt_len, int(self.output_len[rid]), payload=leg.payload
+        )  # an augmented request's calls (payload) are the decode pool's to handle
         dleg.content = leg.content
         return dleg
 
@@ -91,7 +99,7 @@ class DisaggWiring:
         j = self.route_decode(dleg)
         self.cols.decode_instance[rid] = j
         self.remote[j].expect(dleg)
-        self.sim.deliver(self.num_prefill + j, dleg, t)
+        self.sim.deliver(self.d_idx[j], dleg, t)
 
     # ------------------------------------------------------------------ decode side
     def attach_decode(self, j: int, inst: SimInstance) -> None:
@@ -119,9 +127,12 @@ class DisaggWiring:
     def _transferred(self, i: int, j: int, dleg: Request, t: int) -> None:
         self.cols.kv_transfer_end_ns[dleg.request_id] = t
         self.held[i].release(dleg.request_id)
-        self.sim.wake(i, t)
+        self.sim.wake(self.p_idx[i], t)
         self.remote[j].loaded(dleg)
-        self.sim.notify(self.num_prefill + j, t)
+        aug = self.augs[j]
+        if aug is not None:  # its loaded blocks are idle KV until it starts
+            aug.adopt_idle(dleg, t)
+        self.sim.notify(self.d_idx[j], t)
 
 
 def _quiet_idle(inst: SimInstance, holding: Callable[[], bool]) -> None:
@@ -158,6 +169,11 @@ def _decode_router(
         return best
 
     return least_loaded
+
+
+def _augmentation(inst: SimInstance) -> Augmentation | None:
+    aug = inst.scheduler.augmentation
+    return aug if isinstance(aug, Augmentation) else None
 
 
 def never() -> int:

@@ -84,7 +84,8 @@ def scale_step(
     newest ready) once ``keep_alive_s`` of loops have passed above it; ``idle_s[m]`` counts
     those loops."""
     count = view.loads[m].inflight
-    desired = min(sl.max_instances, max(sl.min_instances, math.ceil(count / sl.target)))
+    target = sl.target * view.models[m].slots  # (a disaggregated unit: per decode engine)
+    desired = min(sl.max_instances, max(sl.min_instances, math.ceil(count / target)))
     current = len(view.serving[m])
     if desired > current:
         create(view.models[m], now_ns)

@@ -56,6 +56,13 @@ class MuxServe(ClusterPolicy):
     def __init__(self, view: ClusterView, act: ClusterActions) -> None:
         super().__init__(view, act)
         self.mx = self.cfg.muxserve
+        for m in view.models:
+            if m.disaggregated:
+                raise ConfigError(
+                    "cluster.models", f"{m.name}: MuxServe's meshes share GPUs between "
+                    "aggregated engines, not disaggregated units",
+                    "drop the :PpDd suffix, or use placement warmserve, serverlessllm or dedicated",
+                )  # fmt: skip
         self.placement: MuxPlacement | None = None
         self.layout: list[tuple[tuple[int, ...], list[MeshEngine]]] = []
 

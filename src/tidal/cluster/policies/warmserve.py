@@ -100,7 +100,7 @@ class WarmServe(ClusterPolicy):
         )
         per_req = -(-mcfg.max_model_len // mcfg.block_size)
         self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
-        self.tcold = [m.spec.weight_bytes / m.tp / 2**30 / ws.score_gbs for m in view.models]
+        self.tcold = [m.spec.weight_bytes / m.engine_tp / 2**30 / ws.score_gbs for m in view.models]
         self._scores_key: tuple[int, ...] = ()
         self._quiet_version = -1
         self._quiet_until = 0
@@ -221,10 +221,11 @@ class WarmServe(ClusterPolicy):
             model, insts = view.models[m], view.serving[m]
             n = len(insts)
             load = view.loads[m].avg_load(now_ns, window)
-            cap = n * b
+            bm = b * model.slots  # (a disaggregated unit: B per decode engine)
+            cap = n * bm
             if load < cap * ws.scale_down:
-                keep = math.ceil(load / ws.scale_down / b)
-                keep = max(keep, math.ceil(self.peaks.peak(m, now_ns) / (ws.peak_headroom * b)))
+                keep = math.ceil(load / ws.scale_down / bm)
+                keep = max(keep, math.ceil(self.peaks.peak(m, now_ns) / (ws.peak_headroom * bm)))
                 n_stop = n - keep
                 old = [i for i in insts if now_ns - i.created_ns > protect]
                 if n_stop > 0 and old:
@@ -232,7 +233,7 @@ class WarmServe(ClusterPolicy):
                     for inst in old[:n_stop]:
                         self.act.stop(inst, now_ns)
             elif load > cap * ws.scale_up and can_create:
-                for _ in range(math.ceil(load / ws.scale_up / b) - n):
+                for _ in range(math.ceil(load / ws.scale_up / bm) - n):
                     if self.acquire(model, now_ns) is None:
                         can_create = False
                         break
@@ -242,8 +243,10 @@ class WarmServe(ClusterPolicy):
         view, b = self.view, self.cfg.batch
         if self.on["kv-reservation"]:
             for insts in view.serving:
-                for inst in insts:
-                    if inst.kv is not None and inst.state == State.READY:
+                for inst in insts:  # (a disaggregated unit's engines keep their KV whole)
+                    if inst.kv is not None and inst.state == State.READY and not (
+                        inst.model.disaggregated
+                    ):
                         target = int(reservation_of(inst.kv).initial_blocks * inst.inflight / b)
                         self.act.set_kv_target(inst, target)
 
@@ -265,7 +268,8 @@ class WarmServe(ClusterPolicy):
             for m in range(len(view.models)):
                 f = self.forecasters[m]
                 _, _, s = model_scores(
-                    f.pred_avg, f.pred_peak, len(view.serving[m]), self.cfg.batch, self.tcold[m]
+                    f.pred_avg, f.pred_peak, len(view.serving[m]),
+                    self.cfg.batch * view.models[m].slots, self.tcold[m],
                 )
                 self._scores_val.append(s)
         return self._scores_val
@@ -322,7 +326,7 @@ class WarmServe(ClusterPolicy):
         if not self.on["device-prewarm"]:
             proc += st.worker_s
         if not self.unified:
-            group = st.nccl_s if model.tp > 1 else 0.0
+            group = st.nccl_s if model.engine_tp > 1 else 0.0
             return StartupPlan(proc, True, group, st.kv_init_s)
         blocks = -(-st.lazy_kv_tokens // self.cfg.block_size)
         if self.on["memory-switching"]:
@@ -430,7 +434,7 @@ class WarmServe(ClusterPolicy):
         if not self.unified:
             return 0.0
         st = self.cfg.startup
-        extra = st.nccl_s if model.tp > 1 else 0.0
+        extra = st.nccl_s if model.engine_tp > 1 else 0.0
         if not self.on["memory-switching"]:
             extra += model.shard_bytes / (st.map_gbs * 1e9)
         return extra

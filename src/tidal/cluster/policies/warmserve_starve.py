@@ -98,10 +98,12 @@ class StarvationGuard:
     # ------------------------------------------------------------------ detector
     def need(self, m: int, now_ns: int, batch: int) -> int:
         """Instances model m's load asks for at ``fill``·B: ⌈max(5-s average, in flight now)
-        / (fill · B)⌉, at least one while it has a request in flight."""
+        / (fill · B)⌉, at least one while it has a request in flight (B per decode engine of a
+        disaggregated unit)."""
         load = self.view.loads[m]
         avg = max(load.avg_load(now_ns, self.window_ns), load.inflight)
-        return max(math.ceil(avg / (self.fill * batch)), 1 if load.inflight else 0)
+        b = batch * self.view.models[m].slots
+        return max(math.ceil(avg / (self.fill * b)), 1 if load.inflight else 0)
 
     def starved(self, queues: Sequence[Sequence[Request]], now_ns: int) -> list[int]:
         """Models meeting conditions 1–2 (module docstring), longest-waiting first."""

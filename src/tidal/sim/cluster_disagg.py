@@ -1,0 +1,121 @@
+"""Disaggregated units of a cluster run (docs/design/disagg-cluster-composition.md §B): the
+engines of a model declared ``id:PpDd`` (:mod:`tidal.cluster.models`).
+
+The controller places, prewarms, starts, routes to and stops such a unit as one instance on
+its (P + D)·tp GPUs; the backend (:class:`tidal.sim.cluster_run.SimBackend`) asks this module
+for its engines. A unit is P prefill and D decode simulated engines, each with a KV cache of
+the instance's per-GPU KV pages (``kv``: the decode engine 0 takes the controller's manager,
+the others one of the same size), wired by :class:`~tidal.sim.disagg_wiring.DisaggWiring` as a
+single disaggregated run is (pull protocol): a request delivered to the unit is routed to a
+prefill engine as its prefill leg, its KV moves over the unit's NVLink ports (the group is
+inside one node; ``cluster/links.py``), and the decode leg finishes it — the controller hears
+only the decode leg's finish. The prefill engines run the plain scheduler; with augmented
+requests the decode engines run the augmented one (``sim/disagg_augment.py``).
+
+Engines of a unit are never reused for another instance (a stopped unit's engines stay idle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tidal.cluster.kv import reserving_kv
+from tidal.cluster.links import pool_links, resolve_link
+from tidal.cluster.models import ServedModel
+from tidal.core.kv import KVBlockManager
+from tidal.core.request import Request
+from tidal.engine.scheduler import Scheduler
+from tidal.hardware.gpus import GPUSpec
+from tidal.hardware.perf import PerfModel
+from tidal.sim.disagg_metrics import DisaggColumns
+from tidal.sim.disagg_wiring import DisaggWiring, prefill_leg
+from tidal.sim.instance import SimInstance
+from tidal.sim.routers import make_router
+from tidal.sim.simulator import Simulation
+
+if TYPE_CHECKING:
+    Build = Callable[[ServedModel, KVBlockManager, PerfModel, bool], Scheduler]
+
+
+class _OutputLengths(dict[int, int]):
+    """Request id → output length, each read once (by the decode leg's construction)."""
+
+    def __getitem__(self, rid: int) -> int:
+        return self.pop(rid)
+
+
+@dataclass
+class Unit:
+    prefill: list[SimInstance]
+    decode: list[SimInstance]
+    wiring: DisaggWiring
+    route: Callable[[Request], int] | None
+    """Router over the prefill engines (None: one)."""
+
+
+class DisaggEngines:
+    """The disaggregated units' engines of one cluster simulation (module docstring)."""
+
+    def __init__(self, sim: Simulation, gpu: GPUSpec, num_requests: int) -> None:
+        self.sim = sim
+        self.gpu = gpu
+        self.caching = False
+        """Engines cache prompt prefixes (the backend's ``prefix_caching``)."""
+        self.cols = DisaggColumns(num_requests)
+        self.out_len = _OutputLengths()
+        self.units: dict[int, Unit] = {}
+        """Front engine index (the unit's first prefill engine) → its unit."""
+        self.wirings: list[DisaggWiring] = []
+
+    def start(
+        self,
+        model: ServedModel,
+        kv: KVBlockManager,
+        perf: PerfModel,
+        build: Build,
+        add: Callable[[Scheduler, PerfModel], int],
+    ) -> int:
+        """Build, add and wire one unit's engines; returns its front engine's index. ``build``
+        makes a scheduler (the flag: plain, for a prefill engine), ``add`` an engine."""
+        p, d, tp = model.prefill_engines, model.decode_engines, model.engine_tp
+        blocks = kv.num_blocks
+
+        def own_kv() -> KVBlockManager:
+            return reserving_kv(self.caching, blocks, kv.block_size, 0, 0)
+
+        pre = [add(build(model, own_kv(), perf, True), perf) for _ in range(p)]
+        dec = [add(build(model, kv if j == 0 else own_kv(), perf, False), perf) for j in range(d)]
+        insts = self.sim.instances
+        p_insts, d_insts = [insts[i] for i in pre], [insts[i] for i in dec]
+        link = resolve_link("auto", self.gpu, self.gpu, model.tp)
+        per_gpu = model.spec.kv_bytes_per_token_per_gpu(tp)
+        wiring = DisaggWiring(
+            self.sim, p_insts, d_insts, link, (per_gpu, tp), self.cols, self.out_len,
+            "least-loaded",
+        )  # fmt: skip
+        wiring.set_capacities(pool_links(link, p, tp, d, tp))
+        for i, inst in enumerate(p_insts):
+            wiring.attach_prefill(i, inst)
+        for j, inst in enumerate(d_insts):
+            wiring.attach_decode(j, inst)
+        route = make_router("least-loaded", p_insts) if p > 1 else None
+        self.units[pre[0]] = Unit(p_insts, d_insts, wiring, route)
+        self.wirings.append(wiring)
+        return pre[0]
+
+    def deliver(self, front: int, req: Request, now_ns: int) -> None:
+        """``req`` to the unit: its prefill leg to a prefill engine."""
+        unit = self.units[front]
+        self.out_len[req.request_id] = req.max_output_len
+        i = unit.route(req) if unit.route is not None else 0
+        self.sim.deliver(unit.prefill[i].index, prefill_leg(req), now_ns)
+
+    def release(self, front: int) -> None:
+        self.units.pop(front)
+
+    def metrics(self) -> dict[str, float]:
+        """``kv_transfer_bytes`` moved between the units' pools (all units)."""
+        return {"kv_transfer_bytes": int(self.cols.kv_transfer_bytes.sum())}
+
