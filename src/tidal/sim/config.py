@@ -141,7 +141,9 @@ class SimulationConfig(_Strict):
     data_parallel_size: int = Field(default=1, ge=1)
     """vLLM's ``--data-parallel-size`` (``perf_model: engine``): dp engines of ``tp`` GPUs
     each, simulated as one scheduler over dp times the KV cache, ``max_seqs`` and token
-    budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs."""
+    budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs. With
+    ``engine: sglang`` (attention DP) the token budget is the instance's: SGLang divides
+    ``--chunked-prefill-size`` among the ranks (:func:`tidal.sim.single.instance_token_budget`)."""
     moe_tp_size: int | None = Field(default=None, ge=1)
     """A hybrid MoE split (SGLang's ``--moe-tp-size`` beside ``--ep-size``): experts sharded
     over tp·dp / moe_tp_size groups of ``moe_tp_size`` GPUs each, which split every expert
