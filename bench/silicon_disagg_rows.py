@@ -19,7 +19,8 @@ concurrency C is ``silicon_concurrency`` in ``silicon_data_source``; the 7 Qwen3
 NVIDIA's gap analysis record none and use that product (noted). KV transfer: the engine's
 connector — vLLM pull (NixlConnector), SGLang push (Mooncake, layer-wise) — over the link
 ``auto`` picks between the pools. Everything else as ``bench/silicon.py`` (client, prefix
-caching off, quantization and KV dtype of the row, engine and version).
+caching off, quantization and KV dtype of the row, engine and version), but the SGLang
+DeepSeek rows on Blackwell, whose recipes run an FP8 KV cache (:data:`RECIPE_KV_FP8`).
 """
 
 from __future__ import annotations
