@@ -19,7 +19,8 @@ concurrency C is ``silicon_concurrency`` in ``silicon_data_source``; the 7 Qwen3
 NVIDIA's gap analysis record none and use that product (noted). KV transfer: the engine's
 connector — vLLM pull (NixlConnector), SGLang push (Mooncake, layer-wise) — over the link
 ``auto`` picks between the pools. Everything else as ``bench/silicon.py`` (client, prefix
-caching off, quantization and KV dtype of the row, engine and version).
+caching off, quantization and KV dtype of the row, engine and version), but the SGLang
+DeepSeek rows on Blackwell, whose recipes run an FP8 KV cache (:data:`RECIPE_KV_FP8`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,16 @@ ROW_DTYPES = frozenset({"moonshotai/Kimi-K2.5"})
 weights of the same width (issue 28's rule keeps the checkpoint's): Kimi-K2.5's ``nvfp4``
 rows (vLLM 0.18 on GB200) are taken at their word — an NVFP4 checkpoint served with NVFP4
 kernels — not the base checkpoint's INT4 weight-only experts (W4A16 kernels)."""
+
+RECIPE_KV_FP8 = frozenset(
+    ("sglang", "deepseek-ai/DeepSeek-V3", gpu) for gpu in ("b200", "gb200", "gb300")
+)
+"""(engine, model, GPU) whose disaggregated rows ran an FP8 KV cache: the SGLang DeepSeek-R1
+recipes the rows were measured with (NVIDIA's srt-slurm ``recipes/{b200,gb200,gb300}-{fp4,fp8}/
+…``, named by InferenceX's ``nvidia-master.yaml`` for the ``dsr1-*-dynamo-sglang`` configs)
+set ``kv-cache-dtype: fp8_e4m3`` on both pools; their H200 recipes leave it to the model dtype.
+The sample does not record the KV dtype; AIConfigurator assumes FP8 for every FP8/NVFP4
+checkpoint."""
 
 POOL_KEYS = ("data_parallel_size", "enable_expert_parallel", "moe_tp_size")
 """Parallel settings that may differ between the pools."""
@@ -219,6 +230,9 @@ def plan_disagg_row(
         quant = {k: v for k, v in (("gemm_quant", row.gemm_quant), ("moe_quant", row.moe_quant))
                  if v}  # fmt: skip
     quant.update(kv_settings(row, fields))
+    recipe = (row.engine, row.model, gpu.partition("@")[0])
+    if recipe in RECIPE_KV_FP8 and "kv_cache_dtype" in fields:
+        quant["kv_cache_dtype"] = "fp8"
     if row.pp > 1:
         return Skip(row, "parallelism", f"pp {row.pp}: not a simulator setting in a pool")
     base, dep, why = deployment_settings(d, fields, pfields, moe, prefill_batch)

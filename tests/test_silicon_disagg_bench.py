@@ -158,6 +158,19 @@ def test_kimi_rows_are_priced_at_their_own_dtypes() -> None:
     assert "moe_quant" not in quant
 
 
+def test_blackwell_sglang_deepseek_rows_run_the_recipes_fp8_kv_cache() -> None:
+    """The SGLang DeepSeek-R1 recipes of the B200 / GB200 / GB300 rows set
+    ``kv-cache-dtype: fp8_e4m3`` on both pools; H200's and vLLM's rows keep their own rule."""
+    for system in ("b200_sxm", "gb200", "gb300"):
+        p = plan(drow(system=system))
+        assert isinstance(p, sr.Plan)
+        assert p.config["kv_cache_dtype"] == "fp8"
+        assert load_config(p.config).model_spec().kv_cache_dtype.startswith("fp8")
+    h200 = plan(drow(system="h200_sxm"))
+    assert isinstance(h200, sr.Plan)
+    assert "kv_cache_dtype" not in h200.config
+
+
 def test_aic_command_line_and_who_the_silicon_agrees_with() -> None:
     import aic_compare
 

@@ -9,7 +9,8 @@ into the same per-operator curves as a ``tidal-gpu-profile/1`` profile
 * GEMMs of the layer's dtype (``ModelSpec.gemm_quant``): QKV (N = (q + 2·kv)·d / TP, K = H),
   O (N = H, K = q·d / TP), and for a dense MLP gate+up (N = 2I / TP) and down (K = I / TP);
 * a MoE layer (``moe_quant``): the fused-MoE table at the deployment's (MoE TP, EP) and routing
-  distribution, plus the router GEMM (N = experts) and the shared experts' GEMMs; the leading
+  distribution, plus the router GEMM (N = experts) and the shared experts' GEMMs (on a second
+  stream up to the engine's :data:`SHARED_EXPERTS_STREAM_TOKENS`: their max); the leading
   ``num_dense_layers`` of a MoE model run the dense MLP (the per-layer curve is the mean);
 * attention: decode from the generation table at (batch, context per request), prefill from the
   context table at (prompts in the step, the prompt length with the chunk's FLOPs:
@@ -73,6 +74,17 @@ SYSTEMS = {
     "gb300": "gb300",
 }
 """Tidal GPU name → the package's system id (GPUs without one have no engine tables)."""
+
+
+SHARED_EXPERTS_STREAM_TOKENS = {"vllm": 256, "sglang": 1024}
+"""Largest MoE input (tokens) whose shared experts run on a second CUDA stream beside the
+router and routed experts, by engine: vLLM's ``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD``
+(default 256; ``FusedMoE``'s shared-experts stream) and SGLang's ``DUAL_STREAM_TOKEN_THRESHOLD``
+(1024; ``DeepseekV2MoE.forward_normal_dual_stream``). Up to it a MoE layer with shared experts
+costs max(router + routed experts, shared experts), as AIConfigurator's decode step prices it
+(``generation_moe_overlap``); above it, their sum. (SGLang may instead fuse DeepSeek-V3's
+shared expert into the routed kernel as a 257th expert: one more expert's weights in a
+memory-bound step, also far below the serial sum.)"""
 
 
 GEMM_ROWS = {"fp8_block": "fp8"}
@@ -161,8 +173,10 @@ class EngineDeployment:
     def moe_layer(self) -> list[float]:
         """One MoE layer against a rank's tokens t: the fused-MoE rows of the MoE group (the
         dp·tp GPUs, experts split over them (TP) or sharded (EP)) at the dp·t tokens the
-        group routes, the router GEMM, the shared experts, and with data parallelism the
-        tokens' all-gather and reduce-scatter across the group (vLLM's default all2all)."""
+        group routes, the router GEMM, the shared experts (on a second stream, overlapped with
+        the router and routed experts, up to :data:`SHARED_EXPERTS_STREAM_TOKENS`), and with
+        data parallelism the tokens' all-gather and reduce-scatter across the group (vLLM's
+        default all2all)."""
         m, group = self.model, self.tp * self.dp
         inter = m.moe_intermediate_size or m.intermediate_size
         moe_tp, moe_ep = (1, group) if self.ep else (group, 1)
@@ -187,7 +201,9 @@ class EngineDeployment:
         out = [a + b for a, b in zip(experts, router, strict=True)]
         if m.shared_intermediate_size:
             shared = self.mlp(m.shared_intermediate_size, m.gemm_quant, "moe_shared")
-            out = [a + b for a, b in zip(out, shared, strict=True)]
+            two = SHARED_EXPERTS_STREAM_TOKENS.get(self.ts.engine, 0)  # tokens on two streams
+            out = [max(a, b) if r <= two else a + b
+                   for a, b, r in zip(out, shared, routed, strict=True)]  # fmt: skip
         if self.dp > 1:
             comm = self.dispatch_combine(routed)
             out = [a + b for a, b in zip(out, comm, strict=True)]

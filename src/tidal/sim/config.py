@@ -141,7 +141,9 @@ class SimulationConfig(_Strict):
     data_parallel_size: int = Field(default=1, ge=1)
     """vLLM's ``--data-parallel-size`` (``perf_model: engine``): dp engines of ``tp`` GPUs
     each, simulated as one scheduler over dp times the KV cache, ``max_seqs`` and token
-    budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs."""
+    budget, whose steps the ranks share evenly; MoE layers span the dp·tp GPUs. With
+    ``engine: sglang`` (attention DP) the token budget is the instance's: SGLang divides
+    ``--chunked-prefill-size`` among the ranks (:func:`tidal.sim.single.instance_token_budget`)."""
     pipeline_parallel_size: int = Field(default=1, ge=1)
     """vLLM's ``--pipeline-parallel-size`` (``perf_model: engine``): the layers split over this
     many stages of ``tp`` GPUs, up to that many micro-batches in flight; one step is one

@@ -5,7 +5,8 @@
 * batching ``prefill-first`` — SGLang runs prefill batches and decode batches apart unless
   ``--enable-mixed-chunk`` is given (:mod:`tidal.engine.prefill_first`);
 * token budget = ``chunked_prefill_size``: 2,048 on GPUs with less than 35 GiB, 8,192 below
-  160 GiB (A100, H100, H200), 16,384 above (B200, B300);
+  160 GiB (A100, H100, H200), 16,384 above (B200, B300); the instance's, which attention DP
+  divides among its ranks (:func:`tidal.sim.single.instance_token_budget`);
 * ``gpu_memory_utilization`` = ``mem_fraction_static`` 0.88 (SGLang's default when it cannot
   size its reserve from the model).
 

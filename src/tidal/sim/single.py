@@ -200,6 +200,18 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
     return plan
 
 
+def instance_token_budget(cfg: SimulationConfig) -> int:
+    """Tokens one step of the instance may schedule over its ``data_parallel_size`` ranks.
+    vLLM: each DP engine has its own ``--max-num-batched-tokens`` (dp × the budget). SGLang:
+    ``--chunked-prefill-size`` is the instance's, and DP attention divides it among the ranks
+    (``server_args``: ``chunked_prefill_size // dp_size`` when ``--enable-dp-attention``), so
+    the budget stands as given."""
+    dp, budget = cfg.data_parallel_size, cfg.scheduler.token_budget
+    if cfg.engine == "sglang":
+        return max(budget // dp, 1) * dp
+    return dp * budget
+
+
 def build_instance(
     cfg: SimulationConfig, max_request_tokens: int, content: bool = False
 ) -> tuple[Scheduler, PerfModel, MemoryPlan]:
@@ -221,7 +233,7 @@ def build_instance(
     kv = make_kv(cfg, plan.num_blocks, content)
     s = cfg.scheduler
     sched_cfg = SchedulerConfig(
-        dp * s.token_budget,
+        instance_token_budget(cfg),
         dp * s.max_seqs,
         s.long_prefill_token_threshold,
         costs=costs,
