@@ -1,7 +1,7 @@
 """Fit of the API server's request path (``tidal.hardware.api_server``) on ONE GPU's rows of the
 silicon sample, and its held-out check on the others (issue 28 item 5).
 
-    python bench/client_fit.py bench/results/silicon/<tag>.csv.gz [--fit-gpu h100_sxm]
+    python bench/client_fit.py bench/results/silicon/<tag>.csv.gz [...] [--fit-gpu h100_sxm]
                                [--engine vllm] [--max-c 0]
 
 Reads a ``bench/silicon.py`` result (its engine-side TTFT per row: ``sim_ttft_engine_ms``, or
@@ -73,12 +73,12 @@ def line(name: str, rows: list[dict], a: float, b: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, nargs="+", help="one or more bench/silicon.py results")
     p.add_argument("--fit-gpu", default="h100_sxm")
     p.add_argument("--engine", default="vllm")
     p.add_argument("--max-c", type=int, default=0, help="fit on rows of concurrency ≤ C (0: all)")
     a = p.parse_args(argv)
-    rows = load(a.results, a.engine)
+    rows = [r for path in a.results for r in load(path, a.engine)]
     train = [r for r in rows if r["gpu"] == a.fit_gpu and (a.max_c <= 0 or r["c"] <= a.max_c)]
     if not train:
         print(f"no {a.engine} rows of {a.fit_gpu}", file=sys.stderr)

@@ -1,10 +1,11 @@
 """Missing prefill work of a silicon replay: measured − simulated single-prompt prefill × TP.
 
 For the vLLM rows of one model at one concurrency (default 4: a prompt seldom waits for
-another's prefill), the prefill of one prompt is TTFT − the API server's 17.5 ms − one TPOT,
-both for the measurement and for the replay (``bench/silicon.py`` results). The difference
-times the tensor-parallel size is the work the step model lacks in GPU-milliseconds: constant
-across TP for work the GPUs split, growing with TP for work each GPU repeats.
+another's prefill), the prefill of one prompt is TTFT − the API server's request path
+(``api_server.OVERHEADS``) − one TPOT, both for the measurement and for the replay
+(``bench/silicon.py`` results). The difference times the tensor-parallel size is the work
+the step model lacks in GPU-milliseconds: constant across TP for work the GPUs split,
+growing with TP for work each GPU repeats.
 
     python bench/prefill_gap.py bench/results/silicon/e7.csv.gz --model gpt-oss
 """
@@ -15,7 +16,9 @@ import argparse
 
 import polars as pl
 
-API_SERVER_MS = 17.5
+from tidal.hardware.api_server import OVERHEADS
+
+API_SERVER_MS = 1e3 * OVERHEADS["vllm"].request_s
 """vLLM's request path, as in ``tidal.hardware.api_server`` (client-side TTFT)."""
 
 

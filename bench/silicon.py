@@ -6,6 +6,7 @@ row's concurrency, against the measured mean TTFT and TPOT.
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
                             [--range-ratio 0.8] [--no-source-clients] [--workers 2]
                             [--row-timeout 900] [--bf16-fallback] [--tag NAME]
+                            [--moe-distribution balanced|power_law_1.01|power_law_1.2]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
 inf`` (all C sent at t = 0, each completion releases its slot to the next request), as the
@@ -323,6 +324,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--row-timeout", type=int, default=900, help="seconds per row (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16-fallback", action="store_true")
+    p.add_argument("--moe-distribution", default=None,
+                   help="the MoE tables' routing distribution for every row (power_law_1.01, "
+                   "balanced, power_law_1.2); default: the simulator's")
     p.add_argument("--tag", default="silicon")
     return p.parse_args(argv)
 
@@ -340,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(p, Skip):
             recs.append({**base_record(row), "status": p.group, "reason": p.reason})
         else:
+            if a.moe_distribution and "moe_distribution" in fields:
+                p.config["moe_distribution"] = a.moe_distribution
             plans.append(p)
     if a.limit is not None:
         for p in plans[a.limit :]:

@@ -57,10 +57,11 @@ class ApiServerOverhead:
 
 OVERHEADS: dict[str, ApiServerOverhead] = {
     "vllm": ApiServerOverhead(
-        request_s=0.0175,
+        request_s=0.0315,
         prompt_token_s=0.0,
         source="fitted on the 237 H100 vLLM rows of aiconfigurator-core 0.12.0's silicon "
-        "sample (bench/client_fit.py, constant only); H200, B200, B300 held out",
+        "sample (bench/client_fit.py, constant only; refit after the all-reduce tables' "
+        "element counts were read as bytes, issue 28); H200, B200, B300 held out",
     ),
 }
 """Per engine. Fitted on ONE GPU's rows only (``bench/client_fit.py``; numbers in

@@ -13,6 +13,13 @@ falls back to the corrected roofline for that part and says so.
   cols: context per request) and prefill (rows: prompts in the batch, cols: prompt length).
 * :func:`moe_us` — a fused MoE layer against the tokens entering it.
 * :func:`allreduce_us` — one all-reduce against its message bytes.
+
+The communication tables' ``message_size`` counts **elements** of the row's dtype
+(``allreduce_dtype`` / ``nccl_dtype``), not bytes: the package's collectives are queried with
+tokens × hidden elements, and read as elements its H100 rows give the bus bandwidths an
+NVSwitch system reaches (NCCL all-reduce, 8 GPUs, 2^28 half elements in 2.11 ms: 445 GB/s bus
+bandwidth; read as bytes 222 GB/s, half of what NVLink 4 sustains). :func:`allreduce_us` and
+:func:`nccl_us` return bytes (:data:`ELEMENT_BYTES`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,24 @@ import polars as pl
 from tidal.hardware.engine_data import TableSet, nccl_table, table
 
 Points = tuple[list[float], list[float]]
+
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "int8": 1,
+                 "fp8": 1}  # fmt: skip
+"""Bytes per element of a communication table's dtype column."""
+
+
+def _message_bytes(df: pl.DataFrame, dtype_col: str) -> pl.DataFrame:
+    """The rows with ``message_size`` turned from elements into bytes (their dtype's width;
+    a table without the dtype column holds bf16 elements)."""
+    if dtype_col in df.columns:
+        dtypes = set(df[dtype_col].unique().to_list())
+        unknown = dtypes - set(ELEMENT_BYTES)
+        if unknown:
+            raise ValueError(f"communication table dtype {sorted(unknown)}: element size unknown")
+        width = pl.col(dtype_col).replace_strict(ELEMENT_BYTES, return_dtype=pl.Int64)
+    else:
+        width = pl.lit(2, dtype=pl.Int64)
+    return df.with_columns(pl.col("message_size") * width)
 
 
 # ------------------------------------------------------------------------------- GEMM
@@ -172,7 +197,8 @@ def moe_us(
 # ------------------------------------------------------------------------------- comm
 def allreduce_us(ts: TableSet, tp: int) -> Points | None:
     """One all-reduce across ``tp`` GPUs against message bytes (the engine's custom
-    all-reduce in CUDA-graph mode where measured, else its eager mode)."""
+    all-reduce in CUDA-graph mode where measured, else its eager mode; the table's element
+    counts times the element size)."""
     df = table(ts, "comm", "custom_allreduce_perf.parquet")
     if df is None or tp < 2:
         return None
@@ -182,6 +208,7 @@ def allreduce_us(ts: TableSet, tp: int) -> Points | None:
         df = graph if graph.height else df
     if df.height == 0:
         return None
+    df = _message_bytes(df, "allreduce_dtype")
     g = df.group_by("message_size").agg(pl.col("latency").min()).sort("message_size")
     return [float(v) for v in g["message_size"]], [1e3 * v for v in g["latency"]]
 
@@ -189,7 +216,8 @@ def allreduce_us(ts: TableSet, tp: int) -> Points | None:
 def nccl_us(system: str, op: str, gpus: int) -> Points | None:
     """One NCCL collective (``all_gather``, ``reduce_scatter``, ``all_reduce``, ``alltoall``)
     across ``gpus`` GPUs against message bytes, from the NCCL version the GPU's system file
-    names (else the newest measured), fp16/bf16 rows."""
+    names (else the newest measured), fp16/bf16 rows; message bytes (the table's half
+    elements × 2)."""
     df = nccl_table(system)
     if df is None:
         return None
@@ -197,6 +225,7 @@ def nccl_us(system: str, op: str, gpus: int) -> Points | None:
                    & (pl.col("nccl_dtype") == "half"))  # fmt: skip
     if df.height == 0:
         return None
+    df = _message_bytes(df, "nccl_dtype")
     g = df.group_by("message_size").agg(pl.col("latency").min()).sort("message_size")
     return [float(v) for v in g["message_size"]], [1e3 * v for v in g["latency"]]
 
