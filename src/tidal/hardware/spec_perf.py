@@ -25,6 +25,7 @@ fast-forwarded runs give the durations of single steps bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,20 @@ replaced by the real engine's measurement (design §3)."""
 
 
 _UNKNOWN = object()
+
+SpecSegment = tuple[float, float, float, int, int, float, float, float, float]
+"""``(c, a, y_end, mul, shift, scale, c_d, a_d, x_end)``: :meth:`SpecPerfModel.spec_segment`."""
+
+
+def _piece(model: PerfModel, num_decodes: int, ctx: int) -> tuple[float, float, float] | None:
+    """``(c, a, ctx_end)``: ``model``'s pure-decode step of ``num_decodes`` requests takes
+    ``c + a·x`` seconds for ``ctx ≤ x < ctx_end`` (its ``decode_affine``, else its
+    ``decode_segment``), bit for bit; None when it has neither."""
+    aff = model.decode_affine(num_decodes)
+    if aff is not None:
+        return aff[0], aff[1], math.inf
+    segment = getattr(model, "decode_segment", None)
+    return None if segment is None else segment(num_decodes, ctx)  # type: ignore[no-any-return]
 
 
 class SpecPerfModel(PerfModel):
@@ -135,6 +150,25 @@ class SpecPerfModel(PerfModel):
         if self.draft is None:  # host time: scale · (h + 0.0 · x) is h exactly
             return (*verify, mul, shift, 1.0, self.host_s * n, 0.0)
         draft = self.draft.decode_affine(n)
+        if draft is None:
+            return None
+        return (*verify, mul, shift, self.draft_scale, *draft)
+
+    def spec_segment(self, num_decodes: int, decode_ctx: int) -> SpecSegment | None:
+        """The piece of the pure-decode step time around Σ context ``decode_ctx``:
+        ``(c, a, y_end, mul, shift, scale, c_d, a_d, x_end)`` such that a step with Σ context
+        ``x`` (``decode_ctx ≤ x < x_end`` and ``y = mul·x + shift < y_end``) takes exactly
+        ``(c + a·y) + scale·(c_d + a_d·x)`` seconds — :meth:`spec_affine` for piecewise-affine
+        wrapped models (``decode_segment``: the measured tables), whose verification and
+        draft pieces end where their curves turn; None when a wrapped model is neither."""
+        n, q = num_decodes, self.q
+        mul, shift = (q, n * q * (q - 1) // 2) if self.per_row else (1, n * (q - 1))
+        verify = _piece(self.base, n * q, mul * decode_ctx + shift)
+        if verify is None:
+            return None
+        if self.draft is None:  # host time: 1.0 · (h + 0.0 · x) is h exactly
+            return (*verify, mul, shift, 1.0, self.host_s * n, 0.0, math.inf)
+        draft = _piece(self.draft, n, decode_ctx)
         if draft is None:
             return None
         return (*verify, mul, shift, self.draft_scale, *draft)
