@@ -16,17 +16,19 @@ def blocks_for(c: int, bs: int) -> int:
     return -(-c // bs)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     ops=st.lists(st.tuples(st.sampled_from("jar"), st.integers(1, 6), st.integers(1, 200)),
                  min_size=1, max_size=60),
     k=st.integers(1, 4),
     alpha=st.floats(0.0, 1.0),
     bs=st.sampled_from([1, 4, 16]),
+    initial=st.sampled_from([1, 3, 256]),
 )  # fmt: skip
-def test_pool_matches_a_per_member_reference(ops, k, alpha, bs):
+def test_pool_matches_a_per_member_reference(ops, k, alpha, bs, initial):
+    """``initial``: the level array's first size (small ones grow and rebase it often)."""
     acc = AcceptanceModel([alpha] * k, 17)
-    pool = SpecDecodePool(bs, acc)
+    pool = type("Pool", (SpecDecodePool,), {"initial_steps": initial})(bs, acc)
     ref: dict[int, tuple[Request, list[int]]] = {}  # rid → (req, remaining accepted lengths)
     next_rid = 0
     accepted = drafts = 0

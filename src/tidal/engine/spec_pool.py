@@ -8,11 +8,15 @@ drawn (:class:`~tidal.engine.acceptance.AcceptanceModel`: a function of (seed, r
 request's own step counter), never of batching or fast-forward) and turned into
 
 * its departure step (the step whose accepted tokens reach its target) on the shared heap;
-* its per-step token gains, added into a difference array ``inc`` over pool steps: the Σ of
-  attended contexts at step t is the running sum plus ``Σ_{u<t} inc[u]`` (O(1) per step, one
-  vectorised cumulative sum per fast-forwarded run: :meth:`ctx_run`);
-* its per-step new KV blocks (``blocks_for(c + a) − blocks_for(c)``: the KV of the accepted
-  tokens) added into ``need``: :meth:`blocks_needed_range` is a slice sum.
+* its packed level ``P(j) = tokens(j) + blocks(j)·2³²`` at each of its steps j (tokens gained
+  by then, ``min(cum[j], left)``, and its KV blocks then), added into the pool's level array
+  ``lev`` over pool steps: ``lev[t] = Σ P_m(clamp(t − join_m, 0, last_m))`` (a departed or
+  removed member stays as a constant). Only differences at or after the current step are
+  read: ``lev[t + 1] − lev[t]`` is the step's token gain (low 32 bits: a range's gain is
+  below 2³²) plus its new blocks times 2³² — the Σ context of a run, a step's or a range's
+  KV need are one or two reads (:meth:`ctx_run`, :meth:`blocks_needed_range`), and a join
+  is one vectorised expression and two slice additions (the second, ``P(last)``, over the
+  tail: the levels are flat beyond the array).
 
 A member's computed count is ``c0 + cum[steps − join]`` (``cum``: prefix sums of its draws);
 :meth:`remove` (preemption, stop) subtracts what it would still have added. Invariant while
@@ -30,6 +34,7 @@ before the step, lookahead) are not held — at most one block per member less u
 from __future__ import annotations
 
 import heapq
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -38,17 +43,15 @@ from tidal.core.request import Request
 from tidal.engine.acceptance import AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
 
-
-def _slice_sum(x: np.ndarray, lo: int, hi: int) -> int:
-    """``int(x[lo:hi].sum())``; short slices summed as Python integers (a numpy reduction
-    costs several times more than the list on a few elements)."""
-    if hi - lo <= 32:
-        return sum(x[lo:hi].tolist())
-    return int(np.add.reduce(x[lo:hi]))
+_LOW = (1 << 32) - 1
+"""The token part of a packed level difference."""
 
 
 class SpecDecodePool(DecodePool):
     speculative = True
+    initial_steps = 256
+    """Pool steps :attr:`_lev` holds at first and at least after a growth (tests shrink it to
+    exercise growth and rebasing)."""
 
     def __init__(self, block_size: int, acceptance: AcceptanceModel) -> None:
         super().__init__(block_size)
@@ -57,16 +60,15 @@ class SpecDecodePool(DecodePool):
         self.rows_per_decode = self.k + 1
         self._shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
         """log2(block size) when it is a power of two, else −1."""
-        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int, int]] = {}
+        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int]] = {}
         """rid → (join step, computed at join, unclipped accepted lengths a, their prefix sums
-        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``, the clipped
-        ``excess = cum[last] − left``): the member gains ``a[j]`` at its step j < last − 1 and
-        ``a[last − 1] − excess`` at its last (``a``, ``cum`` may be longer than ``last`` and
-        are read-only)."""
+        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``): the member
+        gains ``a[j]`` at its step j < last − 1 and ``left − cum[last − 1]`` at its last
+        (``a``, ``cum`` may be longer than ``last`` and are read-only)."""
         self._origin = 0
-        """Pool step of index 0 of :attr:`_inc` and :attr:`_need`."""
-        self._inc = np.zeros(256, dtype=np.int64)
-        self._need = np.zeros(256, dtype=np.int64)
+        """Pool step of index 0 of :attr:`_lev`."""
+        self._lev = np.zeros(self.initial_steps, dtype=np.int64)
+        """The packed levels (module docstring); flat past its end."""
         self._ctx = 0
         """Σ (computed + 1) of the members at the current step."""
         self.num_drafts = 0
@@ -83,35 +85,42 @@ class SpecDecodePool(DecodePool):
         self._pending_len = 0
 
     # ------------------------------------------------------------------ arrays
-    def _span(self, start: int, stop: int) -> tuple[int, int]:
-        """Indices of pool steps [start, stop) (start ≥ the current step) in the arrays, grown
-        to hold them."""
+    def _span(self, stop: int) -> int:
+        """Grow :attr:`_lev` to hold pool steps up to ``stop`` (exclusive; the new entries
+        carry the last level), first dropping the consumed prefix and rebasing the levels
+        (only differences are read: the values stay bounded); returns :attr:`_origin`."""
         origin = self._origin
-        if stop - origin > len(self._inc):
-            if self.steps - origin > len(self._inc) // 2:  # drop the consumed prefix first
+        lev = self._lev
+        if stop - origin > len(lev):
+            if self.steps - origin > len(lev) // 2:  # drop the consumed prefix first
                 cut = self.steps - origin
-                self._inc = self._inc[cut:]
-                self._need = self._need[cut:]
+                lev = lev[cut:] - lev[cut]
                 origin = self._origin = self.steps
-            size = max(stop - origin, 2 * len(self._inc), 256)
-            grow = size - len(self._inc)
-            self._inc = np.concatenate([self._inc, np.zeros(grow, np.int64)])
-            self._need = np.concatenate([self._need, np.zeros(grow, np.int64)])
-        return start - origin, stop - origin
+            size = max(stop - origin, 2 * len(lev), self.initial_steps)
+            self._lev = np.concatenate([lev, np.full(size - len(lev), lev[-1], np.int64)])
+        return origin
 
-    def _block_steps(self, c0: int, cum: np.ndarray, left: int, clip: bool) -> np.ndarray:
-        """blocks_for(c0 + min(cum[j], left)) for each j: a member's block count at each of
-        its steps (``cum`` non-decreasing; ``clip``: its last entry exceeds ``left``, the only
-        one that can)."""
+    def _levels(self, c0: int, cum: np.ndarray) -> np.ndarray:
+        """``P(j)`` for the prefix sums ``cum`` (each below the member's ``left``): tokens
+        ``cum[j]`` plus the blocks of ``c0 + cum[j]`` computed tokens times 2³²."""
         bs = self.block_size
-        blocks = cum + (c0 + bs - 1)
+        lev = cum + (c0 + bs - 1)
         if self._shift >= 0:  # a power of two: a shift (non-negative values), cheaper than //
-            blocks >>= self._shift
+            lev >>= self._shift
         else:
-            blocks //= bs
-        if clip:
-            blocks[-1] = (c0 + left + bs - 1) // bs
-        return blocks
+            lev //= bs
+        lev <<= 32
+        lev += cum
+        return lev
+
+    def _end_level(self, c0: int, left: int) -> int:
+        """``P(last)``: all ``left`` tokens gained."""
+        return left + ((c0 + left + self.block_size - 1) // self.block_size << 32)
+
+    def _level(self, i: int) -> int:
+        """The level at index ``i`` of :attr:`_lev` (flat past its end)."""
+        lev = self._lev
+        return int(lev[i] if i < len(lev) else lev[-1])
 
     @property
     def accepted_per_pos(self) -> np.ndarray:
@@ -143,17 +152,16 @@ class SpecDecodePool(DecodePool):
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
         a, cum, last = self.acceptance.draw_row(rid, req.num_spec_steps, left)
         steps = self.steps
-        lo, hi = self._span(steps, steps + last)
-        excess = int(cum[last]) - left
-        self._inc[lo:hi] += a[:last]
-        if excess:
-            self._inc[hi - 1] -= excess  # the last step keeps what is left
-        blocks = self._block_steps(c0, cum[: last + 1], left, excess > 0)
-        need = self._need[lo:hi]
-        need += blocks[1:]
-        need -= blocks[:-1]
+        origin = self._origin
+        if steps + last >= origin + len(self._lev):  # index hi holds P(last)
+            origin = self._span(steps + last + 1)
+        lo = steps - origin
+        hi = lo + last
+        lev = self._lev
+        lev[lo:hi] += self._levels(c0, cum[:last])
+        lev[hi:] += self._end_level(c0, left)
         self._ctx += c0 + 1
-        self._rec[rid] = (steps, c0, a, cum, last, left, excess)
+        self._rec[rid] = (steps, c0, a, cum, last, left)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
@@ -162,7 +170,7 @@ class SpecDecodePool(DecodePool):
         heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        join, c0, _, cum, last, left, _ = self._rec[req.request_id]
+        join, c0, _, cum, last, left = self._rec[req.request_id]
         s = self.steps - join
         return c0 + (int(cum[s]) if s < last else left)
 
@@ -173,31 +181,32 @@ class SpecDecodePool(DecodePool):
         req.num_blocks = -(-c // self.block_size)
 
     def remove(self, req: Request) -> None:
-        """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw its
-        future contributions, count its verification steps."""
+        """Take ``req`` out (departure, preemption, stop): write its counters back, hold its
+        level at the current one, count its verification steps."""
         rid = req.request_id
-        join, c0, a, cum, last, left, excess = self._rec.pop(rid)
+        join, c0, a, cum, last, left = self._rec.pop(rid)
         s = self.steps - join
         gained = int(cum[s]) if s < last else left
         c = c0 + gained
         req.num_computed_tokens = c
         req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
         req.num_blocks = -(-c // self.block_size)
-        if s < last:  # steps it will not run
-            lo, hi = self._span(self.steps, join + last)
-            self._inc[lo:hi] -= a[s:last]
-            self._inc[hi - 1] += excess
-            blocks = self._block_steps(c0, cum[s : last + 1], left, excess > 0)
-            need = self._need[lo:hi]
-            need -= blocks[1:]
-            need += blocks[:-1]
+        if s < last:  # steps it will not run: its level stays P(s) from now on
+            lo = self.steps - self._origin
+            hi = lo + last - s
+            levels = self._levels(c0, cum[s:last])
+            now = int(levels[0])
+            levels -= now
+            lev = self._lev
+            lev[lo:hi] -= levels
+            lev[hi:] -= self._end_level(c0, left) - now
         self._ctx -= c + 1
         if s:
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
             self.num_accepted_tokens += gained - s
             self._pending.append(a[:s])
-            self._pending_excess.append(excess if s == last else 0)
+            self._pending_excess.append(int(cum[last]) - left if s == last else 0)
             self._pending_len += s
             if self._pending_len > 1 << 16:
                 self._flush()
@@ -235,37 +244,41 @@ class SpecDecodePool(DecodePool):
         (a run's context increments: the context of step i + 1 is that of step i plus the
         gain of step i)."""
         i = self.steps - self._origin + start
-        if i + count > len(self._inc):
-            i = self._span(self.steps + start, self.steps + start + count)[0]
-        return self._inc[i : i + count].tolist()  # type: ignore[no-any-return]
+        lev = self._lev
+        if i + count >= len(lev):
+            i = self.steps + start - self._span(self.steps + start + count + 1)
+            lev = self._lev
+        v = lev[i : i + count + 1].tolist()
+        return [(y - x) & _LOW for x, y in pairwise(v)]
 
     def ctx_run(self, start: int, count: int) -> np.ndarray:
         """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
-        lo, hi = self._span(self.steps, self.steps + start + count)
-        out = np.empty(count, dtype=np.int64)
-        base = self._ctx + _slice_sum(self._inc, lo, lo + start)
-        out[0] = base
-        np.cumsum(self._inc[lo + start : hi - 1], out=out[1:])
-        out[1:] += base
+        i = self.steps - self._span(self.steps + start + count)
+        lev = self._lev
+        out = lev[i + start : i + start + count] - lev[i]
+        out &= _LOW
+        out += self._ctx
         return out
 
     def blocks_needed(self, offset: int = 0) -> int:
         i = self.steps + offset - self._origin
-        return int(self._need[i]) if i < len(self._need) else 0
+        lev = self._lev
+        return int(lev[i + 1] - lev[i]) >> 32 if i + 1 < len(lev) else 0
 
     def blocks_needed_range(self, start: int, stop: int) -> int:
         if stop <= start:
             return 0
-        i = self.steps - self._origin  # entries past the arrays' end are zero
-        return _slice_sum(self._need, i + start, i + stop)
+        i = self.steps - self._origin  # entries past the arrays' end carry the last level
+        return (self._level(i + stop) - self._level(i + start)) >> 32
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, cum, last, left, excess = self._rec[req.request_id]
+        join, c0, _, cum, last, left = self._rec[req.request_id]
         s = self.steps - join
         if s >= last:
             return 0
-        blocks = self._block_steps(c0, cum[s : s + 2], left, s + 1 == last and excess > 0)
-        return int(blocks[1] - blocks[0])
+        bs = self.block_size
+        nxt = left if s + 1 == last else int(cum[s + 1])
+        return (c0 + nxt + bs - 1) // bs - (c0 + int(cum[s]) + bs - 1) // bs
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
         """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
@@ -277,8 +290,10 @@ class SpecDecodePool(DecodePool):
         bound = (-(-(m - 1) * (self.k + 1) // self.block_size) + 1) * len(self.members)
         if bound <= free_blocks:
             return m
-        lo, hi = self._span(self.steps + 1, self.steps + m)
-        need = np.cumsum(self._need[lo:hi])
+        i = self.steps - self._span(self.steps + m + 1)
+        lev = self._lev
+        need = lev[i + 2 : i + m + 1] - lev[i + 1]  # blocks of steps 1 … j + 1, packed
+        need >>= 32
         if int(need[-1]) <= free_blocks:
             return m
         return 1 + int(np.searchsorted(need, free_blocks, side="right"))
@@ -286,13 +301,12 @@ class SpecDecodePool(DecodePool):
     # ------------------------------------------------------------------ time
     def advance(self, num_steps: int) -> list[Request]:
         """Run ``num_steps`` verification steps; return the members that depart (removed)."""
-        i = self.steps - self._origin  # entries past the arrays' end are zero
-        inc = self._inc
-        if num_steps == 1:
-            if i < len(inc):
-                self._ctx += int(inc[i])
+        i = self.steps - self._origin  # entries past the arrays' end carry the last level
+        lev = self._lev
+        if i + num_steps < len(lev):
+            self._ctx += int(lev[i + num_steps] - lev[i]) & _LOW
         else:
-            self._ctx += _slice_sum(inc, i, i + num_steps)
+            self._ctx += (self._level(i + num_steps) - self._level(i)) & _LOW
         return super().advance(num_steps)
 
     # ------------------------------------------------------------------ results
