@@ -22,13 +22,16 @@ def blocks_for(c: int, bs: int) -> int:
                  min_size=1, max_size=60),
     k=st.integers(1, 4),
     alpha=st.floats(0.0, 1.0),
-    bs=st.sampled_from([1, 4, 16]),
+    bs=st.sampled_from([1, 3, 4, 16]),
     initial=st.sampled_from([1, 3, 256]),
+    fold=st.sampled_from([0, 1 << 30]),
 )  # fmt: skip
-def test_pool_matches_a_per_member_reference(ops, k, alpha, bs, initial):
-    """``initial``: the level array's first size (small ones grow and rebase it often)."""
+def test_pool_matches_a_per_member_reference(ops, k, alpha, bs, initial, fold):
+    """``initial``: the level array's first size (small ones make it grow often);
+    ``fold`` 0: every join takes the path for huge requests."""
     acc = AcceptanceModel([alpha] * k, 17)
-    pool = type("Pool", (SpecDecodePool,), {"initial_steps": initial})(bs, acc)
+    attrs = {"initial_steps": initial, "fold_below": fold}
+    pool = type("Pool", (SpecDecodePool,), attrs)(bs, acc)
     ref: dict[int, tuple[Request, list[int]]] = {}  # rid → (req, remaining accepted lengths)
     next_rid = 0
     accepted = drafts = 0

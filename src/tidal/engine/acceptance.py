@@ -19,6 +19,8 @@ accepted tokens past ``max_tokens``); counters count the clipped value.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 _PHI = np.uint64(0x9E3779B97F4A7C15)
@@ -107,7 +109,7 @@ class AcceptanceModel:
         x}: k integer comparisons, or one binary search (no float conversion)."""
         self._th_list = [np.uint64(t) for t in scaled.tolist()]
         self.mean = 1.0 + float(self.survive.sum())
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, list[int], dict[int, Any]]] = {}
         self._block_steps = BLOCK_STEPS
         self._needs: list[int] = []
         """Steps the first joins since the last block was drawn needed (sizes the next)."""
@@ -135,10 +137,11 @@ class AcceptanceModel:
         """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
         return self._count(_top_bits(self.key, rid, j0, count))
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, list[int], dict[int, Any]]:
         """Accepted lengths of the first steps of requests ``b·BLOCK_REQUESTS …`` (one row
-        each), their prefix sums (leading 0) and each row's total (a list): the same values
-        as :meth:`lengths`, drawn in
+        each), their prefix sums (leading 0), each row's total (a list) and the prefix sums
+        times a scale, by scale (:meth:`draw_packed`, filled on demand): the same values as
+        :meth:`lengths`, drawn in
         one vectorised pass (a join then slices its row), :data:`_CHUNK_ROWS` rows at a time
         so that the scratch arrays stay in cache. The last few blocks are kept."""
         got = self._blocks.get(b)
@@ -165,7 +168,7 @@ class AcceptanceModel:
             np.cumsum(a[i : i + _CHUNK_ROWS], axis=1, out=cum[i : i + _CHUNK_ROWS, 1:])
         if len(self._blocks) >= 4:
             del self._blocks[next(iter(self._blocks))]
-        got = self._blocks[b] = (a, cum, cum[:, -1].tolist())
+        got = self._blocks[b] = (a, cum, cum[:, -1].tolist(), {})
         return got
 
     def _next_block_steps(self) -> int:
@@ -194,6 +197,26 @@ class AcceptanceModel:
         cum = cum[: last + 1].copy()
         cum[last] = tokens_left
         return a, cum
+
+    def draw_packed(
+        self, rid: int, j0: int, tokens_left: int, scale: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """:meth:`draw_row` plus ``cum · scale`` (the speculative pool's packed levels: the
+        whole block's at once on a first join, computed otherwise)."""
+        if j0 == 0 and rid >= 0:
+            b, r = divmod(rid, BLOCK_REQUESTS)
+            block = self._blocks.get(b) or self._block(b)
+            if block[2][r] >= tokens_left:  # the common case: the row reaches it
+                cum = block[1][r]
+                last = int(cum.searchsorted(tokens_left))
+                if len(self._needs) < 4096:
+                    self._needs.append(last)
+                scaled = block[3].get(scale)
+                if scaled is None:
+                    scaled = block[3][scale] = block[1] * scale
+                return block[0][r], cum, scaled[r], last
+        a, cum, last = self.draw_row(rid, j0, tokens_left)
+        return a, cum, cum * scale, last
 
     def draw_row(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray, int]:
         """``(a, cum, last)``: unclipped accepted lengths ``a`` from step ``j0`` on, their

@@ -8,18 +8,19 @@ drawn (:class:`~tidal.engine.acceptance.AcceptanceModel`: a function of (seed, r
 request's own step counter), never of batching or fast-forward) and turned into
 
 * its departure step (the step whose accepted tokens reach its target) on the shared heap;
-* its packed level ``P(j) = tokens(j) + blocks(j)·2³²`` at each of its steps j (tokens gained
-  by then, ``min(cum[j], left)``, and its KV blocks then), added into the pool's level array
-  ``lev`` over pool steps: ``lev[t] = Σ P_m(clamp(t − join_m, 0, last_m))`` (a departed or
-  removed member stays as a constant). Only differences at or after the current step are
-  read: ``lev[t + 1] − lev[t]`` is the step's token gain (low 32 bits: a range's gain is
-  below 2³²) plus its new blocks times 2³² — the Σ context of a run, a step's or a range's
-  KV need are one or two reads (:meth:`ctx_run`, :meth:`blocks_needed_range`), and a join
-  is one vectorised expression and two slice additions (the second, ``P(last)``, over the
-  tail: the levels are flat beyond the array).
+* its packed level relative to its end, ``P(j) = (tokens(j) − left)·2³² + blocks(j) −
+  blocks(last)`` at each of its steps j < last (``tokens(j) = cum[j]`` gained by then, its KV
+  blocks then), added into the pool's level array ``lev`` over pool steps (0 from its
+  departure on: a departed member leaves nothing to undo). Only differences at or after the
+  current step are read: ``lev[t + 1] − lev[t]`` is the step's token gain times 2³² plus its
+  new blocks (low 32 bits: a range's blocks are below 2³²) — the Σ context of a run, a
+  step's or a range's KV need are two reads (:meth:`ctx_run`, :meth:`blocks_needed_range`),
+  and a join is two vectorised operations on its row and one slice addition: with the
+  draws' prefix sums scaled by ``2³²·bs + 1`` (done once per block of requests), one
+  addition of a constant and one floor division by bs give both halves (:meth:`_levels`).
 
 A member's computed count is ``c0 + cum[steps − join]`` (``cum``: prefix sums of its draws);
-:meth:`remove` (preemption, stop) subtracts what it would still have added. Invariant while
+:meth:`remove` (preemption, stop) subtracts its levels still ahead. Invariant while
 pooled, as in the plain pool: ``computed = num_tokens − 1``, ``num_blocks = ceil(computed/bs)``.
 
 Counters (vLLM's names, counted when a member leaves; summed over the run):
@@ -44,14 +45,18 @@ from tidal.engine.acceptance import AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
 
 _LOW = (1 << 32) - 1
-"""The token part of a packed level difference."""
+
+"""The block part of a packed level difference."""
 
 
 class SpecDecodePool(DecodePool):
     speculative = True
     initial_steps = 256
     """Pool steps :attr:`_lev` holds at first and at least after a growth (tests shrink it to
-    exercise growth and rebasing)."""
+    exercise growth)."""
+    fold_below = 1 << 30
+    """A join folds ``left·2³²·bs`` into one constant while ``left·bs`` is below this (it
+    fits in int64 with room to spare; tests lower it to exercise the other path)."""
 
     def __init__(self, block_size: int, acceptance: AcceptanceModel) -> None:
         super().__init__(block_size)
@@ -60,11 +65,14 @@ class SpecDecodePool(DecodePool):
         self.rows_per_decode = self.k + 1
         self._shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
         """log2(block size) when it is a power of two, else −1."""
-        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int]] = {}
+        self._scale = (block_size << 32) + 1
+        """``cum · _scale``: the draws' prefix sums as :meth:`_levels` reads them."""
+        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, np.ndarray, int, int]] = {}
         """rid → (join step, computed at join, unclipped accepted lengths a, their prefix sums
-        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``): the member
-        gains ``a[j]`` at its step j < last − 1 and ``left − cum[last − 1]`` at its last
-        (``a``, ``cum`` may be longer than ``last`` and are read-only)."""
+        cum with cum[0] = 0, cum·(2³²·bs + 1), steps to departure ``last``, tokens to gain
+        ``left``):
+        the member gains ``a[j]`` at its step j < last − 1 and ``left − cum[last − 1]`` at
+        its last (the arrays may be longer than ``last`` and are read-only)."""
         self._origin = 0
         """Pool step of index 0 of :attr:`_lev`."""
         self._lev = np.zeros(self.initial_steps, dtype=np.int64)
@@ -86,41 +94,40 @@ class SpecDecodePool(DecodePool):
 
     # ------------------------------------------------------------------ arrays
     def _span(self, stop: int) -> int:
-        """Grow :attr:`_lev` to hold pool steps up to ``stop`` (exclusive; the new entries
-        carry the last level), first dropping the consumed prefix and rebasing the levels
-        (only differences are read: the values stay bounded); returns :attr:`_origin`."""
+        """Grow :attr:`_lev` to hold pool steps up to ``stop`` (exclusive; every level past
+        the array is 0), first dropping the consumed prefix; returns :attr:`_origin`."""
         origin = self._origin
         lev = self._lev
         if stop - origin > len(lev):
             if self.steps - origin > len(lev) // 2:  # drop the consumed prefix first
-                cut = self.steps - origin
-                lev = lev[cut:] - lev[cut]
+                lev = lev[self.steps - origin :]
                 origin = self._origin = self.steps
-            size = max(stop - origin, 2 * len(lev), self.initial_steps)
-            self._lev = np.concatenate([lev, np.full(size - len(lev), lev[-1], np.int64)])
+            size = max(2 * (stop - origin), self.initial_steps)  # twice the live span
+            self._lev = np.concatenate([lev, np.zeros(size - len(lev), np.int64)])
         return origin
 
-    def _levels(self, c0: int, cum: np.ndarray) -> np.ndarray:
-        """``P(j)`` for the prefix sums ``cum`` (each below the member's ``left``): tokens
-        ``cum[j]`` plus the blocks of ``c0 + cum[j]`` computed tokens times 2³²."""
+    def _levels(self, c0: int, left: int, y: np.ndarray) -> np.ndarray:
+        """``P(j)`` from ``y = cum·(2³²·bs + 1)`` (prefix sums each below ``left``):
+        ``(y + c0 + bs − 1 − blocks(last)·bs − left·2³²·bs) // bs`` — the floor division of
+        ``cum·2³²·bs + cum + …`` keeps the multiples of bs whole (``cum·2³² − left·2³²``)
+        and floors the blocks part, so one addition and one shift give both halves."""
         bs = self.block_size
-        lev = cum + (c0 + bs - 1)
-        if self._shift >= 0:  # a power of two: a shift (non-negative values), cheaper than //
+        b0 = c0 + bs - 1
+        k = b0 - (left + b0) // bs * bs
+        fold = left * bs < self.fold_below
+        lev = y + (k - (left << 32) * bs if fold else k)
+        if self._shift >= 0:  # a power of two: a shift (floor division), cheaper than //
             lev >>= self._shift
         else:
             lev //= bs
-        lev <<= 32
-        lev += cum
+        if not fold:  # the folded constant could overflow: the tokens part on its own
+            lev -= left << 32
         return lev
 
-    def _end_level(self, c0: int, left: int) -> int:
-        """``P(last)``: all ``left`` tokens gained."""
-        return left + ((c0 + left + self.block_size - 1) // self.block_size << 32)
-
     def _level(self, i: int) -> int:
-        """The level at index ``i`` of :attr:`_lev` (flat past its end)."""
+        """The level at index ``i`` of :attr:`_lev` (0 past its end)."""
         lev = self._lev
-        return int(lev[i] if i < len(lev) else lev[-1])
+        return lev.item(i) if i < len(lev) else 0
 
     @property
     def accepted_per_pos(self) -> np.ndarray:
@@ -150,18 +157,15 @@ class SpecDecodePool(DecodePool):
         rid = req.request_id
         c0 = req.num_computed_tokens
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
-        a, cum, last = self.acceptance.draw_row(rid, req.num_spec_steps, left)
+        a, cum, y, last = self.acceptance.draw_packed(rid, req.num_spec_steps, left, self._scale)
         steps = self.steps
         origin = self._origin
-        if steps + last >= origin + len(self._lev):  # index hi holds P(last)
-            origin = self._span(steps + last + 1)
+        if steps + last > origin + len(self._lev):
+            origin = self._span(steps + last)
         lo = steps - origin
-        hi = lo + last
-        lev = self._lev
-        lev[lo:hi] += self._levels(c0, cum[:last])
-        lev[hi:] += self._end_level(c0, left)
+        self._lev[lo : lo + last] += self._levels(c0, left, y[:last])
         self._ctx += c0 + 1
-        self._rec[rid] = (steps, c0, a, cum, last, left)
+        self._rec[rid] = (steps, c0, a, cum, y, last, left)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
@@ -170,9 +174,9 @@ class SpecDecodePool(DecodePool):
         heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        join, c0, _, cum, last, left = self._rec[req.request_id]
+        join, c0, _, cum, _, last, left = self._rec[req.request_id]
         s = self.steps - join
-        return c0 + (int(cum[s]) if s < last else left)
+        return c0 + (cum.item(s) if s < last else left)
 
     def materialize(self, req: Request) -> None:
         c = self.computed(req)
@@ -181,32 +185,26 @@ class SpecDecodePool(DecodePool):
         req.num_blocks = -(-c // self.block_size)
 
     def remove(self, req: Request) -> None:
-        """Take ``req`` out (departure, preemption, stop): write its counters back, hold its
-        level at the current one, count its verification steps."""
+        """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw
+        its levels still ahead (none at its departure), count its verification steps."""
         rid = req.request_id
-        join, c0, a, cum, last, left = self._rec.pop(rid)
+        join, c0, a, cum, y, last, left = self._rec.pop(rid)
         s = self.steps - join
-        gained = int(cum[s]) if s < last else left
+        gained = cum.item(s) if s < last else left
         c = c0 + gained
         req.num_computed_tokens = c
         req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
         req.num_blocks = -(-c // self.block_size)
-        if s < last:  # steps it will not run: its level stays P(s) from now on
+        if s < last:  # steps it will not run: its level is 0 from now on
             lo = self.steps - self._origin
-            hi = lo + last - s
-            levels = self._levels(c0, cum[s:last])
-            now = int(levels[0])
-            levels -= now
-            lev = self._lev
-            lev[lo:hi] -= levels
-            lev[hi:] -= self._end_level(c0, left) - now
+            self._lev[lo : lo + last - s] -= self._levels(c0, left, y[s:last])
         self._ctx -= c + 1
         if s:
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
             self.num_accepted_tokens += gained - s
             self._pending.append(a[:s])
-            self._pending_excess.append(int(cum[last]) - left if s == last else 0)
+            self._pending_excess.append(cum.item(last) - left if s == last else 0)
             self._pending_len += s
             if self._pending_len > 1 << 16:
                 self._flush()
@@ -249,36 +247,38 @@ class SpecDecodePool(DecodePool):
             i = self.steps + start - self._span(self.steps + start + count + 1)
             lev = self._lev
         v = lev[i : i + count + 1].tolist()
-        return [(y - x) & _LOW for x, y in pairwise(v)]
+        return [(y - x) >> 32 for x, y in pairwise(v)]
 
     def ctx_run(self, start: int, count: int) -> np.ndarray:
         """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
         i = self.steps - self._span(self.steps + start + count)
         lev = self._lev
         out = lev[i + start : i + start + count] - lev[i]
-        out &= _LOW
+        out >>= 32
         out += self._ctx
         return out
 
     def blocks_needed(self, offset: int = 0) -> int:
         i = self.steps + offset - self._origin
         lev = self._lev
-        return int(lev[i + 1] - lev[i]) >> 32 if i + 1 < len(lev) else 0
+        if i + 1 < len(lev):
+            return (lev.item(i + 1) - lev.item(i)) & _LOW
+        return (self._level(i + 1) - self._level(i)) & _LOW  # levels past the end are 0
 
     def blocks_needed_range(self, start: int, stop: int) -> int:
         if stop <= start:
             return 0
-        i = self.steps - self._origin  # entries past the arrays' end carry the last level
-        return (self._level(i + stop) - self._level(i + start)) >> 32
+        i = self.steps - self._origin  # levels past the array's end are 0
+        return (self._level(i + stop) - self._level(i + start)) & _LOW
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, cum, last, left = self._rec[req.request_id]
+        join, c0, _, cum, _, last, left = self._rec[req.request_id]
         s = self.steps - join
         if s >= last:
             return 0
         bs = self.block_size
-        nxt = left if s + 1 == last else int(cum[s + 1])
-        return (c0 + nxt + bs - 1) // bs - (c0 + int(cum[s]) + bs - 1) // bs
+        nxt = left if s + 1 == last else cum.item(s + 1)
+        return (c0 + nxt + bs - 1) // bs - (c0 + cum.item(s) + bs - 1) // bs
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
         """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
@@ -293,7 +293,7 @@ class SpecDecodePool(DecodePool):
         i = self.steps - self._span(self.steps + m + 1)
         lev = self._lev
         need = lev[i + 2 : i + m + 1] - lev[i + 1]  # blocks of steps 1 … j + 1, packed
-        need >>= 32
+        need &= _LOW
         if int(need[-1]) <= free_blocks:
             return m
         return 1 + int(np.searchsorted(need, free_blocks, side="right"))
@@ -301,12 +301,12 @@ class SpecDecodePool(DecodePool):
     # ------------------------------------------------------------------ time
     def advance(self, num_steps: int) -> list[Request]:
         """Run ``num_steps`` verification steps; return the members that depart (removed)."""
-        i = self.steps - self._origin  # entries past the arrays' end carry the last level
+        i = self.steps - self._origin  # levels past the array's end are 0
         lev = self._lev
         if i + num_steps < len(lev):
-            self._ctx += int(lev[i + num_steps] - lev[i]) & _LOW
+            self._ctx += (lev.item(i + num_steps) - lev.item(i)) >> 32
         else:
-            self._ctx += (self._level(i + num_steps) - self._level(i)) & _LOW
+            self._ctx += (self._level(i + num_steps) - self._level(i)) >> 32
         return super().advance(num_steps)
 
     # ------------------------------------------------------------------ results
