@@ -85,6 +85,9 @@ class SpecPerfModel(PerfModel):
         self.host_s = NGRAM_HOST_S_PER_REQUEST if draft is None else 0.0
         self._draft_affine: dict[int, Any] = {}
         """``draft.decode_affine(n)`` by batch size n."""
+        self._draft_piece: dict[int, tuple[int, float, float, float]] = {}
+        """By batch size n: ``(lo, c, a, end)``, the draft's last piece (``decode_segment``:
+        ``c + a·x`` is its step time, bit for bit, for ``lo ≤ x < end``)."""
 
     def step_seconds(
         self,
@@ -120,11 +123,20 @@ class SpecPerfModel(PerfModel):
         """Drafting time of a step with ``num_decodes`` speculating requests."""
         if self.draft is None:
             return self.host_s * num_decodes
+        piece = self._draft_piece.get(num_decodes)
+        if piece is not None and type(decode_ctx) is int and piece[0] <= decode_ctx < piece[3]:
+            return self.draft_scale * (piece[1] + piece[2] * decode_ctx)
         form = self._draft_affine.get(num_decodes, _UNKNOWN)
         if form is _UNKNOWN:
             form = self._draft_affine[num_decodes] = self.draft.decode_affine(num_decodes)
         if form is not None:  # the same float operations as the draft's step_seconds
             return self.draft_scale * (form[0] + form[1] * decode_ctx)
+        if type(decode_ctx) is int:  # a scalar step: keep its piece for the next ones
+            seg = _piece(self.draft, num_decodes, decode_ctx)
+            if seg is not None:
+                c, a, end = seg
+                self._draft_piece[num_decodes] = (decode_ctx, c, a, end)
+                return self.draft_scale * (c + a * decode_ctx)
         d = self.draft.step_seconds(num_decodes, decode_ctx, 0, 0, 0, 0, mx)
         return self.draft_scale * d
 
