@@ -81,7 +81,7 @@ def uniforms(key: int, rid: int, j0: int, count: int) -> np.ndarray:
 BLOCK_REQUESTS = 256
 """Requests (consecutive ids) whose first steps are drawn together."""
 BLOCK_STEPS = 256
-"""Steps drawn ahead per request in the first block; later blocks draw the 95th percentile of
+"""Steps drawn ahead per request in the first block; later blocks draw the 99th percentile of
 the steps the requests joined since needed (:meth:`AcceptanceModel._next_block_steps`); a
 longer request draws the rest on its own. The values never depend on the block size."""
 _CHUNK_ROWS = 32
@@ -172,11 +172,11 @@ class AcceptanceModel:
         return got
 
     def _next_block_steps(self) -> int:
-        """Steps of the next block: the 95th percentile of the steps the first joins since the
+        """Steps of the next block: the 99th percentile of the steps the first joins since the
         last block needed (a multiple of 64 in [64, 2048]; :data:`BLOCK_STEPS` before any)."""
         needs = self._needs
         if len(needs) >= 16:
-            want = sorted(needs)[len(needs) * 19 // 20]
+            want = sorted(needs)[len(needs) * 99 // 100]
             self._block_steps = min(max(-(-want // 64) * 64, 64), 2048)
             needs.clear()
         steps = self._block_steps
