@@ -200,23 +200,25 @@ class AcceptanceModel:
 
     def draw_packed(
         self, rid: int, j0: int, tokens_left: int, scale: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """:meth:`draw_row` plus ``cum · scale`` (the speculative pool's packed levels: the
-        whole block's at once on a first join, computed otherwise)."""
+    ) -> tuple[np.ndarray, int, np.ndarray, int]:
+        """``(rows, r, y, last)``: :meth:`draw_row`'s lengths as row ``r`` of ``rows`` (a
+        cached block's, on a first join: no view made) and its prefix sums times ``scale``
+        (the speculative pool's packed levels: the whole block's at once on a first join,
+        computed otherwise), ``last`` found on them."""
         if j0 == 0 and rid >= 0:
             b, r = divmod(rid, BLOCK_REQUESTS)
             block = self._blocks.get(b) or self._block(b)
             if block[2][r] >= tokens_left:  # the common case: the row reaches it
-                cum = block[1][r]
-                last = int(cum.searchsorted(tokens_left))
-                if len(self._needs) < 4096:
-                    self._needs.append(last)
                 scaled = block[3].get(scale)
                 if scaled is None:
                     scaled = block[3][scale] = block[1] * scale
-                return block[0][r], cum, scaled[r], last
+                y = scaled[r]
+                last = int(y.searchsorted(tokens_left * scale))
+                if len(self._needs) < 4096:
+                    self._needs.append(last)
+                return block[0], r, y, last
         a, cum, last = self.draw_row(rid, j0, tokens_left)
-        return a, cum, cum * scale, last
+        return a[None, :], 0, cum * scale, last
 
     def draw_row(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray, int]:
         """``(a, cum, last)``: unclipped accepted lengths ``a`` from step ``j0`` on, their

@@ -67,12 +67,12 @@ class SpecDecodePool(DecodePool):
         """log2(block size) when it is a power of two, else −1."""
         self._scale = (block_size << 32) + 1
         """``cum · _scale``: the draws' prefix sums as :meth:`_levels` reads them."""
-        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, np.ndarray, int, int]] = {}
-        """rid → (join step, computed at join, unclipped accepted lengths a, their prefix sums
-        cum with cum[0] = 0, cum·(2³²·bs + 1), steps to departure ``last``, tokens to gain
-        ``left``):
-        the member gains ``a[j]`` at its step j < last − 1 and ``left − cum[last − 1]`` at
-        its last (the arrays may be longer than ``last`` and are read-only)."""
+        self._rec: dict[int, tuple[int, int, np.ndarray, int, np.ndarray, int, int]] = {}
+        """rid → (join step, computed at join, ``rows`` and ``r``: its unclipped accepted
+        lengths a are ``rows[r]``, ``y = cum·_scale`` with cum their prefix sums (cum[0] = 0),
+        steps to departure ``last``, tokens to gain ``left``): the member gains ``a[j]`` at
+        its step j < last − 1 and ``left − cum[last − 1]`` at its last (the arrays may be
+        longer than ``last`` and are read-only)."""
         self._origin = 0
         """Pool step of index 0 of :attr:`_lev`."""
         self._lev = np.zeros(self.initial_steps, dtype=np.int64)
@@ -157,7 +157,7 @@ class SpecDecodePool(DecodePool):
         rid = req.request_id
         c0 = req.num_computed_tokens
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
-        a, cum, y, last = self.acceptance.draw_packed(rid, req.num_spec_steps, left, self._scale)
+        rows, r, y, last = self.acceptance.draw_packed(rid, req.num_spec_steps, left, self._scale)
         steps = self.steps
         origin = self._origin
         if steps + last > origin + len(self._lev):
@@ -165,7 +165,7 @@ class SpecDecodePool(DecodePool):
         lo = steps - origin
         self._lev[lo : lo + last] += self._levels(c0, left, y[:last])
         self._ctx += c0 + 1
-        self._rec[rid] = (steps, c0, a, cum, y, last, left)
+        self._rec[rid] = (steps, c0, rows, r, y, last, left)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
@@ -174,9 +174,9 @@ class SpecDecodePool(DecodePool):
         heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        join, c0, _, cum, _, last, left = self._rec[req.request_id]
+        join, c0, _, _, y, last, left = self._rec[req.request_id]
         s = self.steps - join
-        return c0 + (cum.item(s) if s < last else left)
+        return c0 + (y.item(s) // self._scale if s < last else left)
 
     def materialize(self, req: Request) -> None:
         c = self.computed(req)
@@ -188,9 +188,9 @@ class SpecDecodePool(DecodePool):
         """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw
         its levels still ahead (none at its departure), count its verification steps."""
         rid = req.request_id
-        join, c0, a, cum, y, last, left = self._rec.pop(rid)
+        join, c0, rows, r, y, last, left = self._rec.pop(rid)
         s = self.steps - join
-        gained = cum.item(s) if s < last else left
+        gained = y.item(s) // self._scale if s < last else left
         c = c0 + gained
         req.num_computed_tokens = c
         req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
@@ -203,8 +203,8 @@ class SpecDecodePool(DecodePool):
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
             self.num_accepted_tokens += gained - s
-            self._pending.append(a[:s])
-            self._pending_excess.append(cum.item(last) - left if s == last else 0)
+            self._pending.append(rows[r, :s])
+            self._pending_excess.append(y.item(last) // self._scale - left if s == last else 0)
             self._pending_len += s
             if self._pending_len > 1 << 16:
                 self._flush()
@@ -272,13 +272,13 @@ class SpecDecodePool(DecodePool):
         return (self._level(i + stop) - self._level(i + start)) & _LOW
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, cum, _, last, left = self._rec[req.request_id]
+        join, c0, _, _, y, last, left = self._rec[req.request_id]
         s = self.steps - join
         if s >= last:
             return 0
-        bs = self.block_size
-        nxt = left if s + 1 == last else cum.item(s + 1)
-        return (c0 + nxt + bs - 1) // bs - (c0 + cum.item(s) + bs - 1) // bs
+        bs, sc = self.block_size, self._scale
+        nxt = left if s + 1 == last else y.item(s + 1) // sc
+        return (c0 + nxt + bs - 1) // bs - (c0 + y.item(s) // sc + bs - 1) // bs
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
         """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
