@@ -150,7 +150,8 @@ class AcceptanceModel:
         steps = self._next_block_steps()
         rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
         states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
-        a = np.empty((BLOCK_REQUESTS, steps), dtype=np.int64)
+        # 1 ≤ a ≤ k + 1: a byte each (the prefix sums stay int64)
+        a = np.empty((BLOCK_REQUESTS, steps), dtype=np.int8 if self.k < 127 else np.int64)
         cum = np.empty((BLOCK_REQUESTS, steps + 1), dtype=np.int64)
         cum[:, 0] = 0
         z = np.empty((_CHUNK_ROWS, steps), dtype=np.uint64)

@@ -143,7 +143,7 @@ class SpecDecodePool(DecodePool):
             return
         flat = np.concatenate(rows)
         ends = np.cumsum([len(r) for r in rows]) - 1
-        excess = np.array(self._pending_excess, dtype=np.int64)
+        excess = np.array(self._pending_excess, dtype=flat.dtype)
         flat[ends] -= excess
         self._hist += np.bincount(flat, minlength=self.k + 2)
         rows.clear()
