@@ -54,9 +54,9 @@ class SpecDecodePool(DecodePool):
     initial_steps = 256
     """Pool steps :attr:`_lev` holds at first and at least after a growth (tests shrink it to
     exercise growth)."""
-    fold_below = 1 << 30
-    """A join folds ``left·2³²·bs`` into one constant while ``left·bs`` is below this (it
-    fits in int64 with room to spare; tests lower it to exercise the other path)."""
+    max_tokens_blocks = 1 << 30
+    """Bound on ``left·bs`` (tokens a member has left × block size: 67 M tokens at block
+    size 16): the packed levels (``cum·(2³²·bs + 1)``, ``left·2³²·bs``) then fit in int64."""
 
     def __init__(self, block_size: int, acceptance: AcceptanceModel) -> None:
         super().__init__(block_size)
@@ -114,14 +114,11 @@ class SpecDecodePool(DecodePool):
         bs = self.block_size
         b0 = c0 + bs - 1
         k = b0 - (left + b0) // bs * bs
-        fold = left * bs < self.fold_below
-        lev = y + (k - (left << 32) * bs if fold else k)
+        lev = y + (k - (left << 32) * bs)
         if self._shift >= 0:  # a power of two: a shift (floor division), cheaper than //
             lev >>= self._shift
         else:
             lev //= bs
-        if not fold:  # the folded constant could overflow: the tokens part on its own
-            lev -= left << 32
         return lev
 
     def _level(self, i: int) -> int:
@@ -157,6 +154,12 @@ class SpecDecodePool(DecodePool):
         rid = req.request_id
         c0 = req.num_computed_tokens
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
+        if left * self.block_size >= self.max_tokens_blocks:
+            raise ValueError(
+                f"request {rid}: {left} tokens to decode exceed what speculative decoding "
+                f"simulates at block size {self.block_size} (fewer than "
+                f"{self.max_tokens_blocks // self.block_size}); lower max_output_len"
+            )
         rows, r, y, last = self.acceptance.draw_packed(rid, req.num_spec_steps, left, self._scale)
         steps = self.steps
         origin = self._origin
