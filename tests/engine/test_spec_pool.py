@@ -4,6 +4,7 @@ departures and counters under random joins, steps and removals."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,17 +17,19 @@ def blocks_for(c: int, bs: int) -> int:
     return -(-c // bs)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     ops=st.lists(st.tuples(st.sampled_from("jar"), st.integers(1, 6), st.integers(1, 200)),
                  min_size=1, max_size=60),
     k=st.integers(1, 4),
     alpha=st.floats(0.0, 1.0),
-    bs=st.sampled_from([1, 4, 16]),
+    bs=st.sampled_from([1, 3, 4, 16]),
+    initial=st.sampled_from([1, 3, 256]),
 )  # fmt: skip
-def test_pool_matches_a_per_member_reference(ops, k, alpha, bs):
+def test_pool_matches_a_per_member_reference(ops, k, alpha, bs, initial):
+    """``initial``: the level array's first size (small ones make it grow often)."""
     acc = AcceptanceModel([alpha] * k, 17)
-    pool = SpecDecodePool(bs, acc)
+    pool = type("Pool", (SpecDecodePool,), {"initial_steps": initial})(bs, acc)
     ref: dict[int, tuple[Request, list[int]]] = {}  # rid → (req, remaining accepted lengths)
     next_rid = 0
     accepted = drafts = 0
@@ -97,3 +100,14 @@ def test_steps_until_full_stops_before_a_shortage():
     assert pool.steps_until_departure_or_full(2) == 4  # steps 1–3 need 1 + 1 + 0 blocks
     assert pool.steps_until_departure_or_full(0) == 1
     assert pool.steps_to_departure() == 33  # ⌈99 / 3⌉
+
+
+def test_a_request_too_long_for_the_packed_levels_is_refused():
+    pool = type("Pool", (SpecDecodePool,), {"max_tokens_blocks": 64})(16, AcceptanceModel([0.5], 0))
+    req = Request(0, 0, 4, 10)
+    req.num_computed_tokens, req.num_output_tokens = 4, 1
+    with pytest.raises(ValueError, match="max_output_len"):
+        pool.join(req, 10)  # 9 tokens left × 16 ≥ 64
+    req.max_output_len = 4
+    pool.join(req, 4)  # 3 × 16 < 64
+    assert req.in_pool

@@ -20,6 +20,7 @@ BASES = [
     ("llama-3.1-8b", "h100", "corrected-roofline"),
     ("llama-3-8b", "a100-80gb", "measured"),
     ("qwen3-8b", "h200", "linear"),
+    ("llama-3.1-8b", "h100", "auto"),  # the engine's measured tables: piecewise affine
 ]
 
 
@@ -52,6 +53,34 @@ def test_every_path_gives_the_same_durations(i, k, method, attention, n, ctx):
             for x in total
         ]
         assert inline == single
+    # the segment walk the executor does over a run's growing contexts
+    run = list(np.cumsum(sorted(total)))
+    seg = perf.spec_segment(n, run[0])
+    if form is not None:
+        assert seg is not None
+        assert seg[2] == seg[8] == math.inf
+    if seg is not None:
+        walked = []
+        for x in run:
+            c, a, y_end, mul, shift, scale, c_d, a_d, x_end = seg
+            y = mul * x + shift
+            if x >= x_end or y >= y_end:
+                seg = perf.spec_segment(n, x)
+                c, a, y_end, mul, shift, scale, c_d, a_d, x_end = seg
+            assert x < x_end
+            assert y < y_end
+            s = (c + a * y) + scale * (c_d + a_d * x)
+            walked.append(max(1, math.floor(s * 1e9 + 0.5)))
+        assert walked == [perf.step_ns(n, x) for x in run]
+
+
+def test_the_measured_tables_have_a_segment_form():
+    perf = spec_model(len(BASES) - 1, 3, "eagle3", "once")
+    assert perf.spec_affine(8) is None
+    seg = perf.spec_segment(8, 8 * 500)
+    assert seg is not None
+    assert seg[2] < math.inf
+    assert seg[8] < math.inf
 
 
 def test_verification_costs_at_least_the_plain_step_and_rows_scale():

@@ -22,7 +22,11 @@ from tidal.hardware.spec_perf import SpecPerfModel
 from tidal.sim.config import SimulationConfig
 from tidal.sim.run import run_simulation
 
-PERFS = [("llama-3.1-8b", "h100", "roofline", 1), ("llama-3-8b", "a100-80gb", "measured", 1)]
+PERFS = [
+    ("llama-3.1-8b", "h100", "roofline", 1),
+    ("llama-3-8b", "a100-80gb", "measured", 1),
+    ("llama-3.1-8b", "h100", "auto", 1),  # the engine's tables: piecewise-affine steps
+]
 COLUMNS = ("arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns", "num_preemptions")
 
 

@@ -19,6 +19,8 @@ accepted tokens past ``max_tokens``); counters count the clipped value.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 _PHI = np.uint64(0x9E3779B97F4A7C15)
@@ -79,7 +81,7 @@ def uniforms(key: int, rid: int, j0: int, count: int) -> np.ndarray:
 BLOCK_REQUESTS = 256
 """Requests (consecutive ids) whose first steps are drawn together."""
 BLOCK_STEPS = 256
-"""Steps drawn ahead per request in the first block; later blocks draw the 95th percentile of
+"""Steps drawn ahead per request in the first block; later blocks draw the 99th percentile of
 the steps the requests joined since needed (:meth:`AcceptanceModel._next_block_steps`); a
 longer request draws the rest on its own. The values never depend on the block size."""
 _CHUNK_ROWS = 32
@@ -107,7 +109,7 @@ class AcceptanceModel:
         x}: k integer comparisons, or one binary search (no float conversion)."""
         self._th_list = [np.uint64(t) for t in scaled.tolist()]
         self.mean = 1.0 + float(self.survive.sum())
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, list[int], dict[int, Any]]] = {}
         self._block_steps = BLOCK_STEPS
         self._needs: list[int] = []
         """Steps the first joins since the last block was drawn needed (sizes the next)."""
@@ -135,10 +137,11 @@ class AcceptanceModel:
         """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
         return self._count(_top_bits(self.key, rid, j0, count))
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, list[int], dict[int, Any]]:
         """Accepted lengths of the first steps of requests ``b·BLOCK_REQUESTS …`` (one row
-        each), their prefix sums (leading 0) and each row's total (a list): the same values
-        as :meth:`lengths`, drawn in
+        each), their prefix sums (leading 0), each row's total (a list) and the prefix sums
+        times a scale, by scale (:meth:`draw_packed`, filled on demand): the same values as
+        :meth:`lengths`, drawn in
         one vectorised pass (a join then slices its row), :data:`_CHUNK_ROWS` rows at a time
         so that the scratch arrays stay in cache. The last few blocks are kept."""
         got = self._blocks.get(b)
@@ -147,7 +150,8 @@ class AcceptanceModel:
         steps = self._next_block_steps()
         rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
         states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
-        a = np.empty((BLOCK_REQUESTS, steps), dtype=np.int64)
+        # 1 ≤ a ≤ k + 1: a byte each (the prefix sums stay int64)
+        a = np.empty((BLOCK_REQUESTS, steps), dtype=np.int8 if self.k < 127 else np.int64)
         cum = np.empty((BLOCK_REQUESTS, steps + 1), dtype=np.int64)
         cum[:, 0] = 0
         z = np.empty((_CHUNK_ROWS, steps), dtype=np.uint64)
@@ -165,15 +169,15 @@ class AcceptanceModel:
             np.cumsum(a[i : i + _CHUNK_ROWS], axis=1, out=cum[i : i + _CHUNK_ROWS, 1:])
         if len(self._blocks) >= 4:
             del self._blocks[next(iter(self._blocks))]
-        got = self._blocks[b] = (a, cum, cum[:, -1].tolist())
+        got = self._blocks[b] = (a, cum, cum[:, -1].tolist(), {})
         return got
 
     def _next_block_steps(self) -> int:
-        """Steps of the next block: the 95th percentile of the steps the first joins since the
+        """Steps of the next block: the 99th percentile of the steps the first joins since the
         last block needed (a multiple of 64 in [64, 2048]; :data:`BLOCK_STEPS` before any)."""
         needs = self._needs
         if len(needs) >= 16:
-            want = sorted(needs)[len(needs) * 19 // 20]
+            want = sorted(needs)[len(needs) * 99 // 100]
             self._block_steps = min(max(-(-want // 64) * 64, 64), 2048)
             needs.clear()
         steps = self._block_steps
@@ -194,6 +198,28 @@ class AcceptanceModel:
         cum = cum[: last + 1].copy()
         cum[last] = tokens_left
         return a, cum
+
+    def draw_packed(
+        self, rid: int, j0: int, tokens_left: int, scale: int
+    ) -> tuple[np.ndarray, int, np.ndarray, int]:
+        """``(rows, r, y, last)``: :meth:`draw_row`'s lengths as row ``r`` of ``rows`` (a
+        cached block's, on a first join: no view made) and its prefix sums times ``scale``
+        (the speculative pool's packed levels: the whole block's at once on a first join,
+        computed otherwise), ``last`` found on them."""
+        if j0 == 0 and rid >= 0:
+            b, r = divmod(rid, BLOCK_REQUESTS)
+            block = self._blocks.get(b) or self._block(b)
+            if block[2][r] >= tokens_left:  # the common case: the row reaches it
+                scaled = block[3].get(scale)
+                if scaled is None:
+                    scaled = block[3][scale] = block[1] * scale
+                y = scaled[r]
+                last = int(y.searchsorted(tokens_left * scale))
+                if len(self._needs) < 4096:
+                    self._needs.append(last)
+                return block[0], r, y, last
+        a, cum, last = self.draw_row(rid, j0, tokens_left)
+        return a[None, :], 0, cum * scale, last
 
     def draw_row(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray, int]:
         """``(a, cum, last)``: unclipped accepted lengths ``a`` from step ``j0`` on, their

@@ -85,7 +85,12 @@ class ModelledExecutor:
             perf, "decode_segment", None
         )
         self._spec_affine: dict[int, Any] = {}
-        """``perf.spec_affine(n)`` by batch size n (speculative step models)."""
+        """``perf.spec_affine(n)`` by batch size n (speculative step models), widened to
+        :meth:`~tidal.hardware.spec_perf.SpecPerfModel.spec_segment`'s form (unbounded ends);
+        None: piecewise, a segment per run."""
+        self._spec_seg: Callable[[int, int], Any] | None = getattr(perf, "spec_segment", None)
+        self._spec_piece: dict[int, tuple[int, Any]] = {}
+        """By batch size: (the Σ context it was taken at, the last ``spec_segment`` piece)."""
 
     def execute(
         self,
@@ -227,28 +232,29 @@ class ModelledExecutor:
         self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int
     ) -> tuple[int, int, int]:
         """The first ≤ 64 steps of a speculative run timed one by one on the pool's drawn
-        contexts, when the step model is affine in them (:meth:`SpecPerfModel.spec_affine`):
-        the float expression of ``step_ns``. Returns (steps done, end, last duration); no
-        steps when the model is not affine (the vectorised chunks then time the run)."""
+        contexts, when the step model is piecewise affine in them
+        (:meth:`SpecPerfModel.spec_segment`; a fully affine form is kept per batch size): the
+        float expression of ``step_ns``. Returns (steps done, end, last duration); no steps
+        when the model is not (the vectorised chunks then time the run)."""
         n = plan.num_decodes
-        form = self._spec_affine.get(n, _UNKNOWN)
-        if form is _UNKNOWN:
-            fn = getattr(self._perf, "spec_affine", None)
-            form = self._spec_affine[n] = fn(n) if fn is not None else None
+        x = plan.decode_ctx
+        form = self._spec_form(n, x)
         if form is None:
             return 0, now_ns, 0
-        c, a, mul, shift, scale, c_d, a_d = form
+        c, a, y_end, mul, shift, scale, c_d, a_d, x_end = form
         pool: Any = plan.decodes
         limit = min(k, _SCALAR_STEPS)
         durations: list[int] = []
         floor, append = math.floor, durations.append
         t = now_ns
-        x = plan.decode_ctx
         y = mul * x + shift  # the verification's Σ context (integers: exact)
         done = 0
         while done < limit:  # increments fetched 16 first (most runs end at the horizon)
             incs = pool.inc_run(min(limit - done, 16 if done == 0 else limit), done)
             for inc in incs:
+                if x >= x_end or y >= y_end:  # the next piece of a piecewise-affine model
+                    form = self._spec_form(n, x)
+                    c, a, y_end, mul, shift, scale, c_d, a_d, x_end = form
                 d = floor(((c + a * y) + scale * (c_d + a_d * x)) * 1e9 + 0.5)
                 if d < 1:
                     d = 1
@@ -262,6 +268,31 @@ class ModelledExecutor:
             done += len(incs)
         self.itl.extend(durations, n)
         return len(durations), t, durations[-1]
+
+    def _spec_form(self, n: int, x: int) -> Any:
+        """The speculative step's piece holding Σ context ``x`` at batch size ``n``
+        (:meth:`~tidal.hardware.spec_perf.SpecPerfModel.spec_segment`'s tuple), or None:
+        the affine form kept per batch size, else the last piece of that batch size when it
+        holds ``x`` (it is valid from the context it was taken at on), else a new piece."""
+        form = self._spec_affine.get(n, _UNKNOWN)
+        if form is _UNKNOWN:
+            fn = getattr(self._perf, "spec_affine", None)
+            form = fn(n) if fn is not None else None
+            if form is not None:
+                form = (*form[:2], math.inf, *form[2:], math.inf)
+            self._spec_affine[n] = form
+        if form is not None:
+            return form
+        hit = self._spec_piece.get(n)
+        if hit is not None:
+            lo, form = hit
+            if lo <= x < form[8] and form[3] * x + form[4] < form[2]:
+                return form
+        seg = self._spec_seg
+        form = seg(n, x) if seg is not None else None
+        if form is not None:
+            self._spec_piece[n] = (x, form)
+        return form
 
     def _durations(self, plan: StepPlan, start: int, count: int) -> np.ndarray:
         """Durations of steps ``start … start + count − 1`` of a pure-decode run of ``plan``:

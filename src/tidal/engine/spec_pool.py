@@ -8,14 +8,19 @@ drawn (:class:`~tidal.engine.acceptance.AcceptanceModel`: a function of (seed, r
 request's own step counter), never of batching or fast-forward) and turned into
 
 * its departure step (the step whose accepted tokens reach its target) on the shared heap;
-* its per-step token gains, added into a difference array ``inc`` over pool steps: the Σ of
-  attended contexts at step t is the running sum plus ``Σ_{u<t} inc[u]`` (O(1) per step, one
-  vectorised cumulative sum per fast-forwarded run: :meth:`ctx_run`);
-* its per-step new KV blocks (``blocks_for(c + a) − blocks_for(c)``: the KV of the accepted
-  tokens) added into ``need``: :meth:`blocks_needed_range` is a slice sum.
+* its packed level relative to its end, ``P(j) = (tokens(j) − left)·2³² + blocks(j) −
+  blocks(last)`` at each of its steps j < last (``tokens(j) = cum[j]`` gained by then, its KV
+  blocks then), added into the pool's level array ``lev`` over pool steps (0 from its
+  departure on: a departed member leaves nothing to undo). Only differences at or after the
+  current step are read: ``lev[t + 1] − lev[t]`` is the step's token gain times 2³² plus its
+  new blocks (low 32 bits: a range's blocks are below 2³²) — the Σ context of a run, a
+  step's or a range's KV need are two reads (:meth:`ctx_run`, :meth:`blocks_needed_range`),
+  and a join is two vectorised operations on its row and one slice addition: with the
+  draws' prefix sums scaled by ``2³²·bs + 1`` (done once per block of requests), one
+  addition of a constant and one floor division by bs give both halves (:meth:`_levels`).
 
 A member's computed count is ``c0 + cum[steps − join]`` (``cum``: prefix sums of its draws);
-:meth:`remove` (preemption, stop) subtracts what it would still have added. Invariant while
+:meth:`remove` (preemption, stop) subtracts its levels still ahead. Invariant while
 pooled, as in the plain pool: ``computed = num_tokens − 1``, ``num_blocks = ceil(computed/bs)``.
 
 Counters (vLLM's names, counted when a member leaves; summed over the run):
@@ -30,6 +35,7 @@ before the step, lookahead) are not held — at most one block per member less u
 from __future__ import annotations
 
 import heapq
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -38,17 +44,19 @@ from tidal.core.request import Request
 from tidal.engine.acceptance import AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
 
+_LOW = (1 << 32) - 1
 
-def _slice_sum(x: np.ndarray, lo: int, hi: int) -> int:
-    """``int(x[lo:hi].sum())``; short slices summed as Python integers (a numpy reduction
-    costs several times more than the list on a few elements)."""
-    if hi - lo <= 32:
-        return sum(x[lo:hi].tolist())
-    return int(np.add.reduce(x[lo:hi]))
+"""The block part of a packed level difference."""
 
 
 class SpecDecodePool(DecodePool):
     speculative = True
+    initial_steps = 256
+    """Pool steps :attr:`_lev` holds at first and at least after a growth (tests shrink it to
+    exercise growth)."""
+    max_tokens_blocks = 1 << 30
+    """Bound on ``left·bs`` (tokens a member has left × block size: 67 M tokens at block
+    size 16): the packed levels (``cum·(2³²·bs + 1)``, ``left·2³²·bs``) then fit in int64."""
 
     def __init__(self, block_size: int, acceptance: AcceptanceModel) -> None:
         super().__init__(block_size)
@@ -57,16 +65,18 @@ class SpecDecodePool(DecodePool):
         self.rows_per_decode = self.k + 1
         self._shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
         """log2(block size) when it is a power of two, else −1."""
-        self._rec: dict[int, tuple[int, int, np.ndarray, np.ndarray, int, int, int]] = {}
-        """rid → (join step, computed at join, unclipped accepted lengths a, their prefix sums
-        cum with cum[0] = 0, steps to departure ``last``, tokens to gain ``left``, the clipped
-        ``excess = cum[last] − left``): the member gains ``a[j]`` at its step j < last − 1 and
-        ``a[last − 1] − excess`` at its last (``a``, ``cum`` may be longer than ``last`` and
-        are read-only)."""
+        self._scale = (block_size << 32) + 1
+        """``cum · _scale``: the draws' prefix sums as :meth:`_levels` reads them."""
+        self._rec: dict[int, tuple[int, int, np.ndarray, int, np.ndarray, int, int]] = {}
+        """rid → (join step, computed at join, ``rows`` and ``r``: its unclipped accepted
+        lengths a are ``rows[r]``, ``y = cum·_scale`` with cum their prefix sums (cum[0] = 0),
+        steps to departure ``last``, tokens to gain ``left``): the member gains ``a[j]`` at
+        its step j < last − 1 and ``left − cum[last − 1]`` at its last (the arrays may be
+        longer than ``last`` and are read-only)."""
         self._origin = 0
-        """Pool step of index 0 of :attr:`_inc` and :attr:`_need`."""
-        self._inc = np.zeros(256, dtype=np.int64)
-        self._need = np.zeros(256, dtype=np.int64)
+        """Pool step of index 0 of :attr:`_lev`."""
+        self._lev = np.zeros(self.initial_steps, dtype=np.int64)
+        """The packed levels (module docstring); flat past its end."""
         self._ctx = 0
         """Σ (computed + 1) of the members at the current step."""
         self.num_drafts = 0
@@ -83,35 +93,38 @@ class SpecDecodePool(DecodePool):
         self._pending_len = 0
 
     # ------------------------------------------------------------------ arrays
-    def _span(self, start: int, stop: int) -> tuple[int, int]:
-        """Indices of pool steps [start, stop) (start ≥ the current step) in the arrays, grown
-        to hold them."""
+    def _span(self, stop: int) -> int:
+        """Grow :attr:`_lev` to hold pool steps up to ``stop`` (exclusive; every level past
+        the array is 0), first dropping the consumed prefix; returns :attr:`_origin`."""
         origin = self._origin
-        if stop - origin > len(self._inc):
-            if self.steps - origin > len(self._inc) // 2:  # drop the consumed prefix first
-                cut = self.steps - origin
-                self._inc = self._inc[cut:]
-                self._need = self._need[cut:]
+        lev = self._lev
+        if stop - origin > len(lev):
+            if self.steps - origin > len(lev) // 2:  # drop the consumed prefix first
+                lev = lev[self.steps - origin :]
                 origin = self._origin = self.steps
-            size = max(stop - origin, 2 * len(self._inc), 256)
-            grow = size - len(self._inc)
-            self._inc = np.concatenate([self._inc, np.zeros(grow, np.int64)])
-            self._need = np.concatenate([self._need, np.zeros(grow, np.int64)])
-        return start - origin, stop - origin
+            size = max(2 * (stop - origin), self.initial_steps)  # twice the live span
+            self._lev = np.concatenate([lev, np.zeros(size - len(lev), np.int64)])
+        return origin
 
-    def _block_steps(self, c0: int, cum: np.ndarray, left: int, clip: bool) -> np.ndarray:
-        """blocks_for(c0 + min(cum[j], left)) for each j: a member's block count at each of
-        its steps (``cum`` non-decreasing; ``clip``: its last entry exceeds ``left``, the only
-        one that can)."""
+    def _levels(self, c0: int, left: int, y: np.ndarray) -> np.ndarray:
+        """``P(j)`` from ``y = cum·(2³²·bs + 1)`` (prefix sums each below ``left``):
+        ``(y + c0 + bs − 1 − blocks(last)·bs − left·2³²·bs) // bs`` — the floor division of
+        ``cum·2³²·bs + cum + …`` keeps the multiples of bs whole (``cum·2³² − left·2³²``)
+        and floors the blocks part, so one addition and one shift give both halves."""
         bs = self.block_size
-        blocks = cum + (c0 + bs - 1)
-        if self._shift >= 0:  # a power of two: a shift (non-negative values), cheaper than //
-            blocks >>= self._shift
+        b0 = c0 + bs - 1
+        k = b0 - (left + b0) // bs * bs
+        lev = y + (k - (left << 32) * bs)
+        if self._shift >= 0:  # a power of two: a shift (floor division), cheaper than //
+            lev >>= self._shift
         else:
-            blocks //= bs
-        if clip:
-            blocks[-1] = (c0 + left + bs - 1) // bs
-        return blocks
+            lev //= bs
+        return lev
+
+    def _level(self, i: int) -> int:
+        """The level at index ``i`` of :attr:`_lev` (0 past its end)."""
+        lev = self._lev
+        return lev.item(i) if i < len(lev) else 0
 
     @property
     def accepted_per_pos(self) -> np.ndarray:
@@ -127,7 +140,7 @@ class SpecDecodePool(DecodePool):
             return
         flat = np.concatenate(rows)
         ends = np.cumsum([len(r) for r in rows]) - 1
-        excess = np.array(self._pending_excess, dtype=np.int64)
+        excess = np.array(self._pending_excess, dtype=flat.dtype)
         flat[ends] -= excess
         self._hist += np.bincount(flat, minlength=self.k + 2)
         rows.clear()
@@ -141,19 +154,21 @@ class SpecDecodePool(DecodePool):
         rid = req.request_id
         c0 = req.num_computed_tokens
         left = target_output + req.prompt_len + req.num_extra_tokens - 1 - c0
-        a, cum, last = self.acceptance.draw_row(rid, req.num_spec_steps, left)
+        if left * self.block_size >= self.max_tokens_blocks:
+            raise ValueError(
+                f"request {rid}: {left} tokens to decode exceed what speculative decoding "
+                f"simulates at block size {self.block_size} (fewer than "
+                f"{self.max_tokens_blocks // self.block_size}); lower max_output_len"
+            )
+        rows, r, y, last = self.acceptance.draw_packed(rid, req.num_spec_steps, left, self._scale)
         steps = self.steps
-        lo, hi = self._span(steps, steps + last)
-        excess = int(cum[last]) - left
-        self._inc[lo:hi] += a[:last]
-        if excess:
-            self._inc[hi - 1] -= excess  # the last step keeps what is left
-        blocks = self._block_steps(c0, cum[: last + 1], left, excess > 0)
-        need = self._need[lo:hi]
-        need += blocks[1:]
-        need -= blocks[:-1]
+        origin = self._origin
+        if steps + last > origin + len(self._lev):
+            origin = self._span(steps + last)
+        lo = steps - origin
+        self._lev[lo : lo + last] += self._levels(c0, left, y[:last])
         self._ctx += c0 + 1
-        self._rec[rid] = (steps, c0, a, cum, last, left, excess)
+        self._rec[rid] = (steps, c0, rows, r, y, last, left)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
@@ -162,9 +177,9 @@ class SpecDecodePool(DecodePool):
         heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
     def computed(self, req: Request) -> int:
-        join, c0, _, cum, last, left, _ = self._rec[req.request_id]
+        join, c0, _, _, y, last, left = self._rec[req.request_id]
         s = self.steps - join
-        return c0 + (int(cum[s]) if s < last else left)
+        return c0 + (y.item(s) // self._scale if s < last else left)
 
     def materialize(self, req: Request) -> None:
         c = self.computed(req)
@@ -173,31 +188,26 @@ class SpecDecodePool(DecodePool):
         req.num_blocks = -(-c // self.block_size)
 
     def remove(self, req: Request) -> None:
-        """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw its
-        future contributions, count its verification steps."""
+        """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw
+        its levels still ahead (none at its departure), count its verification steps."""
         rid = req.request_id
-        join, c0, a, cum, last, left, excess = self._rec.pop(rid)
+        join, c0, rows, r, y, last, left = self._rec.pop(rid)
         s = self.steps - join
-        gained = int(cum[s]) if s < last else left
+        gained = y.item(s) // self._scale if s < last else left
         c = c0 + gained
         req.num_computed_tokens = c
         req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
         req.num_blocks = -(-c // self.block_size)
-        if s < last:  # steps it will not run
-            lo, hi = self._span(self.steps, join + last)
-            self._inc[lo:hi] -= a[s:last]
-            self._inc[hi - 1] += excess
-            blocks = self._block_steps(c0, cum[s : last + 1], left, excess > 0)
-            need = self._need[lo:hi]
-            need -= blocks[1:]
-            need += blocks[:-1]
+        if s < last:  # steps it will not run: its level is 0 from now on
+            lo = self.steps - self._origin
+            self._lev[lo : lo + last - s] -= self._levels(c0, left, y[s:last])
         self._ctx -= c + 1
         if s:
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
             self.num_accepted_tokens += gained - s
-            self._pending.append(a[:s])
-            self._pending_excess.append(excess if s == last else 0)
+            self._pending.append(rows[r, :s])
+            self._pending_excess.append(y.item(last) // self._scale - left if s == last else 0)
             self._pending_len += s
             if self._pending_len > 1 << 16:
                 self._flush()
@@ -235,37 +245,43 @@ class SpecDecodePool(DecodePool):
         (a run's context increments: the context of step i + 1 is that of step i plus the
         gain of step i)."""
         i = self.steps - self._origin + start
-        if i + count > len(self._inc):
-            i = self._span(self.steps + start, self.steps + start + count)[0]
-        return self._inc[i : i + count].tolist()  # type: ignore[no-any-return]
+        lev = self._lev
+        if i + count >= len(lev):
+            i = self.steps + start - self._span(self.steps + start + count + 1)
+            lev = self._lev
+        v = lev[i : i + count + 1].tolist()
+        return [(y - x) >> 32 for x, y in pairwise(v)]
 
     def ctx_run(self, start: int, count: int) -> np.ndarray:
         """:meth:`decode_ctx` of the steps ``start … start + count − 1`` from now (a run)."""
-        lo, hi = self._span(self.steps, self.steps + start + count)
-        out = np.empty(count, dtype=np.int64)
-        base = self._ctx + _slice_sum(self._inc, lo, lo + start)
-        out[0] = base
-        np.cumsum(self._inc[lo + start : hi - 1], out=out[1:])
-        out[1:] += base
+        i = self.steps - self._span(self.steps + start + count)
+        lev = self._lev
+        out = lev[i + start : i + start + count] - lev[i]
+        out >>= 32
+        out += self._ctx
         return out
 
     def blocks_needed(self, offset: int = 0) -> int:
         i = self.steps + offset - self._origin
-        return int(self._need[i]) if i < len(self._need) else 0
+        lev = self._lev
+        if i + 1 < len(lev):
+            return (lev.item(i + 1) - lev.item(i)) & _LOW
+        return (self._level(i + 1) - self._level(i)) & _LOW  # levels past the end are 0
 
     def blocks_needed_range(self, start: int, stop: int) -> int:
         if stop <= start:
             return 0
-        i = self.steps - self._origin  # entries past the arrays' end are zero
-        return _slice_sum(self._need, i + start, i + stop)
+        i = self.steps - self._origin  # levels past the array's end are 0
+        return (self._level(i + stop) - self._level(i + start)) & _LOW
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, cum, last, left, excess = self._rec[req.request_id]
+        join, c0, _, _, y, last, left = self._rec[req.request_id]
         s = self.steps - join
         if s >= last:
             return 0
-        blocks = self._block_steps(c0, cum[s : s + 2], left, s + 1 == last and excess > 0)
-        return int(blocks[1] - blocks[0])
+        bs, sc = self.block_size, self._scale
+        nxt = left if s + 1 == last else y.item(s + 1) // sc
+        return (c0 + nxt + bs - 1) // bs - (c0 + y.item(s) // sc + bs - 1) // bs
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
         """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further
@@ -277,8 +293,10 @@ class SpecDecodePool(DecodePool):
         bound = (-(-(m - 1) * (self.k + 1) // self.block_size) + 1) * len(self.members)
         if bound <= free_blocks:
             return m
-        lo, hi = self._span(self.steps + 1, self.steps + m)
-        need = np.cumsum(self._need[lo:hi])
+        i = self.steps - self._span(self.steps + m + 1)
+        lev = self._lev
+        need = lev[i + 2 : i + m + 1] - lev[i + 1]  # blocks of steps 1 … j + 1, packed
+        need &= _LOW
         if int(need[-1]) <= free_blocks:
             return m
         return 1 + int(np.searchsorted(need, free_blocks, side="right"))
@@ -286,13 +304,12 @@ class SpecDecodePool(DecodePool):
     # ------------------------------------------------------------------ time
     def advance(self, num_steps: int) -> list[Request]:
         """Run ``num_steps`` verification steps; return the members that depart (removed)."""
-        i = self.steps - self._origin  # entries past the arrays' end are zero
-        inc = self._inc
-        if num_steps == 1:
-            if i < len(inc):
-                self._ctx += int(inc[i])
+        i = self.steps - self._origin  # levels past the array's end are 0
+        lev = self._lev
+        if i + num_steps < len(lev):
+            self._ctx += (lev.item(i + num_steps) - lev.item(i)) >> 32
         else:
-            self._ctx += _slice_sum(inc, i, i + num_steps)
+            self._ctx += (self._level(i + num_steps) - self._level(i)) >> 32
         return super().advance(num_steps)
 
     # ------------------------------------------------------------------ results

@@ -25,6 +25,7 @@ fast-forwarded runs give the durations of single steps bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,20 @@ replaced by the real engine's measurement (design §3)."""
 
 
 _UNKNOWN = object()
+
+SpecSegment = tuple[float, float, float, int, int, float, float, float, float]
+"""``(c, a, y_end, mul, shift, scale, c_d, a_d, x_end)``: :meth:`SpecPerfModel.spec_segment`."""
+
+
+def _piece(model: PerfModel, num_decodes: int, ctx: int) -> tuple[float, float, float] | None:
+    """``(c, a, ctx_end)``: ``model``'s pure-decode step of ``num_decodes`` requests takes
+    ``c + a·x`` seconds for ``ctx ≤ x < ctx_end`` (its ``decode_affine``, else its
+    ``decode_segment``), bit for bit; None when it has neither."""
+    aff = model.decode_affine(num_decodes)
+    if aff is not None:
+        return aff[0], aff[1], math.inf
+    segment = getattr(model, "decode_segment", None)
+    return None if segment is None else segment(num_decodes, ctx)  # type: ignore[no-any-return]
 
 
 class SpecPerfModel(PerfModel):
@@ -70,6 +85,9 @@ class SpecPerfModel(PerfModel):
         self.host_s = NGRAM_HOST_S_PER_REQUEST if draft is None else 0.0
         self._draft_affine: dict[int, Any] = {}
         """``draft.decode_affine(n)`` by batch size n."""
+        self._draft_piece: dict[int, tuple[int, float, float, float]] = {}
+        """By batch size n: ``(lo, c, a, end)``, the draft's last piece (``decode_segment``:
+        ``c + a·x`` is its step time, bit for bit, for ``lo ≤ x < end``)."""
 
     def step_seconds(
         self,
@@ -105,11 +123,20 @@ class SpecPerfModel(PerfModel):
         """Drafting time of a step with ``num_decodes`` speculating requests."""
         if self.draft is None:
             return self.host_s * num_decodes
+        piece = self._draft_piece.get(num_decodes)
+        if piece is not None and type(decode_ctx) is int and piece[0] <= decode_ctx < piece[3]:
+            return self.draft_scale * (piece[1] + piece[2] * decode_ctx)
         form = self._draft_affine.get(num_decodes, _UNKNOWN)
         if form is _UNKNOWN:
             form = self._draft_affine[num_decodes] = self.draft.decode_affine(num_decodes)
         if form is not None:  # the same float operations as the draft's step_seconds
             return self.draft_scale * (form[0] + form[1] * decode_ctx)
+        if type(decode_ctx) is int:  # a scalar step: keep its piece for the next ones
+            seg = _piece(self.draft, num_decodes, decode_ctx)
+            if seg is not None:
+                c, a, end = seg
+                self._draft_piece[num_decodes] = (decode_ctx, c, a, end)
+                return self.draft_scale * (c + a * decode_ctx)
         d = self.draft.step_seconds(num_decodes, decode_ctx, 0, 0, 0, 0, mx)
         return self.draft_scale * d
 
@@ -135,6 +162,25 @@ class SpecPerfModel(PerfModel):
         if self.draft is None:  # host time: scale · (h + 0.0 · x) is h exactly
             return (*verify, mul, shift, 1.0, self.host_s * n, 0.0)
         draft = self.draft.decode_affine(n)
+        if draft is None:
+            return None
+        return (*verify, mul, shift, self.draft_scale, *draft)
+
+    def spec_segment(self, num_decodes: int, decode_ctx: int) -> SpecSegment | None:
+        """The piece of the pure-decode step time around Σ context ``decode_ctx``:
+        ``(c, a, y_end, mul, shift, scale, c_d, a_d, x_end)`` such that a step with Σ context
+        ``x`` (``decode_ctx ≤ x < x_end`` and ``y = mul·x + shift < y_end``) takes exactly
+        ``(c + a·y) + scale·(c_d + a_d·x)`` seconds — :meth:`spec_affine` for piecewise-affine
+        wrapped models (``decode_segment``: the measured tables), whose verification and
+        draft pieces end where their curves turn; None when a wrapped model is neither."""
+        n, q = num_decodes, self.q
+        mul, shift = (q, n * q * (q - 1) // 2) if self.per_row else (1, n * (q - 1))
+        verify = _piece(self.base, n * q, mul * decode_ctx + shift)
+        if verify is None:
+            return None
+        if self.draft is None:  # host time: 1.0 · (h + 0.0 · x) is h exactly
+            return (*verify, mul, shift, 1.0, self.host_s * n, 0.0, math.inf)
+        draft = _piece(self.draft, n, decode_ctx)
         if draft is None:
             return None
         return (*verify, mul, shift, self.draft_scale, *draft)
