@@ -5,7 +5,8 @@ row's concurrency, against the measured mean TTFT and TPOT.
     python bench/silicon.py [--perf-model auto] [--engine row|vllm|sglang|default]
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
                             [--range-ratio 0.8] [--no-source-clients] [--workers 2]
-                            [--row-timeout 900] [--bf16-fallback] [--tag NAME]
+                            [--row-timeout 900] [--bf16-fallback] [--override JSON]
+                            [--tag NAME]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
 inf`` (all C sent at t = 0, each completion releases its slot to the next request), as the
@@ -110,6 +111,20 @@ def plan_ratio(plan: Plan, default: float, by_source: bool = True) -> float:
         return float(default)
     plan.notes.append(f"client of the source: range ratio {plan.client_ratio:g}")
     return plan.client_ratio
+
+
+def apply_override(plan: Plan, override: dict[str, Any]) -> None:
+    """``--override``: its keys replace the plan's config keys; a mapping merges one level into
+    the plan's mapping of that key (``{"scheduler": {"batching": "mb"}}`` keeps the other
+    scheduler keys). Noted on the plan. For what-if replays of a server setting the sample
+    does not record (docs/design/sglang_rows.md); the shipped replay uses none."""
+    for key, value in override.items():
+        old = plan.config.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            plan.config[key] = {**old, **value}
+        else:
+            plan.config[key] = value
+    plan.notes.append("override " + json.dumps(override, sort_keys=True))
 
 
 def load_or_default_version(config: dict[str, Any]) -> tuple[Any, str]:
@@ -323,6 +338,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--row-timeout", type=int, default=900, help="seconds per row (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16-fallback", action="store_true")
+    p.add_argument("--override", type=json.loads, default=None,
+                   help='JSON merged into every runnable row\'s config, e.g. '
+                   '\'{"scheduler": {"batching": "mb"}}\' (a what-if, noted per row)')
     p.add_argument("--tag", default="silicon")
     return p.parse_args(argv)
 
@@ -340,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(p, Skip):
             recs.append({**base_record(row), "status": p.group, "reason": p.reason})
         else:
+            if a.override:
+                apply_override(p, a.override)
             plans.append(p)
     if a.limit is not None:
         for p in plans[a.limit :]:
