@@ -262,6 +262,25 @@ def test_the_qwen3_235b_sglang_rows_show_two_clients_prefilled_together() -> Non
     assert all(sr.source_client_ratio(r) is None for r in llama)
 
 
+def test_the_llama_sglang_rows_cannot_be_cohorts_prefilled_before_any_decode() -> None:
+    """Why the SGLang 0.5.6.post2 Llama-3.1-8B rows keep the spread client although the gap
+    analysis's template sends fixed lengths (docs/design/sglang_rows.md): a prefill-first
+    engine under a fixed-length loop prefills each cohort of C prompts before any of them
+    decodes, so the mean TTFT is at least half the cohort's prefill, C · ISL · 2 · 8.03 GFLOP
+    at H200's full dense FP8 rate (1,979 TFLOP/s a GPU). For 19 of the 46 rows that bound is
+    above the measured TTFT: the engine mixed prefills into decode steps (SGLang's
+    ``--enable-mixed-chunk``, which AIConfigurator's generator sets), which Tidal's SGLang
+    model (prefill-first) does not express with its per-step prefill cap."""
+    rows = [r for r in sr.read_rows(sr.sample_path())
+            if "meta-llama_Llama-3.1-8B-Instruct.csv" in r.source]  # fmt: skip
+    assert len(rows) == 46
+
+    def cohort_floor_ms(r: sr.Row) -> float:
+        return 0.5 * r.concurrency * r.isl * 2 * 8.03e9 / (r.tp * 1979e12) * 1e3
+
+    assert sum(cohort_floor_ms(r) > r.ttft_ms for r in rows) == 19
+
+
 def test_an_override_replaces_keys_and_merges_one_level_into_mappings() -> None:
     plan = sr.plan_row(BASE, TODAY)
     assert isinstance(plan, sr.Plan)
