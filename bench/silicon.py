@@ -5,8 +5,8 @@ row's concurrency, against the measured mean TTFT and TPOT.
     python bench/silicon.py [--perf-model auto] [--engine row|vllm|sglang|default]
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
                             [--range-ratio 0.8] [--no-source-clients] [--workers 2]
-                            [--row-timeout 900] [--bf16-fallback] [--tag NAME]
-                            [--moe-distribution balanced|power_law_1.01|power_law_1.2]
+                            [--row-timeout 900] [--bf16-fallback] [--override JSON]
+                            [--tag NAME] [--moe-distribution balanced|power_law_1.01|power_law_1.2]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
 inf`` (all C sent at t = 0, each completion releases its slot to the next request), as the
@@ -111,6 +111,20 @@ def plan_ratio(plan: Plan, default: float, by_source: bool = True) -> float:
         return float(default)
     plan.notes.append(f"client of the source: range ratio {plan.client_ratio:g}")
     return plan.client_ratio
+
+
+def apply_override(plan: Plan, override: dict[str, Any]) -> None:
+    """``--override``: its keys replace the plan's config keys; a mapping merges one level into
+    the plan's mapping of that key (``{"scheduler": {"batching": "mb"}}`` keeps the other
+    scheduler keys). Noted on the plan. For what-if replays of a server setting the sample
+    does not record (docs/design/sglang_rows.md); the shipped replay uses none."""
+    for key, value in override.items():
+        old = plan.config.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            plan.config[key] = {**old, **value}
+        else:
+            plan.config[key] = value
+    plan.notes.append("override " + json.dumps(override, sort_keys=True))
 
 
 def load_or_default_version(config: dict[str, Any]) -> tuple[Any, str]:
@@ -327,6 +341,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--moe-distribution", default=None,
                    help="the MoE tables' routing distribution for every row (power_law_1.01, "
                    "balanced, power_law_1.2); default: the simulator's")
+    p.add_argument("--override", type=json.loads, default=None,
+                   help='JSON merged into every runnable row\'s config, e.g. '
+                   '\'{"scheduler": {"batching": "mb"}}\' (a what-if, noted per row)')
     p.add_argument("--tag", default="silicon")
     return p.parse_args(argv)
 
@@ -346,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if a.moe_distribution and "moe_distribution" in fields:
                 p.config["moe_distribution"] = a.moe_distribution
+            if a.override:
+                apply_override(p, a.override)
             plans.append(p)
     if a.limit is not None:
         for p in plans[a.limit :]:

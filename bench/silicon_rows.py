@@ -123,10 +123,24 @@ class Skip:
     reason: str
 
 
-FIXED_LENGTH_SOURCES = ("aic-auto-gap-analysis/data/h100_sxm/sglang/0.5.1.post1/",)
+FIXED_LENGTH_SOURCES = (
+    "aic-auto-gap-analysis/data/h100_sxm/sglang/0.5.1.post1/",
+    "aic-auto-gap-analysis/data/h200_sxm/sglang/0.5.6.post2/Qwen_Qwen3-235B-A22B-FP8.csv",
+)
 """Sources whose client sent exactly the nominal lengths (a fixed-length closed loop, which
 stays in lockstep: docs/design/closed_loop.md). The sample does not record the client; the
-measurements say it. NVIDIA's gap analysis measured Qwen3-32B on H100 with SGLang 0.5.1 and
+measurements say it (docs/design/sglang_rows.md). NVIDIA's gap-analysis benchmark template
+(AIConfigurator's generator, ``bench_run.sh.j2``) runs ``aiperf --isl-stddev 0 --osl-stddev 0``
+with ``2·C`` warm-ups: fixed lengths; a source is listed only where its rows show the cohorts.
+
+SGLang 0.5.6.post2, Qwen3-235B-A22B-FP8 on H200: at TP 2, C = 2, ISL 4000 the TTFT (639–647
+ms) and TPOT (16.5–17.2 ms) are the same at every OSL from 100 to 2000; spread re-sends would
+add the other client's prefill to a 100-token request's decode (≥ +14 %, bound derived in
+``tests/test_silicon_bench.py``): the two are prefilled together. Its Llama-3.1-8B rows keep
+the bench's client: with fixed lengths the simulator's cohort is all C (20–512) clients and
+their TTFT comes out 2–6× too long (docs/design/sglang_rows.md).
+
+SGLang 0.5.1, Qwen3-32B on H100: NVIDIA's gap analysis measured it with SGLang 0.5.1 and
 with vLLM 0.12 at the same 34 (TP, ISL, OSL, C) points: a request's lifetime TTFT + (OSL − 1)·
 TPOT agrees within 5 % (median ratio 0.95, so the GPUs did the same work), but SGLang's TTFT
 is 4.5× vLLM's and its TPOT 0.73× (medians), growing with C (2.1–6.6×): the split of a loop

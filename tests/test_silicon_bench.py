@@ -216,7 +216,7 @@ def test_the_fixed_length_source_shows_the_lockstep_split_the_others_do_not() ->
     def points(pred: object) -> dict[tuple[int, int, int, int], sr.Row]:
         return {(r.tp, r.isl, r.osl, r.concurrency): r for r in rows if pred(r)}  # type: ignore[operator]
 
-    fixed = points(lambda r: sr.source_client_ratio(r) == 0.0)
+    fixed = points(lambda r: sr.source_client_ratio(r) == 0.0 and r.model == "Qwen/Qwen3-32B")
     other = points(
         lambda r: r.model == "Qwen/Qwen3-32B" and r.engine == "vllm"
         and "gap-analysis" in r.source and sr.source_client_ratio(r) is None
@@ -233,6 +233,63 @@ def test_the_fixed_length_source_shows_the_lockstep_split_the_others_do_not() ->
     assert 0.9 < life_ratio < 1.1
     assert ttft_ratio > 3.0
     assert tpot_ratio < 0.85
+
+
+def test_the_qwen3_235b_sglang_rows_show_two_clients_prefilled_together() -> None:
+    """The evidence for the SGLang 0.5.6.post2 Qwen3-235B-A22B-FP8 source, from its rows: at TP 2,
+    C = 2, ISL 4000 TTFT and TPOT do not move with OSL (100 → 2000). With re-sends spread over
+    the cycle, the other client's prompt (one prefill, at least half of the measured TTFT)
+    would land in a 100-token request's decode with the decode share of its lifetime as
+    probability, adding that share × TTFT/2 / (OSL − 1) to its TPOT: ≥ 10 % here, where the
+    rows show less than a third of it (a cohort: both prefilled, then both decoding)."""
+    src = sr.FIXED_LENGTH_SOURCES[1]
+    rows = [r for r in sr.read_rows(sr.sample_path()) if src in r.source]
+    assert rows
+    assert all(sr.source_client_ratio(r) == 0.0 for r in rows)
+    pair = {r.osl: r for r in rows if (r.tp, r.concurrency, r.isl) == (2, 2, 4000)}
+    assert sorted(pair) == [100, 500, 1000, 2000]
+    ttfts = [r.ttft_ms for r in pair.values()]
+    assert max(ttfts) / min(ttfts) < 1.02
+    short, long_ = pair[100], pair[2000]
+    decode = (short.osl - 1) * short.tpot_ms
+    decode_share = decode / (short.ttft_ms + decode)
+    spread_extra = decode_share * (short.ttft_ms / 2) / (short.osl - 1)
+    assert spread_extra / long_.tpot_ms > 0.10
+    assert short.tpot_ms - long_.tpot_ms < spread_extra / 3
+    llama = [r for r in sr.read_rows(sr.sample_path()) if "Llama-3.1-8B" in r.source
+             and "sglang/0.5.6.post2" in r.source]  # fmt: skip
+    assert len(llama) == 46
+    assert all(sr.source_client_ratio(r) is None for r in llama)
+
+
+def test_the_llama_sglang_rows_cannot_be_cohorts_prefilled_before_any_decode() -> None:
+    """Why the SGLang 0.5.6.post2 Llama-3.1-8B rows keep the spread client although the gap
+    analysis's template sends fixed lengths (docs/design/sglang_rows.md): a prefill-first
+    engine under a fixed-length loop prefills each cohort of C prompts before any of them
+    decodes, so the mean TTFT is at least half the cohort's prefill, C · ISL · 2 · 8.03 GFLOP
+    at H200's full dense FP8 rate (1,979 TFLOP/s a GPU). For 19 of the 46 rows that bound is
+    above the measured TTFT: the engine mixed prefills into decode steps (SGLang's
+    ``--enable-mixed-chunk``, which AIConfigurator's generator sets), which Tidal's SGLang
+    model (prefill-first) does not express with its per-step prefill cap."""
+    rows = [r for r in sr.read_rows(sr.sample_path())
+            if "meta-llama_Llama-3.1-8B-Instruct.csv" in r.source]  # fmt: skip
+    assert len(rows) == 46
+
+    def cohort_floor_ms(r: sr.Row) -> float:
+        return 0.5 * r.concurrency * r.isl * 2 * 8.03e9 / (r.tp * 1979e12) * 1e3
+
+    assert sum(cohort_floor_ms(r) > r.ttft_ms for r in rows) == 19
+
+
+def test_an_override_replaces_keys_and_merges_one_level_into_mappings() -> None:
+    plan = sr.plan_row(BASE, TODAY)
+    assert isinstance(plan, sr.Plan)
+    before = dict(plan.config["scheduler"])
+    silicon.apply_override(plan, {"scheduler": {"batching": "mb"}, "tp": 8})
+    assert plan.config["scheduler"] == {**before, "batching": "mb"}
+    assert plan.config["tp"] == 8
+    assert plan.notes[-1] == 'override {"scheduler": {"batching": "mb"}, "tp": 8}'
+    assert load_config(plan.config).scheduler.batching == "mb"
 
 
 def test_a_source_that_fixes_the_client_overrides_the_range_ratio() -> None:

@@ -8,8 +8,10 @@ from typer.testing import CliRunner
 
 from tidal.cli import app
 from tidal.core.errors import ConfigError
+from tidal.hardware.gpus import get_gpu
 from tidal.sim.config import load_config
 from tidal.sim.deployment import pool_config
+from tidal.sim.engine_defaults import sglang_mem_fraction_static
 
 SYNTH = {"num_requests": 4, "rate": 10.0, "prompt_len": 64, "output_len": 8}
 
@@ -148,6 +150,11 @@ def test_parallel_engine_and_speculation_keys_override_the_base_per_pool():
     assert (d.data_parallel_size, d.moe_tp_size, d.engine) == (2, 1, "sglang")
     # an engine other than the base's brings its scheduler defaults (SGLang: prefill-first)
     assert (p.scheduler.batching, d.scheduler.batching) == ("mb", "prefill-first")
+    # and SGLang's static memory fraction for the pool's GPUs (SGLang's tp: tp · dp = 2)
+    assert p.memory.mem_fraction_static is None
+    assert d.memory.mem_fraction_static == sglang_mem_fraction_static(
+        get_gpu(d.gpu).mem_bytes, 2, d.scheduler.token_budget, dp=2
+    )
     assert d.speculative is not None
     assert d.speculative.num_speculative_tokens == 3
     assert p.speculative is None

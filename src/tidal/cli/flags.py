@@ -259,6 +259,12 @@ MEMORY = (
         "vLLM gpu_memory_utilization: share of the driver-reported memory planned.",
         "memory.gpu_memory_utilization", vllm=("--gpu-memory-utilization",), shows=0.9,
     ),
+    Flag(
+        "mem_fraction_static", F,
+        "SGLang mem_fraction_static: (weights + KV pool) / GPU memory; the KV pool is that share "
+        "less the weights (--engine sglang sets SGLang's default).",
+        "memory.mem_fraction_static",
+    ),
 )  # fmt: skip
 
 RUN = (

@@ -190,6 +190,23 @@ class MemoryPlan:
         return {"kv_capacity_tokens": self.kv_capacity_tokens, "kv_plan": plan}
 
 
+def sglang_static_terms(activation_reserve_gb: float | None) -> tuple[float, float, float, str]:
+    """SGLang's plan (``ModelRunner.profile_max_num_token``): the pool is
+    ``free_at_start · mem_fraction_static − weights``; activations, CUDA graphs and the
+    allocator's slack come out of the other ``1 − mem_fraction_static`` (SGLang sizes that
+    share from the chunked-prefill size and the CUDA-graph batch, ``sim/engine_defaults``), so
+    no profile term is subtracted here. The free memory at start is taken as the whole
+    (the CUDA context, ≈ 0.5 GiB, is not known per GPU: the pool is that much × the fraction
+    larger). A flat reserve is another plan: both at once are refused."""
+    if activation_reserve_gb is not None:
+        raise ConfigError(
+            "memory.activation_reserve_gb",
+            "cannot be combined with memory.mem_fraction_static (SGLang's plan has no reserve)",
+            "set one of them",
+        )
+    return 0.0, 0.0, 0.0, "sglang-static"
+
+
 def plan_memory(
     model: ModelSpec,
     gpu: GPUSpec,
@@ -205,21 +222,25 @@ def plan_memory(
     cuda_graph_gib: float | None = None,
     moe_gpus: int | None = None,
     pp: int = 1,
+    mem_fraction_static: float | None = None,
 ) -> MemoryPlan:
     """vLLM's KV plan (module docstring). Raises a ``ConfigError`` stating every term when the
     weights do not fit or the cache cannot hold ``min_tokens`` (one request's tokens).
     ``moe_gpus``: the GPUs a MoE model's routed experts are spread over (data parallelism:
     dp·tp, while the other weights are split over ``tp``); default ``tp``. ``pp``: pipeline
     stages; the plan is the stage with the fewest blocks (:func:`~tidal.hardware.pipeline.
-    binding_stage`: its layers' weights and KV, and the embedding or LM head)."""
+    binding_stage`: its layers' weights and KV, and the embedding or LM head).
+    ``mem_fraction_static``: SGLang's static plan instead (:func:`sglang_static_terms`)."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError("gpu_memory_utilization", "must be in (0, 1]", "e.g. 0.9")
     total = gpu.mem_bytes
-    requested = total * gpu_memory_utilization
+    requested = total * (mem_fraction_static or gpu_memory_utilization)
     weights = model.weight_bytes / tp
     if moe_gpus is not None and moe_gpus != tp and model.is_moe:
         weights = model.non_expert_weight_bytes / tp + model.expert_weight_bytes / moe_gpus
-    if activation_reserve_gb is not None:
+    if mem_fraction_static is not None:
+        act, non_torch, graphs, method = sglang_static_terms(activation_reserve_gb)
+    elif activation_reserve_gb is not None:
         act, non_torch, graphs, method = activation_reserve_gb * 1e9, 0.0, 0.0, "flat-reserve"
     else:
         act = activation_peak_bytes(model, tp, token_budget, max_seqs)
@@ -242,13 +263,14 @@ def plan_memory(
             "weights": weights, "activation peak": act, "non-torch": non_torch,
             "CUDA graphs": graphs, f"window/state of {max_seqs} sequences": seq_state,
         }  # fmt: skip
-        shown = {k: v for k, v in terms.items() if v or "window" not in k}
+        profiled = method == "vllm-profile"  # the other plans have no profile terms
+        shown = {k: v for k, v in terms.items() if v or (profiled and "window" not in k)}
         used = " − ".join(f"{k} {v / GIB:.2f} GiB" for k, v in shown.items())
         raise ConfigError(
             "model",
             f"{model.name} does not fit on {tp * pp}× {gpu.name}"
             + (f" (tp {tp} × pp {pp}; the fullest stage)" if pp > 1 else "")
-            + f": {gpu_memory_utilization:g} × "
+            + f": {requested / total:g} × "
             f"{total / GIB:.2f} GiB = {requested / GIB:.2f} GiB per GPU − {used} leaves "
             f"{max(kv, 0) / GIB:.2f} GiB for KV = {blocks * block_size} tokens, but one request "
             f"needs {min_tokens} tokens",

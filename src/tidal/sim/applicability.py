@@ -58,6 +58,7 @@ def _rules() -> tuple[Rule, ...]:
         "model", "gpu", "tp", "perf_model", "perf_host", "interference",
         "memory.gpu_memory_utilization", "memory.activation_reserve_gb", "memory.non_torch_gib",
         "memory.cuda_graph_gib", "memory.block_size", "memory.num_blocks",
+        "memory.mem_fraction_static",
         "scheduler.token_budget", "scheduler.max_seqs", "scheduler.long_prefill_token_threshold",
         "engine", "engine_version", "data_parallel_size", "enable_expert_parallel",
         "pipeline_parallel_size", "moe_distribution", "moe_tp_size", "quantization",

@@ -51,6 +51,11 @@ class MemoryConfig(_Strict):
     """Non-torch memory per GPU, GiB (None: 0.35 + 0.25 per further TP rank)."""
     cuda_graph_gib: float | None = Field(default=None, ge=0)
     """CUDA-graph reserve per GPU, GiB (None: 0.40; 0 for ``enforce_eager``)."""
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
+    """SGLang ``--mem-fraction-static``: (weights + KV pool) / GPU memory. Set, the KV pool is
+    that share of the memory less the weights (SGLang's static plan; activations and CUDA
+    graphs live in the rest); ``engine: sglang`` sets SGLang's own default
+    (:func:`tidal.sim.engine_defaults.sglang_mem_fraction_static`)."""
     block_size: int = Field(default=16, ge=1)
     watermark: float = Field(default=0.01, ge=0, lt=1)
     num_blocks: int | None = Field(default=None, ge=1)
@@ -134,7 +139,8 @@ class SimulationConfig(_Strict):
     engine: Literal["vllm", "sglang"] = "vllm"
     """The serving engine simulated: its measured operator tables (``perf_model: engine``)
     and its scheduler defaults where the config leaves them unset (SGLang: prefill-first
-    batches, its chunked-prefill size, 0.88 of the memory; :mod:`tidal.sim.engine_defaults`)."""
+    batches, its chunked-prefill size, its static memory fraction;
+    :mod:`tidal.sim.engine_defaults`)."""
     engine_version: str | None = None
     """Its version (``tidal hardware show`` lists those with data); None: the newest the
     tables hold for the GPU."""

@@ -1,14 +1,18 @@
 """The serving engine's own scheduler defaults, applied where a config leaves them unset.
 
-``engine: sglang`` (SGLang 0.5's ``server_args``, Apache-2.0; docs/research/engine-data.md):
+``engine: sglang`` (SGLang 0.5's ``ServerArgs._handle_gpu_memory_settings``, Apache-2.0; the
+same in 0.5.6 and 0.5.8; docs/research/engine-data.md, docs/design/sglang_rows.md):
 
 * batching ``prefill-first`` — SGLang runs prefill batches and decode batches apart unless
   ``--enable-mixed-chunk`` is given (:mod:`tidal.engine.prefill_first`);
-* token budget = ``chunked_prefill_size``: 2,048 on GPUs with less than 35 GiB, 8,192 below
-  160 GiB (A100, H100, H200), 16,384 above (B200, B300); the instance's, which attention DP
-  divides among its ranks (:func:`tidal.sim.single.instance_token_budget`);
-* ``gpu_memory_utilization`` = ``mem_fraction_static`` 0.88 (SGLang's default when it cannot
-  size its reserve from the model).
+* token budget = ``chunked_prefill_size`` by GPU memory: 2,048 below 35 GiB, 4,096 below
+  60 GiB (A100-40GB, L40S), 8,192 below 160 GiB (A100-80GB, H100, H200), 16,384 above (B200,
+  B300); the instance's, which attention DP divides among its ranks
+  (:func:`tidal.sim.single.instance_token_budget`);
+* ``memory.mem_fraction_static`` = SGLang's default (:func:`sglang_mem_fraction_static`): the
+  KV pool is that share of the GPU less the weights (``hardware/memory.py``). A config that
+  sets ``gpu_memory_utilization``, ``activation_reserve_gb`` or ``num_blocks`` keeps its own
+  plan.
 
 ``engine: vllm`` keeps Tidal's defaults, which are vLLM V1's (mixed chunked prefill, 8,192
 batched tokens, 256 sequences, 0.9 of the GPU memory). A key the config sets is never changed.
@@ -22,13 +26,39 @@ from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import get_gpu
 
 GIB = 1024**3
+MIB = 1024**2
+
+
+def _tier(mem_bytes: float) -> int:
+    """SGLang's GPU-memory tier: 0 (< 20 GiB), 1 (< 35), 2 (< 60), 3 (< 160), 4 (≥ 160)."""
+    return sum(mem_bytes >= g * GIB for g in (20, 35, 60, 160))
 
 
 def sglang_chunked_prefill_size(mem_bytes: float) -> int:
     """SGLang's default ``chunked_prefill_size`` for a GPU of ``mem_bytes``."""
-    if mem_bytes < 35 * GIB:
-        return 2048
-    return 8192 if mem_bytes < 160 * GIB else 16384
+    return (2048, 2048, 4096, 8192, 16384)[_tier(mem_bytes)]
+
+
+def sglang_cuda_graph_max_bs(mem_bytes: float, tp: int) -> int:
+    """SGLang's default ``cuda_graph_max_bs`` (its CUDA-graph reserve scales with it)."""
+    small, large = ((8, 8), (24, 80), (32, 160), (256, 512), (512, 512))[_tier(mem_bytes)]
+    return small if tp < 4 else large
+
+
+def sglang_mem_fraction_static(mem_bytes: float, tp: int, chunk: int, dp: int = 1) -> float:
+    """SGLang's default ``mem_fraction_static`` = (memory − reserve) / memory, rounded to
+    3 places, the reserve in MiB being 512 + 1.5 · max(chunk, 2048) + 2 · cuda_graph_max_bs
+    + 1024 · tp / 8, plus with data-parallel attention 3 · bs · dp (and 1.5 · bs · dp more when
+    bs > 300), at least 10 GiB on GPUs above 60 GiB. ``tp`` is SGLang's (all GPUs of the
+    instance: Tidal's tp · dp)."""
+    mib = mem_bytes / MIB
+    bs = sglang_cuda_graph_max_bs(mem_bytes, tp)
+    reserved = 512 + 1.5 * max(chunk, 2048) + 2 * bs + tp / 8 * 1024
+    if dp > 1:
+        reserved += 3 * bs * dp + (1.5 * bs * dp if bs > 300 else 0.0)
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
 
 
 def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +75,20 @@ def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
     sched.setdefault("token_budget", sglang_chunked_prefill_size(mem))
     out["scheduler"] = sched
     memory = dict(out.get("memory") or {})
-    if "num_blocks" not in memory:
-        memory.setdefault("gpu_memory_utilization", 0.88)
+    own = ("num_blocks", "gpu_memory_utilization", "activation_reserve_gb", "mem_fraction_static")
+    if not any(k in memory for k in own):
+        dp = _int(out.get("data_parallel_size"), 1)
+        tp = _int(out.get("tp"), 1) * dp
+        chunk = _int(sched["token_budget"], 8192)
+        memory["mem_fraction_static"] = sglang_mem_fraction_static(mem, tp, chunk, dp)
     out["memory"] = memory
     return out
+
+
+def _int(value: Any, default: int) -> int:
+    """An integer setting of the raw config, or ``default`` where it is missing or malformed
+    (the config's own validation then names it)."""
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default

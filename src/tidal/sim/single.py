@@ -176,7 +176,8 @@ def check_num_blocks(num_blocks: int, block_size: int, watermark: float, tokens:
 
 
 def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPlan:
-    """The configured instance's KV plan (vLLM's profile at the scheduler's token budget), or
+    """The configured instance's KV plan (vLLM's profile at the scheduler's token budget, or
+    SGLang's static fraction where ``memory.mem_fraction_static`` is set), or
     ``memory.num_blocks`` blocks where the config fixes them."""
     mem = cfg.memory
     plan = plan_memory(
@@ -193,6 +194,7 @@ def memory_plan(cfg: SimulationConfig, max_request_tokens: int = 0) -> MemoryPla
         cuda_graph_gib=mem.cuda_graph_gib,
         moe_gpus=cfg.tp * cfg.data_parallel_size,
         pp=cfg.pipeline_parallel_size,
+        mem_fraction_static=mem.mem_fraction_static,
     )
     if mem.num_blocks is not None:
         check_num_blocks(mem.num_blocks, mem.block_size, mem.watermark, max_request_tokens)
