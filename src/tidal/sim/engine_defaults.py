@@ -80,7 +80,15 @@ def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
         dp = _int(out.get("data_parallel_size"), 1)
         tp = _int(out.get("tp"), 1) * dp
         chunk = _int(sched["token_budget"], 8192)
-        memory["mem_fraction_static"] = sglang_mem_fraction_static(mem, tp, chunk, dp)
+        frac = sglang_mem_fraction_static(mem, tp, chunk, dp)
+        if frac <= 0:  # SGLang's reserve alone exceeds the GPU: it would not start either
+            raise ConfigError(
+                "scheduler.token_budget",
+                f"SGLang's default memory reserve for a {chunk}-token chunked prefill on "
+                f"{tp} GPUs leaves no memory for the model (mem_fraction_static {frac:g})",
+                "lower --token-budget (--chunked-prefill-size), or set --mem-fraction-static",
+            )
+        memory["mem_fraction_static"] = frac
     out["memory"] = memory
     return out
 
