@@ -72,3 +72,19 @@ def test_a_config_that_plans_its_own_memory_keeps_it() -> None:
     both = load_config(sglang(memory={"mem_fraction_static": 0.8, "activation_reserve_gb": 2.0}))
     with pytest.raises(ConfigError, match="mem_fraction_static"):
         memory_plan(both)
+
+
+def test_sglang_s_fraction_needs_the_sglang_engine_and_is_not_given_with_vllm_s_utilization():
+    """Each of the two memory plans is named by its own flag: the fraction on a vLLM run, or
+    with ``gpu_memory_utilization`` beside it, is refused naming both flags."""
+    from tidal.core.errors import ConfigError
+    from tidal.sim.config import load_config
+
+    base = {"workload": {"num_requests": 2, "rate": 1.0}}
+    with pytest.raises(ConfigError, match="--engine sglang"):
+        load_config({**base, "memory": {"mem_fraction_static": 0.5}})
+    both = {"mem_fraction_static": 0.5, "gpu_memory_utilization": 0.5}
+    with pytest.raises(ConfigError, match="--gpu-memory-utilization, --mem-fraction-static"):
+        load_config({**base, "engine": "sglang", "memory": both})
+    ok = load_config({**base, "engine": "sglang", "memory": {"mem_fraction_static": 0.5}})
+    assert ok.memory.mem_fraction_static == 0.5

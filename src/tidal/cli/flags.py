@@ -238,8 +238,10 @@ SCHEDULER = (
     ),
     Flag(
         "token_budget", I,
-        "Max tokens per step (B; vLLM max_num_batched_tokens, also sizes the KV plan).",
-        "scheduler.token_budget", vllm=("--max-num-batched-tokens",), shows=8192,
+        "Max tokens per step (B; vLLM max_num_batched_tokens, SGLang chunked_prefill_size; also "
+        "sizes the KV plan).",
+        "scheduler.token_budget", decls=("--token-budget", "--chunked-prefill-size"),
+        vllm=("--max-num-batched-tokens",), shows=8192,
     ),
     Flag(
         "max_seqs", I, "Max running requests (N; vLLM max_num_seqs).", "scheduler.max_seqs",

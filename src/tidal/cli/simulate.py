@@ -57,14 +57,7 @@ def simulate(
     if cfg.cluster is not None:
         _print_cluster(cfg, result, out, plot)
         return
-    title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.scheduler.batching}"
-    if cfg.deployment is not None and cfg.deployment.disaggregated:
-        title = f"{cfg.model}, disaggregated prefill/decode, {cfg.scheduler.batching}"
-    if cfg.workload.augmented is not None:
-        title = f"{cfg.model} on {cfg.tp}× {cfg.gpu}, {cfg.augment.serving_policy}"
-    if cfg.perf_model.startswith("profile:"):
-        title = f"{cfg.model}, measured {cfg.perf_model}, {cfg.scheduler.batching}"
-    console.print(metrics_table(title, {"this run": result.metrics}))
+    console.print(metrics_table(_title(cfg), {"this run": result.metrics}))
     if "pools" in result.metrics:  # a disaggregated deployment
         from tidal.sim.disagg_metrics import describe
 
@@ -136,3 +129,23 @@ def _print_cluster(cfg: Any, result: Any, out: Path | None, plot: bool) -> None:
         f"simulated {m['num_requests']:,} requests in {info['simulate_s']:.2f} s "
         f"({info['num_events']:,} events)" + (f"; results in {out}" if out else "")
     )
+
+
+def _title(cfg: Any) -> str:
+    """The run table's title: model, the instance's GPUs (tp × pp × dp), and the policy."""
+    policy = cfg.scheduler.batching
+    if cfg.workload.augmented is not None:
+        policy = cfg.augment.serving_policy
+    if cfg.perf_model.startswith("profile:"):
+        return f"{cfg.model}, measured {cfg.perf_model}, {policy}"
+    if cfg.deployment is not None and cfg.deployment.disaggregated:
+        return f"{cfg.model}, disaggregated prefill/decode, {policy}"
+    gpus = cfg.tp * cfg.pipeline_parallel_size * cfg.data_parallel_size
+    layout = [f"tp {cfg.tp}"] + [
+        f"{name} {n}"
+        for name, n in (("pp", cfg.pipeline_parallel_size), ("dp", cfg.data_parallel_size))
+        if n > 1
+    ]
+    shape = f" ({' × '.join(layout)})" if len(layout) > 1 else ""
+    return f"{cfg.model} on {gpus}× {cfg.gpu}{shape}, {policy}"
+

@@ -274,7 +274,8 @@ def plan_memory(
             f"{total / GIB:.2f} GiB = {requested / GIB:.2f} GiB per GPU − {used} leaves "
             f"{max(kv, 0) / GIB:.2f} GiB for KV = {blocks * block_size} tokens, but one request "
             f"needs {min_tokens} tokens",
-            "use more tensor parallelism (--tp), a larger GPU, a smaller token budget, a "
+            ("raise --mem-fraction-static, or " if mem_fraction_static is not None else "")
+            + "use more tensor parallelism (--tp), a larger GPU, a smaller token budget, a "
             "quantized checkpoint or KV cache (--quantization, --kv-cache-dtype fp8), or cap "
             "the lengths",
         )

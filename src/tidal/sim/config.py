@@ -290,6 +290,27 @@ class SimulationConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _memory_plan(self) -> SimulationConfig:
+        """SGLang's static fraction is one plan, vLLM's utilization another: the fraction
+        needs ``engine: sglang``, and the two are not given together."""
+        mem = self.memory
+        if mem.mem_fraction_static is None:
+            return self
+        if self.engine != "sglang":
+            raise ValueError(
+                "memory.mem_fraction_static (--mem-fraction-static) is SGLang's memory plan, "
+                f"but the engine is {self.engine}: add --engine sglang, or size vLLM's plan with "
+                "--gpu-memory-utilization"
+            )
+        if "gpu_memory_utilization" in mem.model_fields_set:
+            raise ValueError(
+                "memory.gpu_memory_utilization and memory.mem_fraction_static both size the KV "
+                "cache (vLLM's plan and SGLang's): give one of --gpu-memory-utilization, "
+                "--mem-fraction-static"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _host_tier(self) -> SimulationConfig:
         """The host tier is the prefix cache's second tier: it needs the cache (and, for
         augmented requests, the caching of their contexts)."""

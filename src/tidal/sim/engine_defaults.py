@@ -85,8 +85,9 @@ def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(
                 "scheduler.token_budget",
                 f"SGLang's default memory reserve for a {chunk}-token chunked prefill on "
-                f"{tp} GPUs leaves no memory for the model (mem_fraction_static {frac:g})",
-                "lower --token-budget (--chunked-prefill-size), or set --mem-fraction-static",
+                f"{tp} GPU{'s' if tp > 1 else ''} leaves no memory for the model "
+                f"(mem_fraction_static {frac:g})",
+                "lower --chunked-prefill-size (--token-budget), or set --mem-fraction-static",
             )
         memory["mem_fraction_static"] = frac
     out["memory"] = memory
