@@ -10,7 +10,10 @@ pending chunk of a running prefill, then from the queue head, under two budgets:
   admitted whole (only the chunk budget cuts it); each further new prompt only while its new
   tokens stay *below* the cap less the tokens the step already prefills
   (``real_input_tokens >= rem_input_tokens and can_run_list`` refuses it; it then waits for
-  the next step, and so do the prompts behind it).
+  the next step, and so do the prompts behind it). This is 0.5.6's ``add_one_req``; not
+  modelled: its ``add_one_req_ignore_eos`` (``ignore_eos`` with the radix cache off) and
+  newer SGLang with chunked prefill have no per-prompt test, only the stop once the step's
+  prefill reaches the cap.
 
 Without ``--enable-mixed-chunk`` a step is a prefill batch whenever one can be formed and a
 decode batch of every running request otherwise (:mod:`tidal.engine.prefill_first`). With it
