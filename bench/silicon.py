@@ -6,6 +6,7 @@ row's concurrency, against the measured mean TTFT and TPOT.
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
                             [--range-ratio 0.8] [--no-source-clients] [--workers 2]
                             [--row-timeout 900] [--bf16-fallback] [--override JSON]
+                            [--max-prefill-isl-plus N]
                             [--tag NAME] [--moe-distribution balanced|power_law_1.01|power_law_1.2]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
@@ -125,6 +126,15 @@ def apply_override(plan: Plan, override: dict[str, Any]) -> None:
         else:
             plan.config[key] = value
     plan.notes.append("override " + json.dumps(override, sort_keys=True))
+
+
+def apply_max_prefill_isl_plus(plan: Plan, plus: int) -> None:
+    """``--max-prefill-isl-plus N``: an SGLang row's ``scheduler.max_prefill_tokens`` = its
+    ISL + N (AIConfigurator's generator launches SGLang with ISL + 1500; whether a source's
+    server had it the sample does not record: a what-if, noted). Other engines' rows keep
+    their config (vLLM refuses SGLang's flag)."""
+    if plan.config.get("engine") == "sglang":
+        apply_override(plan, {"scheduler": {"max_prefill_tokens": plan.row.isl + plus}})
 
 
 def load_or_default_version(config: dict[str, Any]) -> tuple[Any, str]:
@@ -344,6 +354,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--override", type=json.loads, default=None,
                    help='JSON merged into every runnable row\'s config, e.g. '
                    '\'{"scheduler": {"batching": "mb"}}\' (a what-if, noted per row)')
+    p.add_argument("--max-prefill-isl-plus", type=int, default=None,
+                   help="SGLang rows: scheduler.max_prefill_tokens = the row's ISL + N "
+                   "(AIConfigurator's generator launches SGLang with ISL + 1500; a what-if, "
+                   "noted per row)")
     p.add_argument("--tag", default="silicon")
     return p.parse_args(argv)
 
@@ -365,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                 p.config["moe_distribution"] = a.moe_distribution
             if a.override:
                 apply_override(p, a.override)
+            if a.max_prefill_isl_plus is not None:
+                apply_max_prefill_isl_plus(p, a.max_prefill_isl_plus)
             plans.append(p)
     if a.limit is not None:
         for p in plans[a.limit :]:

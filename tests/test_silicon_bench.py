@@ -292,6 +292,20 @@ def test_an_override_replaces_keys_and_merges_one_level_into_mappings() -> None:
     assert load_config(plan.config).scheduler.batching == "mb"
 
 
+def test_the_prefill_cap_what_if_sets_each_sglang_rows_isl_plus_n() -> None:
+    row = dataclasses.replace(BASE, engine="sglang", version="0.5.6.post2", isl=4000)
+    plan = sr.plan_row(row, TODAY)
+    assert isinstance(plan, sr.Plan)
+    silicon.apply_max_prefill_isl_plus(plan, 1500)
+    cfg = load_config(plan.config)
+    assert cfg.scheduler.max_prefill_tokens == 5500
+    assert (cfg.scheduler.batching, cfg.scheduler.options["max_prefill_tokens"]) == ("sglang", 5500)
+    vllm = sr.plan_row(BASE, TODAY)
+    assert isinstance(vllm, sr.Plan)
+    silicon.apply_max_prefill_isl_plus(vllm, 1500)
+    assert load_config(vllm.config).scheduler.max_prefill_tokens is None
+
+
 def test_a_source_that_fixes_the_client_overrides_the_range_ratio() -> None:
     src = sr.FIXED_LENGTH_SOURCES[0]
     plan = sr.plan_row(row(source=f"source_file=/x/{src}Qwen_Qwen3-32B.csv", engine="sglang"),

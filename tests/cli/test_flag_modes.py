@@ -58,6 +58,8 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "batching": ("eb", {}),
     "token_budget": (300, {}),
     "max_seqs": (2, {}),
+    "enable_mixed_chunk": (True, {"engine": "sglang"}),
+    "max_prefill_tokens": (20, {"engine": "sglang"}),
     "prefill_instances": (2, {}),
     "decode_instances": (2, {}),
     "prefill_tp": (2, {}),
@@ -129,6 +131,8 @@ NOT_HERE = {
     ("predictor", "augmented"): "AugServe's predictions order a queue this run never forms "
     "(tests/augment)",
     ("branch_policy", "single"): "its early stop needs long outputs (tests/test_parallel_probe.py)",
+    ("max_prefill_tokens", "trace"): "the fixture's arrivals are 200 ms apart: no step admits "
+    "two prompts (tests/engine/test_sglang_batching.py)",
 }
 """(flag, mode) pairs whose effect this tiny workload cannot show; tested where named."""
 MODE_DEFINING = {"trace", "workload", "cluster", "models", "placement"}

@@ -248,6 +248,18 @@ SCHEDULER = (
         vllm=("--max-num-seqs",), shows=256,
     ),
     Flag(
+        "enable_mixed_chunk", bool,
+        "SGLang --enable-mixed-chunk (--engine sglang only): decodes share the steps of "
+        "prefill chunks (batching sglang).",
+        "scheduler.enable_mixed_chunk", default=False, switch=True,
+    ),
+    Flag(
+        "max_prefill_tokens", I,
+        "SGLang --max-prefill-tokens (--engine sglang only; default 16384): a step's first "
+        "prompt whole, further ones only within this cap (batching sglang).",
+        "scheduler.max_prefill_tokens",
+    ),
+    Flag(
         "policy_module", list[str] | None,
         "Python file (or module name) imported before the policies are looked up, so that a "
         "policy it registers is selected by its name (repeatable).",

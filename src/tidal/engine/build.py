@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from tidal.core.kv import KVBlockManager
-from tidal.engine import mb, prefill_first  # noqa: F401  (the engine's own policies registered)
+from tidal.engine import mb, prefill_first, sglang_batching  # noqa: F401  (the engine's own policies registered)
 from tidal.engine.ordering import WaitingQueue
 from tidal.engine.policy import BATCHING, BatchingPolicy
 from tidal.engine.scheduler import Scheduler, SchedulerConfig

@@ -80,6 +80,13 @@ class SchedulerSettings(_Strict):
     max_seqs: int = Field(default=256, ge=1)
     """Max running requests (vLLM ``max_num_seqs``)."""
     long_prefill_token_threshold: int = Field(default=0, ge=0)
+    enable_mixed_chunk: bool | None = None
+    """SGLang ``--enable-mixed-chunk`` (``engine: sglang`` only): decodes share the steps of
+    prefill chunks (batching ``sglang``, :mod:`tidal.engine.sglang_batching`). None: off."""
+    max_prefill_tokens: int | None = Field(default=None, ge=1)
+    """SGLang ``--max-prefill-tokens`` (``engine: sglang`` only): a step's first prompt is
+    admitted whole, further ones while their tokens stay below this cap less the step's
+    prefill so far. None: SGLang's 16,384 where either SGLang flag selects batching ``sglang``."""
     eb: EBOptions = EBOptions()
     """Options of the exclusive-batching policies ``eb`` and ``ebplus``."""
     options: dict[str, Any] = Field(default_factory=dict)

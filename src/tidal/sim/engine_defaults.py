@@ -4,7 +4,11 @@
 same in 0.5.6 and 0.5.8; docs/research/engine-data.md, docs/design/sglang_rows.md):
 
 * batching ``prefill-first`` — SGLang runs prefill batches and decode batches apart unless
-  ``--enable-mixed-chunk`` is given (:mod:`tidal.engine.prefill_first`);
+  ``--enable-mixed-chunk`` is given (:mod:`tidal.engine.prefill_first`); with
+  ``scheduler.enable_mixed_chunk`` or ``scheduler.max_prefill_tokens`` (SGLang's flags, refused
+  for vLLM) batching ``sglang`` (:mod:`tidal.engine.sglang_batching`), the flags its options.
+  Prefill-first is ``sglang`` without mixed chunk less the 16,384-token cap, which only
+  refuses a further prompt of ≥ 16,384 − the step's prefill tokens (prompts above ~8 k);
 * token budget = ``chunked_prefill_size`` by GPU memory: 2,048 below 35 GiB, 4,096 below
   60 GiB (A100-40GB, L40S), 8,192 below 160 GiB (A100-80GB, H100, H200), 16,384 above (B200,
   B300); the instance's, which attention DP divides among its ranks
@@ -61,8 +65,54 @@ def sglang_mem_fraction_static(mem_bytes: float, tp: int, chunk: int, dp: int = 
     return round((mib - reserved) / mib, 3)
 
 
+SGLANG_FLAGS = {
+    "enable_mixed_chunk": "--enable-mixed-chunk",
+    "max_prefill_tokens": "--max-prefill-tokens",
+}
+"""SGLang's launch flags of a step, by ``scheduler`` key (:mod:`tidal.engine.sglang_batching`)."""
+
+
+def _sglang_flags(data: dict[str, Any]) -> dict[str, Any]:
+    """The SGLang step flags ``data``'s scheduler sets (None values left out). Refused, naming
+    the flag, for any engine but SGLang: vLLM always mixes prefills into decode steps and caps
+    a step's tokens with its token budget alone."""
+    sched = data.get("scheduler")
+    given = {k: v for k, v in (sched or {}).items() if k in SGLANG_FLAGS and v is not None}
+    if given and data.get("engine", "vllm") != "sglang":
+        key = next(iter(given))
+        raise ConfigError(
+            f"scheduler.{key}",
+            f"SGLang's {SGLANG_FLAGS[key]} applies to engine: sglang only (vLLM always mixes "
+            "prefill chunks into decode steps, within --max-num-batched-tokens)",
+            f"drop {SGLANG_FLAGS[key]}, or set --engine sglang",
+        )
+    return given
+
+
+def _sglang_batching(sched: dict[str, Any], flags: dict[str, Any]) -> None:
+    """Selects batching ``sglang`` with the flags as its options where any flag is given
+    (else SGLang's default, ``prefill-first``); another batching policy is refused."""
+    if not flags:
+        sched.setdefault("batching", "prefill-first")
+        return
+    batching = sched.setdefault("batching", "sglang")
+    if batching != "sglang":
+        key = next(iter(flags))
+        raise ConfigError(
+            f"scheduler.{key}",
+            f"SGLang's {SGLANG_FLAGS[key]} shapes SGLang's step (batching sglang), not "
+            f"batching {batching!r}",
+            "drop --batching (or set it to sglang)",
+        )
+    options = dict(sched.get("options") or {})
+    for key, value in flags.items():
+        options.setdefault(key, value)
+    sched["options"] = options
+
+
 def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` (a raw simulation config) with the chosen engine's defaults filled in."""
+    flags = _sglang_flags(data) if isinstance(data.get("scheduler"), dict) else {}
     if data.get("engine") != "sglang" or data.get("cluster") is not None:
         return data
     try:
@@ -71,7 +121,7 @@ def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
         return data
     out = dict(data)
     sched = dict(out.get("scheduler") or {})
-    sched.setdefault("batching", "prefill-first")
+    _sglang_batching(sched, flags)
     sched.setdefault("token_budget", sglang_chunked_prefill_size(mem))
     out["scheduler"] = sched
     memory = dict(out.get("memory") or {})
