@@ -22,7 +22,8 @@ into the same per-operator curves as a ``tidal-gpu-profile/1`` profile
   the host work concurrently (every per-rank curve is read at 1/dp of the step's tokens,
   requests or chunks), while a MoE layer routes the whole step's tokens over the dp·tp GPUs
   of its group, plus their all-gather and reduce-scatter (NCCL tables);
-* per step: the LM head GEMM over the sampled rows (bf16), the embedding gather and the layers'
+* per step: the LM head GEMM over the sampled rows (bf16), the embedding gather (at TP > 1
+  plus the all-reduce of its output, :meth:`EngineDeployment.embedding`) and the layers'
   elementwise ops (norms, RoPE, activation, residual) and the host time from the corrected
   roofline (:mod:`tidal.hardware.corrected`), which the tables do not hold.
 
@@ -240,6 +241,23 @@ class EngineDeployment:
         self.parts["elementwise"] = fb.name
         return [1e6 * (fb._e0 + fb._e1 * t) for t in self.tokens]
 
+    def embedding(self) -> list[float]:
+        """The embedding of a rank's t tokens: the gather (corrected roofline) and, at TP > 1,
+        the all-reduce of its T × H output. vLLM's ``VocabParallelEmbedding`` (SGLang's
+        too) holds 1/TP of the vocabulary a GPU, zeroes the rows of tokens outside its shard
+        and sums the result over the TP group (``tensor_model_parallel_all_reduce``): one
+        all-reduce a step beside the layers' 2L, as AIConfigurator's ``embedding_ar``."""
+        fb, m = self.fb, self.model
+        out = [1e6 * (fb._emb0 + fb._emb1 * t) for t in self.tokens]
+        if self.tp == 1:
+            return out
+        h = m.hidden_size * m.dtype_bytes
+        pts = allreduce_us(self.ts, self.tp)
+        if pts is None:
+            return [e + 1e6 * fb.allreduce_s(t * h) for e, t in zip(out, self.tokens, strict=True)]
+        ar = Curve(*pts)
+        return [e + ar.at(t * h) for e, t in zip(out, self.tokens, strict=True)]
+
     def linear(self) -> LinearOps:
         m = self.model
         layer = {
@@ -248,7 +266,7 @@ class EngineDeployment:
             "elementwise": self.elementwise(),
         }
         head = self.gemm("bfloat16", m.vocab_size // self.tp, m.hidden_size, "lm_head")
-        emb = [1e6 * (self.fb._emb0 + self.fb._emb1 * t) for t in self.tokens]
+        emb = self.embedding()
         shape = ModelShape(
             hidden=m.hidden_size, q_heads=m.num_heads, kv_heads=m.num_kv_heads,
             intermediate=m.intermediate_size, vocab=m.vocab_size, gated_mlp=m.gated_mlp,
