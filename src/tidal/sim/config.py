@@ -34,7 +34,7 @@ from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, m
 from tidal.sim.applicability import describe, ignored
 from tidal.sim.augment import AugmentConfig
 from tidal.sim.deployment import DeploymentConfig, check_deployment
-from tidal.sim.engine_defaults import apply_engine_defaults
+from tidal.sim.engine_defaults import VLLM_UTILIZATION, apply_engine_defaults, check_memory_plan
 from tidal.sim.engine_only import check_engine_only
 from tidal.workload.config import WorkloadConfig
 
@@ -42,7 +42,7 @@ _Strict = StrictModel
 
 
 class MemoryConfig(_Strict):
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=VLLM_UTILIZATION, gt=0, le=1)
     """vLLM ``gpu_memory_utilization``: share of the driver-reported memory the instance plans."""
     activation_reserve_gb: float | None = Field(default=None, ge=0)
     """None: vLLM's profiled plan (``hardware/memory.py``); a number: one flat reserve of that
@@ -298,23 +298,8 @@ class SimulationConfig(_Strict):
 
     @model_validator(mode="after")
     def _memory_plan(self) -> SimulationConfig:
-        """SGLang's static fraction is one plan, vLLM's utilization another: the fraction
-        needs ``engine: sglang``, and the two are not given together."""
-        mem = self.memory
-        if mem.mem_fraction_static is None:
-            return self
-        if self.engine != "sglang":
-            raise ValueError(
-                "memory.mem_fraction_static (--mem-fraction-static) is SGLang's memory plan, "
-                f"but the engine is {self.engine}: add --engine sglang, or size vLLM's plan with "
-                "--gpu-memory-utilization"
-            )
-        if "gpu_memory_utilization" in mem.model_fields_set:
-            raise ValueError(
-                "memory.gpu_memory_utilization and memory.mem_fraction_static both size the KV "
-                "cache (vLLM's plan and SGLang's): give one of --gpu-memory-utilization, "
-                "--mem-fraction-static"
-            )
+        check_memory_plan(self.engine, self.memory.mem_fraction_static,
+                          self.memory.gpu_memory_utilization)  # fmt: skip
         return self
 
     @model_validator(mode="after")

@@ -151,3 +151,27 @@ def _int(value: Any, default: int) -> int:
         return int(value) if value is not None else default
     except (TypeError, ValueError):
         return default
+
+
+VLLM_UTILIZATION = 0.9
+"""``memory.gpu_memory_utilization``'s default (vLLM's), which a recorded config dumps."""
+
+
+def check_memory_plan(engine: str, fraction: float | None, utilization: float) -> None:
+    """SGLang's static fraction and vLLM's utilization are two plans, each named by its own
+    flag: the fraction needs ``engine: sglang`` and a utilization left at vLLM's default."""
+    if fraction is None:
+        return
+    if engine != "sglang":
+        raise ValueError(
+            "memory.mem_fraction_static (--mem-fraction-static) is SGLang's memory plan, "
+            f"but the engine is {engine}: add --engine sglang, or size vLLM's plan with "
+            "--gpu-memory-utilization"
+        )
+    if utilization != VLLM_UTILIZATION:
+        raise ValueError(
+            "memory.gpu_memory_utilization and memory.mem_fraction_static both size the KV "
+            "cache (vLLM's plan and SGLang's): give one of --gpu-memory-utilization, "
+            "--mem-fraction-static"
+        )
+
