@@ -25,12 +25,8 @@ budget (static or AugServe's dynamic one), then the batching policy, then the KV
 reclaimed; admission reclaims only for the head of an empty instance (no deadlock on memory
 held by idle requests).
 
-GPU-memory waste is integrated exactly over time (block·ns, integers): idle KV of paused and
-queued requests ("preserve"), memory held by requests waiting for their swap-in plus every
-resident block during a transfer stall ("swap"), and every resident block during the share of
-a step spent recomputing discarded or preempted context ("recompute"). ``recompute_time_share``
-is the recomputing share of the computing steps' time (each step split by token share), the
-quantity INFERCEPT measures for vLLM (37–40% of model forward time, docs/research/augserve.md §1.2).
+GPU-memory waste is integrated exactly over time; the accounting, the invariant check and the
+metrics are in :mod:`tidal.augment.accounting`.
 """
 
 from __future__ import annotations
@@ -38,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tidal.augment.accounting import account_step, check_component, component_metrics, integrate
 from tidal.augment.budget import StaticBudget, TokenBudget
 from tidal.augment.env import AugmentEnv
 from tidal.augment.intercept import InterceptPolicy, PreservePolicy
@@ -232,7 +229,7 @@ class Augmentation(StateListener):
         """The call returned: append its tokens and make the request ready (or swap it in)."""
         if req.state == RequestState.ABORTED:
             return
-        self._integrate(now_ns)
+        integrate(self, now_ns)
         run = self.runs[req.request_id]
         assert run.spec is not None
         assert req.state == RequestState.PAUSED
@@ -286,7 +283,7 @@ class Augmentation(StateListener):
     def adopt_idle(self, req: Request, now_ns: int) -> None:
         """``req`` was queued holding blocks this component did not see it take (a
         disaggregated decode leg whose prompt KV was just loaded): idle KV until it starts."""
-        self._integrate(now_ns)
+        integrate(self, now_ns)
         self._idle_blocks += req.num_blocks
 
     def start_swap_out(self, req: Request) -> None:
@@ -330,7 +327,7 @@ class Augmentation(StateListener):
     def abort(self, req: Request, now_ns: int) -> None:
         """Drop a request wherever it is (also in a call or swapping in); its GPU and host
         blocks are freed; a pending call return is then ignored."""
-        self._integrate(now_ns)
+        integrate(self, now_ns)
         rid = req.request_id
         if rid in self.paused or rid in self.swap_in_q:
             self.discard(req)
@@ -345,17 +342,10 @@ class Augmentation(StateListener):
         self.runs.pop(rid, None)
 
     # ------------------------------------------------------------------ step
-    def _integrate(self, now_ns: int) -> None:
-        dt = now_ns - self._t_acct
-        if dt > 0:
-            self.idle_block_ns += self._idle_blocks * dt
-            self.swapin_block_ns += self._swapin_blocks * dt
-            self._t_acct = now_ns
-
     def before_schedule(self, now_ns: int) -> int:
         """Per-iteration work before the batching policy decides: the intercept policy's
         decisions, the ordering's refresh, the step's token budget (returned)."""
-        self._integrate(now_ns)
+        integrate(self, now_ns)
         self._now = now_ns
         self._changed = False
         self.intercept.per_iteration(self, now_ns)
@@ -381,23 +371,7 @@ class Augmentation(StateListener):
 
     def before_apply(self, plan: StepPlan, end_ns: int) -> None:
         """Waste accounting of the finished step (before the state applies it)."""
-        self._integrate(end_ns)
-        used = self._step_used
-        if plan.stall_ns:
-            self.stall_block_ns += plan.stall_ns * used
-        rec = 0
-        for req, n in plan.prefills:
-            run = self.runs[req.request_id]
-            if run.recompute_left:
-                r = min(n, run.recompute_left)
-                run.recompute_left -= r
-                rec += r
-        if plan.num_tokens:
-            self.forward_ns += end_ns - self._step_start
-        if rec:
-            self.recompute_tokens += rec
-            self.recompute_block_ns += (end_ns - self._step_start) * used * rec / plan.num_tokens
-            self.recompute_ns += (end_ns - self._step_start) * rec / plan.num_tokens
+        account_step(self, plan, end_ns)
 
     def blocks_fast_forward(self, plan: StepPlan) -> bool:
         """Fast-forward only when nothing but decoding can happen: no KV transfer queued or
@@ -413,43 +387,7 @@ class Augmentation(StateListener):
 
     # ------------------------------------------------------------------ checks and metrics
     def check(self) -> None:
-        self.pool.materialize_all()
-        kv = self.kv
-        queued = [r for r in self.waiting if r.num_blocks]
-        paused = list(self.paused.values())
-        swapping = list(self.swap_in_q.values())
-        remote = self.state.remote  # a disaggregated decode leg's blocks while loading
-        loading = list(remote.loading.values()) if remote is not None else []
-        resident = [*self.running.values(), *paused, *queued, *swapping, *loading]
-        kv.check(resident)
-        assert self._idle_blocks == sum(r.num_blocks for r in paused + queued)
-        assert self._swapin_blocks == sum(r.num_blocks for r in swapping)
-        assert len(self.running) <= self.state.config.max_num_seqs
-        assert len(self.pool) + len(self.prefilling) == len(self.running)
-        for r in self.running.values():
-            assert r.num_blocks == kv.blocks_for(r.num_computed_tokens)
-        loaded = {r.request_id for r in remote.ready} if remote is not None else set()
-        for r in paused + list(self.waiting) + swapping:  # (a loaded leg holds its prompt's)
-            if r.request_id not in loaded:
-                assert r.num_blocks + kv.host_blocks_of(r) == kv.blocks_for(r.num_computed_tokens)
+        check_component(self)
 
     def extra_metrics(self) -> dict[str, Any]:
-        m_gb = self.kv.block_size * self.env.kv_bytes_per_token / 1e9 / 1e9  # block·ns → GB·s
-        return {
-            "num_intercepts": self.num_intercepts,
-            "intercepts_preserved": self.resolved[0],
-            "intercepts_discarded": self.resolved[1],
-            "intercepts_swapped": self.resolved[2],
-            "recompute_tokens": self.recompute_tokens,
-            "recompute_hit_tokens": self.recompute_hit_tokens,
-            "recompute_time_share": self.recompute_ns / max(self.forward_ns, 1),
-            "swap_out_tokens": self.swap_out_blocks * self.kv.block_size,
-            "swap_in_tokens": self.swap_in_blocks * self.kv.block_size,
-            "kv_reclaims": self.num_reclaims,
-            "waste_preserve_gb_s": self.idle_block_ns * m_gb,
-            "waste_recompute_gb_s": self.recompute_block_ns * m_gb,
-            "waste_swap_gb_s": (self.swapin_block_ns + self.stall_block_ns) * m_gb,
-            "token_budget_mean": self.budget_sum / max(self.budget_n, 1),
-            "swap_link_gbs": self.env.kv_bytes_per_token / self.env.swap_ns_per_token,
-            "starvation_promotions": getattr(self.waiting, "num_promoted", 0),
-        }
+        return component_metrics(self)

@@ -3,62 +3,10 @@
 "Threshold-Based Exclusive Batching for LLM Inference" (arXiv 2606.00516) §4.4, as specified in
 ``docs/research/ebplus.md`` §3.3. The two policies share the running set; the selector
 evaluates the closed-form crossover Δ(N) = LHS − RHS (Proposition 4, §2.6) on live estimates
-and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −sticky·δ``:
-
-* every step: demand D = running + waiting; ``N_obs ← a·D + (1−a)·N_obs`` with a = 0.3 when D
-  rises above N_obs and 0.03 otherwise (fast up, slow down); a surge ``D > 2·N_obs`` outside
-  the cooldown triggers an evaluation at once — at N_obs = D (``surge_n: demand``, default):
-  the surge means the EMA lags the demand by more than 2×, and the reference's evaluation at
-  the lagging EMA kept MB for 100 completions where EB wins (``docs/design/eb-defaults.md``);
-* every 100 completions (after the estimator's μ̂_O/p̂ update): an evaluation with
-  ``r = μ̂_O/(μ̂_L+μ̂_O)``, ``θ0 = θ̂``, ``k̂ = θ0·N_obs``, ``N = N_obs``, ``α_MB = α_p`` — or,
-  with ``crossover_n: effective`` (default), at the batch sizes each policy can actually run:
-  ``N = min(N_obs, N_max, N_MB)`` for MB and ``k̂ = θ0·min(N_obs, N̂*, N_max)`` for EB (the reference
-  credits EB with N_obs even when memory caps it far lower);
-  ``β_MB^e`` is ``β_EB^w + ΔI_step`` (the simulator's own step interference) or, with
-  ``mb_cost: paper``, the paper's measured quadratic;
-* a decision needs the estimator initialised, no cooldown (3 evaluations after a switch),
-  ``N_obs ≥ 16`` (drain filter: RHS ∝ 1/N_obs explodes while the system empties) and — ours,
-  ``ebb_factor`` — a demand of at least N_obs/2 (between load phases the slowly decaying EMA
-  describes the load that left);
-* LHS: with ``crossover_lhs: steps`` (default) the interference MB pays at N running requests,
-  :func:`eb_theory.mb_interference` — the paper's ΔI(r) at N ≥ 1 + μ_O, less below, where
-  most MB steps carry no prefill; RHS with ``α_MB = max(α_p, α_d)`` (``mb_alpha: step``: a
-  mixed step reads the weights as a decode step does);
-* with ``crossover_cost: steps`` (default, where the deployment's step-time function is known)
-  the signal is ``c_MB − c_EB`` from both policies' steady-state cycles evaluated on that
-  function at ``N = min(N_obs, N̂*, N_max)`` (:mod:`tidal.batching.eb_cost`) — the closed form's
-  linear constants misplace the crossover where the step time is not linear at the operating
-  point (issue 18's robustness grid: 51 of 420 cells where EB won and EB⁺ kept MB).
-
-Where the prediction favours EB by less than ``probe_band`` of the cost, ``probe.measure``
-(on with ``prefer: throughput``) has EB⁺ measure both modes' token rates and keep the faster
-(:mod:`tidal.batching.ebplus_probe`); δ = max(min(``delta``, ``delta_cap``·c), ``delta_rel``·c)
-with c = min(c_MB, c_EB) under the steps crossover.
-
-The MB mode admits by the KV forecast once the estimator has data (``mb_cap: forecast``, the
-default: each admission must keep the running set's age-conditioned projected occupancy within
-the cache, :mod:`tidal.batching.kv_forecast`, at overflow probability ``mb_eps`` until the
-forecast's first miss and EB's ε after it; ``mb_count_cap`` adds a count cap of the
-steady-state bound — by default (``feedback``) from that miss on: a preemption in MB mode, or
-⌈``miss_share``·n⌉ of the n running requests older than every output of the forecast's
-sample, S(g) = 0, where the projection extrapolates (outputs got longer than any it has
-seen); ``prefer: throughput`` runs MB mode at ``mb_cap: none``),
-or at most ``N_MB`` running requests (``mb_cap: mb_safe``): the §2.5 CLT bound ``N·D +
-σ·sqrt(N·ln(1/ε)) ≤ C`` evaluated with MB's own slot occupancy instead of EB's cycle — in steady
-state ``D = μ_L + E[O²]/(2E[O])`` (renewal reward; the paper's ``D(θ → 0) = μ_L + 1/p0`` for
-geometric outputs), and for a cohort admitted at once (closed-loop clients at a phase start)
-``(μ_L + t)·P(O > t)`` at every age t — the smaller N of the two (:func:`eb_theory.mb_safe_n`),
-from the estimator's window and prompt EMAs, re-computed at every estimate. The reference runs
-MB at N_max and relies on recompute preemption (``mb_cap: none``); EB's N̂* (``n_hat``)
-overstates MB's need on bounded outputs. Before the first estimate MB runs at N_max; with
-``mb_cap: forecast`` its admissions keep ``cold_reserve`` of the cache free until then.
-
-MB → EB: requests already decoding become EB's decoding set and Phase 1 starts with
-N as EB's initial fill sets it (``switch_n: fill``: the demand, or the N cap below EB's
-minimum N; the reference: ``min(#decoding + #waiting, N cap)``);
-with nothing decoding, EB starts a fresh fill. EB → MB: EB's phase state is dropped and the
-mixed scheduler takes over the same running set.
+and routes the next steps to EB when ``Δ > δ`` and back to MB when ``Δ < −sticky·δ``. The demand
+EMA and surge trigger, the evaluation filters, the step-cost signal and δ, the measured probe,
+the MB mode's admission cap (KV forecast, N_MB) and the hand-over at a switch — with where and
+why each departs from the reference — are in ``docs/design/ebplus-selector.md``.
 
 Exactness: the N_obs EMA changes every step, so a fast-forwarded run applies the same per-step
 updates (:meth:`update` loops ``num_steps − 1`` times with the identical arithmetic), arrivals
@@ -69,17 +17,15 @@ whose surge check could fire.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from typing import Any
 
-import numpy as np
-
 from tidal.batching import eb_theory as theory
+from tidal.batching import ebplus_log
 from tidal.batching.eb import DECODE, INITIAL_FILL, ExclusiveBatching
-from tidal.batching.eb_cost import step_crossover
 from tidal.batching.eb_options import EBOptions
 from tidal.batching.ebplus_probe import ModeProbe
+from tidal.batching.ebplus_signal import selector_signal
 from tidal.batching.kv_forecast import KVForecast
 from tidal.core.request import Request
 from tidal.engine.mb import MixedBatching
@@ -88,25 +34,6 @@ from tidal.engine.policy import BATCHING, BatchingPolicy
 from tidal.engine.state import AdmissionTest, EngineState
 from tidal.engine.stats import PolicyStats
 
-SERIES = (
-    "time_ns",
-    "event",
-    "mode",
-    "demand",
-    "n_obs",
-    "r",
-    "mu_l",
-    "mu_o",
-    "theta",
-    "k_hat",
-    "n_hat",
-    "n_mb",
-    "lhs",
-    "rhs",
-    "signal",
-    "delta",
-    "cooldown",
-)
 _NAN = float("nan")
 
 
@@ -150,7 +77,7 @@ class EBPlus(BatchingPolicy):
         self._refills_seen = 0
         self.probe = ModeProbe(opts.probe)
         """The measured arbitration where the prediction is within its error band."""
-        self.series: dict[str, list[Any]] = {k: [] for k in SERIES}
+        self.series: dict[str, list[Any]] = ebplus_log.new_series()
         self._log(0, "start", _NAN, _NAN, _NAN, opts.selector.delta)
 
     @property
@@ -240,49 +167,11 @@ class EBPlus(BatchingPolicy):
         ``n_obs`` (default: the EMA N_obs): Δ(N) = LHS − RHS (Proposition 4, §2.6); EB when Δ > δ,
         MB when Δ < −sticky·δ."""
         ctl, opts = self.ctl, self.ctl.opts
-        stats, c = ctl.stats, ctl.costs
-        if not stats.initialized:
+        if not ctl.stats.initialized or not 0.0 < ctl.theta < 1.0:
             return
-        theta0 = ctl.theta
-        if not 0.0 < theta0 < 1.0:
-            return
-        paper = opts.selector.mb_cost == "paper"
         n_obs = max(1.0, self.n_obs if n_obs is None else n_obs)
-        n_mb, n_eb = n_obs, n_obs
-        if opts.selector.crossover_n == "effective":
-            cap = self.mb_cap()
-            n_mb = min(n_obs, float(ctl.max_seqs if cap is None else cap))
-            n_eb = min(n_obs, float(ctl.n_target()))
-        x = theory.crossover(
-            stats.mu_l,
-            stats.mu_o,
-            n_mb,
-            theta0,
-            c.alpha_p,
-            c.beta_p,
-            c.alpha_d,
-            c.beta_d,
-            lambda r: c.beta_mb_e(r, paper_fit=paper),
-            alpha_mb=max(c.alpha_p, c.alpha_d) if opts.cost.mb_alpha == "step" else None,
-            k=theta0 * n_eb,
-            mixed_steps=opts.selector.crossover_lhs == "steps",
-        )
-        lhs, rhs, signal = x.lhs, x.rhs, x.delta
-        if opts.cost.crossover_cost == "steps" and c.step_ns is not None:
-            n_eb = min(n_obs, float(ctl.n_target()))
-            y = step_crossover(
-                c.step_ns, n_eb, n_eb, theta0 * n_eb, stats.mu_l, stats.mu_o, self.state.step_budget
-            )
-            lhs, rhs, signal = y.c_mb, y.c_eb, y.delta
-        if n_obs >= opts.demand.drain_n:
-            self._signals.append(signal)
-        delta = opts.selector.delta
-        stepped = opts.cost.crossover_cost == "steps" and c.step_ns is not None
-        if stepped and opts.cost.delta_rel > 0:  # a share of the cost; the floor capped
-            cost, share = min(lhs, rhs), opts.cost.delta_cap
-            delta = max(min(delta, share * cost) if share else delta, opts.cost.delta_rel * cost)
-        if opts.selector.delta_adaptive and len(self._signals) >= 4:
-            delta = max(delta, opts.selector.delta_k * statistics.stdev(self._signals))
+        sig = selector_signal(ctl, self.state.step_budget, n_obs, self.mb_cap, self._signals)
+        lhs, rhs, signal, delta, n_eb = sig.lhs, sig.rhs, sig.signal, sig.delta, sig.n_eb
         self._log(now_ns, event, lhs, rhs, signal, delta)
         if event == "surge":
             self.probe.abandon()  # a new load level: the probe's windows straddle two
@@ -293,7 +182,7 @@ class EBPlus(BatchingPolicy):
             return
         if opts.demand.ebb_factor and self.demand * opts.demand.ebb_factor < self.n_obs:
             return  # draining: the slow-down EMA describes the load that has left
-        if stepped and self._arbitrate(now_ns, event, signal, min(lhs, rhs), n_eb):
+        if sig.stepped and self._arbitrate(now_ns, event, signal, min(lhs, rhs), n_eb):
             return
         prev, self._prev_signal = self._prev_signal, signal
         if event == "surge":  # a new load level: the previous signal describes the old one
@@ -418,29 +307,8 @@ class EBPlus(BatchingPolicy):
     def _log(
         self, now_ns: int, event: str, lhs: float, rhs: float, signal: float, delta: float
     ) -> None:
-        ctl = self.ctl
-        s = ctl.stats
-        row = (
-            now_ns,
-            event,
-            self.mode,
-            self.demand,
-            self.n_obs,
-            s.mu_o / (s.mu_l + s.mu_o),
-            s.mu_l,
-            s.mu_o,
-            ctl.theta,
-            ctl.theta * max(1.0, self.n_obs),
-            ctl.n_hat,
-            -1 if self.n_mb is None else self.n_mb,
-            lhs,
-            rhs,
-            signal,
-            delta,
-            self.cooldown_left,
-        )
-        for key, v in zip(self.series, row, strict=True):
-            self.series[key].append(v)
+        row = ebplus_log.selector_row(self, now_ns, event, lhs, rhs, signal, delta)
+        ebplus_log.append_row(self.series, row)
 
     def _drain_refill(self, demand: int) -> None:
         """``drain_refill``: a refill once the demand is ``max(1, k̂)`` below its peak since
@@ -523,22 +391,7 @@ class EBPlus(BatchingPolicy):
         return PolicyStats(counters, eb_ns=eb.eb_ns, mb_ns=self.mb_ns)
 
     def extra_metrics(self) -> dict[str, Any]:
-        return {
-            **self.stats().metrics(),
-            "ebplus_final_mode": self.mode,
-            "ebplus_mb_cap": -1 if (cap := self.mb_cap()) is None else cap,
-            "ebplus_forecast_missed_s": self.missed_ns / 1e9 if self.missed_ns >= 0 else -1.0,
-            **self.eb.gauges(),
-            **({"ebplus_probes": self.probe.num_probes} if self.probe.opts.measure else {}),
-        }
+        return ebplus_log.selector_metrics(self)
 
     def extra_tables(self) -> dict[str, dict[str, Any]]:
-        cols: dict[str, Any] = {}
-        for key, vals in self.series.items():
-            if key in ("event", "mode"):
-                cols[key] = list(vals)
-            elif key in ("time_ns", "demand", "n_hat", "n_mb", "cooldown"):
-                cols[key] = np.asarray(vals, dtype=np.int64)
-            else:
-                cols[key] = np.asarray(vals, dtype=np.float64)
-        return {"ebplus": cols, "eb": self.ctl.history_columns()}
+        return {"ebplus": ebplus_log.series_columns(self.series), "eb": self.ctl.history_columns()}

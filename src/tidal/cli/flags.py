@@ -16,6 +16,8 @@ from tidal.augment.predictor import PREDICTORS
 # tidal.cluster.registries: the placement policies would add 15 % to tidal --help).
 from tidal.batching import eb, ebplus  # noqa: F401
 from tidal.cli.app import _parse_rate
+from tidal.cli.flags_cluster import CLUSTER, DISAGG
+from tidal.cli.flags_cluster import PLACEMENT_NAMES as PLACEMENT_NAMES  # re-exported
 from tidal.cli.flagspec import Flag, FlagTable
 from tidal.core.errors import TidalError
 from tidal.engine.ordering import ORDERINGS
@@ -328,69 +330,12 @@ PREFIXES = (
     ),
 )  # fmt: skip
 
-PLACEMENT_NAMES = ("dedicated", "muxserve", "serverlessllm", "warmserve")
-"""The registered placement policies (``PLACEMENTS``; a test keeps them equal): listed by name
-so that ``tidal --help`` does not import the cluster's policies."""
-
-CLUSTER = (
-    Flag(
-        "cluster", S, "Multi-model cluster NODESxGPUS:GPU, e.g. 2x8:h100.", "cluster.spec",
-        shows="2x8:h100",
-    ),
-    Flag(
-        "models", S, "Cluster: comma list of model ids (repeats allowed; id:tp; disaggregated "
-        "id:PpDd or id:tp:PpDd, e.g. llama-2-7b:1p1d).",
-        "cluster.models", shows="llama-2-7b,llama-2-7b,llama-2-13b,llama-2-70b",
-    ),
-    Flag(
-        "placement", S, f"Cluster: {' | '.join(PLACEMENT_NAMES)}.",
-        "cluster.placement", shows="warmserve",
-    ),
-    Flag("alpha", F, "Cluster: power-law skew of model shares.", "cluster.mix.alpha", shows=0.5),
-    Flag(
-        "warmserve_disable", list[str] | None,
-        "Cluster: WarmServe features to turn off (repeatable or comma list): "
-        "forecast, placement, kv-reservation, memory-switching, unified-memory, "
-        "engine-prewarm, device-prewarm, all.",
-        "cluster.warmserve.disable",
-    ),
-    Flag(
-        "mix", S, "Cluster workload: azure (trace mapping) | servegen (14-day rates).",
-        "cluster.mix.kind", shows="azure",
-    ),
-    Flag("days", F, "Cluster servegen mix: days to simulate.", "cluster.mix.days", shows=14.0),
-)  # fmt: skip
-
 INTERFERENCE = (
     Flag(
         "interference", bool | None,
         "Charge mixed steps the EB paper's prefill/decode interference (auto: only where "
         "measured, Qwen3-8B on H200 and RTX PRO 6000; on: bandwidth-derived elsewhere).",
         "interference", decls=("--interference/--no-interference",), shows="auto",
-    ),
-)  # fmt: skip
-
-_DISAGG = "(any pool flag makes the run a disaggregated prefill/decode deployment)"
-DISAGG = (
-    Flag(
-        "prefill_instances", I, f"Prefill pool: instances {_DISAGG}.",
-        "deployment.prefill.instances", shows=1,
-    ),
-    Flag(
-        "decode_instances", I, f"Decode pool: instances {_DISAGG}.",
-        "deployment.decode.instances", shows=1,
-    ),
-    Flag("prefill_tp", I, "Prefill pool: tensor-parallel degree (default: --tp).",
-         "deployment.prefill.tp"),
-    Flag("decode_tp", I, "Decode pool: tensor-parallel degree (default: --tp).",
-         "deployment.decode.tp"),
-    Flag("prefill_gpu", S, "Prefill pool: GPU id (default: --gpu).", "deployment.prefill.gpu"),
-    Flag("decode_gpu", S, "Decode pool: GPU id (default: --gpu).", "deployment.decode.gpu"),
-    Flag(
-        "kv_link", S,
-        "Link the KV cache moves over from prefill to decode: auto (NVLink within a node, "
-        "else ib-ndr) | nvlink | ib-ndr | ib-xdr | roce-400 | eth-100 | pcie.",
-        "deployment.kv_transfer.link", shows="auto",
     ),
 )  # fmt: skip
 

@@ -39,6 +39,7 @@ from tidal.cluster.load import ModelLoad
 from tidal.cluster.memory import ClusterMemory
 from tidal.cluster.models import ServedModel, served_models
 from tidal.cluster.policies import PLACEMENTS
+from tidal.cluster.retire import retire
 from tidal.cluster.startup_run import run_startup_plan
 from tidal.cluster.topology import parse_cluster
 from tidal.cluster.transfer import TransferEngine
@@ -170,7 +171,7 @@ class ClusterController:
         inst = self.placed.pop(req.request_id)
         inst.inflight -= 1
         if inst.state == State.STOPPING and inst.inflight == 0:
-            self.at(now_ns, lambda t: self._retire(inst, t))
+            self.at(now_ns, lambda t: retire(self, inst, t))
         self.policy.on_finish(inst, now_ns)
 
     # ------------------------------------------------------------------ GPUs and instances
@@ -285,42 +286,7 @@ class ClusterController:
         self.version += 1
         self.serving[inst.model.index].remove(inst)
         if inst.inflight == 0:
-            self._retire(inst, now_ns)
-
-    def _retire(self, inst: ModelInstance, now_ns: int) -> None:
-        if inst.state == State.STOPPED or inst.inflight:
-            return
-        inst.state = State.STOPPED
-        inst.stopped_ns = now_ns
-        self.version += 1
-        del self.live[inst.iid]
-        if inst.engine >= 0:
-            self.backend.release_engine(inst.engine)
-        self.memory.release(now_ns, inst.gpus, ("kv", inst.iid))
-        wkey = ("w", inst.iid)
-        partial = False
-        for tr in inst.transfers:
-            if tr.active:
-                self.transfers.cancel(now_ns, tr)
-                self.loads_cancelled += 1
-                partial = True
-        self._set_busy(now_ns, inst.gpus, None)
-        if (
-            not partial
-            and inst.ready_ns >= 0
-            and self.policy.keep_weights(inst)
-            and self.memory.holds(inst.gpus[0], wkey)
-        ):
-            r = Replica(self._next_rid, inst.model, inst.gpus, now_ns, warm=True, warm_ns=now_ns)
-            self._next_rid += 1
-            self.memory.retag(now_ns, inst.gpus, wkey, r.owner, "prewarm")
-            self._attach_replica(r)
-        else:
-            self.memory.release(now_ns, inst.gpus, wkey)
-        self.ledger.archive(inst)
-        inst.kv = None
-        inst.transfers = []
-        self.policy.on_stopped(inst, now_ns)
+            retire(self, inst, now_ns)
 
     def _kv_reserved(self, inst: ModelInstance, blocks: int) -> None:
         pages = blocks * inst.model.block_pages
@@ -400,7 +366,7 @@ class ClusterController:
             if inst.state < State.STOPPING:
                 self.stop(inst, now_ns)
             elif inst.state == State.STOPPING:
-                self._retire(inst, now_ns)
+                retire(self, inst, now_ns)
         for r in list(self.replicas.values()):
             self.evict(r, now_ns)
 

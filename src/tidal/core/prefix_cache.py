@@ -1,44 +1,12 @@
 """Prefix caching of KV blocks (vLLM's automatic prefix caching), counted without tensors.
 
-Content model. A request's tokens are described by *segments* (a trace's 512-token hash ids, a
-shared system prompt, a previous turn's answer): segment ``s`` ends at token ``ends[s]`` and its
-chain hash ``hashes[s]`` mixes the previous chain hash with the segment's id and length, so equal
-hashes mean equal tokens from position 0 to ``ends[s]``. Tokens past the last segment (the
-request's own output) belong to a per-request ``tail`` segment. KV block ``j`` (tokens
-``[j·bs, (j+1)·bs)``) belongs to the segment holding its last token, so segment ``s`` owns the
-full blocks ``[ends[s-1] // bs, ends[s] // bs)`` and a block's identity (its vLLM block hash,
-which chains the parent's hash and the block's tokens) is (segment chain hash, index).
-
-Cache state, one *node* per segment chain hash: ``cached`` leading blocks of the segment are kept
-in GPU memory; ``holders`` maps each request that references the node to the leading blocks it
-uses; ``held = max(holders)`` of them are referenced, ``cached - held`` are free but evictable.
-Invariants (``check``): ``held <= cached``; physical blocks ``Σ anonymous free runs +
-Σ own runs + Σ cached + Σ anonymous blocks of requests == num_blocks``; ``num_free_blocks`` =
-anonymous free + own runs + Σ (cached − held). Eviction takes blocks from the LRU head of the
-free queue (:mod:`tidal.core.prefix_queue`): runs, or the tail blocks of an evictable node
-(never below ``held``: a referenced block is never evicted).
-
-Own blocks (``BlockContent.shared``: segments no other request has, and the output tail) can
-only ever be matched by their request itself, after it left the GPU unfinished (preempted,
-discarded, swapped). So they are registered lazily, which changes no result: not when they are
-allocated, but when the request first leaves unfinished (``_settle`` then leaves the state
-eager registration would have: nobody else could see, share or evict them), and a finished
-request's own registered blocks become one counted *own run* in the free queue instead of
-nodes. Without a host tier (whose capacity would see the difference) this is on.
-
-vLLM semantics kept: a full block is registered when it is allocated (``allocate``), so
-requests admitted later share it; a request first takes its longest cached prefix of full
-blocks, at most ``num_tokens − 1`` tokens (the last one is recomputed to sample); freed blocks
-keep their content and join the free queue tail-first in reverse block order (the request's
-last blocks are evicted first); evictable blocks count as free for admission. Simplifications
-(one node per segment instead of one entry per block): a node's free blocks share one LRU
-position, refreshed when a holder frees; a request that allocates blocks of a node another
-request has already cached further keeps them unregistered (vLLM keeps the duplicate, unused).
-
-Host tier (optional, :mod:`tidal.core.host_cache`): evicted blocks move to host memory, after
-the node's GPU-cached ones (``node.host``); a match takes the GPU prefix, then a run of host
-blocks, which commit loads into fresh GPU blocks and charges ``load_ns_per_block`` each
-(``pending_load_ns``, which the engine adds to the admitting step's stall).
+A request's tokens are *segments* with chain hashes (equal hashes: equal tokens from position
+0); KV block ``j`` belongs to the segment holding its last token; one *node* per segment chain
+hash keeps ``cached`` leading blocks in GPU memory, referenced by ``holders`` (``held =
+max(holders) <= cached``), the rest free but evictable from the LRU head of
+:mod:`tidal.core.prefix_queue`. A request's own blocks are registered lazily (same results); a
+host tier (:mod:`tidal.core.host_cache`, optional) takes evictions and charges loads at commit.
+Design, vLLM semantics and invariants: ``docs/design/prefix-cache.md``, :mod:`.prefix_cache_check`.
 """
 
 from __future__ import annotations
@@ -48,6 +16,7 @@ from bisect import bisect_right
 from tidal.core.block_content import MASK63, BlockContent, mix
 from tidal.core.host_cache import HostTier
 from tidal.core.kv import KVCacheManager, Reservation
+from tidal.core.prefix_cache_check import check_index
 from tidal.core.prefix_queue import CacheNode, PrefixQueue
 from tidal.core.request import Request, RequestState
 
@@ -393,25 +362,8 @@ class SegmentIndex:
 
     # ------------------------------------------------------------------ queries
     def check(self, resident: list[Request]) -> None:
-        anon_free, own = self.pool.check_queue()
-        cached, held = own, 0  # own runs: cached, not held
-        if self.pool.tier is not None:
-            self.pool.tier.check(self.pool.nodes)
-        for node in self.pool.nodes.values():
-            assert node.cached or node.holders or node.host, "a dead node was kept"
-            assert 0 <= node.held <= node.cached, "a referenced block was evicted"
-            assert node.held == max(node.holders.values(), default=0)
-            assert node.entry is None or node.entry[0] is node
-            cached += node.cached
-            held += node.held
-        assert anon_free + cached - held == self.pool.num_free_blocks, "free count drifted"
-        anon_used = 0
-        for r in resident:
-            reg = sum(n.holders[r.request_id] for n in self._refs.get(r.request_id, []))
-            assert reg <= r.num_blocks
-            anon_used += r.num_blocks - reg
-        assert anon_free + cached + anon_used == self.pool.num_blocks, "a block leaked"
-        assert set(self._refs) <= {r.request_id for r in resident}, "a freed request holds refs"
+        """Assert the index's invariants (:func:`tidal.core.prefix_cache_check.check_index`)."""
+        check_index(self.pool, self._refs, resident)
 
 
 def prefix_cache_kv(

@@ -1,36 +1,13 @@
 """``EngineState``: an instance's requests and KV cache, and the only code that changes them.
 
 It owns the waiting queue, the running set (admission order), the running prefills and the
-lazily advanced decode pool over a :class:`~tidal.core.kv.KVBlockManager`, and performs the
-vLLM-v1 mechanisms every batching policy shares (``docs/research/ebplus.md`` §4.1):
+decode pool over a :class:`~tidal.core.kv.KVBlockManager`, and performs the vLLM-v1 mechanisms
+every batching policy shares — chunk, admit, preempt by recompute, finish and apply, abort and
+detach — each ending an event to the :class:`StateListener` s: ``docs/design/engine-state.md``.
 
-* **chunk**: a request's next prefill chunk is ``min(deficit, budget, cap)`` with
-  ``deficit = num_tokens − num_computed_tokens`` and ``cap = long_prefill_token_threshold``
-  (0: no cap) — Sarathi-Serve's chunked prefill; a chunk that reaches ``num_tokens`` samples
-  one token.
-* **admit**: from the queue head while under N, within the budget, above the KV watermark and
-  accepted by the policy's admission test; stops at the first refusal (a refusal for KV holds
-  until the running set changes). If nothing runs and idle contexts block the head, they are
-  reclaimed for it (so an instance never deadlocks on memory held by idle requests).
-* **preempt** (by recompute): while a step's KV blocks do not fit, idle contexts are reclaimed
-  first, then the newest running request loses its KV and returns to the queue's front. The
-  kept set is the longest admission-order prefix whose blocks fit — vLLM v1's running loop.
-* **finish** and **apply**: a finished step advances counters; a request that caught up joins
-  the decode pool (or finishes, or stops at a tool call); pool departures finish or stop. On a
-  real model, a request whose :class:`~tidal.core.request.StopRule` matches the token it just
-  sampled finishes as ``STOPPED`` — before the length limit, as vLLM's output processor has
-  it (a stop string found in the last allowed token is a stop).
-* **abort** (a client disconnect, an error) and **detach** (an external call of the real
-  engine: the KV is discarded, the request re-enters later with the call's tokens).
-
-Every ending is an event: ``finish`` calls :attr:`on_finish` then the listeners'
-``on_finished``; ``abort`` the listeners' ``on_aborted``. Components observe the state through
-:class:`StateListener` events (started, prefix hit, preempted, finishing, finished, aborted,
-reclaim) and one optional :class:`CallStops` (requests that stop for tool calls); neither a
-policy nor a component edits the running set by other paths.
-
-Invariants (:meth:`check`): every running request is in exactly one of the pool and the
-prefills, holds ``blocks_for(num_computed_tokens)`` blocks, and at most N run.
+Invariants (:meth:`check`, :func:`tidal.engine.state_check.check_state`): every running
+request is in exactly one of the pool and the prefills, holds ``blocks_for(num_computed_tokens)``
+blocks, and at most N run.
 """
 
 from __future__ import annotations
@@ -44,6 +21,7 @@ from tidal.engine.events import CallStops, StateListener, StateView
 from tidal.engine.ordering import FCFSQueue, WaitingQueue
 from tidal.engine.plan import StepPlan
 from tidal.engine.spec_pool import make_pool
+from tidal.engine.state_check import check_state
 
 if TYPE_CHECKING:
     from tidal.engine.remote_kv import RemoteKV
@@ -412,14 +390,7 @@ class EngineState:
 
     def check(self) -> None:
         """Assert the invariants of the running set (tests and debugging; O(running))."""
-        self.pool.materialize_all()
-        assert len(self.running) <= self.config.max_num_seqs
-        assert len(self.pool) + len(self.prefilling) == len(self.running)
-        for req in self.running.values():
-            assert req.num_blocks == self.kv.blocks_for(req.num_computed_tokens)
-            if req.in_pool:
-                assert req.num_computed_tokens == req.num_tokens - 1
-
+        check_state(self)
 
 
 def _stopped(sampled: Sequence[tuple[Request, int]]) -> dict[Request, None]:

@@ -32,7 +32,6 @@ headroom first), then by the label, so the answer is deterministic.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from tidal.experiments.plan_options import (
     prepare_spec,
 )
 from tidal.experiments.plan_pool import Prefetcher, simulate_at
+from tidal.experiments.plan_ties import same_service, tie_fields
 from tidal.experiments.replicas import SimulationStopped
 from tidal.experiments.space import PlanSpec
 from tidal.hardware.gpus import get_gpu
@@ -73,6 +73,7 @@ __all__ = [
     "meets_slo",
     "plan",
     "prepare_spec",
+    "same_service",
     "write_plan",
 ]
 
@@ -356,58 +357,8 @@ class Planner:
             "gpu_hours": gh,
             "dollars": usd,
             "metrics": scalar,
-            **self._tie_fields(ev),
+            **tie_fields(self._ties.get((ev.option.index, ev.capacity), [ev]), ev),
         }
-
-    def _tie_fields(self, ev: Evaluation) -> dict[str, Any]:
-        """``same_as`` (the tied deployments' labels) and ``varied`` (each knob that differs
-        within the tie → its values), when other options served the same as ``ev``."""
-        group = self._ties.get((ev.option.index, ev.capacity), [ev])
-        if len(group) < 2:
-            return {}
-        keys = sorted({k for e in group for k in e.option.values})
-        varied = {
-            k: _sorted_values({e.option.values.get(k) for e in group})
-            for k in keys
-            if len({str(e.option.values.get(k)) for e in group}) > 1
-        }
-        same = [f"{e.capacity}× {e.option.label}" for e in group if e is not ev]
-        return {"same_as": same, "varied": varied}
-
-
-def _sorted_values(values: set[Any]) -> list[Any]:
-    try:
-        return sorted(values)
-    except TypeError:  # mixed types
-        return sorted(values, key=str)
-
-
-SERVICE_METRICS = (
-    "ttft_", "tpot_", "itl_", "e2e_", "queue_", "goodput", "request_throughput",
-    "token_throughput", "output_token_throughput", "slo_attainment", "num_completed",
-    "num_requests", "num_preemptions", "duration_s", "prefix_cache_hit", "effective_throughput",
-    "normalized_latency_",
-)  # fmt: skip
-"""Prefixes of the metrics that say how the traffic was served (latencies, throughput, SLO,
-completions, preemptions, cache hits) — not the deployment's configuration (KV plan, roofline)
-nor a policy's internal state (EB⁺'s controller estimates, which differ between max_seqs even
-when it never left mixed batching and served exactly as MB)."""
-
-
-def same_service(a: Evaluation, b: Evaluation) -> bool:
-    """The same GPUs (type, TP, capacity) serving the traffic identically: every metric of
-    :data:`SERVICE_METRICS` equal, the same ones present (NaN equal to NaN)."""
-    ca, cb = a.option.config, b.option.config
-    if ca is None or cb is None or a.capacity != b.capacity:
-        return False
-    if (ca.gpu, ca.tp) != (cb.gpu, cb.tp):
-        return False
-
-    def served(m: dict[str, Any]) -> str:
-        kept = {k: v for k, v in m.items() if k.startswith(SERVICE_METRICS)}
-        return json.dumps(kept, sort_keys=True, default=str)
-
-    return served(a.metrics) == served(b.metrics)
 
 
 def _gt(a: tuple[float, float], b: tuple[float, float]) -> bool:

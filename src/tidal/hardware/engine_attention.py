@@ -53,7 +53,7 @@ from tidal.hardware.models import ModelSpec, get_model
 
 
 class Deployment(Protocol):
-    """What :class:`~tidal.hardware.engine_perf.EngineDeployment` offers this module."""
+    """What :class:`~tidal.hardware.engine_deployment.EngineDeployment` offers this module."""
 
     ts: TableSet
     model: ModelSpec

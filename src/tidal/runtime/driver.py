@@ -25,9 +25,9 @@ requests with ``finish_reason="error"`` and the engine goes on; a fault that lea
 scheduler inconsistent ends the engine thread, fails everything it held, sets ``failure`` and
 calls ``on_fatal`` (``alive`` turns False, ``/health`` answers 503, ``tidal serve`` exits 1).
 
-External calls of augmented requests are real awaits: :meth:`EngineDriver.call_external`
-awaits the call on the event loop while the request is out of the running set, then appends the
-returned tokens (prefilled like a prompt) and puts the request back (see its docstring).
+External calls of augmented requests are real awaits (:meth:`EngineDriver.call_external`).
+The per-request objects (:class:`TokenEvent`, :class:`RequestHandle`) are in
+:mod:`tidal.runtime.handles`.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 from tidal.core.request import Request, RequestState, StopRule
 from tidal.runtime.config import RuntimeEngine
+from tidal.runtime.handles import GuardedCheck, RequestHandle, TokenEvent, deliver
 from tidal.runtime.replay import StepRecord, replay
 from tidal.runtime.sampling import GREEDY, SamplingParams
 
@@ -53,36 +53,6 @@ log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_STEP_FAILURES = 3
 """Steps in a row that may fail (each failing its batch) before the engine is declared dead."""
-
-
-@dataclass(slots=True)
-class TokenEvent:
-    token: int | None
-    """The sampled token, or None for a terminal event that carries no token (abort)."""
-    finish_reason: str | None = None
-    """``length`` (max tokens), ``stop`` (stop token), ``abort``, ``error``; None while running."""
-
-
-@dataclass(eq=False)
-class RequestHandle:
-    request: Request
-    params: SamplingParams = GREEDY
-    stop_token_ids: frozenset[int] = frozenset()
-    loop: asyncio.AbstractEventLoop | None = None
-    queue: asyncio.Queue[TokenEvent] | None = None
-    callback: Callable[[TokenEvent], None] | None = None
-    """Called in the driver thread for every event (when no event loop is attached)."""
-    stop_check: Callable[[int], bool] | None = None
-    """Called in the driver thread with each sampled token; True ends the request ("stop")."""
-    stop_error: str | None = None
-    """Why ``stop_check`` raised (the request then ends with an error)."""
-    finish_reason: str | None = None
-    error: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
 
 
 class EngineDriver:
@@ -142,7 +112,7 @@ class EngineDriver:
         queue: asyncio.Queue[TokenEvent] | None = asyncio.Queue() if loop is not None else None
         handle = RequestHandle(req, params, stops, loop, queue, callback, stop_check)
         if stops or stop_check is not None:
-            check = None if stop_check is None else _GuardedCheck(handle, stop_check)
+            check = None if stop_check is None else GuardedCheck(handle, stop_check)
             req.stop = StopRule(stops, check)
         self._post("add", handle)
         return handle
@@ -268,12 +238,12 @@ class EngineDriver:
                 t0 = time.perf_counter_ns()
                 self._apply(cmds, out)
                 if not sched.has_work():
-                    self._deliver(out)
+                    deliver(out)
                     continue
                 t1 = time.perf_counter_ns()
                 self._step(out)
                 t2 = time.perf_counter_ns()
-                self._deliver(out)
+                deliver(out)
                 self.loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
         except BaseException as err:
             self._die(err, out)
@@ -323,7 +293,7 @@ class EngineDriver:
                 h.error = f"engine failure: {err!r}"
                 with contextlib.suppress(Exception):
                     self._end(h, "error", out)
-        self._deliver(out)
+        deliver(out)
         for cb in self.on_fatal:
             with contextlib.suppress(Exception):
                 cb(err)
@@ -427,39 +397,3 @@ class EngineDriver:
                 cb(h)
             except Exception:  # an observer's bug must not fail the engine
                 log.exception("a done callback failed")
-
-    def _deliver(self, out: list[tuple[RequestHandle, TokenEvent]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-        for h, ev in out:
-            if h.loop is not None:
-                by_loop.setdefault(h.loop, []).append((h, ev))
-            elif h.callback is not None:
-                try:
-                    h.callback(ev)
-                except Exception:
-                    log.exception("request %d's event callback failed", h.request.request_id)
-        for loop, items in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
-                loop.call_soon_threadsafe(_put_all, items)
-
-
-class _GuardedCheck:
-    """A request's ``stop_check`` that cannot fail the step it runs in: an exception ends the
-    request (a stop), and the driver then reports it as an error."""
-
-    def __init__(self, handle: RequestHandle, check: Callable[[int], bool]) -> None:
-        self.handle = handle
-        self.check = check
-
-    def __call__(self, token: int) -> bool:
-        try:
-            return self.check(token)
-        except Exception as err:
-            self.handle.stop_error = f"stop check: {err!r}"
-            return True
-
-
-def _put_all(items: list[tuple[RequestHandle, TokenEvent]]) -> None:
-    for h, ev in items:
-        assert h.queue is not None
-        h.queue.put_nowait(ev)

@@ -24,24 +24,10 @@ one config each (:data:`tidal.cluster.config.ABLATIONS`).
 Weights load from host DRAM by default (the artifact reads local files through the page cache,
 or a pinned preload); ``cluster.warmserve.checkpoints: ssd`` starts from a cold page cache.
 
-Autoscaler and router (§2.6), shared by all variants: every 0.5 s, on the 5-s average in-flight
-load, scale down below 0.5·capacity (instances older than 5 s, fewest in flight first) and up
-above 0.8·capacity. Two rules hold the guarantee P99 TTFT ≤ ServerlessLLM's at high rates
-(``docs/design/warmserve-high-rate.md``): scale-down keeps ⌈peak / (h·B)⌉ instances,
-peak = the largest in-flight count at an arrival over the last ``peak_keep_s`` (60 s, h =
-``peak_headroom`` 0.6; ``peak_keep_s: 0`` is the artifact's rule); and with ``router_queue`` a
-request goes round-robin to a ready instance below B, else, when the model has serving
-instances, waits in the model's FIFO for the first slot that frees or instance that becomes
-ready (one instance is acquired when none is starting). Without ``router_queue`` (the
-artifact) it goes to the least-loaded instance below B, starting ones included, else creates
-one (ACQUIRE: hit, partial, miss) and waits for it, else retries every second; a model with no
-serving instance takes that path in both. A starvation guard (``starve_wait_s``,
-:mod:`tidal.cluster.policies.warmserve_starve`) hands the peak-held instances of other models
-back to a model whose oldest request has waited 2 s with no GPU to start on, and past
-capacity (10 s, nothing over-held) triage (:mod:`tidal.cluster.policies.warmserve_triage`)
-takes one instance of the model serving the fewest requests per GPU; with the opt-in overload
-fallback (:mod:`tidal.cluster.policies.warmserve_fallback`; a request waiting > 20 s)
-ServerlessLLM's autoscaler and router run instead.
+Autoscaler and router (§2.6), shared by all variants: scale on the 5-s average in-flight load,
+scale-down held at the recent peak, a router queue, a starvation guard, triage and an opt-in
+overload fallback; the rules and why they hold P99 TTFT ≤ ServerlessLLM's at high rates are in
+``docs/design/warmserve-high-rate.md`` ("The autoscaler and router as implemented").
 """
 
 from __future__ import annotations
@@ -49,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from tidal.cluster.coldstart import StartupPlan, unified_plan
+from tidal.cluster.coldstart import StartupPlan
 from tidal.cluster.config import WARMSERVE_FEATURES
 from tidal.cluster.forecast import WindowForecaster
 from tidal.cluster.instance import ModelInstance, Replica, State
@@ -61,6 +47,7 @@ from tidal.cluster.policies.warmserve_fallback import OverloadFallback
 from tidal.cluster.policies.warmserve_peak import PeakHold
 from tidal.cluster.policies.warmserve_plan import model_scores
 from tidal.cluster.policies.warmserve_prewarm import prewarm_actions
+from tidal.cluster.policies.warmserve_startup import load_extra_s, miss_gpus, startup_plan
 from tidal.cluster.policies.warmserve_starve import StarvationGuard
 from tidal.cluster.policies.warmserve_triage import ServiceDensity
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
@@ -304,39 +291,12 @@ class WarmServe(ClusterPolicy):
         return self.act.launch(model, gpus, self._plan(model, kind, gpus, now_ns), params, now_ns)
 
     def _miss_gpus(self, model: ServedModel) -> tuple[int, ...] | None:
-        view = self.view
-        for node in range(view.topo.num_nodes):
-            idle = view.idle_gpus(node)
-            if len(idle) < model.tp:
-                continue
-            if not self.on["placement"] or not self.unified or len(idle) == model.tp:
-                return tuple(idle[: model.tp])
-            overlap = sorted((len(view.gpu_replicas[g]), g) for g in idle)
-            return tuple(sorted(g for _, g in overlap[: model.tp]))
-        return None
+        return miss_gpus(self.view, model, self.on["placement"] and self.unified)
 
     def _plan(
         self, model: ServedModel, kind: str, gpus: tuple[int, ...], now_ns: int
     ) -> StartupPlan:
-        st = self.cfg.startup
-        if self.on["engine-prewarm"]:
-            proc = self.view.engine_handoff_s(now_ns)
-        else:
-            proc = st.engine_s
-        if not self.on["device-prewarm"]:
-            proc += st.worker_s
-        if not self.unified:
-            group = st.nccl_s if model.engine_tp > 1 else 0.0
-            return StartupPlan(proc, True, group, st.kv_init_s)
-        blocks = -(-st.lazy_kv_tokens // self.cfg.block_size)
-        if self.on["memory-switching"]:
-            kv_bytes = blocks * model.block_pages * self.view.page_bytes
-        else:
-            free = min(self.view.free_pages(g) for g in gpus)
-            if kind == "miss":
-                free -= model.weight_pages
-            kv_bytes = max(free, 0) * self.view.page_bytes
-        return unified_plan(proc, kv_bytes / (st.map_gbs * 1e9), load=kind == "miss")
+        return startup_plan(self.view, self.cfg, self.on, model, kind, gpus, now_ns)
 
     # ------------------------------------------------------------------ routing
     def route(self, req: Request, m: int, now_ns: int) -> None:
@@ -431,13 +391,7 @@ class WarmServe(ClusterPolicy):
         return any(m.index in cached for m in self.view.models if m.spec.name == model.spec.name)
 
     def load_extra_s(self, model: ServedModel) -> float:
-        if not self.unified:
-            return 0.0
-        st = self.cfg.startup
-        extra = st.nccl_s if model.engine_tp > 1 else 0.0
-        if not self.on["memory-switching"]:
-            extra += model.shard_bytes / (st.map_gbs * 1e9)
-        return extra
+        return load_extra_s(self.cfg.startup, self.on, model)
 
     def load_rate_cap(self) -> float:
         if self.unified and self.on["memory-switching"]:
