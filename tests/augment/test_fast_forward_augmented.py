@@ -16,7 +16,9 @@ PERFS = [
     ("gpt-j-6b", "a100-80gb", "roofline", 1),
     ("qwen3-8b", "h200", "linear", 1),
     # INFERCEPT's measured profiles; the 13B one is floored above ≈ 630 tokens per step
-    ("gpt-j-6b", "a100-80gb", "auto", 1),
+    ("gpt-j-6b", "a100-80gb", "linear", 1),
+    ("vicuna-13b", "a100-80gb", "linear", 2),
+    # today's default: vLLM's operator tables (piecewise-linear in the context)
     ("vicuna-13b", "a100-80gb", "auto", 2),
 ]
 POLICIES = [
