@@ -65,6 +65,23 @@ for line in sys.stdin:
 """
 """Runs in AIConfigurator's environment: one JSON job per stdin line → one JSON result."""
 
+AIC_PRELUDE = r"""
+import contextlib, io, json, sys
+import aiconfigurator.sdk.inference_session as isess
+from aiconfigurator_core.sdk.engine import _evaluate_single_op
+from aiconfigurator.main import main
+job = json.loads(sys.stdin.read())
+seen = []
+init = isess.InferenceSession.__init__
+def spy(self, model, database, backend, *a, **k):
+    seen.append((model, database))
+    return init(self, model, database, backend, *a, **k)
+isess.InferenceSession.__init__ = spy
+"""
+"""The start of the scripts bench/decode_ops.py and bench/prefill_ops.py run in AIConfigurator's
+venv: its CLI with InferenceSession spied on, so the (model, database) it built is kept."""
+
+
 
 def _pool_args(side: str, p: Pool, moe: bool) -> list[str]:
     out = [f"--{side}-tp-size", str(p.tp), f"--{side}-num-workers", str(p.workers or 1)]

@@ -23,22 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import silicon
-from aic_compare import _moe, aic_argv
+from aic_compare import AIC_PRELUDE, _moe, aic_argv
 from silicon_disagg_rows import DisaggRow, plan_disagg_row, pool_fields, read_disagg_rows
 from silicon_rows import Plan, config_fields, sample_path
 
-AIC_DRIVER = r"""
-import contextlib, io, json, sys
-import aiconfigurator.sdk.inference_session as isess
-from aiconfigurator_core.sdk.engine import _evaluate_single_op
-from aiconfigurator.main import main
-job = json.loads(sys.stdin.read())
-seen = []
-init = isess.InferenceSession.__init__
-def spy(self, model, database, backend, *a, **k):
-    seen.append((model, database))
-    return init(self, model, database, backend, *a, **k)
-isess.InferenceSession.__init__ = spy
+AIC_DRIVER = AIC_PRELUDE + r"""
 with contextlib.redirect_stdout(io.StringIO()) as out:
     main(job["argv"])
 rows, b, s = [], job["batch"], job["ctx"]

@@ -318,8 +318,9 @@ def _acc_line(a: dict[str, Any]) -> str:
     )
 
 
-def write(tag: str, recs: list[dict[str, Any]], summary: dict[str, Any], argv: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_csv(path: Path, recs: list[dict[str, Any]]) -> None:
+    """``recs`` as a gzipped CSV (columns in first-seen order; byte-identical across runs)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     keys: list[str] = []
     for r in recs:
         keys += [k for k in r if k not in keys]
@@ -327,8 +328,12 @@ def write(tag: str, recs: list[dict[str, Any]], summary: dict[str, Any], argv: d
     w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
     w.writeheader()
     w.writerows(recs)
-    with gzip.GzipFile(RESULTS / f"{tag}.csv.gz", "wb", mtime=0) as f:
+    with gzip.GzipFile(path, "wb", mtime=0) as f:
         f.write(buf.getvalue().encode())
+
+
+def write(tag: str, recs: list[dict[str, Any]], summary: dict[str, Any], argv: dict) -> None:
+    write_csv(RESULTS / f"{tag}.csv.gz", recs)
     doc = {"args": argv, "summary": summary}
     (RESULTS / f"{tag}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 

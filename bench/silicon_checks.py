@@ -26,9 +26,6 @@ Prints per (engine, version, model, GPU, precision) group the rows, the median a
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
-import io
 import re
 import statistics
 import sys
@@ -38,10 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import silicon
 from _common import md_table
 from silicon_rows import Plan, Row, config_fields, plan_row, read_rows, sample_path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "silicon"
+RESULTS = silicon.RESULTS
 MEAN_LENGTH = 0.9
 """The client's mean length over the nominal one (uniform on [0.8·L, L])."""
 MAX_CHUNK = 8192
@@ -127,16 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         table.append([g, len(rs), f"{statistics.median(loads):.2f}", f"{max(loads):.2f}",
                       sum(x > 1.0 for x in loads)])
     print(md_table(["group", "rows", "gemm_load median", "max", "> 1"], table))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    keys: list[str] = []
-    for r in recs:
-        keys += [k for k in r if k not in keys]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-    w.writeheader()
-    w.writerows(recs)
-    with gzip.GzipFile(RESULTS / f"{a.tag}_checks.csv.gz", "wb", mtime=0) as f:
-        f.write(buf.getvalue().encode())
+    silicon.write_csv(RESULTS / f"{a.tag}_checks.csv.gz", recs)
     return 0
 
 
