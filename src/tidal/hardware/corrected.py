@@ -232,6 +232,24 @@ class CorrectedRooflinePerfModel(PerfModel):
             t += t0 * 1e-6 + r * 1e-9 * b + k * tokens * b / bw
         return t
 
+    def qk_norm_s(self, tokens: int) -> float:
+        """One layer's per-head RMSNorms of the queries and keys (``ModelSpec.qk_norm``; 0
+        without): vLLM's ``q_norm`` and ``k_norm``, two RMSNorm kernels over the shard's q
+        and kv heads. Each is priced as the fitted RMSNorm (``input_layernorm``'s t0, k, r):
+        ``t0 + r·b_row + k·M·b/BW`` with b = 2·heads·d·dtype bytes a token (read and write)
+        and b_row = 2·d·dtype (a thread block normalises one head's row), on the share of
+        layers that have softmax attention. Not part of :data:`ELEMENTWISE` (the Vidur
+        profiles' op list): the engine-table model adds it (``EngineDeployment``)."""
+        m = self.model
+        if not m.qk_norm or tokens < 0:
+            return 0.0
+        t0, k, r = self.c.elementwise.get("input_layernorm", (2.0, 1.0, 0.0))
+        row = 2.0 * m.d_head * m.dtype_bytes
+        q, kv = m.num_heads // self.tp, max(m.num_kv_heads // self.tp, 1)
+        t = sum(t0 * 1e-6 + r * 1e-9 * row + k * tokens * n * row / self.gpu.mem_bw
+                for n in (q, kv))  # fmt: skip
+        return t * m.softmax_attention_layers / m.num_layers
+
     def _link(self, gpu: GPUSpec) -> tuple[float, LinkConst]:
         """(link bytes/s, constants). Borrowed constants (another GPU's sweep, through the
         family map) have their latencies scaled by that GPU's link bandwidth over this one's."""

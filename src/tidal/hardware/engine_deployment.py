@@ -186,9 +186,13 @@ class EngineDeployment:
         return [((L - dense) * a + dense * b) / L for a, b in zip(moe, d, strict=True)]
 
     def elementwise(self) -> list[float]:
+        """A layer's elementwise ops from the corrected roofline (no table holds them): the
+        two RMSNorms, RoPE, SiLU·mul and the residual add, plus the per-head q/k RMSNorms of
+        a ``qk_norm`` model (Qwen3: ``Qwen3Attention.forward`` in vLLM's ``qwen3.py``
+        normalises ``q_by_head`` and ``k_by_head`` between the QKV GEMM and RoPE)."""
         fb = self.fb
         self.parts["elementwise"] = fb.name
-        return [1e6 * (fb._e0 + fb._e1 * t) for t in self.tokens]
+        return [1e6 * (fb._e0 + fb._e1 * t + fb.qk_norm_s(t)) for t in self.tokens]
 
     def embedding(self) -> list[float]:
         """The embedding of a rank's t tokens: the gather (corrected roofline) and, at TP > 1,
@@ -207,6 +211,24 @@ class EngineDeployment:
         ar = Curve(*pts)
         return [e + ar.at(t * h) for e, t in zip(out, self.tokens, strict=True)]
 
+    def logits_gather(self) -> list[float]:
+        """The all-gather of the vocabulary-sharded logits at TP > 1, against the step's
+        sampled rows s: vLLM's ``LogitsProcessor._gather_logits`` runs
+        ``tensor_model_parallel_all_gather`` on the ``ParallelLMHead`` output (each GPU holds
+        V/TP columns) before the sampler, outside the CUDA graph (NCCL); s·V·2 bytes are
+        gathered (bf16 logits), priced from the NCCL all-gather table (0 at TP 1; the
+        corrected roofline's all-reduce time where the GPU has no NCCL table)."""
+        if self.tp == 1:
+            return [0.0] * len(self.tokens)
+        v = self.model.vocab_size * self.model.dtype_bytes
+        pts = nccl_us(self.ts.system, "all_gather", min(self.tp, 8))
+        if pts is None:
+            self.parts["logits_gather"] = self.fb.name
+            return [1e6 * self.fb.allreduce_s(s * v) for s in self.tokens]
+        self.parts["logits_gather"] = f"engine:nccl/{min(self.tp, 8)}gpu"
+        ag = Curve(*pts)
+        return [ag.at(s * v) for s in self.tokens]
+
     def linear(self) -> LinearOps:
         m = self.model
         layer = {
@@ -215,6 +237,7 @@ class EngineDeployment:
             "elementwise": self.elementwise(),
         }
         head = self.gemm("bfloat16", m.vocab_size // self.tp, m.hidden_size, "lm_head")
+        head = [a + b for a, b in zip(head, self.logits_gather(), strict=True)]
         emb = self.embedding()
         shape = ModelShape(
             hidden=m.hidden_size, q_heads=m.num_heads, kv_heads=m.num_kv_heads,

@@ -43,6 +43,10 @@ HYBRID = (
     "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
 )  # fmt: skip
 SUPPORTED = DENSE + MOE + MLA + DSA + HYBRID
+QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", *HYBRID)
+"""Architectures whose softmax-attention layers RMS-normalise each query and key head before
+RoPE (vLLM's ``qwen3.py`` / ``qwen3_moe.py`` ``q_norm``/``k_norm``, and the gated full
+attention of ``qwen3_next.py``): :attr:`ModelSpec.qk_norm`."""
 
 HF_ALIASES: dict[str, str] = {
     "meta-llama/Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
@@ -163,6 +167,7 @@ def spec_from_config(
         "name": name,
         "hf_id": hf_id,
         "architecture": arch,
+        "qk_norm": arch in QK_NORM,
         "gemm_quant": gemm,
         "moe_quant": moe,
         "kv_cache_dtype": kv,

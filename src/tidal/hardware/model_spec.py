@@ -78,6 +78,9 @@ class ModelSpec:
     """Bytes per element of the recurrent state (0: ``dtype_bytes``; Qwen3.5 keeps float32)."""
     attn_output_gate: bool = False
     """Full-attention layers project a sigmoid output gate beside Q (Qwen3.5, Qwen3-Next)."""
+    qk_norm: bool = False
+    """Attention layers RMS-normalise every query and key head before RoPE (Qwen3's
+    ``q_norm`` / ``k_norm``: two per-head RMSNorms a layer in vLLM's ``Qwen3Attention``)."""
     # ---- precision (operator-table dtype names, :mod:`tidal.hardware.precision`)
     gemm_quant: str = "bfloat16"
     """Weights of every linear layer but the routed experts."""

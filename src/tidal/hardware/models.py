@@ -31,7 +31,10 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, max_context=4096),
         ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, max_context=131072),
         ModelSpec("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, max_context=131072),
-        ModelSpec("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, head_dim=128, max_context=40960),
+        ModelSpec(
+            "qwen3-8b", 36, 4096, 32, 8, 12288, 151936, head_dim=128, max_context=40960,
+            qk_norm=True,
+        ),
         ModelSpec(
             "qwen3-30b-a3b",
             48,
@@ -44,6 +47,7 @@ MODELS: dict[str, ModelSpec] = {
             num_experts=128,
             num_active_experts=8,
             max_context=40960,
+            qk_norm=True,
         ),
         ModelSpec("mistral-7b", 32, 4096, 32, 8, 14336, 32000, max_context=32768),
         # Models of the augmented-request papers (InferCept / AugServe evaluations).
