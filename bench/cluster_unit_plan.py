@@ -29,6 +29,9 @@ def main() -> None:
     ap.add_argument("--attainment", type=float, default=0.95)
     ap.add_argument("--max-gpus", type=int, default=8)
     ap.add_argument("--shapes", default=None, help="';'-separated shapes (default: the five)")
+    ap.add_argument("--spec-alpha", type=float, default=None,
+                    help="also search each shape with n-gram speculation, k = 3, this α "
+                    "(and without)")  # fmt: skip
     args = ap.parse_args()
     cfg = load_config(
         {
@@ -42,22 +45,28 @@ def main() -> None:
     )  # fmt: skip
     t0 = time.perf_counter()
     shapes = args.shapes.split(";") if args.shapes else None
-    res = compare_shapes(cfg, args.model, args.max_gpus, shapes, args.attainment)
-    print("| shape | entry | GPUs | meets | SLO att. | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    specs = None
+    if args.spec_alpha is not None:
+        specs = [None, {"method": "ngram", "num_speculative_tokens": 3,
+                        "acceptance_rate": args.spec_alpha}]  # fmt: skip
+    res = compare_shapes(cfg, args.model, args.max_gpus, shapes, args.attainment, specs)
+    print("| shape | entry | spec | GPUs | meets | SLO att. | TTFT p50 | TTFT p99 | TPOT p50 | "
+          "TPOT p99 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in res:
         m = r.metrics
         if r.skipped:
-            print(f"| {r.shape} | {r.entry} | skipped | | | | | | |")
+            print(f"| {r.shape} | {r.entry} | | skipped | | | | | | |")
             continue
-        print(f"| {r.shape} | {r.entry} | {r.gpus} | {'yes' if r.meets else 'no'} | "
+        ok = "yes" if r.meets else "no"
+        print(f"| {r.shape} | {r.entry} | {r.speculative} | {r.gpus} | {ok} | "
               f"{m['slo_attainment'] * 100:.1f} % | {m['ttft_p50_s'] * 1e3:.0f} ms | "
               f"{m['ttft_p99_s'] * 1e3:.0f} ms | {m['tpot_p50_s'] * 1e3:.1f} ms | "
               f"{m['tpot_p99_s'] * 1e3:.1f} ms |")  # fmt: skip
     best = best_shape(res)
     took = time.perf_counter() - t0
     if best is not None:
-        print(f"\nchoice: {best.entry} on {best.gpus} GPUs ({took:.0f} s)")
+        print(f"\nchoice: {best.entry} ({best.speculative}) on {best.gpus} GPUs ({took:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -84,3 +84,19 @@ def test_each_shape_gets_the_fewest_gpus_meeting_the_slo():
     assert best is not None
     assert best.meets
     assert best.gpus == min(r.gpus for r in res if r.meets)
+
+
+@needs_traces
+def test_speculation_options_per_shape():
+    """With the run's ``speculative`` set, the ``None`` option really turns it off; the n-gram
+    option speculates (counters, lower TPOT p50)."""
+    cfg = load_config(
+        {**_cfg(6.0).model_dump(mode="json"),
+         "speculative": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}}
+    )  # fmt: skip
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    off, on = compare_shapes(cfg, "llama-2-7b", 2, ["1p1d"], 0.9, speculative=[None, ngram])
+    assert (off.speculative, on.speculative) == ("off", "ngram k=3")
+    assert off.metrics["spec_decode_mean_acceptance_length"] is None
+    assert on.metrics["spec_decode_mean_acceptance_length"] > 1
+    assert on.metrics["tpot_p50_s"] < off.metrics["tpot_p50_s"]

@@ -12,7 +12,8 @@ per request: the run's ``slo_attainment``). The choice is the shape meeting it o
 GPUs, then the higher attainment, the lower TTFT p99, the lower TPOT p99; when no shape meets
 it, the highest attainment on ``max_gpus``. A shape that cannot be placed on ``max_gpus`` (its
 group is not a power of two ≤ ``max_gpus``, a TP the model refuses) is reported as skipped,
-never simulated.
+never simulated. With ``speculative`` options (vLLM's ``--speculative-config`` dicts, or None:
+off), every shape is searched under each (the issue's "each with and without speculation").
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ KEYS = ("num_requests", "num_completed", "slo_attainment", "gpu_seconds", "ttft_
         "spec_decode_mean_acceptance_length")  # fmt: skip
 
 
+KEEP = "as configured"
+"""A speculation option: the model's own config (``cluster.speculative``, else the run's)."""
+
+
 @dataclass(frozen=True)
 class ShapeResult:
     shape: str
@@ -54,6 +59,8 @@ class ShapeResult:
     meets: bool
     skipped: str = ""
     """Why the shape was not simulated ("" when it was)."""
+    speculative: str = "as configured"
+    """The speculation option (:func:`spec_label`)."""
 
 
 def model_slice(cfg: SimulationConfig, name: str) -> RequestSet:
@@ -87,14 +94,19 @@ def shape_entry(model_id: str, tp: int, shape: str) -> str:
     return f"{model_id}:{shape}" if ":" in shape else f"{model_id}:{tp}:{shape}"
 
 
-def _shape_config(cfg: SimulationConfig, name: str, entry: str, gpus: int) -> dict[str, Any]:
-    """The run of ``entry`` alone on one node of ``gpus`` GPUs (dedicated placement); the
-    model keeps its own speculative config under its id."""
+def _shape_config(
+    cfg: SimulationConfig, name: str, entry: str, gpus: int, spec: Any = KEEP
+) -> dict[str, Any]:
+    """The run of ``entry`` alone on one node of ``gpus`` GPUs (dedicated placement), with
+    the speculative config ``spec`` (None: off; :data:`KEEP`: the model's own)."""
     data = cfg.model_dump(mode="json", exclude_unset=False)
     c = data["cluster"]
     gpu = c["spec"].split(":", 1)[1]
     own = c.get("speculative", {})
-    spec = own.get(name) or own.get(name.split("#")[0])
+    if spec == KEEP:
+        spec = own.get(name) or own.get(name.split("#")[0])
+    else:
+        data["speculative"] = None  # (the run's config would apply to the model)
     own_spec = {entry.split(":")[0]: spec} if spec else {}
     c.update(spec=f"1x{gpus}:{gpu}", models=[entry], placement="dedicated",
              placement_options={}, speculative=own_spec)  # fmt: skip
@@ -107,20 +119,30 @@ def _run(item: tuple[dict[str, Any], RequestSet]) -> dict[str, Any]:
     return {k: res.metrics.get(k) for k in KEYS}
 
 
+def spec_label(spec: Any) -> str:
+    """``off``, ``as configured`` or ``<method> k=<k>``."""
+    if spec is None or spec == KEEP:
+        return "off" if spec is None else KEEP
+    return f"{spec['method']} k={spec['num_speculative_tokens']}"
+
+
 def compare_shapes(
     cfg: SimulationConfig,
     name: str,
     max_gpus: int,
     shapes: Sequence[str] | None = None,
     attainment: float = 0.99,
+    speculative: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[ShapeResult]:
     """Each shape of model ``name`` on its slice of ``cfg``'s workload (module docstring), in
-    the order given (default :func:`default_shapes` at the model's TP)."""
+    the order given (default :func:`default_shapes` at the model's TP), under each option of
+    ``speculative`` (a ``--speculative-config`` dict, or None: off; default: as configured)."""
     c = cfg.cluster
     assert c is not None
     gpu = parse_cluster(c.spec).gpu
     model, reqs = _served(cfg, name), model_slice(cfg, name)
     shapes = list(shapes) if shapes is not None else default_shapes(model.min_tp)
+    specs: list[Any] = [KEEP] if speculative is None else list(speculative)
     mid = name.split("#")[0]
     out = []
     for shape in shapes:
@@ -131,14 +153,28 @@ def compare_shapes(
             out.append(ShapeResult(shape, entry, 0, {}, False, str(err)))
             continue
         sizes = [g for g in (1 << k for k in range(max_gpus.bit_length())) if m.tp <= g]
-        for g in sizes:
-            metrics = _run((_shape_config(cfg, name, entry, g), reqs))
-            ok = metrics["num_completed"] == metrics["num_requests"]
-            ok = ok and (metrics["slo_attainment"] or 0) >= attainment
-            if ok or g == sizes[-1]:
-                out.append(ShapeResult(shape, entry, g, metrics, ok))
-                break
+        for spec in specs:
+            out.append(_smallest(cfg, name, (shape, entry), sizes, reqs, spec, attainment))
     return out
+
+
+def _smallest(
+    cfg: SimulationConfig,
+    name: str,
+    shape: tuple[str, str],
+    sizes: list[int],
+    reqs: RequestSet,
+    spec: Any,
+    attainment: float,
+) -> ShapeResult:
+    """The shape's run on the fewest of ``sizes`` GPUs meeting the SLO (else the last)."""
+    for g in sizes:
+        metrics = _run((_shape_config(cfg, name, shape[1], g, spec), reqs))
+        ok = metrics["num_completed"] == metrics["num_requests"]
+        ok = ok and (metrics["slo_attainment"] or 0) >= attainment
+        if ok or g == sizes[-1]:
+            break
+    return ShapeResult(*shape, g, metrics, ok, speculative=spec_label(spec))
 
 
 def best_shape(results: Sequence[ShapeResult]) -> ShapeResult | None:

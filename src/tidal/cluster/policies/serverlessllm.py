@@ -95,7 +95,8 @@ class ServerlessLLM(ClusterPolicy):
                 est = model.shard_bytes / host_bw
             else:
                 queued = view.ssd_queued_bytes(node)
-                est = (queued + model.shard_bytes * model.tp) / (st.ssd_gbs * 1e9)
+                total = sum(model.shard_bytes_on(i) for i in range(model.tp))  # (every shard)
+                est = (queued + total) / (st.ssd_gbs * 1e9)
             if best is None or est < best[0]:
                 best = (est, tuple(idle[: model.tp]))
         if best is None:
