@@ -13,13 +13,17 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import needs_traces
 from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
 from tidal.cluster.links import resolve_link
+from tidal.cluster.memory import ClusterMemory, OutOfPagesError
 from tidal.cluster.models import served_models
 from tidal.cluster.transfer import TransferEngine
+from tidal.cluster.unit import plan_kv
 from tidal.core.errors import ConfigError
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
@@ -195,3 +199,53 @@ def test_fast_forward_exact_with_mixed_units(augmented):
     a = run_simulation(_warmserve(True, augmented))
     b = run_simulation(_warmserve(False, augmented))
     assert result_digest(a) == result_digest(b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    p=st.integers(1, 3),
+    d=st.integers(1, 3),
+    tp_p=st.sampled_from([1, 2, 4]),
+    tp_d=st.sampled_from([1, 2, 4]),
+    used=st.lists(st.integers(0, 30_000), min_size=8, max_size=8),
+)
+def test_unit_memory_per_pool_never_overcommits(p, d, tp_p, tp_d, used):
+    """Weights of each pool's shard on its own GPUs, all parts or none; KV per pool = the
+    least free over its GPUs, in whole blocks of its own size (equal TPs: the least over the
+    group, as before); every GPU within capacity."""
+    group = p * tp_p + d * tp_d
+    assume(group <= 8 and group & (group - 1) == 0)
+    (m,) = served_models([f"llama-2-7b:{tp_p}/{tp_d}:{p}p{d}d"], get_gpu("h100"), 8, PAGE, 256)
+    total = 36_000
+    mem = ClusterMemory(8, total, 2)
+    for g, u in enumerate(used):
+        mem.alloc(0, (g,), ("other", g), u, 1, "weights")
+    gpus = tuple(range(group))
+    before = [mem.free(g) for g in range(8)]
+    parts = m.weight_split(gpus)
+    fits = all(mem.free(g) >= pages for part, pages in parts for g in part)
+    if not fits:
+        with pytest.raises(OutOfPagesError):
+            mem.alloc_parts(0, parts, "w", 0, "weights")
+        assert [mem.free(g) for g in range(8)] == before  # nothing taken
+        return
+    mem.alloc_parts(0, parts, "w", 0, "weights")
+    k = p * tp_p
+    assert [mem.holds(g, "w") for g in gpus] == [m.shard_pages(tp_p)] * k + [
+        m.shard_pages(tp_d)
+    ] * (group - k)
+    pools = [(gpus[:k], m.prefill_block_pages), (gpus[k:], m.block_pages)]
+    want = [min(mem.free(g) for g in part) // bp for part, bp in pools]
+    if not m.mixed_tp:  # equal TPs: one size over the whole group (as every instance)
+        want = [min(mem.free(g) for g in gpus) // m.block_pages] * 2
+    if min(n * 256 for n in want) < 2048:
+        with pytest.raises(RuntimeError, match="cannot hold"):
+            plan_kv(mem, m, gpus, None, 2048)
+        return
+    kvp = plan_kv(mem, m, gpus, None, 2048)
+    assert (kvp.prefill_blocks, kvp.blocks) == tuple(want)
+    mem.alloc_parts(0, kvp.parts, "kv", 0, "kv")
+    mem.check()
+    for (part, bp), n in zip(pools, want, strict=True):
+        assert all(mem.holds(g, "kv") == n * bp for g in part)
+    assert all(mem.free(g) >= 0 for g in range(8))
