@@ -106,6 +106,11 @@ class ServedModel:
         return min(self.engine_tp, self.prefill_engine_tp)
 
     @property
+    def max_tp(self) -> int:
+        """The larger engine TP of the instance (an NCCL group is built when it is > 1)."""
+        return max(self.engine_tp, self.prefill_engine_tp)
+
+    @property
     def mixed_tp(self) -> bool:
         """A unit whose prefill and decode engines have different TP."""
         return self.prefill_tp != self.decode_tp

@@ -102,6 +102,6 @@ class ServerlessLLM(ClusterPolicy):
         if best is None:
             return None
         plan = vanilla_plan(
-            st.worker_s, st.engine_s, st.nccl_s if model.engine_tp > 1 else 0.0, st.kv_init_s
+            st.worker_s, st.engine_s, st.nccl_s if model.max_tp > 1 else 0.0, st.kv_init_s
         )
         return self.act.launch(model, best[1], plan, LaunchParams("miss"), now_ns)
