@@ -1,16 +1,19 @@
 """Disaggregated units of a cluster run (docs/design/disagg-cluster-composition.md §B): the
-engines of a model declared ``id:PpDd`` (:mod:`tidal.cluster.models`).
+engines of a model declared ``id:PpDd`` / ``id:TPp/TPd:PpDd`` (:mod:`tidal.cluster.models`).
 
 The controller places, prewarms, starts, routes to and stops such a unit as one instance on
-its (P + D)·tp GPUs; the backend (:class:`tidal.sim.cluster_run.SimBackend`) asks this module
-for its engines. A unit is P prefill and D decode simulated engines, each with a KV cache of
-the instance's per-GPU KV pages (``kv``: the decode engine 0 takes the controller's manager,
-the others one of the same size), wired by :class:`~tidal.sim.disagg_wiring.DisaggWiring` as a
-single disaggregated run is (pull protocol): a request delivered to the unit is routed to a
-prefill engine as its prefill leg, its KV moves over the unit's NVLink ports (the group is
-inside one node; ``cluster/links.py``), and the decode leg finishes it — the controller hears
-only the decode leg's finish. The prefill engines run the plain scheduler; with augmented
-requests the decode engines run the augmented one (``sim/disagg_augment.py``).
+its P·tp_p + D·tp_d GPUs; the backend (:class:`tidal.sim.cluster_run.SimBackend`) asks this
+module for its engines. A unit is P prefill and D decode simulated engines: the decode engines
+each a KV cache of the instance's size (decode engine 0 takes the controller's manager) and the
+decode step model (speculating when the model does, ``sim/cluster_spec.py``), the prefill
+engines each a cache of their own pool's size and the step model of their own TP
+(:class:`tidal.cluster.unit.UnitParts`). They are wired by
+:class:`~tidal.sim.disagg_wiring.DisaggWiring` as a single disaggregated run is (pull
+protocol): a request delivered to the unit is routed to a prefill engine as its prefill leg,
+its KV moves over the unit's NVLink ports (tp_p per prefill engine, tp_d per decode engine;
+the group is inside one node, ``cluster/links.py``), and the decode leg finishes it — the
+controller hears only the decode leg's finish. The prefill engines run the plain scheduler;
+with augmented requests the decode engines run the augmented one (``sim/disagg_augment.py``).
 
 Engines of a unit are never reused for another instance (a stopped unit's engines stay idle).
 """
