@@ -23,7 +23,8 @@ CLUSTER = (
     ),
     Flag(
         "models", S, "Cluster: comma list of model ids (repeats allowed; id:tp; disaggregated "
-        "id:PpDd or id:tp:PpDd, e.g. llama-2-7b:1p1d).",
+        "id:PpDd or id:tp:PpDd, e.g. llama-2-7b:1p1d; per-pool TP id:TPp/TPd:PpDd, e.g. "
+        "llama-2-7b:1/2:2p1d).",
         "cluster.models", shows="llama-2-7b,llama-2-7b,llama-2-13b,llama-2-70b",
     ),
     Flag(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tidal.cluster.models import ServedModel
+from tidal.cluster.unit import UnitParts
 from tidal.core.kv import KVBlockManager
 from tidal.core.request import Request
 from tidal.hardware.perf import PerfModel
@@ -24,9 +25,13 @@ class Backend(Protocol):
         """Run ``fn(t)`` at ``t`` (a control event: after step ends and arrivals at ``t``)."""
         ...
 
-    def start_engine(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> int:
+    def start_engine(
+        self, model: ServedModel, kv: KVBlockManager, perf: PerfModel, unit: UnitParts | None = None
+    ) -> int:
         """Create a serving engine of ``model`` with this KV cache and step-time model (its
-        scheduler: the run's batching policy and ordering); returns its index."""
+        scheduler: the run's batching policy and ordering); returns its index. A
+        disaggregated unit (``unit`` given) is its engines: ``kv`` and ``perf`` its decode
+        engines', ``unit`` its prefill engines'."""
         ...
 
     def release_engine(self, engine: int) -> None:

@@ -9,8 +9,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from tidal.cluster.model_entries import entry_names, split_entries
 from tidal.cluster.topology import parse_cluster
 from tidal.core.strict import StrictModel
+from tidal.engine.spec_config import SpeculativeConfig, parse_speculative_config
 from tidal.workload.multimodel import MixConfig
 
 WARMSERVE_FEATURES = (
@@ -256,11 +258,34 @@ class ClusterConfig(_Strict):
     muxserve: MuxServeConfig = MuxServeConfig()
     mix: MixConfig = MixConfig()
 
-    @field_validator("models", mode="before")
+    speculative: dict[str, SpeculativeConfig] = Field(default_factory=dict)
+    """Per-model speculative decoding (vLLM's ``--speculative-config``) by model id (each of
+    its entries) or name in results (``llama-2-7b#1``), or a mapping entry's
+    ``speculative_config``; a model without one takes the run's ``speculative``
+    (``--speculative-config``). Aggregated engines and a unit's decode engines speculate
+    (docs/design/disagg-cluster-composition.md §C)."""
+
+    @model_validator(mode="before")
     @classmethod
-    def _split(cls, v: object) -> object:
-        if isinstance(v, str):
-            return [s.strip() for s in v.split(",") if s.strip()]
+    def _entries(cls, data: Any) -> Any:
+        """Mapping entries of ``models`` → strings, their speculative configs →
+        ``speculative`` (:mod:`tidal.cluster.model_entries`)."""
+        if isinstance(data, dict) and "models" in data:
+            models, spec = split_entries(data["models"])
+            data = {**data, "models": models}
+            if spec:
+                data["speculative"] = {**spec, **dict(data.get("speculative") or {})}
+        return data
+
+    @field_validator("speculative", mode="before")
+    @classmethod
+    def _spec_json(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {
+                k: parse_speculative_config(x, f"cluster.speculative.{k}")
+                if isinstance(x, str) else x
+                for k, x in v.items()
+            }  # fmt: skip
         return v
 
     @model_validator(mode="after")
@@ -268,4 +293,12 @@ class ClusterConfig(_Strict):
         """The topology parses; the placement name is checked where the registries are complete
         (:class:`tidal.sim.config.SimulationConfig`, and the controller that builds it)."""
         parse_cluster(self.spec)
+        names = entry_names(self.models)
+        ids = {n.split("#")[0] for n in names}
+        for k in self.speculative:
+            if k not in ids and k not in names:
+                raise ValueError(
+                    f"cluster.speculative: {k!r} names no model of cluster.models "
+                    f"({', '.join(names)}); key it by a model id or its name in results"
+                )
         return self

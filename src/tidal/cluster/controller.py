@@ -43,6 +43,7 @@ from tidal.cluster.retire import retire
 from tidal.cluster.startup_run import run_startup_plan
 from tidal.cluster.topology import parse_cluster
 from tidal.cluster.transfer import TransferEngine
+from tidal.cluster.unit import UnitParts, plan_kv
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
 from tidal.cluster.weight_load import load_weights
 from tidal.core.request import Request
@@ -225,16 +226,10 @@ class ClusterController:
             if not replica.warm:
                 replica.consumer = inst
         elif plan.load:
-            self.memory.alloc(now_ns, gpus, wkey, model.weight_pages, model.index, "weights")
-        free = min(self.memory.free(g) for g in gpus) if kv_pages is None else kv_pages
-        blocks = free // model.block_pages
-        if blocks * model.block_size < self.cfg.max_model_len:
-            raise RuntimeError(
-                f"{model.name} on GPUs {gpus}: {blocks} KV blocks cannot hold one "
-                f"{self.cfg.max_model_len}-token request"
-            )
-        inst.kv_pages = blocks * model.block_pages
-        self.memory.alloc(now_ns, gpus, ("kv", inst.iid), inst.kv_pages, model.index, "kv")
+            self.memory.alloc_parts(now_ns, model.weight_split(gpus), wkey, model.index, "weights")
+        kvp = plan_kv(self.memory, model, gpus, kv_pages, self.cfg.max_model_len)
+        blocks, inst.kv_pages, inst.prefill_blocks = kvp.blocks, kvp.pages, kvp.prefill_blocks
+        self.memory.alloc_parts(now_ns, kvp.parts, ("kv", inst.iid), model.index, "kv")
         caching = getattr(self.backend, "prefix_caching", False)
         inst.kv = reserving_kv(
             caching, blocks, model.block_size, params.min_free_blocks, params.min_total_blocks
@@ -252,7 +247,11 @@ class ClusterController:
         self.version += 1
         perf = self.perf_for(inst)
         assert inst.kv is not None
-        inst.engine = self.backend.start_engine(inst.model, inst.kv, perf)
+        if inst.model.disaggregated:  # a unit: its prefill engines' KV size and step model
+            unit = UnitParts(inst.prefill_blocks, self.perf_for(inst, inst.model.prefill_engine_tp))
+            inst.engine = self.backend.start_engine(inst.model, inst.kv, perf, unit=unit)
+        else:
+            inst.engine = self.backend.start_engine(inst.model, inst.kv, perf)
         pending, inst.pending = inst.pending, []
         for req in pending:
             self.backend.deliver(inst.engine, req, now_ns)
@@ -269,11 +268,13 @@ class ClusterController:
             perf = EagerPerfModel(perf, eager_overhead_s(spec, tp))
         return perf
 
-    def perf_for(self, inst: ModelInstance) -> PerfModel:
-        key = (inst.model.index, inst.model.engine_tp, inst.share)
+    def perf_for(self, inst: ModelInstance, tp: int = 0) -> PerfModel:
+        """The step model of ``inst``'s engines of ``tp`` GPUs (default: its engine TP)."""
+        tp = tp or inst.model.engine_tp
+        key = (inst.model.index, tp, inst.share)
         perf = self._perf_cache.get(key)
         if perf is None:
-            perf = self.engine_perf(inst.model.spec, inst.model.engine_tp)
+            perf = self.engine_perf(inst.model.spec, tp)
             perf = self.policy.wrap_perf(inst, perf)
             self._perf_cache[key] = perf
         return perf
@@ -331,7 +332,7 @@ class ClusterController:
         self._next_rid += 1
         key = owner or r.owner
         if owner is None:
-            self.memory.alloc(now_ns, gpus, key, model.weight_pages, model.index, "prewarm")
+            self.memory.alloc_parts(now_ns, model.weight_split(gpus), key, model.index, "prewarm")
             self._attach_replica(r)
         r.transfers = load_weights(self, model, gpus, key, now_ns, lambda t: self._warm(r, t))
         return r

@@ -53,6 +53,8 @@ class ModelInstance:
     stopped_ns: int = -1
     kv: KVCacheManager | None = None
     kv_pages: int = 0
+    prefill_blocks: int = 0
+    """KV blocks of each prefill engine of a disaggregated unit (:mod:`tidal.cluster.unit`)."""
     share: float = 1.0
     waiting_for: set[str] = field(default_factory=set)
     """Cold-start tracks still running (``proc``, ``weights`` or ``seq``)."""

@@ -107,6 +107,23 @@ class ClusterMemory:
             if used > self.peak_used[g]:
                 self.peak_used[g] = used
 
+    def alloc_parts(
+        self,
+        now_ns: int,
+        parts: list[tuple[tuple[int, ...], int]],
+        owner: Hashable,
+        model: int,
+        kind: str,
+    ) -> None:
+        """:meth:`alloc` of ``pages`` on each ``(gpus, pages)`` part (a unit with per-pool TP
+        holds different shards on its prefill and decode GPUs), all parts or none."""
+        for gpus, pages in parts:
+            for g in gpus:
+                if self.pools[g].free < pages:
+                    raise OutOfPagesError(f"GPU {g}: need {pages} pages, {self.pools[g].free} free")
+        for gpus, pages in parts:
+            self.alloc(now_ns, gpus, owner, pages, model, kind)
+
     def release(self, now_ns: int, gpus: tuple[int, ...], owner: Hashable, pages: int = -1) -> int:
         """Return ``pages`` (default: all) of ``owner``'s pages on each GPU; returns the count
         released per GPU."""

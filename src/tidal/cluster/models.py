@@ -9,10 +9,13 @@ Llama-2 family (7B→1, 13B→2, 70B→4), else the smallest power of two whose 
 A **disaggregated** entry, ``id:PpDd`` or ``id:tp:PpDd`` (``llama-2-7b:1p1d``), serves the model
 as a unit of P prefill and D decode engines of ``tp`` GPUs each (docs/design/
 disagg-cluster-composition.md §B): ``tp`` of the :class:`ServedModel` is then the unit's GPU
-group, (P + D)·engine_tp — what placement, prewarming and the autoscaler count — while weights
-and KV blocks are sharded by :attr:`ServedModel.engine_tp`: every GPU of the group holds one
-engine's shard of the weights, so a prewarmed replica is the weights on the prefill *and* the
-decode GPUs.
+group, P·tp_p + D·tp_d — what placement, prewarming and the autoscaler count — while weights
+and KV blocks are sharded by each engine's own TP: every GPU of the group holds one engine's
+shard of the weights, so a prewarmed replica is the weights on the prefill *and* the decode
+GPUs. Each pool may have its own TP (as ``--prefill-tp`` / ``--decode-tp`` of a single
+deployment): ``id:TPp/TPd:PpDd`` (``llama-2-7b:1/2:2p1d``: two TP1 prefill engines and one TP2
+decode engine on 4 GPUs). The group's first P·tp_p GPUs are the prefill engines', the rest the
+decode engines'; a GPU then holds the shard of its own engine (:meth:`ServedModel.weight_split`).
 
 Per-GPU sizes are counted in memory pages: weights take ``align_up(bytes / tp, page)``
 (``align_up`` as the artifact's ``MEM_GRANULARITY``), a KV block of ``block_size`` tokens takes
@@ -70,6 +73,12 @@ class ServedModel:
     prefill_engines: int = 0
     decode_engines: int = 0
     """A disaggregated unit's engines (module docstring); 0, 0: one aggregated engine."""
+    prefill_tp: int = 0
+    decode_tp: int = 0
+    """Per-pool TP of a unit whose pools differ (``id:TPp/TPd:PpDd``); 0, 0: every engine of
+    the unit has ``tp / (P + D)`` GPUs. With per-pool TP, ``weight_pages`` is the larger of the
+    two shards (what placement asks of every GPU of the group) and ``block_pages`` the decode
+    engines' (:meth:`weight_split` and :attr:`prefill_block_pages` give each pool's)."""
 
     @property
     def disaggregated(self) -> bool:
@@ -83,12 +92,61 @@ class ServedModel:
 
     @property
     def engine_tp(self) -> int:
-        """GPUs of one engine (``tp`` for an aggregated model)."""
-        return self.tp // (self.prefill_engines + self.decode_engines or 1)
+        """GPUs of one (decode) engine (``tp`` for an aggregated model)."""
+        return self.decode_tp or self.tp // (self.prefill_engines + self.decode_engines or 1)
+
+    @property
+    def prefill_engine_tp(self) -> int:
+        """GPUs of one prefill engine of a unit (``engine_tp`` unless the pools differ)."""
+        return self.prefill_tp or self.engine_tp
+
+    @property
+    def min_tp(self) -> int:
+        """The smaller engine TP of the instance (its GPUs' largest weight shard)."""
+        return min(self.engine_tp, self.prefill_engine_tp)
+
+    @property
+    def max_tp(self) -> int:
+        """The larger engine TP of the instance (an NCCL group is built when it is > 1)."""
+        return max(self.engine_tp, self.prefill_engine_tp)
+
+    @property
+    def mixed_tp(self) -> bool:
+        """A unit whose prefill and decode engines have different TP."""
+        return self.prefill_tp != self.decode_tp
 
     @property
     def shard_bytes(self) -> int:
         return self.weight_pages * self.page_bytes
+
+    def shard_pages(self, tp: int) -> int:
+        """Pages per GPU of one ``tp``-way shard of the weights."""
+        return cdiv(cdiv(self.spec.weight_bytes, tp), self.page_bytes)
+
+    @property
+    def prefill_block_pages(self) -> int:
+        """Pages per GPU of one KV block of a prefill engine."""
+        if not self.mixed_tp:
+            return self.block_pages
+        blk = self.spec.kv_bytes_per_token_per_gpu(self.prefill_tp) * self.block_size
+        return cdiv(math.ceil(blk), self.page_bytes)
+
+    def weight_split(self, gpus: tuple[int, ...]) -> list[tuple[tuple[int, ...], int]]:
+        """``[(GPUs, weight pages on each)]`` over the instance's group ``gpus``: one part,
+        or, for a unit with per-pool TP, its prefill GPUs (the first P·tp_p) and its decode
+        GPUs."""
+        if not self.mixed_tp:
+            return [(gpus, self.weight_pages)]
+        k = self.prefill_engines * self.prefill_tp
+        return [(gpus[:k], self.shard_pages(self.prefill_tp)),
+                (gpus[k:], self.shard_pages(self.decode_tp))]  # fmt: skip
+
+    def shard_bytes_on(self, i: int) -> int:
+        """Weight bytes loaded onto the ``i``-th GPU of the instance's group."""
+        if not self.mixed_tp:
+            return self.shard_bytes
+        tp = self.prefill_tp if i < self.prefill_engines * self.prefill_tp else self.decode_tp
+        return self.shard_pages(tp) * self.page_bytes
 
     @property
     def kv_block_bytes(self) -> float:
@@ -118,27 +176,25 @@ def served_models(
         spec = get_model(mid)
         tp_s, (p, d) = _parse_entry(entry)
         if tp_s:
-            try:
-                tp = int(tp_s)
-            except ValueError:
-                raise ConfigError(
-                    "cluster.models", f"bad tensor-parallel degree in {entry!r}", "write id:tp"
-                ) from None
+            tp_p, tp_d = _pool_tps(entry, tp_s, d > 0)
         else:
-            tp = _default_tp(spec, gpu, gpus_per_node)
-        group = tp * (p + d or 1)
-        if tp < 1 or group > gpus_per_node or group & (group - 1):
-            what = f"tp {tp}" if not d else f"its {p} + {d} engines × tp {tp} = {group} GPUs"
+            tp_p = tp_d = _default_tp(spec, gpu, gpus_per_node)
+        group = tp_p * p + tp_d * d if d else tp_d
+        if min(tp_p, tp_d) < 1 or group > gpus_per_node or group & (group - 1):
+            tps = f"{tp_p}/{tp_d}" if tp_p != tp_d else f"{tp_d}"
+            what = f"tp {tp_d}" if not d else f"its {p} + {d} engines × tp {tps} = {group} GPUs"
             raise ConfigError(
                 "cluster.models",
                 f"{entry!r}: {what} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
                 "TP groups (and a disaggregated unit) stay inside one node",
             )
-        check_tp(spec, tp, "cluster.models")
+        check_tp(spec, tp_p, "cluster.models")
+        check_tp(spec, tp_d, "cluster.models")
         name = f"{mid}#{seen[mid]}" if counts[mid] > 1 else mid
         seen[mid] += 1
-        w = cdiv(spec.weight_bytes, tp)
-        blk = spec.kv_bytes_per_token_per_gpu(tp) * block_size
+        w = cdiv(spec.weight_bytes, min(tp_p, tp_d))
+        blk = spec.kv_bytes_per_token_per_gpu(tp_d) * block_size
+        pools = (tp_p, tp_d) if tp_p != tp_d else (0, 0)
         out.append(
             ServedModel(
                 i,
@@ -151,9 +207,28 @@ def served_models(
                 page_bytes,
                 p,
                 d,
+                *pools,
             )
         )
     return out
+
+
+def _pool_tps(entry: str, tp_s: str, unit: bool) -> tuple[int, int]:
+    """(prefill TP, decode TP) of the ``tp`` part of an entry: ``tp`` or ``TPp/TPd``."""
+    parts = tp_s.split("/")
+    if len(parts) > 2 or (len(parts) == 2 and not unit):
+        raise ConfigError(
+            "cluster.models", f"bad tensor-parallel degree in {entry!r}",
+            "write id:tp, or id:TPp/TPd:PpDd (per-pool TP: a disaggregated unit only)",
+        )  # fmt: skip
+    try:
+        tps = [int(x) for x in parts]
+    except ValueError:
+        raise ConfigError(
+            "cluster.models", f"bad tensor-parallel degree in {entry!r}",
+            "write id:tp or id:TPp/TPd:PpDd",
+        ) from None  # fmt: skip
+    return tps[0], tps[-1]
 
 
 _SHAPE = re.compile(r"(\d+)p(\d+)d")
@@ -173,7 +248,8 @@ def _parse_entry(entry: str) -> tuple[str, tuple[int, int]]:
             )  # fmt: skip
     if len(parts) > 1:
         raise ConfigError(
-            "cluster.models", f"bad entry {entry!r}", "write id, id:tp, id:PpDd or id:tp:PpDd"
+            "cluster.models", f"bad entry {entry!r}",
+            "write id, id:tp, id:PpDd, id:tp:PpDd or id:TPp/TPd:PpDd",
         )
     return (parts[0] if parts else ""), shape
 

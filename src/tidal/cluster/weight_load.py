@@ -39,7 +39,7 @@ def load_weights(
             ctl.at(t + s_to_ns(extra_s), on_done)
 
     out = []
-    for g in gpus:
+    for i, g in enumerate(gpus):  # (a unit with per-pool TP: each GPU its own engine's shard)
         links = (f"ssd:{node}", f"pcie:{g}") if from_ssd else (f"pcie:{g}",)
-        out.append(ctl.transfers.start(now_ns, model.shard_bytes, links, shard_done, cap))
+        out.append(ctl.transfers.start(now_ns, model.shard_bytes_on(i), links, shard_done, cap))
     return out

@@ -112,10 +112,6 @@ def _rules() -> tuple[Rule, ...]:
         "deployment.kv_transfer.link",
     )  # fmt: skip
     rules += [Rule(k, ONE, "") for k in pools]  # a cluster's models are not disaggregated yet
-    rules.append(
-        Rule("speculative", frozenset({SYN, SES, TRACE, AUG}),
-             "a cluster run builds its engines without speculation yet")
-    )  # fmt: skip
     return tuple(rules)
 
 

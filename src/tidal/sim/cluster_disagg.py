@@ -1,16 +1,19 @@
 """Disaggregated units of a cluster run (docs/design/disagg-cluster-composition.md §B): the
-engines of a model declared ``id:PpDd`` (:mod:`tidal.cluster.models`).
+engines of a model declared ``id:PpDd`` / ``id:TPp/TPd:PpDd`` (:mod:`tidal.cluster.models`).
 
 The controller places, prewarms, starts, routes to and stops such a unit as one instance on
-its (P + D)·tp GPUs; the backend (:class:`tidal.sim.cluster_run.SimBackend`) asks this module
-for its engines. A unit is P prefill and D decode simulated engines, each with a KV cache of
-the instance's per-GPU KV pages (``kv``: the decode engine 0 takes the controller's manager,
-the others one of the same size), wired by :class:`~tidal.sim.disagg_wiring.DisaggWiring` as a
-single disaggregated run is (pull protocol): a request delivered to the unit is routed to a
-prefill engine as its prefill leg, its KV moves over the unit's NVLink ports (the group is
-inside one node; ``cluster/links.py``), and the decode leg finishes it — the controller hears
-only the decode leg's finish. The prefill engines run the plain scheduler; with augmented
-requests the decode engines run the augmented one (``sim/disagg_augment.py``).
+its P·tp_p + D·tp_d GPUs; the backend (:class:`tidal.sim.cluster_run.SimBackend`) asks this
+module for its engines. A unit is P prefill and D decode simulated engines: the decode engines
+each a KV cache of the instance's size (decode engine 0 takes the controller's manager) and the
+decode step model (speculating when the model does, ``sim/cluster_spec.py``), the prefill
+engines each a cache of their own pool's size and the step model of their own TP
+(:class:`tidal.cluster.unit.UnitParts`). They are wired by
+:class:`~tidal.sim.disagg_wiring.DisaggWiring` as a single disaggregated run is (pull
+protocol): a request delivered to the unit is routed to a prefill engine as its prefill leg,
+its KV moves over the unit's NVLink ports (tp_p per prefill engine, tp_d per decode engine;
+the group is inside one node, ``cluster/links.py``), and the decode leg finishes it — the
+controller hears only the decode leg's finish. The prefill engines run the plain scheduler;
+with augmented requests the decode engines run the augmented one (``sim/disagg_augment.py``).
 
 Engines of a unit are never reused for another instance (a stopped unit's engines stay idle).
 """
@@ -36,7 +39,7 @@ from tidal.sim.routers import make_router
 from tidal.sim.simulator import Simulation
 
 if TYPE_CHECKING:
-    Build = Callable[[ServedModel, KVBlockManager, PerfModel, bool], Scheduler]
+    Build = Callable[[ServedModel, KVBlockManager, PerfModel, bool, int], Scheduler]
 
 
 class _OutputLengths(dict[int, int]):
@@ -73,29 +76,35 @@ class DisaggEngines:
         self,
         model: ServedModel,
         kv: KVBlockManager,
-        perf: PerfModel,
+        perfs: tuple[PerfModel, PerfModel],
         build: Build,
         add: Callable[[Scheduler, PerfModel], int],
+        prefill_blocks: int,
     ) -> int:
         """Build, add and wire one unit's engines; returns its front engine's index. ``build``
-        makes a scheduler (the flag: plain, for a prefill engine), ``add`` an engine."""
-        p, d, tp = model.prefill_engines, model.decode_engines, model.engine_tp
-        blocks = kv.num_blocks
+        makes a scheduler (the flag: plain, for a prefill engine; then the engine's TP),
+        ``add`` an engine; ``perfs``: the (prefill, decode) engines' step models; each prefill
+        engine a KV cache of ``prefill_blocks`` blocks (:mod:`tidal.cluster.unit`)."""
+        p, d = model.prefill_engines, model.decode_engines
+        tp_p, tp_d = model.prefill_engine_tp, model.engine_tp
+        (perf_p, perf_d), size = perfs, kv.block_size
 
-        def own_kv() -> KVBlockManager:
-            return reserving_kv(self.caching, blocks, kv.block_size, 0, 0)
+        def own_kv(blocks: int) -> KVBlockManager:
+            return reserving_kv(self.caching, blocks, size, 0, 0)
 
-        pre = [add(build(model, own_kv(), perf, True), perf) for _ in range(p)]
-        dec = [add(build(model, kv if j == 0 else own_kv(), perf, False), perf) for j in range(d)]
+        pre = [add(build(model, own_kv(prefill_blocks), perf_p, True, tp_p), perf_p)
+               for _ in range(p)]  # fmt: skip
+        dec = [add(build(model, kv if j == 0 else own_kv(kv.num_blocks), perf_d, False, tp_d),
+                   perf_d) for j in range(d)]  # fmt: skip
         insts = self.sim.instances
         p_insts, d_insts = [insts[i] for i in pre], [insts[i] for i in dec]
         link = resolve_link("auto", self.gpu, self.gpu, model.tp)
-        per_gpu = model.spec.kv_bytes_per_token_per_gpu(tp)
+        per_gpu = model.spec.kv_bytes_per_token_per_gpu(tp_d)
         wiring = DisaggWiring(
-            self.sim, p_insts, d_insts, link, (per_gpu, tp), self.cols, self.out_len,
+            self.sim, p_insts, d_insts, link, (per_gpu, tp_d), self.cols, self.out_len,
             "least-loaded",
         )  # fmt: skip
-        wiring.set_capacities(pool_links(link, p, tp, d, tp))
+        wiring.set_capacities(pool_links(link, p, tp_p, d, tp_d))
         for i, inst in enumerate(p_insts):
             wiring.attach_prefill(i, inst)
         for j, inst in enumerate(d_insts):

@@ -107,6 +107,10 @@ def policy_metrics(scheds: list[Scheduler | RetiredStats]) -> dict[str, Any]:
         for k, v in s.extra_metrics().items():
             if isinstance(v, int) and not isinstance(v, bool):
                 out[k] = out.get(k, 0) + v
+    if out.get("spec_decode_num_drafts"):  # vLLM's mean acceptance length, of the sums
+        out["spec_decode_mean_acceptance_length"] = (
+            1 + out["spec_decode_num_accepted_tokens"] / out["spec_decode_num_drafts"]
+        )
     total = PolicyStats.total(s.stats() for s in scheds)
     if total.eb_time_share is not None:
         out["eb_time_share"] = total.eb_time_share

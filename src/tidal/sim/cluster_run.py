@@ -18,17 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from tidal.cluster.config import ClusterConfig
 from tidal.cluster.controller import ClusterController
 from tidal.cluster.models import ServedModel, served_models, service_ms
 from tidal.cluster.topology import parse_cluster
+from tidal.cluster.unit import UnitParts
 from tidal.core.augmented_metrics import augmented_metrics
 from tidal.core.errors import ConfigError
 from tidal.core.histogram import LogHistogram
 from tidal.core.kv import KVBlockManager
 from tidal.core.metrics import summarize
 from tidal.core.request import Request
-from tidal.core.units import INF_NS, NS_PER_S, s_to_ns
+from tidal.core.units import INF_NS, s_to_ns
 from tidal.engine.build import build_scheduler
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import validate_options
@@ -45,14 +45,16 @@ from tidal.sim.cluster_metrics import (
     model_rows,
     policy_metrics,
 )
+from tidal.sim.cluster_spec import ClusterSpeculation
 from tidal.sim.cluster_stream import streamed_workload, streams
+from tidal.sim.cluster_workload import next_arrivals, workload_stats
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import SpooledRecorder
 from tidal.sim.simulator import CONTROL, Simulation
 from tidal.sim.single import SimResult, check_host_tier, rng_streams
+from tidal.sim.speculation import base_perf
 from tidal.workload.base import RequestSet
-from tidal.workload.concurrency import window_concurrency
 from tidal.workload.multimodel import (
     MixWorkload,
     augment_mix,
@@ -105,48 +107,6 @@ def cluster_workload(cfg: SimulationConfig) -> MixWorkload:
     return _mix_cached(cfg.model_dump_json())
 
 
-def next_arrivals(rs: RequestSet, num_models: int) -> tuple[np.ndarray, list[int]]:
-    """Each request's same-model successor's arrival (INF_NS: none) and each model's first."""
-    model = rs.extra["model"]
-    nxt = np.full(len(rs), INF_NS, np.int64)
-    first = []
-    for m in range(num_models):
-        idx = np.flatnonzero(model == m)
-        nxt[idx[:-1]] = rs.arrival_ns[idx[1:]]
-        first.append(int(rs.arrival_ns[idx[0]]) if len(idx) else INF_NS)
-    return nxt, first
-
-
-def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]:
-    """Per model: request rate over the replay, mean prompt and output lengths, and mean
-    in-flight load with the artifact's service times (§2.1) — what static placements size by."""
-    topo = parse_cluster(cfg.spec)
-    models = served_models(
-        cfg.models, topo.gpu, topo.gpus_per_node, cfg.page_mib * 2**20, cfg.block_size
-    )
-    t = rs.arrival_ns / NS_PER_S
-    span = max(float(t.max() - t.min()), 1.0) if len(t) else 1.0
-    out = []
-    model = rs.extra["model"]
-    for m in models:
-        sel = model == m.index
-        pre, dec = service_ms(m.spec)
-        svc = (pre + rs.output_len[sel] * dec) / 1000.0
-        if "call_ns" in rs.extra:  # augmented: a request stays in flight during its calls
-            svc = svc + rs.extra["call_ns"][sel] / NS_PER_S
-        avg, _ = window_concurrency(t[sel] - t.min() if len(t) else t[sel], svc, span, 1)
-        n = int(sel.sum())
-        out.append(
-            {
-                "rate": n / span,
-                "mean_prompt": float(rs.prompt_len[sel].mean()) if n else 0.0,
-                "mean_output": float(rs.output_len[sel].mean()) if n else 0.0,
-                "concurrency": float(avg[0]),
-            }
-        )
-    return out
-
-
 class SimBackend:
     """Implements :class:`tidal.cluster.backend.Backend` on a :class:`Simulation`."""
 
@@ -170,6 +130,8 @@ class SimBackend:
         self._retired_of: dict[str, RetiredStats] = {}
         self.disagg = DisaggEngines(sim, self.gpu, len(sim.requests))
         """The disaggregated units' engines."""
+        self.spec = ClusterSpeculation(cfg, self.gpu)
+        """Speculative decoding of the engines (``sim/cluster_spec.py``)."""
         self._costs: dict[int, tuple[PerfModel, StepCosts]] = {}
         """EB step costs by step-time model (kept alive here, so ``id`` stays unique)."""
 
@@ -180,29 +142,37 @@ class SimBackend:
         self.sim.call_at(t_ns, fn, CONTROL)
 
     def scheduler(
-        self, model: ServedModel, kv: KVBlockManager, perf: PerfModel, plain: bool = False
+        self,
+        model: ServedModel,
+        kv: KVBlockManager,
+        perf: PerfModel,
+        plain: bool = False,
+        tp: int = 0,
     ) -> Scheduler:
         """An engine's scheduler: ``scheduler.batching`` and ``scheduler.ordering`` of the run,
         the cluster's token budget and N_max = max(256, B) (the router caps an engine at B);
         EB and EB⁺ get the step costs of the engine's own step-time model (shared GPUs:
         the slowed one). Its KV cache gets its host memory now: the prefix cache's host tier
         (``memory.host_cache_gib`` per GPU) and, serving augmented requests, swap space
-        (``plain``: a disaggregated unit's prefill engine, never augmented)."""
+        (``plain``: a disaggregated unit's prefill engine, never augmented). ``tp``: the
+        engine's GPUs (default ``model.engine_tp``; a unit's prefill engine its pool's)."""
         c, s = self.cfg.cluster, self.cfg.scheduler
         assert c is not None
-        costs = None
+        tp = tp or model.engine_tp
+        costs, target = None, base_perf(perf)  # (EB's costs: the target's own steps)
         if s.batching != "mb":
-            hit = self._costs.get(id(perf))
+            hit = self._costs.get(id(target))
             if hit is None:
-                hit = (perf, step_costs(model.spec, self.gpu, model.engine_tp, perf))
-                self._costs[id(perf)] = hit
+                hit = (target, step_costs(model.spec, self.gpu, tp, target))
+                self._costs[id(target)] = hit
             costs = hit[1]
         opts = validate_options(s.batching, s.options)
         sched_cfg = SchedulerConfig(
-            c.token_budget, max(256, c.batch), costs=costs, eb=s.eb, options=opts
-        )
+            c.token_budget, max(256, c.batch), costs=costs, eb=s.eb, options=opts,
+            speculation=None if plain else self.spec.acceptance(perf),
+        )  # fmt: skip
         if self.prefix_caching and self.cfg.memory.host_cache_gib > 0:
-            tier = host_tier_size(self.cfg, model.spec, self.gpu, model.engine_tp, kv.block_size)
+            tier = host_tier_size(self.cfg, model.spec, self.gpu, tp, kv.block_size)
             kv.add_host_tier(*tier)
         if c.mix.augmented is not None and not plain:
             kv.add_host_space(host_blocks(self.cfg, model.spec, model.engine_tp, kv.block_size))
@@ -212,12 +182,17 @@ class SimBackend:
             return augmented_engine(self.cfg, sched_cfg, kv, perf, seed, deployment)
         return build_scheduler(sched_cfg, kv, s.batching, ORDERINGS.get(s.ordering)())
 
-    def start_engine(self, model: ServedModel, kv: KVBlockManager, perf: PerfModel) -> int:
+    def start_engine(
+        self, model: ServedModel, kv: KVBlockManager, perf: PerfModel, unit: UnitParts | None = None
+    ) -> int:
         name = model.name
         if model.disaggregated:  # a unit of prefill and decode engines (sim/cluster_disagg.py)
             add = lambda s, p: self._add_engine(model, s, p)  # noqa: E731
             self.disagg.caching = self.prefix_caching
-            return self.disagg.start(model, kv, perf, self.scheduler, add)
+            unit = unit or UnitParts(kv.num_blocks, perf)
+            perfs = (unit.prefill_perf, self.spec.wrap(model, perf, model.engine_tp))
+            return self.disagg.start(model, kv, perfs, self.scheduler, add, unit.prefill_blocks)
+        perf = self.spec.wrap(model, perf, model.engine_tp)  # (speculating: verify + draft)
         sched = self.scheduler(model, kv, perf)
         free = self.free_engines.get(name)
         if free:
@@ -370,6 +345,8 @@ def run_cluster(
             counts = cache_counts([s for name, s in scheds if name == m.name])
             pm.update(counts.metrics(backend.prefix_caching))
         pm["tp"] = m.engine_tp
+        if m.mixed_tp:  # a unit whose prefill engines have their own TP
+            pm["prefill_tp"] = m.prefill_engine_tp
         if m.disaggregated:  # a unit of P prefill + D decode engines (sim/cluster_disagg.py)
             pm["deployment"] = f"{m.prefill_engines}p{m.decode_engines}d"
         pm["share"] = float(shares[m.index])

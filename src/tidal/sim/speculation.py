@@ -15,9 +15,10 @@ import numpy as np
 
 from tidal.core.errors import ConfigError
 from tidal.engine.acceptance import AcceptanceModel
+from tidal.engine.spec_config import SpeculativeConfig
 from tidal.hardware.calibration import build_perf_model
-from tidal.hardware.gpus import get_gpu
-from tidal.hardware.models import get_model
+from tidal.hardware.gpus import GPUSpec, get_gpu
+from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.spec_perf import SpecPerfModel
 from tidal.sim.config import SimulationConfig
@@ -44,8 +45,26 @@ def build_speculation(
     spec = cfg.speculative
     if spec is None:
         return perf, None
+    target = (cfg.model_spec(), get_gpu(cfg.gpu), cfg.tp)
+    return speculation_for(spec, perf, speculation_key(cfg.seed), target, cfg.perf_model,
+                           cfg.perf_host)  # fmt: skip
+
+
+def speculation_for(
+    spec: SpeculativeConfig,
+    perf: PerfModel,
+    key: int,
+    target: tuple[ModelSpec, GPUSpec, int],
+    perf_model: str,
+    perf_host: str,
+) -> tuple[PerfModel, AcceptanceModel]:
+    """``spec`` on an engine of ``target`` (model, GPU, TP) whose step model is ``perf``: the
+    wrapped step model (verification of k + 1 rows plus drafting: a draft model's own step
+    model, an EAGLE/MTP head as a fraction of the target's layers, or the host's n-gram
+    lookup) and the acceptance draws under ``key``."""
     k = spec.num_speculative_tokens
-    accept = AcceptanceModel(spec.alphas(), speculation_key(cfg.seed))
+    accept = AcceptanceModel(spec.alphas(), key)
+    model, gpu, tp = target
     if spec.method == "ngram":
         return SpecPerfModel(perf, k, spec.method), accept
     if spec.method == "draft_model":
@@ -57,12 +76,10 @@ def build_speculation(
                 "speculative.model", f"unknown draft model {spec.model!r} ({err})",
                 "use a catalog id (tidal models) or a config.json path",
             ) from None  # fmt: skip
-        tp = spec.draft_tensor_parallel_size or cfg.tp
-        gpu = get_gpu(cfg.gpu)
-        draft = build_perf_model(cfg.perf_model, draft_spec, gpu, tp, host=cfg.perf_host)
+        draft_tp = spec.draft_tensor_parallel_size or tp
+        draft = build_perf_model(perf_model, draft_spec, gpu, draft_tp, host=perf_host)
         return SpecPerfModel(perf, k, spec.method, draft, 1.0), accept
-    layers = cfg.model_spec().num_layers
-    frac = DRAFT_LAYERS[spec.method] / layers
+    frac = DRAFT_LAYERS[spec.method] / model.num_layers
     return SpecPerfModel(perf, k, spec.method, perf, frac), accept
 
 

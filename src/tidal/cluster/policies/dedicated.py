@@ -56,7 +56,7 @@ class Dedicated(ClusterPolicy):
         for m, group in size_dedicated(self.view, self.view.demand):
             model = self.view.models[m]
             plan = vanilla_plan(
-                st.worker_s, st.engine_s, st.nccl_s if model.engine_tp > 1 else 0.0, st.kv_init_s
+                st.worker_s, st.engine_s, st.nccl_s if model.max_tp > 1 else 0.0, st.kv_init_s
             )
             self.act.launch(model, group, plan, LaunchParams("static"), now_ns)
 

@@ -95,12 +95,13 @@ class ServerlessLLM(ClusterPolicy):
                 est = model.shard_bytes / host_bw
             else:
                 queued = view.ssd_queued_bytes(node)
-                est = (queued + model.shard_bytes * model.tp) / (st.ssd_gbs * 1e9)
+                total = sum(model.shard_bytes_on(i) for i in range(model.tp))  # (every shard)
+                est = (queued + total) / (st.ssd_gbs * 1e9)
             if best is None or est < best[0]:
                 best = (est, tuple(idle[: model.tp]))
         if best is None:
             return None
         plan = vanilla_plan(
-            st.worker_s, st.engine_s, st.nccl_s if model.engine_tp > 1 else 0.0, st.kv_init_s
+            st.worker_s, st.engine_s, st.nccl_s if model.max_tp > 1 else 0.0, st.kv_init_s
         )
         return self.act.launch(model, best[1], plan, LaunchParams("miss"), now_ns)

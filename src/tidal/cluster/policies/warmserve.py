@@ -87,7 +87,7 @@ class WarmServe(ClusterPolicy):
         )
         per_req = -(-mcfg.max_model_len // mcfg.block_size)
         self.min_total = mcfg.batch * per_req if ws.kv_floor == "batch" else 0
-        self.tcold = [m.spec.weight_bytes / m.engine_tp / 2**30 / ws.score_gbs for m in view.models]
+        self.tcold = [m.spec.weight_bytes / m.min_tp / 2**30 / ws.score_gbs for m in view.models]
         self._scores_key: tuple[int, ...] = ()
         self._quiet_version = -1
         self._quiet_until = 0

@@ -48,7 +48,7 @@ def startup_plan(
     if not on["device-prewarm"]:
         proc += st.worker_s
     if not on["unified-memory"]:
-        group = st.nccl_s if model.engine_tp > 1 else 0.0
+        group = st.nccl_s if model.max_tp > 1 else 0.0
         return StartupPlan(proc, True, group, st.kv_init_s)
     blocks = -(-st.lazy_kv_tokens // cfg.block_size)
     if on["memory-switching"]:
@@ -66,7 +66,7 @@ def load_extra_s(st: StartupConfig, on: dict[str, bool], model: ServedModel) -> 
     without ``memory-switching``, the mapping of the shard's pages."""
     if not on["unified-memory"]:
         return 0.0
-    extra = st.nccl_s if model.engine_tp > 1 else 0.0
+    extra = st.nccl_s if model.max_tp > 1 else 0.0
     if not on["memory-switching"]:
         extra += model.shard_bytes / (st.map_gbs * 1e9)
     return extra
