@@ -262,6 +262,12 @@ SCHEDULER = (
         "scheduler.max_prefill_tokens",
     ),
     Flag(
+        "schedule_conservativeness", F,
+        "SGLang --schedule-conservativeness (--engine sglang only; default 1.0): scales the "
+        "KV its admission reserves for the running requests' output (new_token_ratio).",
+        "scheduler.schedule_conservativeness",
+    ),
+    Flag(
         "policy_module", list[str] | None,
         "Python file (or module name) imported before the policies are looked up, so that a "
         "policy it registers is selected by its name (repeatable).",
