@@ -55,6 +55,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from tidal.core.request import Request
+from tidal.engine.decode_pool import DecodePool
 from tidal.engine.mb import MixedBatching
 from tidal.engine.plan import StepPlan
 from tidal.engine.policy import BATCHING
@@ -132,6 +133,58 @@ class _Adder:
         return ok
 
 
+class _Remaining:
+    """Σ ``min(max_new − output, 4096)`` over the decode pool's members, kept incrementally:
+    in a plain pool a member's remaining output is ``key − pool.steps`` with ``key`` fixed
+    while it stays, so the sum is Σ key − n · steps, less the excess over 4,096 of the few
+    members above it. Joins are found at the end of the pool's (insertion-ordered) members,
+    leaves come as events; any mismatch (a member gone without an event, a speculative pool,
+    whose members advance by accepted tokens) recomputes the sum in O(members)."""
+
+    __slots__ = ("key", "long", "sum")
+
+    def __init__(self) -> None:
+        self.key: dict[int, int] = {}
+        """Request id → remaining output + pool steps, for the members seen."""
+        self.sum = 0
+        self.long: dict[int, int] = {}
+        """The members whose remaining output exceeded the 4,096 clip when last looked at."""
+
+    def leave(self, req: Request) -> None:
+        key = self.key.pop(req.request_id, None)
+        if key is not None:
+            self.sum -= key
+            self.long.pop(req.request_id, None)
+
+    def _remaining(self, pool: DecodePool, req: Request) -> int:
+        return req.max_output_len - (pool.computed(req) + 1 - req.prompt_len - req.num_extra_tokens)
+
+    def total(self, pool: DecodePool) -> int:
+        members, steps = pool.members, pool.steps
+        if pool.speculative:
+            return sum(_clip(self._remaining(pool, r)) for r in members.values())
+        key = self.key
+        for rid in reversed(members):  # the joins since the last look, newest first
+            if rid in key:
+                break
+            k = self._remaining(pool, members[rid]) + steps
+            key[rid] = k
+            self.sum += k
+            if k - steps > CLIP_MAX_NEW_TOKENS:
+                self.long[rid] = k
+        if len(key) != len(members):  # a member left unseen: start over
+            self.key, self.sum, self.long = {}, 0, {}
+            return self.total(pool)
+        excess = 0
+        for rid, k in list(self.long.items()):
+            over = k - steps - CLIP_MAX_NEW_TOKENS
+            if over > 0:
+                excess += over
+            else:
+                del self.long[rid]
+        return self.sum - len(key) * steps - excess
+
+
 @BATCHING.register("sglang")
 class SGLangBatching(MixedBatching):
     """SGLang's step: prefill-first, or mixed with ``enable_mixed_chunk``, under SGLang's
@@ -152,17 +205,13 @@ class SGLangBatching(MixedBatching):
         self.batch_is_full = False
         """SGLang's flag: admission refused for KV; no prefill is tried until one leaves."""
         self._retracted = False
+        self._remaining = _Remaining()
 
     def reserved_by_running(self, plan: StepPlan) -> float:
         """``new_token_ratio`` × Σ ``min(max_new − output, 4096)`` over the decoding requests
         (a prefilling one reserves only when its last chunk is scheduled: SGLang keeps the
         chunked request out of its running batch)."""
-        pool = self.state.pool
-        total = 0
-        for req in pool.members.values():
-            out = pool.computed(req) + 1 - req.prompt_len - req.num_extra_tokens
-            total += _clip(req.max_output_len - out)
-        return total * self.new_token_ratio
+        return self._remaining.total(self.state.pool) * self.new_token_ratio
 
     def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
@@ -226,12 +275,15 @@ class SGLangBatching(MixedBatching):
 
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.batch_is_full = False
+        self._remaining.leave(req)
 
     def on_preempted(self, req: Request, lost_tokens: int) -> None:
         self.batch_is_full = False
+        self._remaining.leave(req)
 
     def on_aborted(self, req: Request, now_ns: int) -> None:
         self.batch_is_full = False
+        self._remaining.leave(req)
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
         """MB's run (:meth:`MixedBatching.repeatable_steps`); while ``batch_is_full`` nothing is
