@@ -246,7 +246,8 @@ SCHEDULER = (
         vllm=("--max-num-batched-tokens",), shows=8192,
     ),
     Flag(
-        "max_seqs", I, "Max running requests (N; vLLM max_num_seqs).", "scheduler.max_seqs",
+        "max_seqs", I, "Max running requests (N; vLLM max_num_seqs, SGLang max_running_requests).",
+        "scheduler.max_seqs", decls=("--max-seqs", "--max-running-requests"),
         vllm=("--max-num-seqs",), shows=256,
     ),
     Flag(
