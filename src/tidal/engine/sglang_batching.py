@@ -119,6 +119,11 @@ class _Adder:
         self._seen = len(prefills)
         return st.kv.num_free_blocks * st.kv.block_size - self._offset
 
+    def used_up(self) -> bool:
+        """Whether the reservation was tested and nothing of it is left (``budget_state``'s
+        ``NO_TOKEN`` after an admission)."""
+        return self._offset >= 0 and self.rem_total_tokens() <= 0
+
     def __call__(self, req: Request) -> bool:
         plan = self.plan
         if plan.prefills or self.policy.state.running:
@@ -246,7 +251,7 @@ class SGLangBatching(MixedBatching):
         st.admit(plan, budget, now_ns, None, test)
         if test.refused:  # refused by the cap, not for KV: the next step may admit it
             st.admission_blocked_by_kv = False
-        elif st.admission_blocked_by_kv or (test._offset >= 0 and test.rem_total_tokens() <= 0):
+        elif st.admission_blocked_by_kv or test.used_up():
             self.batch_is_full = bool(st.running)
 
     def _retract(self) -> None:
