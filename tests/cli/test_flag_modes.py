@@ -60,6 +60,8 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "max_seqs": (2, {}),
     "enable_mixed_chunk": (True, {"engine": "sglang"}),
     "max_prefill_tokens": (20, {"engine": "sglang"}),
+    # a KV pool small enough that SGLang's admission reserve binds
+    "schedule_conservativeness": (10.0, {"engine": "sglang", "mem_fraction_static": 0.2}),
     "prefill_instances": (2, {}),
     "decode_instances": (2, {}),
     "prefill_tp": (2, {}),
@@ -133,6 +135,11 @@ NOT_HERE = {
     ("branch_policy", "single"): "its early stop needs long outputs (tests/test_parallel_probe.py)",
     ("max_prefill_tokens", "trace"): "the fixture's arrivals are 200 ms apart: no step admits "
     "two prompts (tests/engine/test_sglang_batching.py)",
+    ("schedule_conservativeness", "trace"): "the fixture's requests do not meet a full KV pool: "
+    "no admission is refused for its reserve (tests/engine/test_sglang_admission.py)",
+    ("schedule_conservativeness", "augmented"): "its 12 requests give the same digest at "
+    "conservativeness 1 and 10 with pools of 0.20-0.25 of the GPU: no refusal by the reserve "
+    "(tests/engine/test_sglang_admission.py)",
 }
 """(flag, mode) pairs whose effect this tiny workload cannot show; tested where named."""
 MODE_DEFINING = {"trace", "workload", "cluster", "models", "placement"}

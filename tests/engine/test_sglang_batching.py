@@ -105,7 +105,8 @@ def test_sglang_flags_select_sglangs_step_and_the_recorded_config_reruns() -> No
     assert cfg.scheduler.batching == "sglang"
     assert cfg.scheduler.options == {"enable_mixed_chunk": True, "max_prefill_tokens": 400}
     plain = load_config({"engine": "sglang", "workload": wl})
-    assert plain.scheduler.batching == "prefill-first"
+    assert plain.scheduler.batching == "sglang"  # SGLang's admission, its defaults
+    assert plain.scheduler.options == {}
     res = run_simulation(cfg)
     again = run_simulation(load_config(cfg.model_dump(mode="json")))
     assert res.metrics["ttft_mean_s"] == again.metrics["ttft_mean_s"]

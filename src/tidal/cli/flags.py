@@ -246,7 +246,8 @@ SCHEDULER = (
         vllm=("--max-num-batched-tokens",), shows=8192,
     ),
     Flag(
-        "max_seqs", I, "Max running requests (N; vLLM max_num_seqs).", "scheduler.max_seqs",
+        "max_seqs", I, "Max running requests (N; vLLM max_num_seqs, SGLang max_running_requests).",
+        "scheduler.max_seqs", decls=("--max-seqs", "--max-running-requests"),
         vllm=("--max-num-seqs",), shows=256,
     ),
     Flag(
@@ -260,6 +261,12 @@ SCHEDULER = (
         "SGLang --max-prefill-tokens (--engine sglang only; default 16384): a step's first "
         "prompt whole, further ones only within this cap (batching sglang).",
         "scheduler.max_prefill_tokens",
+    ),
+    Flag(
+        "schedule_conservativeness", F,
+        "SGLang --schedule-conservativeness (--engine sglang only; default 1.0): scales the "
+        "KV its admission reserves for the running requests' output (new_token_ratio).",
+        "scheduler.schedule_conservativeness",
     ),
     Flag(
         "policy_module", list[str] | None,

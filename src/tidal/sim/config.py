@@ -87,6 +87,10 @@ class SchedulerSettings(_Strict):
     """SGLang ``--max-prefill-tokens`` (``engine: sglang`` only): a step's first prompt is
     admitted whole, further ones while their tokens stay below this cap less the step's
     prefill so far. None: SGLang's 16,384 where either SGLang flag selects batching ``sglang``."""
+    schedule_conservativeness: float | None = Field(default=None, ge=0.0)
+    """SGLang ``--schedule-conservativeness`` (``engine: sglang`` only): scales the share of
+    the running requests' remaining output the admission reserves (``new_token_ratio``,
+    :mod:`tidal.engine.sglang_batching`). None: SGLang's 1.0."""
     eb: EBOptions = EBOptions()
     """Options of the exclusive-batching policies ``eb`` and ``ebplus``."""
     options: dict[str, Any] = Field(default_factory=dict)

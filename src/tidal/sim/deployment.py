@@ -185,7 +185,8 @@ def pool_config(cfg: SimulationConfig, role: str) -> SimulationConfig:
         eng = apply_engine_defaults(
             {"engine": engine, "gpu": update.get("gpu", cfg.gpu), "scheduler": sched_keys,
              "memory": mem_keys, "tp": update.get("tp", cfg.tp),
-             "data_parallel_size": update.get("data_parallel_size", cfg.data_parallel_size)}
+             "data_parallel_size": update.get("data_parallel_size", cfg.data_parallel_size)},
+            disaggregated=True,
         )  # fmt: skip
         sched_keys, mem_keys = eng["scheduler"], eng["memory"]
     sched = type(cfg.scheduler).model_validate({**_dump(cfg.scheduler), **sched_keys})

@@ -3,12 +3,13 @@
 ``engine: sglang`` (SGLang 0.5's ``ServerArgs._handle_gpu_memory_settings``, Apache-2.0; the
 same in 0.5.6 and 0.5.8; docs/research/engine-data.md, docs/design/sglang_rows.md):
 
-* batching ``prefill-first`` — SGLang runs prefill batches and decode batches apart unless
-  ``--enable-mixed-chunk`` is given (:mod:`tidal.engine.prefill_first`); with
-  ``scheduler.enable_mixed_chunk`` or ``scheduler.max_prefill_tokens`` (SGLang's flags, refused
-  for vLLM) batching ``sglang`` (:mod:`tidal.engine.sglang_batching`), the flags its options.
-  Prefill-first is ``sglang`` without mixed chunk less the 16,384-token cap, which only
-  refuses a further prompt of ≥ 16,384 − the step's prefill tokens (prompts above ~8 k);
+* batching ``sglang`` (:mod:`tidal.engine.sglang_batching`; ``prefill-first`` in the pools of
+  a disaggregated deployment unless an SGLang step flag is given): SGLang runs prefill batches and
+  decode batches apart unless ``--enable-mixed-chunk`` is given, caps a step's further prompts
+  at ``--max-prefill-tokens`` and admits by KV reservation (``new_token_ratio``, scaled by
+  ``--schedule-conservativeness``; × 0.3 with data-parallel attention); those SGLang flags
+  (``scheduler.enable_mixed_chunk``, ``scheduler.max_prefill_tokens``,
+  ``scheduler.schedule_conservativeness``, refused for vLLM) are its options;
 * token budget = ``chunked_prefill_size`` by GPU memory: 2,048 below 35 GiB, 4,096 below
   60 GiB (A100-40GB, L40S), 8,192 below 160 GiB (A100-80GB, H100, H200), 16,384 above (B200,
   B300); the instance's, which attention DP divides among its ranks
@@ -68,6 +69,7 @@ def sglang_mem_fraction_static(mem_bytes: float, tp: int, chunk: int, dp: int = 
 SGLANG_FLAGS = {
     "enable_mixed_chunk": "--enable-mixed-chunk",
     "max_prefill_tokens": "--max-prefill-tokens",
+    "schedule_conservativeness": "--schedule-conservativeness",
 }
 """SGLang's launch flags of a step, by ``scheduler`` key (:mod:`tidal.engine.sglang_batching`)."""
 
@@ -89,13 +91,24 @@ def _sglang_flags(data: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def _sglang_batching(sched: dict[str, Any], flags: dict[str, Any]) -> None:
-    """Selects batching ``sglang`` with the flags as its options where any flag is given
-    (else SGLang's default, ``prefill-first``); another batching policy is refused."""
-    if not flags:
+def _sglang_batching(
+    sched: dict[str, Any], flags: dict[str, Any], dp: int = 1, disaggregated: bool = False
+) -> None:
+    """Selects batching ``sglang`` (SGLang's step and admission) with the flags as its
+    options; a flag given with another batching policy is refused. With data-parallel
+    attention SGLang scales ``--schedule-conservativeness`` by 0.3
+    (``ServerArgs._handle_data_parallelism``). A disaggregated deployment's pools keep
+    ``prefill-first`` unless a flag is given (SGLang's decode side admits through its own
+    pre-allocation queue, which is not modelled)."""
+    if disaggregated and not flags:
         sched.setdefault("batching", "prefill-first")
         return
     batching = sched.setdefault("batching", "sglang")
+    if dp > 1 and batching == "sglang":
+        given = flags.get("schedule_conservativeness", 1.0)
+        flags = {**flags, "schedule_conservativeness": 0.3 * given}
+    if not flags:
+        return
     if batching != "sglang":
         key = next(iter(flags))
         raise ConfigError(
@@ -110,8 +123,9 @@ def _sglang_batching(sched: dict[str, Any], flags: dict[str, Any]) -> None:
     sched["options"] = options
 
 
-def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` (a raw simulation config) with the chosen engine's defaults filled in."""
+def apply_engine_defaults(data: dict[str, Any], disaggregated: bool = False) -> dict[str, Any]:
+    """``data`` (a raw simulation config, or a pool's of a ``disaggregated`` deployment) with
+    the chosen engine's defaults filled in."""
     flags = _sglang_flags(data) if isinstance(data.get("scheduler"), dict) else {}
     if data.get("engine") != "sglang" or data.get("cluster") is not None:
         return data
@@ -121,7 +135,9 @@ def apply_engine_defaults(data: dict[str, Any]) -> dict[str, Any]:
         return data
     out = dict(data)
     sched = dict(out.get("scheduler") or {})
-    _sglang_batching(sched, flags)
+    dp_size = _int(out.get("data_parallel_size"), 1)
+    disagg = disaggregated or out.get("deployment") is not None
+    _sglang_batching(sched, flags, dp_size, disagg)
     sched.setdefault("token_budget", sglang_chunked_prefill_size(mem))
     out["scheduler"] = sched
     memory = dict(out.get("memory") or {})
