@@ -118,6 +118,7 @@ def engine_choice(cfg: Any, data_parallel: int = 1, moe_tp: int | None = None) -
     return EngineChoice(
         cfg.engine, cfg.engine_version, cfg.enable_expert_parallel, cfg.moe_distribution,
         data_parallel, moe_tp, getattr(cfg, "pipeline_parallel_size", 1),
+        getattr(cfg, "async_scheduling", None),
     )  # fmt: skip
 
 
@@ -174,7 +175,7 @@ def build_perf_model(
         e = engine or EngineChoice()
         base: PerfModel = EnginePerfModel(
             model, gpu, tp, e.engine, e.version, host, e.expert_parallel, e.moe_distribution,
-            e.data_parallel, e.moe_tp,
+            e.data_parallel, e.moe_tp, e.async_scheduling,
         )  # fmt: skip
     else:
         base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)
