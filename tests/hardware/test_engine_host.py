@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidal.hardware.calibration import EngineChoice, build_perf_model
+from tidal.hardware.calibration import EngineChoice, build_perf_model, perf_model_tables
 from tidal.hardware.engine_host import (
     VLLM_SYNC_HOST,
     async_scheduling_default,
@@ -131,3 +131,11 @@ def test_the_flag_needs_the_engine_tables() -> None:
     assert cfg.async_scheduling is False
     with pytest.raises(Exception, match="async_scheduling"):
         load_config({"perf_model": "corrected-roofline", "async_scheduling": True, "workload": wl})
+
+
+def test_summary_records_the_scheduling_mode_and_the_cpu_time() -> None:
+    rec = perf_model_tables(perf("llama-3.1-8b", 1, "0.12.0", None))["perf_model_tables"]
+    assert rec["engine_host"]["scheduling"] == "sync"
+    assert (rec["engine_host"]["step_us"], rec["engine_host"]["per_seq_us"]) == VLLM_SYNC_HOST
+    rec = perf_model_tables(perf("tiny-llama", 1, "0.19.0", None))["perf_model_tables"]
+    assert rec["engine_host"]["scheduling"] == "async"

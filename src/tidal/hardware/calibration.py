@@ -130,7 +130,10 @@ def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
     base = perf.base if isinstance(perf, WrappedPerfModel) else perf
     if not isinstance(base, EnginePerfModel):
         return {}
-    return {"perf_model_tables": {**base.tables.describe(), "parts": base.parts}}
+    out = {**base.tables.describe(), "parts": base.parts}
+    if base.engine_host is not None:  # scheduling mode and the engine core's CPU time
+        out["engine_host"] = base.engine_host.describe()
+    return {"perf_model_tables": out}
 
 
 def client_side_metrics(perf: PerfModel, cols: Any) -> dict[str, Any]:
