@@ -139,3 +139,24 @@ def test_summary_records_the_scheduling_mode_and_the_cpu_time() -> None:
     assert (rec["engine_host"]["step_us"], rec["engine_host"]["per_seq_us"]) == VLLM_SYNC_HOST
     rec = perf_model_tables(perf("tiny-llama", 1, "0.19.0", None))["perf_model_tables"]
     assert rec["engine_host"]["scheduling"] == "async"
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from(["0.19.0", "0.12.0"]), st.integers(60, 300), st.integers(0, 2**16))
+def test_a_run_is_the_same_with_and_without_fast_forward(version, n, seed) -> None:
+    """TinyLlama with async scheduling, whose CPU time outlasts its GPU decode steps at these
+    batches (the crossing itself: the decode-run test above), and the synchronous version:
+    fast-forward changes no number."""
+    from tidal.sim.run import run_simulation  # a test of the whole run, above this layer
+
+    def run(ff: bool) -> dict[str, list[int]]:
+        cfg = load_config({
+            "seed": seed, "model": "tiny-llama", "gpu": "h100", "perf_model": "engine",
+            "engine_version": version, "fast_forward": ff,
+            "workload": {"num_requests": n, "rate": "inf", "prompt_len": 64,
+                         "output_len": 400},
+        })  # fmt: skip
+        res = run_simulation(cfg)
+        return {k: list(res.columns[k]) for k in ("first_token_ns", "finish_ns")}
+
+    assert run(True) == run(False)
