@@ -96,6 +96,7 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "pipeline_parallel_size": (2, {"perf_model": "engine"}),
     "enable_expert_parallel": (True, {"perf_model": "engine", "model": "qwen3-30b-a3b", "tp": 2}),
     "moe_tp_size": (1, {"perf_model": "engine", "model": "qwen3-30b-a3b", "tp": 2}),
+    "async_scheduling": (False, {"perf_model": "engine"}),
     "quantization": ("fp8", {}),
     "kv_cache_dtype": ("fp8", {}),
     "gemm_quant": ("fp8", {}),

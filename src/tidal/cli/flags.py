@@ -105,6 +105,11 @@ DEPLOYMENT = (
         shows=False,
     ),
     Flag(
+        "async_scheduling", bool | None, "vLLM: overlap the engine core's scheduling with the "
+        "GPU step (default: the version's; on from 0.14).", "async_scheduling",
+        decls=("--async-scheduling/--no-async-scheduling",),
+    ),
+    Flag(
         "speculative_config", S,
         'Speculative decoding, vLLM\'s JSON: {"method": "eagle3|mtp|ngram|draft_model", '
         '"num_speculative_tokens": k, "model": draft id} plus Tidal\'s "acceptance_rate" '

@@ -50,6 +50,7 @@ ENGINE_ONLY = {
     "enable_expert_parallel": "--enable-expert-parallel",
     "moe_tp_size": "--moe-tp-size",
     "pipeline_parallel_size": "--pipeline-parallel-size",
+    "async_scheduling": "--async-scheduling/--no-async-scheduling",
 }
 """Settings only the engine tables model (config key → CLI flag)."""
 
@@ -69,6 +70,9 @@ class EngineChoice:
     splits); None: all TP, or all EP with ``expert_parallel``."""
     pipeline: int = 1
     """Pipeline stages (vLLM's ``--pipeline-parallel-size``; :mod:`tidal.hardware.pipeline`)."""
+    async_scheduling: bool | None = None
+    """vLLM's ``--async-scheduling`` / ``--no-async-scheduling``; None: the version's default
+    (:mod:`tidal.hardware.engine_host`)."""
 
 
 def auto_tables(model: ModelSpec, gpu: GPUSpec, tp: int, engine: str = "vllm") -> str | None:
@@ -106,6 +110,8 @@ def engine_only_settings(engine: EngineChoice | None) -> list[str]:
         out.append("moe_tp_size")
     if engine.pipeline > 1:
         out.append("pipeline_parallel_size")
+    if engine.async_scheduling is not None:
+        out.append("async_scheduling")
     return out
 
 

@@ -118,6 +118,7 @@ def engine_choice(cfg: Any, data_parallel: int = 1, moe_tp: int | None = None) -
     return EngineChoice(
         cfg.engine, cfg.engine_version, cfg.enable_expert_parallel, cfg.moe_distribution,
         data_parallel, moe_tp, getattr(cfg, "pipeline_parallel_size", 1),
+        getattr(cfg, "async_scheduling", None),
     )  # fmt: skip
 
 
@@ -129,7 +130,10 @@ def perf_model_tables(perf: PerfModel) -> dict[str, Any]:
     base = perf.base if isinstance(perf, WrappedPerfModel) else perf
     if not isinstance(base, EnginePerfModel):
         return {}
-    return {"perf_model_tables": {**base.tables.describe(), "parts": base.parts}}
+    out = {**base.tables.describe(), "parts": base.parts}
+    if base.engine_host is not None:  # scheduling mode and the engine core's CPU time
+        out["engine_host"] = base.engine_host.describe()
+    return {"perf_model_tables": out}
 
 
 def client_side_metrics(perf: PerfModel, cols: Any) -> dict[str, Any]:
@@ -174,7 +178,7 @@ def build_perf_model(
         e = engine or EngineChoice()
         base: PerfModel = EnginePerfModel(
             model, gpu, tp, e.engine, e.version, host, e.expert_parallel, e.moe_distribution,
-            e.data_parallel, e.moe_tp,
+            e.data_parallel, e.moe_tp, e.async_scheduling,
         )  # fmt: skip
     else:
         base = _build_base(kind, model, gpu, tp, eff_bw, host, **roofline_kw)

@@ -34,6 +34,7 @@ the source of every part and ``summary.json`` records it with the engine, versio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from tidal.core.errors import ConfigError
@@ -44,6 +45,7 @@ from tidal.hardware.engine_deployment import (
     SHARED_EXPERTS_STREAM_TOKENS,
     EngineDeployment,
 )
+from tidal.hardware.engine_host import engine_host, first_at_least
 from tidal.hardware.engine_tables import (
     MOE_DISTRIBUTIONS,
 )
@@ -98,6 +100,7 @@ class EnginePerfModel(MeasuredPerfModel):
         moe_distribution: str = MOE_DISTRIBUTIONS[0],
         data_parallel: int = 1,
         moe_tp: int | None = None,
+        async_scheduling: bool | None = None,
     ) -> None:
         system = system_of(gpu)
         if system is None:
@@ -107,6 +110,9 @@ class EnginePerfModel(MeasuredPerfModel):
                 + ", ".join(SYSTEMS) + ")",
             )  # fmt: skip
         self.tables = resolve_versions(system, engine, version)
+        self.engine_host = engine_host(engine, self.tables.version, async_scheduling)
+        self._sync_host = self.engine_host is not None and not self.engine_host.overlapped
+        self._async_host = self.engine_host is not None and self.engine_host.overlapped
         fb = CorrectedRooflinePerfModel(model, gpu, tp, host=host)
         self.dp = data_parallel
         if moe_tp is not None and (moe_tp < 1 or (tp * data_parallel) % moe_tp):
@@ -145,15 +151,64 @@ class EnginePerfModel(MeasuredPerfModel):
 
     def seqs_s(self, seqs: int) -> float:
         """LM head and host time of the step's sequences; with data parallelism each rank
-        samples and schedules its own share, concurrently."""
-        if self.dp == 1:
-            return super().seqs_s(seqs)
+        samples and schedules its own share, concurrently. With synchronous scheduling the
+        engine core's CPU time (:mod:`tidal.hardware.engine_host`) is added."""
         t = self._seq_cache.get(seqs)
         if t is None:
             share = -(-seqs // self.dp)
-            head = self._head.at(seqs) if self._head is not None else self.fb.head_s(share)
-            t = self._seq_cache[seqs] = head + self.fb.host_s(share)
+            if self.dp == 1:
+                t = super().seqs_s(seqs)
+            else:
+                head = self._head.at(seqs) if self._head is not None else self.fb.head_s(share)
+                t = head + self.fb.host_s(share)
+            if self._sync_host:
+                assert self.engine_host is not None
+                t += self.engine_host.cpu_s(share)
+            self._seq_cache[seqs] = t
         return t
+
+    def step_seconds(
+        self,
+        num_decodes: int,
+        decode_ctx: Any,
+        prefill_tokens: int,
+        prefill_attn: int,
+        prefill_ctx: int,
+        num_prefills: int,
+        mx: Callable[[Any, Any], Any] = max,
+    ) -> Any:
+        """The step; with async scheduling ``max(gpu, cpu)``: the engine core's CPU time of
+        the step runs while the GPU does, and shows only where it is the longer."""
+        s = super().step_seconds(
+            num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
+        )
+        if not self._async_host:
+            return s
+        assert self.engine_host is not None
+        return mx(s, self.engine_host.cpu_s(-(-(num_decodes + num_prefills) // self.dp)))
+
+    def decode_segment(self, num_decodes: int, decode_ctx: int) -> tuple[float, float, float]:
+        """The GPU step's affine segment, cut where the overlapped CPU time stops showing
+        (async scheduling: ``max(c + a·x, cpu)`` is ``cpu`` below the crossing, the GPU's
+        segment from it on; the GPU step increases with the context)."""
+        if not self._async_host:
+            return super().decode_segment(num_decodes, decode_ctx)
+        if self._dec is None:  # the fallback's affine decode, without the max
+            c = MeasuredPerfModel.step_seconds(self, num_decodes, 0, 0, 0, 0, 0)
+            a, end = self.fb.ctx_slope, math.inf
+        else:
+            c, a, end = super().decode_segment(num_decodes, decode_ctx)
+        assert self.engine_host is not None
+        cpu = self.engine_host.cpu_s(-(-num_decodes // self.dp))
+        if c + a * decode_ctx >= cpu:
+            return c, a, end
+        if a <= 0.0:
+            return cpu, 0.0, end
+        return cpu, 0.0, first_at_least(c, a, decode_ctx, end, cpu)
+
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        """Not affine where an overlapped CPU time can show: :meth:`decode_segment` cuts."""
+        return None if self._async_host else super().decode_affine(num_decodes)
 
     def attn_prefill_s(self, prefill_tokens: int, prefill_ctx: int, num_prefills: int) -> float:
         """The context-attention table at (chunks, √(c·(2s + c))), c and s the mean chunk
@@ -170,6 +225,8 @@ class EnginePerfModel(MeasuredPerfModel):
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         out.update(self.tables.describe())
+        if self.engine_host is not None:
+            out["engine_host"] = self.engine_host.describe()
         if self.notes:
             out["notes"] = list(self.notes)
         return out

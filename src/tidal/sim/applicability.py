@@ -63,7 +63,8 @@ def _rules() -> tuple[Rule, ...]:
         "scheduler.enable_mixed_chunk", "scheduler.max_prefill_tokens",
         "scheduler.schedule_conservativeness",
         "engine", "engine_version", "data_parallel_size", "enable_expert_parallel",
-        "pipeline_parallel_size", "moe_distribution", "moe_tp_size", "quantization",
+        "pipeline_parallel_size", "async_scheduling", "moe_distribution", "moe_tp_size",
+        "quantization",
         "kv_cache_dtype", "gemm_quant", "moe_quant",
     ]  # fmt: skip
     rules = [Rule(k, ONE, _CLUSTER_WHY) for k in one]

@@ -172,6 +172,11 @@ class SimulationConfig(_Strict):
     enable_expert_parallel: bool = False
     """vLLM's ``--enable-expert-parallel``: MoE experts sharded over the TP ranks (EP = TP)
     instead of each expert split over them."""
+    async_scheduling: bool | None = None
+    """vLLM's ``--async-scheduling`` / ``--no-async-scheduling`` (``perf_model: engine``, or
+    ``auto`` on tables): whether the engine core's CPU time of a step overlaps the GPU step
+    (``max(gpu, cpu)``) or is added to it; None: the version's default, async from vLLM 0.14
+    (:mod:`tidal.hardware.engine_host`)."""
     moe_distribution: Literal["power_law_1.01", "balanced", "power_law_1.2"] = "power_law_1.01"
     """Routing distribution of the fused-MoE rows read (the tables' token-to-expert loads:
     balanced, or power-law skewed)."""

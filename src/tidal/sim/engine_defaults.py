@@ -21,6 +21,8 @@ same in 0.5.6 and 0.5.8; docs/research/engine-data.md, docs/design/sglang_rows.m
 
 ``engine: vllm`` keeps Tidal's defaults, which are vLLM V1's (mixed chunked prefill, 8,192
 batched tokens, 256 sequences, 0.9 of the GPU memory). A key the config sets is never changed.
+vLLM's ``async_scheduling`` default depends on the version (on from 0.14): the step model
+resolves it (:mod:`tidal.hardware.engine_host`, which the step model's layer can import).
 """
 
 from __future__ import annotations
