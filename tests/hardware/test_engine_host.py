@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tidal.hardware.engine_host as engine_host_mod
 from tidal.hardware.calibration import EngineChoice, build_perf_model, perf_model_tables
 from tidal.hardware.engine_host import (
     VLLM_SYNC_HOST,
@@ -24,11 +25,18 @@ from tidal.sim.config import load_config
 
 
 @lru_cache(maxsize=16)
-def perf(model: str, tp: int, version: str | None, async_: bool | None) -> EnginePerfModel:
-    p = build_perf_model(
-        "engine", get_model(model), get_gpu("h100"), tp,
-        engine=EngineChoice("vllm", version, async_scheduling=async_),
-    )  # fmt: skip
+def perf(
+    model: str, tp: int, version: str | None, async_: bool | None, async_cpu: bool = False
+) -> EnginePerfModel:
+    """``async_cpu``: async scheduling with the sync fit's CPU time (the ``max`` rule
+    exercised; today's async default exposes none)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if async_cpu:
+            mp.setattr(engine_host_mod, "VLLM_ASYNC_HOST", VLLM_SYNC_HOST)
+        p = build_perf_model(
+            "engine", get_model(model), get_gpu("h100"), tp,
+            engine=EngineChoice("vllm", version, async_scheduling=async_),
+        )  # fmt: skip
     assert isinstance(p, EnginePerfModel)
     return p
 
@@ -70,10 +78,18 @@ def test_sync_adds_the_cpu_time_to_a_step_by_hand() -> None:
     )
 
 
-def test_async_shows_the_cpu_time_where_it_outlasts_the_gpu_step() -> None:
-    """TinyLlama-1.1B TP 1, 256 decodes at no context: a GPU step (~3.3 ms) below the CPU
-    time's 748.9 + 256 × 41.74 µs = 11.43 ms, which is then the step."""
+def test_async_exposes_no_cpu_time_by_default() -> None:
+    """No measured CPU time of an async version: the step is the GPU step alone."""
     over = perf("tiny-llama", 1, "0.19.0", None)
+    assert over.step_seconds(256, 0, 0, 0, 0, 0) == MeasuredGPU(over, 256, 0)
+    assert over.decode_affine(256) is not None  # fast-forward's affine path stays open
+
+
+def test_async_shows_the_cpu_time_where_it_outlasts_the_gpu_step() -> None:
+    """With an async CPU time equal to the sync fit (the rule, not today's default):
+    TinyLlama-1.1B TP 1, 256 decodes at no context: a GPU step (~3.3 ms) below the CPU
+    time's 748.9 + 256 × 41.74 µs = 11.43 ms, which is then the step."""
+    over = perf("tiny-llama", 1, "0.19.0", None, async_cpu=True)
     gpu = MeasuredGPU(over, 256, 0)
     cpu_s = (VLLM_SYNC_HOST[0] + VLLM_SYNC_HOST[1] * 256) * 1e-6
     assert gpu < cpu_s
@@ -99,8 +115,9 @@ def MeasuredGPU(p: EnginePerfModel, n: int, ctx: int) -> float:  # noqa: N802
 )  # fmt: skip
 def test_decode_runs_equal_stepping_one_by_one_bit_for_bit(case, n, ctx_per, steps) -> None:
     """Fast-forward's two paths (the vector run and the affine segments, which async
-    scheduling cuts where the GPU step overtakes the CPU time) equal single steps."""
-    p = perf(*case)
+    scheduling cuts where the GPU step overtakes the CPU time) equal single steps; async
+    with the sync fit's CPU time, so the cut is exercised."""
+    p = perf(*case, async_cpu=True)
     ctx0 = n * ctx_per
     one = [p.step_ns(n, ctx0 + n * k) for k in range(steps)]
     assert p.decode_run_ns(n, ctx0, steps).tolist() == one
@@ -159,4 +176,7 @@ def test_a_run_is_the_same_with_and_without_fast_forward(version, n, seed) -> No
         res = run_simulation(cfg)
         return {k: list(res.columns[k]) for k in ("first_token_ns", "finish_ns")}
 
-    assert run(True) == run(False)
+    with pytest.MonkeyPatch.context() as mp:  # an async CPU time that shows
+        mp.setattr(engine_host_mod, "VLLM_ASYNC_HOST", VLLM_SYNC_HOST)
+        assert run(True) == run(False)
+    assert run(True) == run(False)  # today's async default: no CPU time

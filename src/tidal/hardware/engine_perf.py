@@ -112,7 +112,10 @@ class EnginePerfModel(MeasuredPerfModel):
         self.tables = resolve_versions(system, engine, version)
         self.engine_host = engine_host(engine, self.tables.version, async_scheduling)
         self._sync_host = self.engine_host is not None and not self.engine_host.overlapped
-        self._async_host = self.engine_host is not None and self.engine_host.overlapped
+        self._async_host = (  # an overlapped CPU time that can show: max(gpu, cpu)
+            self.engine_host is not None and self.engine_host.overlapped
+            and self.engine_host.cpu_s(1) > 0
+        )
         fb = CorrectedRooflinePerfModel(model, gpu, tp, host=host)
         self.dp = data_parallel
         if moe_tp is not None and (moe_tp < 1 or (tp * data_parallel) % moe_tp):
