@@ -49,6 +49,16 @@ to m = 4096: a per-call overhead of the eager measurement that vLLM's CUDA graph
 block-scaled FP8 layers read the per-tensor FP8 kernel's rows."""
 
 
+TP_QK_NORM_ARCHITECTURES = frozenset({"MiniMaxM2ForCausalLM"})
+"""Architectures whose q/k RMSNorm spans the whole projected q (all heads) and k, not one head:
+under TP a GPU holds 1/TP of the heads, so the mean of squares is summed over the TP group.
+vLLM's MiniMax-M2 (``models/minimax_m2.py``: ``MiniMaxM2Attention.forward`` →
+``MiniMaxText01RMSNormTP.forward_qk``, ``layers/mamba/linear_attn.py``) all-reduces the
+per-token ``[q_var, k_var]`` (fp32, 8 bytes a token) across the TP group once a layer at
+TP > 1, between the QKV projection and RoPE; the config says ``use_qk_norm`` with
+``qk_norm_type: per_layer``. A per-head qk-norm (Qwen3) needs no collective."""
+
+
 class _Parts(dict[str, str]):
     """Where each step component came from (``engine:<family>`` or the fallback's name)."""
 
@@ -207,6 +217,19 @@ class EngineDeployment:
         ar = Curve(*pts)
         return [e + ar.at(t * h) for e, t in zip(out, self.tokens, strict=True)]
 
+    def qk_norm_allreduce(self) -> list[float] | None:
+        """The TP-wide qk-norm's all-reduce of a rank's t tokens (8·t bytes: fp32 q and k
+        variances, :data:`TP_QK_NORM_ARCHITECTURES`), µs a layer; None where the model has
+        none, at TP 1, or without an all-reduce table (then the corrected roofline's)."""
+        if self.tp == 1 or self.model.architecture not in TP_QK_NORM_ARCHITECTURES:
+            return None
+        pts = allreduce_us(self.ts, self.tp)
+        self.parts["qk_norm_allreduce"] = "engine:allreduce" if pts else self.fb.name
+        if pts is None:
+            return [1e6 * self.fb.allreduce_s(8 * t) for t in self.tokens]
+        ar = Curve(*pts)
+        return [ar.at(8 * t) for t in self.tokens]
+
     def linear(self) -> LinearOps:
         m = self.model
         layer = {
@@ -214,6 +237,9 @@ class EngineDeployment:
             "mlp": self.mlp_layer(),
             "elementwise": self.elementwise(),
         }
+        qk = self.qk_norm_allreduce()
+        if qk is not None:
+            layer["qk_norm_allreduce"] = qk
         head = self.gemm("bfloat16", m.vocab_size // self.tp, m.hidden_size, "lm_head")
         emb = self.embedding()
         shape = ModelShape(
