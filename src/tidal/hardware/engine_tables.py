@@ -156,16 +156,21 @@ MOE_DISTRIBUTIONS = ("power_law_1.01", "balanced", "power_law_1.2")
 
 def moe_us(
     ts: TableSet, dtype: str, hidden: int, inter: int, topk: int, experts: int,
-    moe_tp: int, moe_ep: int, distribution: str = "power_law_1.01",
+    moe_tp: int, moe_ep: int, distribution: str = "power_law_1.01", kernel: str | None = None,
 ) -> tuple[Points, str] | None:  # fmt: skip
     """Latency (µs) of one fused MoE layer against its input tokens, and which rows gave it:
     the routing distribution (``distribution`` first, then the others) and, where the table
     lacks the (MoE TP, EP) split, ``scaled from tpXepY``: the measured split of the nearest
     group size, its time scaled by the ratio of group sizes (each GPU then holds that much
-    more or less of every expert's weights and work)."""
+    more or less of every expert's weights and work). ``kernel``: only rows whose
+    ``kernel_source`` contains it (None: all)."""
     df = table(ts, "moe", "moe_perf.parquet")
     if df is None:
         return None
+    if kernel is not None:
+        if "kernel_source" not in df.columns:
+            return None
+        df = df.filter(pl.col("kernel_source").str.contains(kernel, literal=True))
     df = df.filter(
         (pl.col("moe_dtype") == dtype)
         & (pl.col("hidden_size") == hidden)
