@@ -6,7 +6,7 @@ row's concurrency, against the measured mean TTFT and TPOT.
                             [--engine-version row|default|X] [--limit N] [--filter REGEX]
                             [--range-ratio 0.8] [--no-source-clients] [--workers 2]
                             [--row-timeout 900] [--bf16-fallback] [--override JSON]
-                            [--max-prefill-isl-plus N]
+                            [--max-prefill-isl-plus N] [--recorded-layout]
                             [--tag NAME] [--moe-distribution balanced|power_law_1.01|power_law_1.2]
 
 Per row: C = ``batch_size`` clients of ``vllm bench serve --max-concurrency C --request-rate
@@ -353,6 +353,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--row-timeout", type=int, default=900, help="seconds per row (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16-fallback", action="store_true")
+    p.add_argument("--recorded-layout", action="store_true", help="run the parallel columns as "
+                   "written, not the layout that ran (silicon_layout; a what-if)")
     p.add_argument("--moe-distribution", default=None,
                    help="the MoE tables' routing distribution for every row (power_law_1.01, "
                    "balanced, power_law_1.2); default: the simulator's")
@@ -376,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     plans: list[Plan] = []
     recs: list[dict[str, Any]] = []
     for row in rows:
-        p = plan_row(row, fields, a.perf_model, a.engine, a.engine_version, a.bf16_fallback)
+        p = plan_row(row, fields, a.perf_model, a.engine, a.engine_version, a.bf16_fallback,
+                     a.recorded_layout)
         if isinstance(p, Skip):
             recs.append({**base_record(row), "status": p.group, "reason": p.reason})
         else:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from silicon_layout import served_layout, total_concurrency
+
 ENGINES = ("vllm", "sglang")
 
 GPU_IDS = {
@@ -91,6 +93,7 @@ class Row:
     isl: int
     osl: int
     concurrency: int
+    """The client's ``--max-concurrency``: ``batch_size × attention_dp_size``."""
     tp: int
     pp: int
     attention_dp: int
@@ -179,7 +182,8 @@ def read_rows(path: Path) -> list[Row]:
                     r["id"], r["silicon_data_source"], r["backend"], r["backend_version"],
                     r["model_path"], r["system"], r["precision"] or "bf16",
                     r["gemm_quant_mode"], r["moe_quant_mode"], _int(r["isl"]), _int(r["osl"]),
-                    _int(r["batch_size"]), tp, _int(r["pp_size"]), _int(r["attention_dp_size"]),
+                    total_concurrency(_int(r["batch_size"]), _int(r["attention_dp_size"])),
+                    tp, _int(r["pp_size"]), _int(r["attention_dp_size"]),
                     _int(r["moe_tp_size"], tp), _int(r["moe_ep_size"]),
                     float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"]),
                 )
@@ -406,15 +410,19 @@ def plan_row(
     engine: str = "row",
     version: str = "row",
     bf16_fallback: bool = False,
+    recorded_layout: bool = False,
 ) -> Plan | Skip:
-    """The row's config, or why it is skipped (first obstacle in the order of the groups)."""
+    """The row's config, or why it is skipped (first obstacle in the order of the groups).
+    The parallel layout is the one that ran (``silicon_layout.served_layout``), or the
+    columns as written with ``recorded_layout``."""
     got = resolve_row(row, fields, bf16_fallback)
     if isinstance(got, Skip):
         return got
     gpu, model, moe, quant = got
     if not bf16_fallback:
         quant.update(kv_settings(row, fields))
-    par, why = parallel_settings(row, fields, moe)
+    served, layout = (row, "") if recorded_layout else served_layout(row)
+    par, why = parallel_settings(served, fields, moe)
     if why:
         return Skip(row, "parallelism", why)
     c = row.concurrency
@@ -439,4 +447,5 @@ def plan_row(
     # with an engine setting the simulator applies that engine's chunked-prefill size itself
     cfg["scheduler"] = {"max_seqs": sched["max_seqs"]} if eng else sched
     notes = ["bf16 stand-in for " + row.gemm_quant] if bf16_fallback and row.gemm_quant else []
+    notes += [layout] if layout else []
     return Plan(row, cfg, notes, source_client_ratio(row))

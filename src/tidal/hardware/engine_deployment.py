@@ -49,6 +49,44 @@ to m = 4096: a per-call overhead of the eager measurement that vLLM's CUDA graph
 block-scaled FP8 layers read the per-tensor FP8 kernel's rows."""
 
 
+TP_QK_NORM_ARCHITECTURES = frozenset({"MiniMaxM2ForCausalLM"})
+"""Architectures whose q/k RMSNorm spans the whole projected q (all heads) and k, not one head:
+under TP a GPU holds 1/TP of the heads, so the mean of squares is summed over the TP group.
+vLLM's MiniMax-M2 (``models/minimax_m2.py``: ``MiniMaxM2Attention.forward`` →
+``MiniMaxText01RMSNormTP.forward_qk``, ``layers/mamba/linear_attn.py``) all-reduces the
+per-token ``[q_var, k_var]`` (fp32, 8 bytes a token) across the TP group once a layer at
+TP > 1, between the QKV projection and RoPE; the config says ``use_qk_norm`` with
+``qk_norm_type: per_layer``. A per-head qk-norm (Qwen3) needs no collective."""
+
+
+ENGINE_MOE_KERNELS = {
+    ("vllm", "fp8_block", "sm100"): "flashinfer_trtllm",
+}
+"""(engine, MoE dtype, GPU family) → the fused-MoE kernel the engine runs, where a version's
+table may hold rows of another one. vLLM picks the FP8 MoE backend in priority order, the first
+that supports the layer (``select_fp8_moe_backend``,
+``vllm/model_executor/layers/fused_moe/oracle/fp8.py``: FlashInfer TRT-LLM, FlashInfer CUTLASS,
+DeepGEMM, …, Triton); on Blackwell (SM100) block-scaled FP8 experts run FlashInfer's TRT-LLM
+kernel, which is what the 0.24 tables record (``kernel_source``
+``vllm_fp8moe_flashinfer_trtllm_…``: the collector goes through that selection). The B200
+0.19/0.22 ``fp8_block`` rows time ``vllm_fused_moe``, the Triton kernel called directly, whose
+cost steps up ~1.7× above 64 tokens (0.27 → 0.46 ms for MiniMax-M2.5 at MoE TP 2), a step the
+engine does not show (MiniMax-M2.5 FP8 on 2 B200s, vLLM 0.19: TPOT 22.3 ms at C = 64, 28.0 ms
+at C = 128). So those layers read the rows of the kernel named here, from the nearest version
+that has them; Hopper's block-FP8 experts under TP run Triton (H200 0.24: ``…_tritonexperts``),
+as the older rows do."""
+
+SM100_SYSTEMS = frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"})
+"""The tables' systems with Blackwell (SM100-family) GPUs."""
+
+
+def engine_moe_kernel(engine: str, dtype: str, system: str) -> str | None:
+    """The ``kernel_source`` fragment of the MoE kernel the engine runs
+    (:data:`ENGINE_MOE_KERNELS`), None where any measured kernel stands for it."""
+    family = "sm100" if system in SM100_SYSTEMS else ""
+    return ENGINE_MOE_KERNELS.get((engine, dtype, family))
+
+
 class _Parts(dict[str, str]):
     """Where each step component came from (``engine:<family>`` or the fallback's name)."""
 
@@ -133,17 +171,23 @@ class EngineDeployment:
         if self.moe_tp is not None:  # a hybrid split: experts over moe_ep groups of moe_tp
             moe_tp, moe_ep = self.moe_tp, group // self.moe_tp
         routed = [float(self.dp * t) for t in self.tokens]
-        for ts in fallbacks(self.ts, "moe"):
-            got = moe_us(
-                ts, m.moe_quant, m.hidden_size, inter, m.num_active_experts, m.num_experts,
-                moe_tp, moe_ep, self.distribution,
-            )  # fmt: skip
+        want = engine_moe_kernel(self.ts.engine, m.moe_quant, self.ts.system)
+        got = None
+        for kernel in dict.fromkeys([want, None]):  # the engine's kernel, else any measured
+            for ts in fallbacks(self.ts, "moe"):
+                got = moe_us(
+                    ts, m.moe_quant, m.hidden_size, inter, m.num_active_experts, m.num_experts,
+                    moe_tp, moe_ep, self.distribution, kernel,
+                )  # fmt: skip
+                if got is not None:
+                    break
             if got is not None:
-                (xs, ys), dist = got
-                v = ts.family_version("moe")
-                self.parts["moe"] = f"engine:moe/{v}/{m.moe_quant}/{dist}/tp{moe_tp}ep{moe_ep}"
-                experts = _curve_on((xs, ys), routed)
                 break
+        if got is not None:
+            (xs, ys), dist = got
+            v, k = ts.family_version("moe"), f"/{kernel}" if kernel else ""
+            self.parts["moe"] = f"engine:moe/{v}/{m.moe_quant}{k}/{dist}/tp{moe_tp}ep{moe_ep}"
+            experts = _curve_on((xs, ys), routed)
         else:
             self.parts["moe"] = self.fb.name
             experts = [1e6 * self.fb.layer_linear_s(int(t)) for t in routed]
@@ -229,6 +273,19 @@ class EngineDeployment:
         ag = Curve(*pts)
         return [ag.at(s * v) for s in self.tokens]
 
+    def qk_norm_allreduce(self) -> list[float] | None:
+        """The TP-wide qk-norm's all-reduce of a rank's t tokens (8·t bytes: fp32 q and k
+        variances, :data:`TP_QK_NORM_ARCHITECTURES`), µs a layer; None where the model has
+        none, at TP 1, or without an all-reduce table (then the corrected roofline's)."""
+        if self.tp == 1 or self.model.architecture not in TP_QK_NORM_ARCHITECTURES:
+            return None
+        pts = allreduce_us(self.ts, self.tp)
+        self.parts["qk_norm_allreduce"] = "engine:allreduce" if pts else self.fb.name
+        if pts is None:
+            return [1e6 * self.fb.allreduce_s(8 * t) for t in self.tokens]
+        ar = Curve(*pts)
+        return [ar.at(8 * t) for t in self.tokens]
+
     def linear(self) -> LinearOps:
         m = self.model
         layer = {
@@ -236,6 +293,9 @@ class EngineDeployment:
             "mlp": self.mlp_layer(),
             "elementwise": self.elementwise(),
         }
+        qk = self.qk_norm_allreduce()
+        if qk is not None:
+            layer["qk_norm_allreduce"] = qk
         head = self.gemm("bfloat16", m.vocab_size // self.tp, m.hidden_size, "lm_head")
         head = [a + b for a, b in zip(head, self.logits_gather(), strict=True)]
         emb = self.embedding()

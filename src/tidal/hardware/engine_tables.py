@@ -156,16 +156,22 @@ MOE_DISTRIBUTIONS = ("power_law_1.01", "balanced", "power_law_1.2")
 
 def moe_us(
     ts: TableSet, dtype: str, hidden: int, inter: int, topk: int, experts: int,
-    moe_tp: int, moe_ep: int, distribution: str = "power_law_1.01",
+    moe_tp: int, moe_ep: int, distribution: str = "power_law_1.01", kernel: str | None = None,
 ) -> tuple[Points, str] | None:  # fmt: skip
     """Latency (µs) of one fused MoE layer against its input tokens, and which rows gave it:
     the routing distribution (``distribution`` first, then the others) and, where the table
-    lacks the (MoE TP, EP) split, ``scaled from tpXepY``: the measured split of the nearest
-    group size, its time scaled by the ratio of group sizes (each GPU then holds that much
-    more or less of every expert's weights and work)."""
+    lacks the (MoE TP, EP) split: a MoE TP degree without EP from the two measured degrees
+    nearest it (:func:`_tp_two_point`, ``tpN from tpA,tpB``), else ``scaled from tpXepY``: the
+    measured split of the nearest group size, its time scaled by the ratio of group sizes
+    (each GPU then holds that much more or less of every expert's weights and work).
+    ``kernel``: only rows whose ``kernel_source`` contains it (None: all)."""
     df = table(ts, "moe", "moe_perf.parquet")
     if df is None:
         return None
+    if kernel is not None:
+        if "kernel_source" not in df.columns:
+            return None
+        df = df.filter(pl.col("kernel_source").str.contains(kernel, literal=True))
     df = df.filter(
         (pl.col("moe_dtype") == dtype)
         & (pl.col("hidden_size") == hidden)
@@ -177,6 +183,10 @@ def moe_us(
         return None
     exact = df.filter((pl.col("moe_tp_size") == moe_tp) & (pl.col("moe_ep_size") == moe_ep))
     scale, how = 1.0, ""
+    if exact.height == 0 and moe_ep == 1:
+        got = _tp_two_point(df, moe_tp, [distribution, *MOE_DISTRIBUTIONS])
+        if got is not None:
+            return got
     if exact.height == 0:
         group = moe_tp * moe_ep
         splits = df.select("moe_tp_size", "moe_ep_size").unique().rows()
@@ -192,6 +202,40 @@ def moe_us(
             xs = [float(v) for v in g["num_tokens"]]
             return (xs, [1e3 * scale * v for v in g["latency"]]), dist + how
     return None
+
+
+def _tp_two_point(df: pl.DataFrame, tp: int, order: list[str]) -> tuple[Points, str] | None:
+    """A MoE TP degree the table lacks, from the two measured TP degrees nearest it (g1 < g2,
+    no EP), token count by token count: t(g) = a + b/g through both — the part of the layer
+    that every GPU pays whatever its share (routing, launches, all tokens' rows of every
+    sharded GEMM) plus the part that shrinks with its share of each expert — kept between the
+    nearest measurement and its time scaled by the group ratio. None: fewer than two degrees."""
+    degrees = sorted({t for t, e in df.select("moe_tp_size", "moe_ep_size").unique().rows()
+                      if e == 1})  # fmt: skip
+    if len(degrees) < 2:
+        return None
+    g1, g2 = sorted(sorted(degrees, key=lambda g: (abs(math.log(g / tp)), g))[:2])
+    near = g1 if abs(math.log(g1 / tp)) < abs(math.log(g2 / tp)) else g2
+    for dist in dict.fromkeys(order):
+        sub = df.filter((pl.col("moe_ep_size") == 1) & (pl.col("distribution") == dist))
+        t1, t2 = (_by_tokens(sub.filter(pl.col("moe_tp_size") == g)) for g in (g1, g2))
+        xs = sorted(t1.keys() & t2.keys())
+        if not xs:
+            continue
+        ys = []
+        for x in xs:
+            b = (t1[x] - t2[x]) / (1 / g1 - 1 / g2)
+            v = t2[x] - b / g2 + b / tp
+            tn = t1[x] if near == g1 else t2[x]
+            lo, hi = sorted((tn, tn * near / tp))
+            ys.append(1e3 * min(max(v, lo), hi))
+        return ([float(x) for x in xs], ys), f"{dist}/tp{tp} from tp{g1},tp{g2}"
+    return None
+
+
+def _by_tokens(df: pl.DataFrame) -> dict[int, float]:
+    g = df.group_by("num_tokens").agg(pl.col("latency").min())
+    return {int(n): float(v) for n, v in g.iter_rows()}
 
 
 # ------------------------------------------------------------------------------- comm
