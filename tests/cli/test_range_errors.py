@@ -122,3 +122,14 @@ def test_the_accepted_range_is_what_the_field_accepts(lo, width, open_lo, open_h
         assert text.endswith(f", got {x} (accepted: {rng})")
     else:
         assert ok
+
+
+def test_the_command_list_keeps_each_summary_in_one_paragraph() -> None:
+    """``tidal --help`` lists each command with its docstring's first paragraph; a line break
+    of the docstring is not a line break of the list (it cut sentences in two)."""
+    res = runner.invoke(app, ["--help"], terminal_width=300, env={"COLUMNS": "300"})
+    lines = res.output.splitlines()
+    simulate = next(line for line in lines if "│ simulate " in line)
+    assert "on a trace or a synthetic workload." in simulate
+    profile = next(line for line in lines if "│ profile-gpu " in line)
+    assert "the embedding and LM head, paged decode" in profile
