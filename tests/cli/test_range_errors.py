@@ -133,3 +133,11 @@ def test_the_command_list_keeps_each_summary_in_one_paragraph() -> None:
     assert "on a trace or a synthetic workload." in simulate
     profile = next(line for line in lines if "│ profile-gpu " in line)
     assert "the embedding and LM head, paged decode" in profile
+
+
+@pytest.mark.parametrize("cmd", [["simulate"], ["serve"], ["hardware"], ["hardware", "show"]])
+def test_help_prints_no_restructuredtext_literals(cmd) -> None:
+    """A docstring's ````x```` (reStructuredText, for the code's readers) prints as ``x``."""
+    res = runner.invoke(app, [*cmd, "--help"], terminal_width=300, env={"COLUMNS": "300"})
+    assert res.exit_code == 0
+    assert "``" not in res.output

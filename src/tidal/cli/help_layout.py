@@ -6,12 +6,14 @@ aliases were cut. Here the help tables' cells *fold* instead (a word too long fo
 continues on the next line) and each alias of a flag gets its own line (``--tp`` /
 ``--tensor-parallel-size``), so a name is cut only where a column is narrower than the name
 itself. A command's line in ``tidal --help``'s list is its docstring's first paragraph as one
-paragraph (typer kept the docstring's line breaks). Installed once, on typer's help renderer
+paragraph (typer kept the docstring's line breaks), and a docstring's ````literal```` prints
+as ``literal``. Installed once, on typer's help renderer
 only (``typer.rich_utils``); nothing else of rich or typer changes."""
 
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 import typer.rich_utils as rich_utils
@@ -71,9 +73,21 @@ def _command_help(*, help_text: str, markup_mode: Any) -> Any:
     return _typer_command_help(help_text="\n\n".join([first, *rest]), markup_mode=markup_mode)
 
 
+_typer_rich_text = rich_utils._make_rich_text
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def _rich_text(*, text: str, style: str = "", markup_mode: Any) -> Any:
+    """Help text as typer renders it, a docstring's reStructuredText literal ````x```` shown
+    as ``x`` (the docstrings document the code too; the help is read in a terminal)."""
+    text = _LITERAL.sub(r"\1", text)
+    return _typer_rich_text(text=text, style=style, markup_mode=markup_mode)
+
+
 def install() -> None:
     """Make typer's help tables :class:`FoldingTable` s, and a command's line in a group's list
     one paragraph (idempotent)."""
     if getattr(rich_utils, "Table", None) is Table:
         rich_utils.Table = FoldingTable  # type: ignore[misc]
     rich_utils._make_command_help = _command_help  # type: ignore[assignment]
+    rich_utils._make_rich_text = _rich_text  # type: ignore[assignment]
