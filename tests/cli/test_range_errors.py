@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 from typer.testing import CliRunner
 
+from tests.conftest import needs_traces
 from tidal.cli import app
 from tidal.core.validation import accepted_range, format_validation_error
 from tidal.engine.policy import BATCHING
@@ -49,10 +50,20 @@ def _error(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
         (["--arrival-cv", "-1"], "(accepted: 0.001 ≤ value ≤ 1000)"),
         (["--request-rate", "-1"], "workload.rate (--request-rate): must be > 0"),
         (["--burstiness", "0"], "workload.arrival_cv (--burstiness): must be a finite number"),
+        pytest.param(
+            ["--trace", "azure_llm_2023/AzureLLMInferenceTrace_conv.csv.gz"],
+            "workload.rate (--rate): a trace brings its own arrival times", marks=needs_traces,
+        ),
     ],
 )  # fmt: skip
 def test_simulate_names_the_flag_typed_and_the_range(flags, expected, monkeypatch) -> None:
     assert expected in _error([*SIM, *flags], monkeypatch)
+
+
+def test_a_missing_value_names_its_flag(monkeypatch) -> None:
+    """A workload-level check that names its field (``rate: …``) is labelled with the flag."""
+    text = _error(["simulate", "--num-requests", "5"], monkeypatch)
+    assert "workload.rate (--rate): a synthetic workload needs a rate" in text
 
 
 def test_plan_names_the_flag_and_the_range(monkeypatch) -> None:

@@ -91,7 +91,13 @@ def format_validation_error(
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        if not loc and _NAMED.match(msg):  # a model-level check names its field itself
+        named = _NAMED.match(msg)
+        if named and not named.group(1):  # a model-level check names its field itself
+            inner = f"{loc}.{msg[: named.end() - 2]}" if loc else msg[: named.end() - 2]
+            if inner in names:  # ``workload`` / ``rate: …`` → ``workload.rate (--rate): …``
+                lines.append(f"{inner} ({names[inner]}): {msg[named.end() :]}")
+                continue
+        if not loc and named:
             lines.append(msg)
             continue
         key = _key_of(loc, names)
