@@ -71,6 +71,9 @@ def test_plan_names_the_flag_and_the_range(monkeypatch) -> None:
     text = _error([*argv, "--max-replicas", "0", "--out", "/nonexistent/p"], monkeypatch)
     assert "max_replicas (--max-replicas): " in text
     assert "(accepted: value ≥ 1)" in text
+    text = _error([*argv, "--gpu-memory-utilization", "3", "--out", "/nonexistent/p"], monkeypatch)
+    assert "memory.gpu_memory_utilization (--gpu-memory-utilization): " in text
+    assert "got 3.0 (accepted: 0 < value ≤ 1)" in text
     text = _error([*argv, "--token-budget", "0,512", "--out", "/nonexistent/p"], monkeypatch)
     assert "search.scheduler.token_budget (--token-budget): 0: " in text
     assert "(accepted: value ≥ 1)" in text

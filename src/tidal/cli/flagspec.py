@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any
 
@@ -100,12 +101,22 @@ def typed_name(flag: Flag, argv: Sequence[str]) -> str | None:
     return typed_spelling((n for decl in flag.names for n in decl.split("/")), argv)
 
 
-def name_flag(err: TidalError, names: dict[str, str]) -> TidalError:
-    """``err`` with the flag that sets its config key named (``key (--flag): …``), when it is
-    a :class:`ConfigError` of a key in ``names`` (:meth:`FlagTable.key_names`)."""
-    if not isinstance(err, ConfigError) or err.field not in names:
+def name_flag(err: TidalError, names: dict[str, str], prefix: str = "") -> TidalError:
+    """``err`` with the flags that set its config keys named (``key (--flag): …``), when it is
+    a :class:`ConfigError` of a key in ``names`` (:meth:`FlagTable.key_names`), or a config's
+    validation error whose lines start with such keys (``prefix`` + key: ``tidal plan``'s
+    ``base.`` keys are the simulation config's)."""
+    if not isinstance(err, ConfigError):
         return err
-    return TidalError(f"{err.field} ({names[err.field]}): {str(err)[len(err.field) + 2 :]}")
+    if err.field in names:
+        return TidalError(f"{err.field} ({names[err.field]}): {str(err)[len(err.field) + 2 :]}")
+    lines = str(err).split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        m = re.match(r"([\w.]+): ", line)
+        flag = names.get(prefix + m[1]) if m else None
+        out.append(f"{m[1]} ({flag}): {line[m.end() :]}" if m and flag else line)
+    return TidalError("\n".join(out)) if out != lines else err
 
 
 def set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:

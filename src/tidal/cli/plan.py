@@ -152,7 +152,7 @@ def plan(
             )
             write_plan(outcome, out)
     except TidalError as err:
-        _fail(name_flag(err, names))
+        _fail(name_flag(err, names, "base."))
         return
     t = plan_table(outcome)
     console.print(t)
