@@ -6,9 +6,10 @@ knob that trades TTFT for TPOT. Everything that changes requests or KV goes thro
 state (``schedule_running``, ``admit``); the policy only picks the step's budget.
 
 Use it by importing this file (it registers ``decode-first``): ``tidal simulate --policy-module
-docs/examples/decode_first.py --batching decode-first``, or in a config
+docs/examples/decode_first.py --batching decode-first``, or in a config (a path there is
+relative to the config file's directory; this one is for a config in docs/examples/)
 
-    policy_modules: [docs/examples/decode_first.py]
+    policy_modules: [decode_first.py]
     scheduler: {batching: decode-first, options: {max_prefill_tokens: 256}}
 """
 

@@ -131,3 +131,55 @@ def test_a_file_that_fails_to_import_says_why(tmp_path):
     text = " ".join(res.output.split())
     assert "policy_modules" in text
     assert "half-written policy" in text
+
+
+def test_a_config_file_path_is_relative_to_the_config_not_the_cwd(
+    tmp_path, policy_file, monkeypatch
+):
+    """``policy_modules: [policies/x.py]`` in ``conf/run.yaml`` is ``conf/policies/x.py``
+    whatever the working directory (as docker-compose resolves its files); the recorded config
+    holds the resolved path, so it re-runs from anywhere."""
+    name, path = policy_file
+    conf = tmp_path / "conf"
+    (conf / "policies").mkdir(parents=True)
+    moved = conf / "policies" / path.name
+    moved.write_text(path.read_text())
+    path.unlink()
+    cfg = conf / "run.yaml"
+    cfg.write_text(f"policy_modules: [policies/{moved.name}]\nscheduler: {{batching: {name}}}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["simulate", "--config", str(cfg), *SYNTH, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["policy_modules"] == [str(moved.resolve())]
+    assert summary["metrics"]["counting_calls"] > 0
+
+
+def test_a_missing_config_path_names_the_key_and_the_resolved_path(tmp_path, monkeypatch):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    cfg = conf / "run.yaml"
+    cfg.write_text("policy_modules: ../lost/policy.py\n")
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["simulate", "--config", str(cfg), *SYNTH, "--out", str(tmp_path)])
+    assert res.exit_code != 0
+    text = " ".join(res.output.split())
+    assert "policy_modules: '../lost/policy.py' resolves to" in text
+    assert str(tmp_path.resolve() / "lost" / "policy.py") in text
+    assert "--policy-module" in text
+
+
+def test_module_names_and_absolute_paths_in_a_config_stay_as_given(tmp_path) -> None:
+    from tidal.sim.config_file import load_yaml
+
+    absolute = tmp_path / "abs_policy.py"
+    absolute.write_text("")
+    cfg = tmp_path / "sub" / "run.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text(f"policy_modules: [json.decoder, {absolute}]\nbase: {{policy_modules: []}}\n")
+    data = load_yaml(cfg)
+    assert data["policy_modules"] == ["json.decoder", str(absolute)]
+    assert data["base"]["policy_modules"] == []

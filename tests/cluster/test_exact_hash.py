@@ -16,6 +16,10 @@ where it hands an instance back — with ``starve_wait_s: 0`` both keep their ol
 re-record with ``python -m tests.cluster.test_exact_hash`` and say why in the commit.
 Issue 28 made the engine tables ``auto``'s second choice; the cases pin the step model they
 were recorded with (``perf_model: auto-vidur``, the earlier ``auto``), so no digest moved.
+Session 30: an augmented request's TPOT leaves out its tool calls (``core/metrics.py``; the old
+value is ``tpot_incl_pauses_*``), which moved ``warmserve-augmented`` only: its columns hash
+the same, its ``tpot_*``, ``goodput`` and ``slo_attainment`` (cluster and per model) changed
+and ``tpot_incl_pauses_*`` was added (docs/design/augmented_tpot.md).
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ GOLDEN: dict[str, str] = {
     "serverlessllm-servegen": "deca79f11c8eed1bc7d06503266434ee97c55c635e6ba05b0f16dec03f630cf9",
     "warmserve": "fc189db0c18f45e3fc16fc0acbb94c221fd5837654cb17c6d944570f3ccf3593",
     "warmserve-artifact-router": "10f235b9ce9711d4e5e254348747f06bdae87c087e143b3e600a130c4d9624ea",
-    "warmserve-augmented": "18258b94a564464dd27f91547a3586044eccb9217d9075378ef3c9d6c483f5d2",
+    "warmserve-augmented": "22f4b94e1912a533ef5ed629bf251fb727a847fff8c586ed16762e4a98c736fd",
     "warmserve-ebplus": "a2d558b616c883212bd9a1651e096ec5b09b575c747f063a42e0df453c701da2",
     "warmserve-round-robin": "24469b7ae2a2e5ff3d2e07b95ff032bb429735dc536ad6d59d6438d31a580af1",
     "warmserve-servegen": "e3a9d12ae95a48c4a9131b95e0f96e66a6492e962c141658997367e17075b704",

@@ -9,15 +9,13 @@ import dataclasses
 import math
 from typing import Any
 
-from tidal.augment.bundles import SERVING_POLICIES
-from tidal.augment.predictor import PREDICTORS
-
 # The batching and augmentation policies registered, as the help lists them (not through
 # tidal.cluster.registries: the placement policies would add 15 % to tidal --help).
 from tidal.batching import eb, ebplus  # noqa: F401
 from tidal.cli.app import _parse_rate
 from tidal.cli.flags_cluster import CLUSTER, DISAGG
 from tidal.cli.flags_cluster import PLACEMENT_NAMES as PLACEMENT_NAMES  # re-exported
+from tidal.cli.flags_workload import AUGMENTED, PREFIXES
 from tidal.cli.flagspec import Flag, FlagTable
 from tidal.core.errors import TidalError
 from tidal.engine.ordering import ORDERINGS
@@ -199,41 +197,6 @@ CONCURRENCY = (
     ),
 )  # fmt: skip
 
-AUGMENTED = (
-    Flag(
-        "workload", S,
-        "Augmented workload: infercept-mix | infercept:TYPE[,TYPE] | augmented:FILE.jsonl.",
-        "workload.augmented",
-    ),
-    Flag(
-        "call_time_dist", S, "Augmented: call times per type, or N|U|R|L|B (INFERCEPT).",
-        "workload.call_time_dist", shows="type",
-    ),
-    Flag(
-        "serving_policy", S,
-        f"Augmented: {SERVING_POLICIES.describe(summaries=False)}.",
-        "augment.serving_policy", shows="vllm",
-    ),
-    Flag(
-        "predictor", S,
-        f"Augmented: {PREDICTORS.describe(summaries=False)} (AugServe's predictions).",
-        "augment.predictor", shows="noisy",
-    ),
-    Flag(
-        "swap_space_gb", F, "Augmented: host swap space per GPU for KV, GB.",
-        "augment.swap_space_gb", shows=64.0,
-    ),
-    Flag(
-        "slo_norm_latency", F,
-        "Augmented: normalized-latency SLO (s/token) of effective throughput.",
-        "slo.norm_latency_s",
-    ),
-    Flag(
-        "warmup", I, "Warm-up requests sent first and not measured.",
-        "workload.warmup_requests", vllm=("--num-warmups",), shows=0,
-    ),
-)  # fmt: skip
-
 SCHEDULER = (
     Flag(
         "batching", S, f"Batching policy: {describe_batching()}.", "scheduler.batching",
@@ -310,35 +273,6 @@ RUN = (
     Flag(
         "host_cache_gib", F, "Prefix cache: second tier in host memory per GPU, GiB (0: off).",
         "memory.host_cache_gib", shows=0.0,
-    ),
-)  # fmt: skip
-
-PREFIXES = (
-    Flag(
-        "hash_block_tokens", I, "Mooncake: tokens per hash_ids entry.",
-        "workload.hash_block_tokens", shows=512,
-    ),
-    Flag(
-        "shared_prefix_groups", I, "Synthetic: G shared system prompts.",
-        "workload.shared_prefix_groups", shows=0,
-    ),
-    Flag(
-        "shared_prefix_len", I, "Synthetic: tokens of each shared system prompt.",
-        "workload.shared_prefix_len", shows=0,
-    ),
-    Flag("n", I, "Synthetic: parallel sampling, branches per prompt.", "workload.n", shows=1),
-    Flag(
-        "branch_policy", S, "Parallel sampling: all (to completion) or parallel-probe.",
-        "workload.branch_policy", shows="all",
-    ),
-    Flag("turns", I, "Synthetic: turns per multi-turn session.", "workload.turns", shows=1),
-    Flag(
-        "handoff", S, "Sessions/agent chains: context handed on as kv or text.",
-        "workload.handoff", shows="kv",
-    ),
-    Flag(
-        "think_time", F, "Sessions: mean think time between turns (s).", "workload.think_time_s",
-        shows=0.0,
     ),
 )  # fmt: skip
 

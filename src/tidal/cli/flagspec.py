@@ -20,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from tidal.core.errors import TidalError
+from tidal.core.errors import ConfigError, TidalError
 
 UNSET = object()
 
@@ -56,7 +58,10 @@ class Flag:
         return own + tuple(v for v in self.vllm if v not in own)
 
     def help_text(self) -> str:
-        return self.help if self.shows is None else f"{self.help} (default: {self.shows})"
+        """The help as shown: typer reads it as rich markup, so brackets are escaped (a
+        registry's ``[options: scheduler.eb]`` would vanish as an unknown tag)."""
+        text = self.help if self.shows is None else f"{self.help} (default: {self.shows})"
+        return escape(text)
 
     def parameter(self) -> inspect.Parameter:
         option = typer.Option(*self.names, help=self.help_text())
@@ -77,6 +82,41 @@ class Flag:
 
     def prefixed(self, prefix: str) -> Flag:
         return dataclasses.replace(self, key=prefix + self.key) if self.key else self
+
+
+def typed_spelling(spellings: Iterable[str], argv: Sequence[str]) -> str | None:
+    """Which of an option's ``spellings`` ``argv`` gives (``--name VALUE`` or
+    ``--name=VALUE``; the last one given wins, as in click), or None."""
+    names = set(spellings)
+    found = None
+    for token in argv:
+        name = token.split("=", 1)[0] if token.startswith("--") else token
+        if name in names:
+            found = name
+    return found
+
+
+def typed_name(flag: Flag, argv: Sequence[str]) -> str | None:
+    """The spelling of ``flag`` given in ``argv`` (:func:`typed_spelling`), or None."""
+    return typed_spelling((n for decl in flag.names for n in decl.split("/")), argv)
+
+
+def name_flag(err: TidalError, names: dict[str, str], prefix: str = "") -> TidalError:
+    """``err`` with the flags that set its config keys named (``key (--flag): …``), when it is
+    a :class:`ConfigError` of a key in ``names`` (:meth:`FlagTable.key_names`), or a config's
+    validation error whose lines start with such keys (``prefix`` + key: ``tidal plan``'s
+    ``base.`` keys are the simulation config's)."""
+    if not isinstance(err, ConfigError):
+        return err
+    if err.field in names:
+        return TidalError(f"{err.field} ({names[err.field]}): {str(err)[len(err.field) + 2 :]}")
+    lines = str(err).split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        m = re.match(r"([\w.]+): ", line)
+        flag = names.get(prefix + m[1]) if m else None
+        out.append(f"{m[1]} ({flag}): {line[m.end() :]}" if m and flag else line)
+    return TidalError("\n".join(out)) if out != lines else err
 
 
 def set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
@@ -102,21 +142,37 @@ class FlagTable:
     def __getitem__(self, name: str) -> Flag:
         return next(f for f in self.flags if f.name == name)
 
-    def key_names(self) -> dict[str, str]:
-        """Config key → the flags that set it (``--a or --b``), for error messages."""
+    def key_names(self, argv: Sequence[str] = ()) -> dict[str, str]:
+        """Config key → the flags that set it (``--a or --b``), for error messages; a flag
+        given in ``argv`` (the command line) is named as typed there (``-tp``, not ``--tp``)."""
         out: dict[str, str] = {}
+        given: set[str] = set()
         for flag in self.flags:
-            if flag.key is not None and not flag.axis:
+            if flag.key is None:
+                continue
+            key = f"search.{flag.key}" if flag.axis else flag.key
+            typed = typed_name(flag, argv)
+            if typed is not None:
+                out[key] = typed
+                given.add(key)
+            elif key not in given:
                 name = flag.names[0].split("/")[0]
-                out[flag.key] = f"{out[flag.key]} or {name}" if flag.key in out else name
+                out[key] = f"{out[key]} or {name}" if key in out else name
         return out
 
-    def config(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The nested config dict of the flags given (``search`` holds the axes, flat keys)."""
+    def config(self, values: dict[str, Any], argv: Sequence[str] = ()) -> dict[str, Any]:
+        """The nested config dict of the flags given (``search`` holds the axes, flat keys); a
+        value its ``convert`` refuses is an error naming the key and the flag (as typed in
+        ``argv``, the command line)."""
         out: dict[str, Any] = {}
         given: dict[str, Flag] = {}
         for flag in self.flags:
-            value = flag.value(values.get(flag.name))
+            try:
+                value = flag.value(values.get(flag.name))
+            except TidalError as err:
+                name = typed_name(flag, argv) or flag.names[0].split("/")[0]
+                why = str(err).split(": ", 1)[-1]
+                raise TidalError(f"{flag.key or flag.name} ({name}): {why}") from None
             if value is None or flag.key is None:
                 continue
             if flag.key in given:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from tidal.cli.app import (
     on_interrupt,
 )
 from tidal.cli.flags import PLAN
+from tidal.cli.flagspec import name_flag
 
 
 def _pairs(text: str | None, field: str) -> dict[str, Any]:
@@ -82,10 +84,12 @@ def plan(
     from tidal.experiments.space import load_plan_spec
     from tidal.sim.config import load_yaml
 
+    names: dict[str, str] = {}
     try:
         check_out_dir(out, "out", replaced=False)
         data: dict[str, Any] = load_yaml(config) if config else {}
-        data = _deep_merge(data, PLAN.config(flags or {}))
+        names = PLAN.key_names(sys.argv[1:])
+        data = _deep_merge(data, PLAN.config(flags or {}, sys.argv[1:]))
         axes = data.setdefault("search", {})
         for arg in search or []:
             key, values = parse_grid_arg(arg)
@@ -106,7 +110,7 @@ def plan(
             raise TidalError("trace: give --trace PATH (or a base workload in --config)")
         if modes:
             data["modes"] = [m.strip() for m in modes.split(",") if m.strip()]
-        spec = load_plan_spec(data)
+        spec = load_plan_spec(data, names)
         if pareto:
             from tidal.cli.plan_pareto import run_pareto
 
@@ -148,7 +152,7 @@ def plan(
             )
             write_plan(outcome, out)
     except TidalError as err:
-        _fail(err)
+        _fail(name_flag(err, names, "base."))
         return
     t = plan_table(outcome)
     console.print(t)

@@ -9,18 +9,39 @@ requests only fail those requests (:mod:`tidal.runtime.driver`).
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from pydantic import ValidationError
+from rich.markup import escape
 
+import tidal.cli.flags  # noqa: F401  (registers the batching policies --batching lists)
 from tidal.cli.app import Opt, TidalError, _fail, app, console, err_console
+from tidal.cli.flagspec import typed_spelling
 from tidal.cli.plain import styled
+from tidal.core.validation import format_validation_error
+from tidal.engine.policy import BATCHING
 
 if TYPE_CHECKING:
     from tidal.runtime.driver import EngineDriver
 
 EXIT_ENGINE_DIED = 1
+
+
+def _batching_help() -> str:
+    """``--batching``'s help: the registered policies (as ``tidal simulate --help`` lists
+    them), each with its summary and whether it needs ``--profile``."""
+    items = []
+    for name in BATCHING.names():
+        summary = BATCHING.summary(name)
+        needs = "; needs --profile" if BATCHING.get(name).needs_step_costs else ""
+        items.append(f"{name} ({summary}{needs})" if summary or needs else name)
+    return (
+        f"Batching policy: {'; '.join(items)}; or the name of one a --policy-module file "
+        "registers."
+    )
 
 
 @app.command()
@@ -86,7 +107,7 @@ def serve(
         int,
         Opt("--tp", "--tensor-parallel-size", "-tp", help="GPUs per replica (the runtime: 1)."),
     ] = 1,
-    batching: Annotated[str, Opt(help="Batching policy: mb | eb | ebplus.")] = "mb",
+    batching: Annotated[str, Opt(help=escape(_batching_help()))] = "mb",
     profile: Annotated[
         Path | None,
         Opt(help="This machine's step-time profile (tidal calibrate); needed by eb/ebplus."),
@@ -187,7 +208,10 @@ def serve(
     except TidalError as err:
         _fail(err)
         return
-    except ValueError as err:  # pydantic's ValidationError is a ValueError
+    except ValidationError as err:
+        _fail(TidalError(format_validation_error(err, RuntimeConfig, _flag_names())))
+        return
+    except ValueError as err:
         _fail(TidalError(str(err)))
         return
     name = served_model_name or model
@@ -219,6 +243,43 @@ def serve(
     code = run_supervised(server, driver)
     if code:
         raise typer.Exit(code)
+
+
+_PARAM_OF_FIELD = {
+    "num_threads": "threads",
+    "prefix_caching": "enable_prefix_caching",
+    "policy_modules": "policy_module",
+}
+"""``RuntimeConfig`` fields set by a ``serve`` parameter of another name (others: the same)."""
+
+
+def _flag_names() -> dict[str, str]:
+    """``RuntimeConfig`` field → the ``serve`` flag that sets it, as typed on the command line
+    (``--max-num-seqs``, not ``--max-seqs``, when that was given), read from the options
+    declared on :func:`serve`."""
+    import typing
+
+    from typer.models import OptionInfo
+
+    from tidal.runtime.config import RuntimeConfig
+
+    hints = typing.get_type_hints(serve, include_extras=True)
+    out = {}
+    for field in RuntimeConfig.model_fields:
+        param = _PARAM_OF_FIELD.get(field, field)
+        info = next(
+            (m for m in getattr(hints.get(param), "__metadata__", ()) if isinstance(m, OptionInfo)),
+            None,
+        )
+        if info is None:
+            continue
+        # typer reads a str first argument of an Annotated Option as its first name
+        d = info.default
+        first = (d,) if isinstance(d, str) and d.startswith("-") else ()
+        decls = (*first, *(info.param_decls or ())) or ("--" + param.replace("_", "-"),)
+        spellings = [n for d in decls for n in d.split("/")]
+        out[field] = typed_spelling(spellings, sys.argv[1:]) or spellings[0]
+    return out
 
 
 def _speculative(text: str | None, batching: str) -> Any:

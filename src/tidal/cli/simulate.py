@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,9 +39,10 @@ def simulate(
     given = flags or {}
     try:
         data: dict[str, Any] = load_yaml(config) if config else {}
-        data = _deep_merge(data, _cluster_flags(SIMULATE.config(given), given, data))
+        argv = sys.argv[1:]
+        data = _deep_merge(data, _cluster_flags(SIMULATE.config(given, argv), given, data))
         data.setdefault("workload", {})
-        cfg = load_config(data, SIMULATE.key_names())
+        cfg = load_config(data, SIMULATE.key_names(argv))
         result = _run_and_write(cfg, out)
         if out is not None and "ebplus" in result.extras.get("tables", {}):
             from tidal.report.ebplus_plot import plot_ebplus  # lazy: keeps tidal --help fast

@@ -163,33 +163,107 @@ def _default_tp(spec: ModelSpec, gpu: GPUSpec, gpus_per_node: int) -> int:
     return tp
 
 
+MODELS_FIELD = "cluster.models (--models)"
+"""How errors name the key (and the flag that sets it)."""
+
+ENTRY_SYNTAX = (
+    "accepted: id, id:tp, id:PpDd, id:tp:PpDd or id:TPp/TPd:PpDd (per-pool TP of a unit), "
+    "with tp, P and D whole numbers ≥ 1, e.g. llama-2-7b, llama-2-70b:4, llama-2-7b:1p1d, "
+    "llama-2-13b:2:1p3d, llama-2-13b:1/2:2p1d"
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One parsed ``--models`` entry: ``id[:tp][:PpDd]``."""
+
+    id: str
+    tp: int | None
+    """The entry's tensor-parallel degree, a unit's prefill pool's with ``TPp/TPd`` (None:
+    the default of :func:`_default_tp`)."""
+    prefill: int = 0
+    decode: int = 0
+    """A disaggregated unit's engines (0, 0: aggregated)."""
+    tp_decode: int | None = None
+    """A unit's decode-pool degree where it differs (``id:TPp/TPd:PpDd``; None: ``tp``)."""
+
+
+_SHAPE = re.compile(r"(\d+)p(\d+)d")
+
+
+def parse_entry(entry: str) -> Entry:
+    """``entry`` parsed, or one :class:`ConfigError` naming ``--models``, the entry, what is
+    wrong and the accepted syntax (:data:`ENTRY_SYNTAX`)."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(MODELS_FIELD, f"bad entry {entry!r}: {why}", ENTRY_SYNTAX)
+
+    mid, *parts = [x.strip() for x in entry.split(":")]
+    if not mid:
+        raise bad("no model id before the first ':'")
+    if len(parts) > 2:
+        raise bad(f"{len(parts)} ':'-separated parts after the id, at most 2 (tp, then PpDd)")
+    shape = (0, 0)
+    if parts and not parts[-1].isdecimal():
+        m = _SHAPE.fullmatch(parts[-1].lower())
+        if m is None:
+            what = "the last part" if len(parts) > 1 else "it"
+            raise bad(
+                f"{parts[-1]!r} is neither a tensor-parallel degree nor a unit shape PpDd "
+                f"({what} must be a whole number, or P prefill and D decode engines as 1p1d)"
+            )
+        shape = (int(m[1]), int(m[2]))
+        if min(shape) < 1:
+            raise bad("a disaggregated unit needs ≥ 1 prefill and ≥ 1 decode engine")
+        parts.pop()
+    tps = parts[0].split("/") if parts else []
+    if len(tps) == 2 and shape == (0, 0):
+        raise bad(f"{parts[0]!r}: a per-pool TP (TPp/TPd) needs a unit shape PpDd after it")
+    if len(tps) > 2 or not all(t.strip().isdecimal() for t in tps):
+        last = " (the unit shape comes last)" if _SHAPE.fullmatch(parts[0].lower()) else ""
+        raise bad(f"{parts[0]!r} is not a tensor-parallel degree (a whole number ≥ 1, or "
+                  f"TPp/TPd in a unit){last}")
+    degrees = [int(t) for t in tps]
+    if any(t < 1 for t in degrees):
+        raise bad("the tensor-parallel degree must be ≥ 1")
+    tp = degrees[0] if degrees else None
+    tp_d = degrees[1] if len(degrees) == 2 else None
+    return Entry(mid, tp, *shape, tp_decode=tp_d)
+
+
+def _spec(entry: Entry, raw: str) -> ModelSpec:
+    """The entry's model; an unknown id names ``--models`` and the entry."""
+    try:
+        return get_model(entry.id)
+    except ConfigError as err:
+        raise ConfigError(MODELS_FIELD, f"entry {raw!r}: {err}") from None
+
+
 def served_models(
     entries: list[str], gpu: GPUSpec, gpus_per_node: int, page_bytes: int, block_size: int
 ) -> list[ServedModel]:
     if not entries:
-        raise ConfigError("cluster.models", "no models given", "e.g. llama-2-7b,llama-2-13b")
-    ids = [e.split(":")[0].strip() for e in entries]
-    counts = Counter(ids)
+        raise ConfigError(MODELS_FIELD, "no models given", "e.g. llama-2-7b,llama-2-13b")
+    parsed = [parse_entry(e) for e in entries]
+    counts = Counter(e.id for e in parsed)
     seen: Counter[str] = Counter()
     out = []
-    for i, (entry, mid) in enumerate(zip(entries, ids, strict=True)):
-        spec = get_model(mid)
-        tp_s, (p, d) = _parse_entry(entry)
-        if tp_s:
-            tp_p, tp_d = _pool_tps(entry, tp_s, d > 0)
-        else:
-            tp_p = tp_d = _default_tp(spec, gpu, gpus_per_node)
+    for i, (entry, ent) in enumerate(zip(entries, parsed, strict=True)):
+        mid, p, d = ent.id, ent.prefill, ent.decode
+        spec = _spec(ent, entry)
+        tp_p = ent.tp if ent.tp is not None else _default_tp(spec, gpu, gpus_per_node)
+        tp_d = ent.tp_decode if ent.tp_decode is not None else tp_p
         group = tp_p * p + tp_d * d if d else tp_d
-        if min(tp_p, tp_d) < 1 or group > gpus_per_node or group & (group - 1):
+        if group > gpus_per_node or group & (group - 1):
             tps = f"{tp_p}/{tp_d}" if tp_p != tp_d else f"{tp_d}"
             what = f"tp {tp_d}" if not d else f"its {p} + {d} engines × tp {tps} = {group} GPUs"
             raise ConfigError(
-                "cluster.models",
+                MODELS_FIELD,
                 f"{entry!r}: {what} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
                 "TP groups (and a disaggregated unit) stay inside one node",
             )
-        check_tp(spec, tp_p, "cluster.models")
-        check_tp(spec, tp_d, "cluster.models")
+        check_tp(spec, tp_p, MODELS_FIELD)
+        check_tp(spec, tp_d, MODELS_FIELD)
         name = f"{mid}#{seen[mid]}" if counts[mid] > 1 else mid
         seen[mid] += 1
         w = cdiv(spec.weight_bytes, min(tp_p, tp_d))
@@ -211,47 +285,6 @@ def served_models(
             )
         )
     return out
-
-
-def _pool_tps(entry: str, tp_s: str, unit: bool) -> tuple[int, int]:
-    """(prefill TP, decode TP) of the ``tp`` part of an entry: ``tp`` or ``TPp/TPd``."""
-    parts = tp_s.split("/")
-    if len(parts) > 2 or (len(parts) == 2 and not unit):
-        raise ConfigError(
-            "cluster.models", f"bad tensor-parallel degree in {entry!r}",
-            "write id:tp, or id:TPp/TPd:PpDd (per-pool TP: a disaggregated unit only)",
-        )  # fmt: skip
-    try:
-        tps = [int(x) for x in parts]
-    except ValueError:
-        raise ConfigError(
-            "cluster.models", f"bad tensor-parallel degree in {entry!r}",
-            "write id:tp or id:TPp/TPd:PpDd",
-        ) from None  # fmt: skip
-    return tps[0], tps[-1]
-
-
-_SHAPE = re.compile(r"(\d+)p(\d+)d")
-
-
-def _parse_entry(entry: str) -> tuple[str, tuple[int, int]]:
-    """(the tp text, or "", (P, D) of a disaggregated unit, or (0, 0)) of ``id[:tp][:PpDd]``."""
-    parts = [x.strip() for x in entry.split(":")[1:]]
-    shape = (0, 0)
-    if parts and (m := _SHAPE.fullmatch(parts[-1].lower())) is not None:
-        shape = (int(m[1]), int(m[2]))
-        parts.pop()
-        if min(shape) < 1:
-            raise ConfigError(
-                "cluster.models", f"{entry!r}: a disaggregated unit needs ≥ 1 prefill and ≥ 1 "
-                "decode engine", "write id:1p1d (or id:tp:PpDd)",
-            )  # fmt: skip
-    if len(parts) > 1:
-        raise ConfigError(
-            "cluster.models", f"bad entry {entry!r}",
-            "write id, id:tp, id:PpDd, id:tp:PpDd or id:TPp/TPd:PpDd",
-        )
-    return (parts[0] if parts else ""), shape
 
 
 def with_tp(model: ServedModel, tp: int) -> ServedModel:

@@ -8,6 +8,10 @@
   docs/research/augserve.md §4.1 [DEF]): completed requests with TTFT ≤ ``slo_ttft_s`` and, when
   ``slo_norm_latency_s`` is given, normalized latency ≤ it, divided by the makespan (first arrival
   to last completion, as ``goodput``). TTFT is the first token of the initial prompt.
+* **TPOT with the pauses** (``tpot_incl_pauses_*``): vLLM's formula over the whole request,
+  (finish − first token)/(output tokens − 1), the tool calls' time included. The run's
+  ``tpot_*`` leaves the calls out (:mod:`tidal.core.metrics`): a request waiting on a tool is
+  not decoding.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from tidal.core.metrics import _pcts, tpot_completed
 
 PCTS = (50, 90, 99)
 
@@ -52,6 +58,8 @@ def augmented_metrics(
         makespan = 0.0
     m["effective_throughput"] = n_met / makespan if makespan else 0.0
     m["effective_slo_attainment"] = n_met / n if n else 0.0
+    tpot = tpot_completed(cols["first_token_ns"], finish, cols["output_tokens"])
+    _pcts("tpot_incl_pauses", tpot, m)
     m["calls_completed"] = int(cols["num_calls"][done].sum())
     m["call_time_mean_s"] = float(cols["call_ns"][done].mean() / 1e9) if done.any() else None
     return m

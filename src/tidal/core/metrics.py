@@ -1,7 +1,13 @@
 """Latency and throughput metrics from per-request columns (both backends use these).
 
 Definitions (vLLM ``bench serve`` conventions): TTFT = first token − arrival; E2E = finish −
-arrival; TPOT = (finish − first token)/(output tokens − 1), for requests with > 1 output token;
+arrival; TPOT = (finish − first token − pauses)/(output tokens − 1), for requests with > 1
+output token, where ``pauses`` is an augmented (tool-calling) request's time out of the engine
+waiting on its calls (column ``call_ns``, 0 without it): a call is not decode time (vLLM serves
+each turn of an agent as its own request, whose TPOT has no tool time in it either), while the
+engine's own work after a call returns (re-admission, the prefill of the returned tokens)
+stays in. The TPOT with the pauses, vLLM's formula over the whole request, is
+``tpot_incl_pauses_*`` (:mod:`tidal.core.augmented_metrics`);
 queueing delay = first scheduled − arrival; inter-token latency (ITL) samples are step durations
 weighted by the decode tokens they produced (kept in a log histogram with 0.4% bins).
 Throughputs divide by the makespan (first arrival to last completion). A request meets the SLO
@@ -66,7 +72,8 @@ def request_latencies(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     e2e = np.where(done, (finish - arrival) / 1e9, nan)
     queue = np.where(sched >= 0, (sched - arrival) / 1e9, nan)
     denom = np.maximum(out_tok - 1, 1)
-    tpot = np.where(done & (out_tok > 1), (finish - first) / 1e9 / denom, nan)
+    pause = cols.get("call_ns", 0)
+    tpot = np.where(done & (out_tok > 1), (finish - first - pause) / 1e9 / denom, nan)
     return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "queue_s": queue}
 
 
@@ -114,20 +121,36 @@ def ttft_completed(first: np.ndarray, arrival: np.ndarray, finish: np.ndarray) -
     return (first[done] - arrival[done]) / 1e9
 
 
-def _tpot_all(first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray) -> np.ndarray:
-    """TPOT of the completed rows, NaN where ≤ 1 output token."""
+def _tpot_all(
+    first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray, pause: np.ndarray | None = None
+) -> np.ndarray:
+    """TPOT of the completed rows, NaN where ≤ 1 output token; ``pause``: time out of the
+    engine on tool calls, not counted (module docstring)."""
     done = finish >= 0
     out_tok = out_tok[done]
-    tpot = (finish[done] - first[done]) / 1e9
+    busy = finish[done] - first[done]
+    if pause is not None:
+        busy = busy - pause[done]
+    tpot = busy / 1e9
     tpot /= np.maximum(out_tok - 1, 1)
     tpot[out_tok <= 1] = np.nan
     return tpot
 
 
-def tpot_completed(first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray) -> np.ndarray:
-    """TPOT in seconds of the completed rows with > 1 output token, in row order."""
-    tpot = _tpot_all(first, finish, out_tok)
+def tpot_completed(
+    first: np.ndarray, finish: np.ndarray, out_tok: np.ndarray, pause: np.ndarray | None = None
+) -> np.ndarray:
+    """TPOT in seconds of the completed rows with > 1 output token, in row order (``pause``:
+    as :func:`_tpot_all`)."""
+    tpot = _tpot_all(first, finish, out_tok, pause)
     return tpot[~np.isnan(tpot)]
+
+
+def tpot_columns(cols: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+    """The columns :func:`tpot_completed` reads from ``cols``: with the tool-call pauses of an
+    augmented run where ``cols`` has them."""
+    base = ("first_token_ns", "finish_ns", "output_tokens")
+    return (*base, "call_ns") if "call_ns" in cols else base
 
 
 def _e2e(finish: np.ndarray, arrival: np.ndarray) -> np.ndarray:
@@ -154,7 +177,7 @@ class _Counts:
         self.last: int | None = None
 
     def add(self, c: list[np.ndarray], slo_ttft_s: float, slo_tpot_s: float) -> None:
-        arrival, first, finish, out_tok, prompt, preempt = c
+        arrival, first, finish, out_tok, prompt, preempt, *pause = c
         done = finish >= 0
         self.n += len(done)
         k = int(done.sum())
@@ -171,7 +194,8 @@ class _Counts:
         self.in_tok += int(prompt[done].sum())
         self.n_tpot += int((out_tok[done] > 1).sum())
         met = ttft_completed(first, arrival, finish) <= slo_ttft_s
-        met &= np.nan_to_num(_tpot_all(first, finish, out_tok), nan=0.0) <= slo_tpot_s
+        tpot = _tpot_all(first, finish, out_tok, pause[0] if pause else None)
+        met &= np.nan_to_num(tpot, nan=0.0) <= slo_tpot_s
         self.n_met += int(met.sum())
 
 
@@ -191,13 +215,14 @@ def summarize(
     order) and percentiles taken, and the array dropped before the next. The result does not
     depend on ``rows``; at most one full-length array is alive at a time."""
     c = _Counts()
-    for chunk in column_chunks(cols, (*COUNTED, "num_preemptions"), rows):
+    pauses = ("call_ns",) if "call_ns" in cols else ()
+    for chunk in column_chunks(cols, (*COUNTED, "num_preemptions", *pauses), rows):
         c.add(chunk, slo_ttft_s, slo_tpot_s)
     n, n_done = c.n, c.n_done
     m: dict[str, Any] = {"num_requests": n, "num_completed": n_done}
     steps: list[tuple[str, tuple[str, ...], int, Callable[..., np.ndarray]]] = [
         ("ttft", ("first_token_ns", "arrival_ns", "finish_ns"), n_done, ttft_completed),
-        ("tpot", ("first_token_ns", "finish_ns", "output_tokens"), c.n_tpot, tpot_completed),
+        ("tpot", tpot_columns(cols), c.n_tpot, tpot_completed),
         ("e2e", ("finish_ns", "arrival_ns"), n_done, _e2e),
         ("queue", ("first_scheduled_ns", "arrival_ns", "finish_ns"), n_done, _queue),
     ]

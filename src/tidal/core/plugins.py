@@ -22,7 +22,8 @@ _loaded: dict[str, ModuleType] = {}
 """Resolved path or module name → the module imported for it."""
 
 
-def _is_path(spec: str) -> bool:
+def is_path(spec: str) -> bool:
+    """A file path (a ``.py`` name, or one with a separator), not a module name."""
     return spec.endswith(".py") or "/" in spec or "\\" in spec
 
 
@@ -57,11 +58,12 @@ def _import_name(name: str, field: str) -> ModuleType:
 
 
 def load_policy_modules(specs: Iterable[str], field: str = "policy_modules") -> list[ModuleType]:
-    """Import each of ``specs`` (a file path, relative to the working directory, or a module
+    """Import each of ``specs`` (a file path, relative to the working directory — a config
+    file's paths are made absolute against its directory when it is read — or a module
     name) once; a bad one raises a :class:`ConfigError` naming ``field`` and the flag."""
     modules = []
     for spec in specs:
-        if _is_path(spec):
+        if is_path(spec):
             path = Path(spec).expanduser().resolve()
             key = str(path)
             if key not in _loaded:

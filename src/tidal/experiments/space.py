@@ -279,8 +279,10 @@ def _registry(key: str) -> Any:
         return None
 
 
-def load_plan_spec(data: dict[str, Any]) -> PlanSpec:
+def load_plan_spec(data: dict[str, Any], flag_names: dict[str, str] | None = None) -> PlanSpec:
+    """``data`` validated; ``flag_names`` (config key → flag) names the flags in the errors."""
     try:
         return PlanSpec.model_validate(data)
     except ValidationError as err:
-        raise ConfigError("plan", "\n" + format_validation_error(err)) from None
+        text = format_validation_error(err, PlanSpec, flag_names)
+        raise ConfigError("plan", "\n" + text) from None

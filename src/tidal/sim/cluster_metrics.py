@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 
 from tidal.core.kv import KVBlockManager
-from tidal.core.metrics import column_chunks, gathered, tpot_completed, ttft_completed
+from tidal.core.metrics import (
+    column_chunks,
+    gathered,
+    tpot_columns,
+    tpot_completed,
+    ttft_completed,
+)
 from tidal.core.spool import STREAM_ROWS
 from tidal.engine.scheduler import Scheduler
 from tidal.engine.stats import PolicyStats
@@ -168,6 +174,5 @@ def latency_p95(cols: Mapping[str, np.ndarray], rows: int = STREAM_ROWS) -> dict
         n_many += int((out[done] > 1).sum())
     names = ("first_token_ns", "arrival_ns", "finish_ns")
     ttft = _p95(gathered(cols, names, n_done, ttft_completed, rows))
-    names = ("first_token_ns", "finish_ns", "output_tokens")
-    tpot = _p95(gathered(cols, names, n_many, tpot_completed, rows))
+    tpot = _p95(gathered(cols, tpot_columns(cols), n_many, tpot_completed, rows))
     return {"ttft_p95_s": ttft, "tpot_p95_s": tpot}

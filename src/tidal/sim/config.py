@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     AliasChoices,
     Field,
@@ -23,7 +20,7 @@ from tidal.cluster.policies import PLACEMENTS
 from tidal.core.errors import ConfigError
 from tidal.core.plugins import load_policy_modules
 from tidal.core.strict import StrictModel
-from tidal.core.yaml_safe import safe_load_bounded
+from tidal.core.validation import format_validation_error as format_validation_error
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.policy import BATCHING
 from tidal.engine.spec_config import SpeculativeConfig, parse_speculative_config
@@ -33,6 +30,8 @@ from tidal.hardware.models import ModelSpec, check_tp, get_model
 from tidal.hardware.precision import check_kv_cache_dtype, check_weight_dtype, method_dtypes
 from tidal.sim.applicability import describe, ignored
 from tidal.sim.augment import AugmentConfig
+from tidal.sim.config_file import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES  # re-exported
+from tidal.sim.config_file import load_yaml as load_yaml  # re-exported
 from tidal.sim.deployment import DeploymentConfig, check_deployment
 from tidal.sim.engine_defaults import VLLM_UTILIZATION, apply_engine_defaults, check_memory_plan
 from tidal.sim.engine_only import check_engine_only
@@ -369,54 +368,13 @@ def _plain(check: Any, value: Any) -> Any:
         raise ValueError(str(err).split(": ", 1)[-1]) from None
 
 
-def format_validation_error(err: ValidationError) -> str:
-    """One line per problem: ``dotted.field: message``."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        # a model-level check names its field (and the flag that set it)
-        named = re.match(r"[\w.]+( \([^)]*\))?: ", msg) is not None
-        lines.append(msg if not loc and named else f"{loc or 'config'}: {msg}")
-    return "\n".join(lines)
-
-
 def load_config(
     data: dict[str, Any], flag_names: dict[str, str] | None = None
 ) -> SimulationConfig:
-    """``data`` validated; ``flag_names`` (config key → flag) names flags in the errors."""
+    """``data`` validated; ``flag_names`` (config key → flag) names flags in the errors, and a
+    number out of range its accepted range (:mod:`tidal.core.validation`)."""
     try:
         return SimulationConfig.model_validate(data, context={"flag_names": flag_names or {}})
     except ValidationError as err:
-        raise ConfigError("config", "\n" + format_validation_error(err)) from None
-
-
-MAX_CONFIG_BYTES = 16 << 20
-"""A config file larger than this is refused before it is read."""
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping of a YAML config file; a missing path, a directory, a binary or huge
-    file, invalid YAML and an alias bomb (:mod:`tidal.core.yaml_safe`) are named errors."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError("config", f"file {p} does not exist", "give the path of a YAML file")
-    if not p.is_file():
-        raise ConfigError("config", f"{p} is not a file", "give the path of a YAML file")
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            "config", f"{p} is over {MAX_CONFIG_BYTES >> 20} MiB", "a config is a few KiB of YAML"
-        )
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            "config", f"{p} is not UTF-8 text (byte {err.start})", "give a YAML file"
-        ) from None
-    try:
-        data = safe_load_bounded(text, str(p)) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError("config", f"{p} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("config", f"{p} must hold a mapping of settings")
-    return data
+        text = format_validation_error(err, SimulationConfig, flag_names)
+        raise ConfigError("config", "\n" + text) from None

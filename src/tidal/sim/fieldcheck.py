@@ -5,28 +5,14 @@ option that is silently never simulated (``--token-budget 0``)."""
 
 from __future__ import annotations
 
-import types
-import typing
 from typing import Annotated, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from tidal.core.errors import ConfigError
+from tidal.core.validation import accepted_range, model_of
 from tidal.sim.config import SimulationConfig
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The model class of a field typed ``Model`` or ``Model | None``."""
-    options = (
-        typing.get_args(annotation)
-        if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
-        else (annotation,)
-    )
-    for a in options:
-        if isinstance(a, type) and issubclass(a, BaseModel):
-            return a
-    return None
 
 
 def field_info(key: str) -> FieldInfo | None:
@@ -37,14 +23,14 @@ def field_info(key: str) -> FieldInfo | None:
         if model is None or part not in model.model_fields:
             return None
         info = model.model_fields[part]
-        model = _model_of(info.annotation)
+        model = model_of(info.annotation)
     return info
 
 
 def check_field_value(key: str, value: Any, field: str | None = None) -> None:
     """Refuse ``value`` for ``key`` when its field's type or range refuses it."""
     info = field_info(key)
-    if info is None or _model_of(info.annotation) is not None:
+    if info is None or model_of(info.annotation) is not None:
         return
     form: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
     adapter: TypeAdapter[Any] = TypeAdapter(form)
@@ -52,4 +38,7 @@ def check_field_value(key: str, value: Any, field: str | None = None) -> None:
         adapter.validate_python(value)
     except ValidationError as err:
         msg = "; ".join(e["msg"] for e in err.errors())
-        raise ConfigError(field or key, f"{value!r}: {msg}") from None
+        rng = accepted_range(info)
+        raise ConfigError(
+            field or key, f"{value!r}: {msg}" + (f" (accepted: {rng})" if rng else "")
+        ) from None
