@@ -233,7 +233,7 @@ def test_help_defaults_of_simulate_are_the_config_defaults():
     text = _help("simulate")
     for label, value in (
         ("also sizes the KV plan).", d["scheduler"]["token_budget"]),
-        ("Max running requests (N; vLLM max_num_seqs).", d["scheduler"]["max_seqs"]),
+        ("vLLM max_num_seqs, SGLang max_running_requests).", d["scheduler"]["max_seqs"]),
         ("share of the driver-reported memory planned.", d["memory"]["gpu_memory_utilization"]),
         ("Synthetic: prompt length (location).", d["workload"]["prompt_len"]),
         ("Synthetic: output length (location).", d["workload"]["output_len"]),
