@@ -382,8 +382,11 @@ class Augmentation(StateListener):
         return bool(len(self.waiting) and (self.token_budget.dynamic or self.use_value))
 
     def waits_for_returns(self) -> bool:
-        """A call returning mid-run changes the next schedule (transfers, queue order)."""
-        return bool(self.paused)
+        """Whether a run must end at the next external event: a call returning mid-run
+        changes the next schedule (transfers, queue order); with the value order, an arrival
+        or a return reads the state of the step in flight (the value's KV and budget terms),
+        which only a run that ends at the event has (:mod:`tidal.engine.executor`)."""
+        return bool(self.paused) or self.use_value
 
     # ------------------------------------------------------------------ checks and metrics
     def check(self) -> None:
