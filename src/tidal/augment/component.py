@@ -379,6 +379,8 @@ class Augmentation(StateListener):
         value order, whose admission decisions change with time — an empty ready queue."""
         if self._changed or self.swap_out_q or self.swap_in_q or plan.stall_ns:
             return True
+        if self.intercept.unsettled:  # a kept context's choice may change within the run
+            return True
         return bool(len(self.waiting) and (self.token_budget.dynamic or self.use_value))
 
     def waits_for_returns(self) -> bool:
