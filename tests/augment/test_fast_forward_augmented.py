@@ -113,3 +113,35 @@ def test_fast_forward_skips_steps_of_long_decode_segments():
         events.append(sim.num_events)
     assert events[0] > 1900
     assert events[1] < 60
+
+
+def test_values_of_requests_arriving_mid_run_are_those_of_the_step_in_flight():
+    """Regression (a random search found it; the property above had seen it once): AugServe
+    values a request when it enters the ready queue, from the engine's state (the running
+    batch's KV, the step's dynamic budget). R2 and R3 (the same prompt) arrive while R0 and
+    R1 decode in a full running set; stepping, each is valued from the state of the step in
+    flight, and R3 comes out cheaper. A fast-forwarded run used to be committed only at its
+    end, so both were valued from the state of the run's first step, and R2 went first. Runs
+    now end at the last step boundary before an arrival or a return that reads that state."""
+    specs = [spec(final=36), spec(final=30), spec(final=1), spec(final=1)]
+    rs = workload([0.029458389, 0.036, 0.053550223, 0.065], [1, 82, 107, 107], specs)
+    runs = []
+    for ff in (False, True):
+        s = make(
+            "augserve",
+            num_blocks=37,
+            host_blocks=0,
+            max_seqs=2,
+            predictor="mean",
+            checked=False,
+            starvation_ns=50_000_000,
+            budget_min=64,
+            budget_max=2048,
+            budget_reserve=16,
+        )
+        runs.append(run(rs, s, fast_forward=ff))
+    (a, sa), (b, sb) = runs
+    assert a.first_scheduled_ns[3] < a.first_scheduled_ns[2]  # R3 is the cheaper one
+    for col in ("first_scheduled_ns", "first_token_ns", "finish_ns"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+    assert sb.num_events < sa.num_events

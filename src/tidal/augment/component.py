@@ -366,6 +366,7 @@ class Augmentation(StateListener):
             self.budget_sum += self.last_budget
             self.budget_n += 1
         self._transfer(plan)
+        plan.events_see_step = self.use_value  # arrivals and returns are valued from the state
         self._step_start = now_ns
         self._step_used = self.kv.num_blocks - self.kv.num_free_blocks
 
@@ -379,11 +380,16 @@ class Augmentation(StateListener):
         value order, whose admission decisions change with time — an empty ready queue."""
         if self._changed or self.swap_out_q or self.swap_in_q or plan.stall_ns:
             return True
+        if self.intercept.unsettled:  # a kept context's choice may change within the run
+            return True
         return bool(len(self.waiting) and (self.token_budget.dynamic or self.use_value))
 
     def waits_for_returns(self) -> bool:
-        """A call returning mid-run changes the next schedule (transfers, queue order)."""
-        return bool(self.paused)
+        """Whether a run must end at the next external event: a call returning mid-run
+        changes the next schedule (transfers, queue order); with the value order, an arrival
+        or a return reads the state of the step in flight (the value's KV and budget terms),
+        which only a run that ends at the event has (``StepPlan.events_see_step``)."""
+        return bool(self.paused) or self.use_value
 
     # ------------------------------------------------------------------ checks and metrics
     def check(self) -> None:

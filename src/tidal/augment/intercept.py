@@ -21,6 +21,10 @@ The mechanisms (discard, chunked swap-out, preserve) live in the scheduler
 Fast-forward note: in a pure-decode run ``W_P`` only falls (the call's remaining time shrinks)
 and ``W_D`` only rises (the running contexts grow), so a request kept at one iteration is kept
 at the next unless a swap starts, and the scheduler never fast-forwards while swaps are queued.
+With the prefix cache ``W_D`` is that of ``C − H``, and ``H`` moves either way during a run (the
+call's remaining time shrinks, the free blocks too; the chunked form is not monotone in the
+tokens either): while such a context is kept, :attr:`InterceptPolicy.unsettled` makes the
+scheduler step one iteration at a time.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ if TYPE_CHECKING:
 
 class InterceptPolicy:
     name = "base"
+    unsettled = False
+    """Whether a context kept at this iteration may be decided otherwise at a later one of
+    the same pure-decode run (no fast-forward meanwhile)."""
 
     def on_pause(self, s: Augmentation, req: Request, run: AugRun, now_ns: int) -> None:
         """A request just paused with its context on the GPU (default: Preserve)."""
@@ -89,6 +96,7 @@ class MinWastePolicy(InterceptPolicy):
     name = "infercept"
 
     def per_iteration(self, s: Augmentation, now_ns: int) -> None:
+        self.unsettled = False
         cands = [r for r in s.paused.values() if s.runs[r.request_id].mode == KVMode.GPU]
         if not cands:
             return
@@ -118,3 +126,5 @@ class MinWastePolicy(InterceptPolicy):
                 s.start_swap_out(r)
             elif w_d < w_p:
                 s.discard(r)
+            elif cache is not None and r.content is not None and ctx >= s.kv.block_size:
+                self.unsettled = True  # its expected re-hit H moves with time and free blocks

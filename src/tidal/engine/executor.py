@@ -12,9 +12,14 @@ Exact fast-forward (docs/DESIGN.md §2): when the engine passes ``max_steps = k 
 scheduler said the pure-decode plan would repeat k times, until the first departure or the first
 missing KV block), the executor times up to k steps at once and sets ``plan.num_steps``; the
 engine then commits them in one update. With a ``horizon_ns`` (an external event could change
-the plan) the run stops at the first step that starts after it (a step starting exactly at an
-arrival does not see it: step ends are processed before arrivals at the same time). Stepping
-one by one gives identical timestamps; property tests assert it.
+the plan) the run takes every step that starts by then (a step starting exactly at an arrival
+does not see it: step ends are processed before arrivals at the same time). When the event
+reads the scheduler's state (``plan.events_see_step``: AugServe values an arriving or returning
+request from the running batch's KV and the step's budget) the run ends instead at its last
+step boundary at or before the event (its first step always runs): the step in flight at the
+event is then the first step of the next run, scheduled from the state stepping has there (a
+run's steps are committed at its end, so inside it the state is that of its first step).
+Stepping one by one gives identical timestamps; property tests assert it.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ class Executor(Protocol):
         ``plan.num_steps`` steps. ``idle_ns``: how long the engine sat idle before this step
         (−1: it ran back to back). ``max_steps`` > 1 (fast-forward only): the pure-decode plan
         repeats that many times; the executor runs up to that many and sets
-        ``plan.num_steps``, stopping at the first step that starts after ``horizon_ns`` (None:
-        no external event can change the run)."""
+        ``plan.num_steps``, none but the first starting after ``horizon_ns`` (ending after it:
+        ``plan.events_see_step``; None: no external event can change the run)."""
         ...
 
 
@@ -157,8 +162,9 @@ class ModelledExecutor:
         return int(ends[j])
 
     def _run(self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int) -> int:
-        """Time a run of up to ``k`` identical pure-decode steps, each starting no later than
-        ``horizon_ns`` (the first one starts now); returns its end. When the perf model is
+        """Time a run of up to ``k`` identical pure-decode steps, each but the first (which
+        starts now) starting (``plan.events_see_step``: ending) no later than ``horizon_ns``;
+        returns its end. When the perf model is
         affine in the context (``decode_affine``; piecewise affine: ``decode_segment``) the
         steps are timed inline; otherwise (or for long runs) in vectorised chunks. Every path
         evaluates the same float expression per step, so durations are bit-identical to
@@ -171,13 +177,16 @@ class ModelledExecutor:
         done = 0
         last = 0
         pool = plan.decodes
+        see = int(plan.events_see_step)  # a step ending after the horizon is the next run's
         spec = pool is not None and pool.speculative  # contexts grow by the drawn tokens
         affine = None if spec else self._affine.get(n, _UNKNOWN)
         if affine is _UNKNOWN:
             affine = self._affine[n] = perf.decode_affine(n)
         segment = None if affine is not None or spec else self._segment
         if spec and k > 1:
-            done, t, last = self._spec_inline(plan, now_ns, k, horizon_ns)
+            done, t, last = self._spec_inline(plan, now_ns, k, horizon_ns, see)
+            if 0 < done < min(k, _SCALAR_STEPS):  # it stopped at the horizon
+                k = done
         end = math.inf
         if segment is not None:
             c, a, end = segment(n, ctx0)
@@ -189,21 +198,27 @@ class ModelledExecutor:
             durations: list[int] = []
             floor, append = math.floor, durations.append
             if segment is None:  # one affine piece (the common case: a leaner loop)
-                while done < limit and (done == 0 or t <= horizon_ns):
+                while done < limit:
                     d = floor((c + a * ctx) * 1e9 + 0.5)
                     if d < 1:
                         d = 1
+                    if done and t + see * d > horizon_ns:  # starts (ends) after the horizon
+                        k = done
+                        break
                     append(d)
                     t += d
                     ctx += n
                     done += 1
             else:
-                while done < limit and (done == 0 or t <= horizon_ns):
+                while done < limit:
                     if ctx >= end:  # next segment of a piecewise-affine model
                         c, a, end = segment(n, ctx)
                     d = floor((c + a * ctx) * 1e9 + 0.5)
                     if d < 1:
                         d = 1
+                    if done and t + see * d > horizon_ns:
+                        k = done
+                        break
                     append(d)
                     t += d
                     ctx += n
@@ -215,21 +230,26 @@ class ModelledExecutor:
             size = min(chunk, k - done)
             run = self._durations(plan, done, size)
             ends = t + np.cumsum(run)
-            # Step j ≥ 1 of the chunk starts at ends[j - 1]; its first starts at t ≤ horizon.
             take = size
-            if ends[-1] > horizon_ns:
+            if ends[-1] > horizon_ns and see:  # the steps ending by it (the run's first: always)
+                take = max(int(np.searchsorted(ends, horizon_ns, side="right")), int(not done))
+                if not take:
+                    break
+            elif ends[-1] > horizon_ns:  # step j ≥ 1 starts at ends[j − 1], the first at t
                 take = 1 + int(np.searchsorted(ends[:-1], horizon_ns, side="right"))
             itl.add_many(run[:take], n)
             last = int(run[take - 1])
             t = int(ends[take - 1])
             done += take
+            if take < size:
+                break
             chunk *= 4
         plan.num_steps = done
         self._last_step_ns = last
         return t
 
     def _spec_inline(
-        self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int
+        self, plan: StepPlan, now_ns: int, k: int, horizon_ns: int, see: int
     ) -> tuple[int, int, int]:
         """The first ≤ 64 steps of a speculative run timed one by one on the pool's drawn
         contexts, when the step model is piecewise affine in them
@@ -258,11 +278,11 @@ class ModelledExecutor:
                 d = floor(((c + a * y) + scale * (c_d + a_d * x)) * 1e9 + 0.5)
                 if d < 1:
                     d = 1
-                append(d)
-                t += d
-                if t > horizon_ns:  # the next step would start after the horizon
+                if durations and t + see * d > horizon_ns:  # starts (ends) after the horizon
                     limit = 0
                     break
+                append(d)
+                t += d
                 x += inc
                 y += mul * inc
             done += len(incs)

@@ -34,6 +34,12 @@ class StepPlan:
     stall_ns: int = 0
     """Time the step spends on top of its compute (e.g. a KV swap that no compute hides);
     a step may consist of a stall alone."""
+    events_see_step: bool = False
+    """An external event during this step reads the scheduler's state (AugServe values a
+    request entering the queue from the running batch's KV and the step's budget): a
+    fast-forwarded run of this plan then ends at its last step boundary at or before the next
+    event, so the step in flight at the event is scheduled as stepping schedules it
+    (:mod:`tidal.engine.executor`). Otherwise the run takes every step starting by then."""
     spec_tokens: dict[int, list[int]] | None = None
     """Draft tokens per request id of decode members verified this step (vLLM's
     ``scheduled_spec_decode_tokens``; the real engine's speculative decoding): such a member

@@ -238,8 +238,10 @@ class EngineState:
             if not self.admission_blocked_by_kv or budget <= 0 or self.running:
                 return budget, done
             head = waiting.peek()
-            _, n = self.chunk(head, budget)
-            short = self.chunk_blocks(head, n) + kv.watermark_blocks - kv.num_free_blocks
+            hit, shared = kv.match_prefix(head)  # the head's need as the loop counts it
+            n = min(head.num_tokens - head.num_computed_tokens - hit, budget, cap or budget)
+            need = blocks_for(head.num_computed_tokens + hit + n) - head.num_blocks - shared
+            short = need + kv.watermark_blocks - kv.num_free_blocks
             if short <= 0 or not self._reclaim(short, keep=head):
                 return budget, done
 
