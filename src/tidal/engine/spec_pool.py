@@ -65,6 +65,13 @@ class SpecDecodePool(DecodePool):
         self._shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
         """log2(block size) when it is a power of two, else −1."""
         self._scale = (block_size << 32) + 1
+        self._k_box = np.zeros((), dtype=np.int64)
+        """The constant of :meth:`_levels` as a 0-d array (a Python-int operand costs numpy
+        a scalar conversion per call: ~3,000 more instructions under callgrind)."""
+        self._div_box = np.array(
+            self._shift if self._shift >= 0 else block_size, dtype=np.int64
+        )  # fmt: skip
+        """The shift (or the block size) as a 0-d array, for the same reason."""
         """``cum · _scale``: the draws' prefix sums as :meth:`_levels` reads them."""
         self._rec: dict[int, tuple[int, int, np.ndarray, int, np.ndarray, int, int]] = {}
         """rid → (join step, computed at join, ``rows`` and ``r``: its unclipped accepted
@@ -112,12 +119,13 @@ class SpecDecodePool(DecodePool):
         and floors the blocks part, so one addition and one shift give both halves."""
         bs = self.block_size
         b0 = c0 + bs - 1
-        k = b0 - (left + b0) // bs * bs
-        lev = y + (k - (left << 32) * bs)
+        box = self._k_box
+        box[()] = b0 - (left + b0) // bs * bs - (left << 32) * bs
+        lev = y + box
         if self._shift >= 0:  # a power of two: a shift (floor division), cheaper than //
-            lev >>= self._shift
+            np.right_shift(lev, self._div_box, out=lev)
         else:
-            lev //= bs
+            np.floor_divide(lev, self._div_box, out=lev)
         return lev
 
     def _level(self, i: int) -> int:
