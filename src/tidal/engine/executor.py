@@ -94,8 +94,10 @@ class ModelledExecutor:
         :meth:`~tidal.hardware.spec_perf.SpecPerfModel.spec_segment`'s form (unbounded ends);
         None: piecewise, a segment per run."""
         self._spec_seg: Callable[[int, int], Any] | None = getattr(perf, "spec_segment", None)
-        self._spec_piece: dict[int, tuple[int, Any]] = {}
-        """By batch size: (the Σ context it was taken at, the last ``spec_segment`` piece)."""
+        self._spec_piece: dict[int, list[tuple[int, Any]]] = {}
+        """By batch size: its last ``spec_segment`` pieces, newest first, at most 4, each with
+        the Σ context it was taken at (it holds from there to its ends: contexts only grow
+        within a run, but runs of one batch size start in different pieces)."""
 
     def execute(
         self,
@@ -269,9 +271,10 @@ class ModelledExecutor:
         t = now_ns
         y = mul * x + shift  # the verification's Σ context (integers: exact)
         done = 0
-        while done < limit:  # increments fetched 16 first (most runs end at the horizon)
-            incs = pool.inc_run(min(limit - done, 16 if done == 0 else limit), done)
-            for inc in incs:
+        while done < limit:  # levels fetched 16 steps first (most runs end at the horizon)
+            v = pool.level_run(done, min(limit - done, 16 if done == 0 else limit))
+            prev = v[0]
+            for j in range(1, len(v)):
                 if x >= x_end or y >= y_end:  # the next piece of a piecewise-affine model
                     form = self._spec_form(n, x)
                     c, a, y_end, mul, shift, scale, c_d, a_d, x_end = form
@@ -283,17 +286,20 @@ class ModelledExecutor:
                     break
                 append(d)
                 t += d
+                cur = v[j]
+                inc = (cur - prev) >> 32  # the step's token gain
+                prev = cur
                 x += inc
                 y += mul * inc
-            done += len(incs)
+            done += len(v) - 1
         self.itl.extend(durations, n)
         return len(durations), t, durations[-1]
 
     def _spec_form(self, n: int, x: int) -> Any:
         """The speculative step's piece holding Σ context ``x`` at batch size ``n``
         (:meth:`~tidal.hardware.spec_perf.SpecPerfModel.spec_segment`'s tuple), or None:
-        the affine form kept per batch size, else the last piece of that batch size when it
-        holds ``x`` (it is valid from the context it was taken at on), else a new piece."""
+        the affine form kept per batch size, else one of the last pieces of that batch size
+        that holds ``x`` (each valid from the context it was taken at on), else a new piece."""
         form = self._spec_affine.get(n, _UNKNOWN)
         if form is _UNKNOWN:
             fn = getattr(self._perf, "spec_affine", None)
@@ -303,15 +309,16 @@ class ModelledExecutor:
             self._spec_affine[n] = form
         if form is not None:
             return form
-        hit = self._spec_piece.get(n)
-        if hit is not None:
-            lo, form = hit
-            if lo <= x < form[8] and form[3] * x + form[4] < form[2]:
-                return form
+        kept = self._spec_piece.get(n)
+        if kept is not None:
+            for lo, form in kept:
+                if lo <= x < form[8] and form[3] * x + form[4] < form[2]:
+                    return form
         seg = self._spec_seg
         form = seg(n, x) if seg is not None else None
-        if form is not None:
-            self._spec_piece[n] = (x, form)
+        if form is not None:  # newest first; a piece taken again replaces its older entry
+            others = [h for h in kept if h[1] != form][:3] if kept else []
+            self._spec_piece[n] = [(x, form), *others]
         return form
 
     def _durations(self, plan: StepPlan, start: int, count: int) -> np.ndarray:

@@ -85,9 +85,11 @@ class SpecPerfModel(PerfModel):
         self.host_s = NGRAM_HOST_S_PER_REQUEST if draft is None else 0.0
         self._draft_affine: dict[int, Any] = {}
         """``draft.decode_affine(n)`` by batch size n."""
-        self._draft_piece: dict[int, tuple[int, float, float, float]] = {}
-        """By batch size n: ``(lo, c, a, end)``, the draft's last piece (``decode_segment``:
-        ``c + a·x`` is its step time, bit for bit, for ``lo ≤ x < end``)."""
+        self._draft_piece: dict[int, list[tuple[int, float, float, float]]] = {}
+        """By batch size n: the draft's last pieces, newest first, at most 4 (each
+        ``(lo, c, a, end)``: ``c + a·x`` is its step time, bit for bit, for ``lo ≤ x < end``;
+        one entry per piece: a piece taken again replaces its older entry, whose ``lo`` is
+        higher). Mixed steps of one batch size move between pieces."""
 
     def step_seconds(
         self,
@@ -103,8 +105,12 @@ class SpecPerfModel(PerfModel):
             return self.base.step_seconds(
                 0, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
             )
-        rows = num_decodes * self.q
-        ctx = self.verify_ctx(num_decodes, decode_ctx)
+        q = self.q
+        rows = num_decodes * q
+        if self.per_row:  # :meth:`verify_ctx`, inline
+            ctx = decode_ctx * q + (rows * (q - 1)) // 2
+        else:
+            ctx = decode_ctx + num_decodes * (q - 1)
         s = self.base.step_seconds(
             rows, ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
         )
@@ -123,9 +129,11 @@ class SpecPerfModel(PerfModel):
         """Drafting time of a step with ``num_decodes`` speculating requests."""
         if self.draft is None:
             return self.host_s * num_decodes
-        piece = self._draft_piece.get(num_decodes)
-        if piece is not None and type(decode_ctx) is int and piece[0] <= decode_ctx < piece[3]:
-            return self.draft_scale * (piece[1] + piece[2] * decode_ctx)
+        pieces = self._draft_piece.get(num_decodes)
+        if pieces is not None and type(decode_ctx) is int:
+            for lo, c, a, end in pieces:
+                if lo <= decode_ctx < end:
+                    return self.draft_scale * (c + a * decode_ctx)
         form = self._draft_affine.get(num_decodes, _UNKNOWN)
         if form is _UNKNOWN:
             form = self._draft_affine[num_decodes] = self.draft.decode_affine(num_decodes)
@@ -135,7 +143,8 @@ class SpecPerfModel(PerfModel):
             seg = _piece(self.draft, num_decodes, decode_ctx)
             if seg is not None:
                 c, a, end = seg
-                self._draft_piece[num_decodes] = (decode_ctx, c, a, end)
+                kept = [p for p in pieces if p[3] != end][:3] if pieces else []
+                self._draft_piece[num_decodes] = [(decode_ctx, c, a, end), *kept]
                 return self.draft_scale * (c + a * decode_ctx)
         d = self.draft.step_seconds(num_decodes, decode_ctx, 0, 0, 0, 0, mx)
         return self.draft_scale * d
