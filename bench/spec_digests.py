@@ -4,7 +4,7 @@ changes that must not move a byte (docs/design/spec-sim-speed.md).
 Each line: case, fast-forward on/off, the sha256 (first 20 hex digits) of the metrics and
 every per-request column, and a few counters. Run on two checkouts and diff the outputs:
 
-    TIDAL_TRACES_DIR=/work/shared/traces python bench/spec_digests.py > after.txt
+    TIDAL_TRACES_DIR=<traces dir> python bench/spec_digests.py > after.txt
 
 Cases: plain; eagle3 k=3; eagle3 k=5 α=0.6; ngram k=4 α=0.7 on the roofline (the affine
 path); mtp k=2 α=[0.85, 0.6] on ``measured`` A100; eagle3 under KV pressure at block size 24
