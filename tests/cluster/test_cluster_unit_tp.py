@@ -65,6 +65,8 @@ def test_per_pool_tp_entries():
     for bad in (f"llama-2-13b:{b}" for b in bad_entries):
         with pytest.raises(ConfigError, match=r"cluster\.models"):
             served_models([bad], h100, 8, PAGE, 256)
+    with pytest.raises(ConfigError, match=r"per-pool TP \(TPp/TPd\) needs a unit shape"):
+        served_models(["llama-2-13b:1/2"], h100, 8, PAGE, 256)
 
 
 def test_yaml_mapping_entries_are_the_compact_form():

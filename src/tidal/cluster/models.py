@@ -204,6 +204,8 @@ def parse_entry(entry: str) -> Entry:
     if len(parts) > 2:
         raise bad(f"{len(parts)} ':'-separated parts after the id, at most 2 (tp, then PpDd)")
     shape = (0, 0)
+    if len(parts) == 1 and "/" in parts[0]:
+        raise bad(f"{parts[0]!r}: a per-pool TP (TPp/TPd) needs a unit shape PpDd after it")
     if parts and not parts[-1].isdecimal():
         m = _SHAPE.fullmatch(parts[-1].lower())
         if m is None:
@@ -217,8 +219,6 @@ def parse_entry(entry: str) -> Entry:
             raise bad("a disaggregated unit needs ≥ 1 prefill and ≥ 1 decode engine")
         parts.pop()
     tps = parts[0].split("/") if parts else []
-    if len(tps) == 2 and shape == (0, 0):
-        raise bad(f"{parts[0]!r}: a per-pool TP (TPp/TPd) needs a unit shape PpDd after it")
     if len(tps) > 2 or not all(t.strip().isdecimal() for t in tps):
         last = " (the unit shape comes last)" if _SHAPE.fullmatch(parts[0].lower()) else ""
         raise bad(f"{parts[0]!r} is not a tensor-parallel degree (a whole number ≥ 1, or "
