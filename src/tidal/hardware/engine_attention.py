@@ -35,8 +35,9 @@ rows = prompts, cols = prompt length (no cached prefix). A model whose shapes, h
 no table holds gets None, and the caller falls back to the corrected roofline and names it in
 ``parts``. Known approximations: a mixed step sums the decode and prefill modules, so the
 module's fixed per-forward cost (its smallest cell, ~90 µs on H200) is paid twice; a chunk
-after a cached prefix is looked up at its FLOPs-equivalent length, which prices the module's
-projections (and GDN) at that length, not at the chunk's tokens.
+after a cached prefix costs the module's T(p + c) − T(p) plus its fixed cost
+(:mod:`tidal.hardware.engine_prefill`: the projections and GDN at the chunk's c tokens), without
+vLLM's MLA up-projection of the p cached latents that its prefix path adds.
 """
 
 from __future__ import annotations

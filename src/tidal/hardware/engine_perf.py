@@ -13,8 +13,10 @@ into the same per-operator curves as a ``tidal-gpu-profile/1`` profile
   stream up to the engine's :data:`SHARED_EXPERTS_STREAM_TOKENS`: their max); the leading
   ``num_dense_layers`` of a MoE model run the dense MLP (the per-layer curve is the mean);
 * attention: decode from the generation table at (batch, context per request), prefill from the
-  context table at (prompts in the step, the prompt length with the chunk's FLOPs:
-  √(c·(2s + c)) for c new tokens after s cached); sliding-window layers read the table of their
+  context table at (chunks in the step, length): c new tokens after s cached cost T(c) plus
+  what the rows s…s + c cost more than rows 0…c (for a convex T: T(s + c) − T(s) plus the fixed
+  cost), floored at the decode table's read of the s + c keys
+  (:mod:`tidal.hardware.engine_prefill`); sliding-window layers read the table of their
   window, and the per-layer grid is the mean over layers;
 * two all-reduces of T·H·2 bytes per layer from the engine's custom all-reduce (TP > 1);
 * data-parallel attention (``dp`` ranks of TP each, vLLM's ``--data-parallel-size``): the
@@ -46,6 +48,7 @@ from tidal.hardware.engine_deployment import (
     EngineDeployment,
 )
 from tidal.hardware.engine_host import engine_host, first_at_least
+from tidal.hardware.engine_prefill import RowCost, chunk_attention_us
 from tidal.hardware.engine_tables import (
     MOE_DISTRIBUTIONS,
 )
@@ -132,6 +135,8 @@ class EnginePerfModel(MeasuredPerfModel):
         self.engine_parts, self.notes = ed.parts, ed.notes
         super().__init__(dep, model, gpu, tp, fallback=fb, host=host)
         self._batch_pre = None if pre is None else _Table2D(pre)
+        self._row_cost = (None if pre is None or self._batch_pre is None
+                          else RowCost(self._batch_pre, len(pre.cols)))  # fmt: skip
         if self._batch_pre is not None:
             self._pre = self._batch_pre  # step_seconds then calls attn_prefill_s
 
@@ -213,17 +218,23 @@ class EnginePerfModel(MeasuredPerfModel):
         """Not affine where an overlapped CPU time can show: :meth:`decode_segment` cuts."""
         return None if self._async_host else super().decode_affine(num_decodes)
 
-    def attn_prefill_s(self, prefill_tokens: int, prefill_ctx: int, num_prefills: int) -> float:
-        """The context-attention table at (chunks, √(c·(2s + c))), c and s the mean chunk
-        and cached context: a chunk after s cached tokens costs the FLOPs of a fresh prompt
-        of that length (causal attention: c·(2s + c)/2 query-key pairs)."""
+    def attn_prefill_s(
+        self, prefill_tokens: int, prefill_ctx: int, num_prefills: int, prefill_attn: int = -1
+    ) -> float:
+        """The context-attention table read for chunks after cached context
+        (:func:`~tidal.hardware.engine_prefill.chunk_attention_us`): T(k, c̄) plus what the
+        chunk's rows cost more after p̄ cached tokens, scaled by the step's causal work
+        ``prefill_attn`` over k equal chunks', floored at the decode table's read of the KV
+        when a prefix is cached."""
         if num_prefills == 0:
             return 0.0
-        assert self._batch_pre is not None
-        c = prefill_tokens / num_prefills
-        s = (prefill_ctx - prefill_tokens) / num_prefills
-        length = math.sqrt(c * (2.0 * s + c))
-        return self.model.num_layers * self._batch_pre.at(num_prefills, length) * 1e-6
+        pre, rc = self._batch_pre, self._row_cost
+        assert pre is not None
+        assert rc is not None
+        cached = prefill_ctx - prefill_tokens
+        us = chunk_attention_us(pre, rc, self._dec, num_prefills, prefill_tokens, cached,
+                                prefill_attn)  # fmt: skip
+        return self.model.num_layers * us * 1e-6
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

@@ -259,7 +259,11 @@ class MeasuredPerfModel(PerfModel):
             self._dec_curves[n] = c
         return c
 
-    def attn_prefill_s(self, prefill_tokens: int, prefill_ctx: int, num_prefills: int) -> float:
+    def attn_prefill_s(
+        self, prefill_tokens: int, prefill_ctx: int, num_prefills: int, prefill_attn: int = -1
+    ) -> float:
+        """``prefill_attn`` (Σ c·(2s + c) over the chunks) is unused here: the profile's
+        prefill table is keyed by (chunk, cached context)."""
         if num_prefills == 0:
             return 0.0
         if self._pre is None:
@@ -295,7 +299,9 @@ class MeasuredPerfModel(PerfModel):
                 key = (prefill_tokens, prefill_ctx, num_prefills, prefill_attn)
                 pre = self._pre_cache.get(key)
                 if pre is None:
-                    pre = self.attn_prefill_s(prefill_tokens, prefill_ctx, num_prefills)
+                    pre = self.attn_prefill_s(
+                        prefill_tokens, prefill_ctx, num_prefills, prefill_attn
+                    )
                     if len(self._pre_cache) < 65536:
                         self._pre_cache[key] = pre
                 const += pre
