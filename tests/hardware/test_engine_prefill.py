@@ -175,3 +175,27 @@ def test_a_prefix_hit_is_whole_blocks_and_a_full_hit_recomputes_its_last_block()
         assert (r, n, ctx, attn) == (req, new, hit + new, new * (2 * hit + new))
         assert req.num_cached_tokens == hit
         assert plans[1][3] == hit + new + 1  # the decode: prompt + its first token
+
+
+def test_vllm_mla_up_projects_the_cached_latents_of_a_chunk_s_context() -> None:
+    """DeepSeek-V3 on 8 H200 (16 heads/GPU): after 8,000 cached tokens vLLM's MLA prefill
+    gathers their latents and runs kv_b_proj on them, an (8000 × 512)·(512 × 16·256) GEMM per
+    layer, which the fresh-prompt module grid does not hold; the chunk pays the GEMM table's
+    time for it, and nothing without a prefix."""
+    from tidal.hardware.engine_prefill import chunk_attention_us
+    from tidal.hardware.engine_tables import gemm_us
+    from tidal.hardware.interp import Curve
+
+    pm = EnginePerfModel(get_model("deepseek-ai/DeepSeek-V3"), get_gpu("h200"), 8, "vllm")
+    assert pm._batch_pre is not None
+    assert pm._row_cost is not None
+    L, c, p = pm.model.num_layers, 1000, 8000
+    rows = chunk_attention_us(pm._batch_pre, pm._row_cost, pm._dec, 1, c, p, c * (2 * p + c))
+    extra = pm.attn_prefill_s(c, c + p, 1, c * (2 * p + c)) - L * rows * 1e-6
+    ms, us = gemm_us(pm.tables, "fp8", 16 * 256, 512)  # type: ignore[misc]
+    want = L * Curve(ms, us).at(p) * 1e-6
+    assert abs(extra - want) < 1e-9 * want
+    assert 2 * p * 512 * 4096 / (want / L) < 1979e12  # below the H200's dense FP8 peak
+    assert pm.engine_parts["attention_prefill_context_up"].startswith("engine:gemm/")
+    fresh = pm.attn_prefill_s(c, c, 1, c * c)
+    assert fresh == L * pm._batch_pre.at(1, c) * 1e-6

@@ -16,7 +16,8 @@ into the same per-operator curves as a ``tidal-gpu-profile/1`` profile
   context table at (chunks in the step, length): c new tokens after s cached cost T(c) plus
   what the rows s…s + c cost more than rows 0…c (for a convex T: T(s + c) − T(s) plus the fixed
   cost), floored at the decode table's read of the s + c keys
-  (:mod:`tidal.hardware.engine_prefill`); sliding-window layers read the table of their
+  (:mod:`tidal.hardware.engine_prefill`), plus for vLLM's MLA the up-projection of the cached
+  latents (:func:`mla_context_up`); sliding-window layers read the table of their
   window, and the per-layer grid is the mean over layers;
 * two all-reduces of T·H·2 bytes per layer from the engine's custom all-reduce (TP > 1);
 * data-parallel attention (``dp`` ranks of TP each, vLLM's ``--data-parallel-size``): the
@@ -53,6 +54,7 @@ from tidal.hardware.engine_tables import (
     MOE_DISTRIBUTIONS,
 )
 from tidal.hardware.gpus import GPUSpec
+from tidal.hardware.interp import Curve
 from tidal.hardware.measured import MeasuredPerfModel, _Table2D
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.opprofile import (
@@ -84,6 +86,20 @@ SYSTEMS = {
 
 def system_of(gpu: GPUSpec) -> str | None:
     return SYSTEMS.get(gpu.name.partition("@")[0])
+
+
+def mla_context_up(ed: EngineDeployment, engine: str, dp: int = 1) -> Curve | None:
+    """Seconds per layer, against the step's cached tokens, of vLLM's MLA prefix path
+    (``MLACommonImpl._compute_prefill_context``): a prefill chunk after cached context gathers
+    the context's cached latents and up-projects them (``kv_b_proj``: kv rank → per-GPU heads ×
+    (nope + v)) to attend them; the module tables time fresh prompts only. None for other
+    attention and engines (DSA's sparse backend attends the latents absorbed)."""
+    m = ed.model
+    if engine != "vllm" or not m.is_mla or m.index_topk:
+        return None
+    n = m.num_heads // ed.tp * (m.qk_nope_head_dim + m.v_head_dim)
+    us = ed.gemm(m.gemm_quant, n, m.kv_lora_rank, "attention_prefill_context_up")
+    return Curve([float(dp * t) for t in ed.tokens], [v * 1e-6 for v in us])
 
 
 class EnginePerfModel(MeasuredPerfModel):
@@ -134,6 +150,7 @@ class EnginePerfModel(MeasuredPerfModel):
         dep = Deployment(system, src, ed.linear(), attn, ed.all_reduce(), None)
         self.engine_parts, self.notes = ed.parts, ed.notes
         super().__init__(dep, model, gpu, tp, fallback=fb, host=host)
+        self._ctx_up = mla_context_up(ed, engine, data_parallel)
         self._batch_pre = None if pre is None else _Table2D(pre)
         self._row_cost = (None if pre is None or self._batch_pre is None
                           else RowCost(self._batch_pre, len(pre.cols)))  # fmt: skip
@@ -234,7 +251,10 @@ class EnginePerfModel(MeasuredPerfModel):
         cached = prefill_ctx - prefill_tokens
         us = chunk_attention_us(pre, rc, self._dec, num_prefills, prefill_tokens, cached,
                                 prefill_attn)  # fmt: skip
-        return self.model.num_layers * us * 1e-6
+        t = self.model.num_layers * us * 1e-6
+        if cached > 0 and self._ctx_up is not None:
+            t += self.model.num_layers * self._ctx_up.at(cached)
+        return t
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
