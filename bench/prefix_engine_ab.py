@@ -52,6 +52,10 @@ CASES: dict[str, dict[str, Any]] = {
         "model": "Qwen/Qwen3-32B", "tp": 2,
         "workload": {**SHAREGPT, "rate": 0.3, "turns": 5, "think_time_s": 5.0},
     },
+    "DeepSeek-V3 H200 TP8, sessions 5 turns, think 5 s, 0.5/s": {
+        "model": "deepseek-ai/DeepSeek-V3", "gpu": "h200", "tp": 8,
+        "workload": {**SHAREGPT, "rate": 0.5, "turns": 5, "think_time_s": 5.0},
+    },
 }  # fmt: skip
 
 
@@ -59,7 +63,8 @@ def s30_attn_prefill_s(
     self: EnginePerfModel, prefill_tokens: int, prefill_ctx: int, num_prefills: int,
     prefill_attn: int = -1,
 ) -> float:  # fmt: skip
-    """Session 30's reading: the table at (chunks, √(c̄·(2p̄ + c̄))), c̄ and p̄ the means."""
+    """Session 30's reading: the table at (chunks, √(c̄·(2p̄ + c̄))), c̄ and p̄ the means (and
+    no up-projection of an MLA chunk's cached context)."""
     if num_prefills == 0:
         return 0.0
     assert self._batch_pre is not None
