@@ -11,6 +11,7 @@ from tidal.core.errors import ConfigError
 from tidal.hardware import engine_attention
 from tidal.hardware.corrected import CorrectedRooflinePerfModel
 from tidal.hardware.engine_data import TableSet, fallbacks
+from tidal.hardware.engine_moe_deepgemm import deepgemm_moe, padding_s
 from tidal.hardware.engine_tables import (
     Grid,
     Points,
@@ -191,6 +192,9 @@ class EngineDeployment:
         else:
             self.parts["moe"] = self.fb.name
             experts = [1e6 * self.fb.layer_linear_s(int(t)) for t in routed]
+        pad = self.deepgemm_padding(moe_tp, moe_ep, routed)
+        if pad is not None:
+            experts = [a + b for a, b in zip(experts, pad, strict=True)]
         router = self.gemm("bfloat16", m.num_experts, m.hidden_size, "moe_router")
         out = [a + b for a, b in zip(experts, router, strict=True)]
         if m.shared_intermediate_size:
@@ -202,6 +206,20 @@ class EngineDeployment:
             comm = self.dispatch_combine(routed)
             out = [a + b for a, b in zip(out, comm, strict=True)]
         return out
+
+    def deepgemm_padding(self, moe_tp: int, moe_ep: int, routed: list[float]) -> list[float] | None:
+        """µs a MoE layer adds where the engine runs DeepGEMM's contiguous grouped GEMM, not
+        the Triton kernel the tables time (vLLM 0.11.1–0.17 on Hopper, block FP8; module
+        :mod:`tidal.hardware.engine_moe_deepgemm`): the padding rows' traffic; None elsewhere."""
+        m, ts = self.model, self.ts
+        if not deepgemm_moe(ts.engine, ts.version, ts.system, m.moe_quant, self.tp):
+            return None
+        inter = (m.moe_intermediate_size or m.intermediate_size) // moe_tp
+        bw = self.fb.gpu.mem_bw * self.fb.c.gpu_const(self.fb.gpu.name).eta_bw
+        experts = m.num_experts // moe_ep
+        self.parts["moe_kernel"] = f"deepgemm-contiguous (vllm {ts.version}, padding rows)"
+        k, h = m.num_active_experts, m.hidden_size
+        return [1e6 * padding_s(t, k, experts, h, inter, bw) for t in routed]
 
     def dispatch_combine(self, routed: list[float]) -> list[float]:
         """All-gather plus reduce-scatter of the group's hidden states (2 bytes a value)
