@@ -20,7 +20,7 @@ config; errors name the field (``deployment.decode.tp: …``).
 
 ``request_overhead_ms`` is a fixed per-request latency of the disaggregated serving path that
 no GPU step, queue or link prices: the router's second hop, the PD handshake and the engines'
-completion polling (``sim/disagg_overhead.py``; design §3.5). ``auto`` takes the decode
+completion polling (``sim/disagg_overhead.py``; design §1.7). ``auto`` takes the decode
 engine's measured value (:data:`tidal.sim.disagg_overhead.REQUEST_OVERHEAD_MS`); the default 0
 is the path as the pools, links and steps alone give it.
 """

@@ -1,6 +1,6 @@
 """The per-request latency of a disaggregated serving path that the pools' steps, queues and
 links do not give (``deployment.request_overhead_ms``; docs/design/disaggregation-speculation.md
-§3.5).
+§1.7).
 
 Between a client's request and its first token a disaggregated deployment runs more than the
 prefill, the KV transfer and the first decode step Tidal prices: the router's two hops (prefill
