@@ -217,11 +217,11 @@ def plan_disagg_row(
     engine: str = "row",
     version: str = "row",
     prefill_batch: bool = True,
-    request_overhead: str = "auto",
+    request_overhead: str = "dynamo",
 ) -> Plan | Skip:
     """The row's config with its deployment, or why it is skipped (module docstring).
-    ``request_overhead`` is the deployment's ``request_overhead_ms`` (``auto``: the decode
-    engine's measured serving-path latency, ``sim/disagg_overhead.py``; ``0``: none)."""
+    ``request_overhead`` is the deployment's ``request_overhead_ms`` (``dynamo``: the measured
+    latency of the rows' serving path, ``sim/disagg_overhead.py``; ``0``: none)."""
     row = d.row
     if d.prefill.workers is None or d.decode.workers is None:
         return Skip(row, "pd-unknown", "P:D worker counts not recorded")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.sim.test_disagg import COLS, _check_breakdown, _run
 from tidal.sim.config import load_config
 from tidal.sim.disagg_metrics import ttft_breakdown
-from tidal.sim.disagg_overhead import REQUEST_OVERHEAD_MS
+from tidal.sim.disagg_overhead import PRESETS, REQUEST_OVERHEAD_MS
 from tidal.sim.run import run_simulation
 
 LINK = {"link": "ib-ndr", "bandwidth_gbs": 50, "efficiency": 1.0, "latency_us": 10}
@@ -51,6 +51,14 @@ def test_auto_takes_the_decode_engines_measured_value(engine):
     res = _run(dep)
     assert res.metrics["request_overhead_ms"] == REQUEST_OVERHEAD_MS[engine]
     assert ttft_breakdown(res.columns)["handoff"][0] == REQUEST_OVERHEAD_MS[engine] * 1e6
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_measured_path_by_name_holds_for_either_engine(name):
+    for engine in ("vllm", "sglang"):
+        dep = {"prefill": {"tp": 1}, "decode": {"tp": 1, "engine": engine},
+               "request_overhead_ms": name}  # fmt: skip
+        assert _run(dep).metrics["request_overhead_ms"] == PRESETS[name]
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

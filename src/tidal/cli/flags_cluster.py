@@ -71,8 +71,8 @@ DISAGG = (
     Flag(
         "request_overhead_ms", S,
         "Disaggregated: the serving path's fixed per-request latency in ms (router hops, PD "
-        "handshake, completion polling; its own TTFT term 'handoff'), or auto (the decode "
-        "engine's measured value: sglang 180, vllm 110).",
+        "handshake, completion polling; its own TTFT term 'handoff'), a measured path (dynamo "
+        "180, vllm-proxy 110) or auto (the decode engine's: sglang 180, vllm 110).",
         "deployment.request_overhead_ms", shows=0.0,
     ),
 )  # fmt: skip

@@ -20,9 +20,10 @@ config; errors name the field (``deployment.decode.tp: …``).
 
 ``request_overhead_ms`` is a fixed per-request latency of the disaggregated serving path that
 no GPU step, queue or link prices: the router's second hop, the PD handshake and the engines'
-completion polling (``sim/disagg_overhead.py``; design §1.7). ``auto`` takes the decode
-engine's measured value (:data:`tidal.sim.disagg_overhead.REQUEST_OVERHEAD_MS`); the default 0
-is the path as the pools, links and steps alone give it.
+completion polling (``sim/disagg_overhead.py``; design §1.7). ``dynamo`` / ``vllm-proxy`` take
+a measured serving path's value, ``auto`` the decode engine's
+(:data:`tidal.sim.disagg_overhead.REQUEST_OVERHEAD_MS`); the default 0 is the path as the
+pools, links and steps alone give it.
 """
 
 from __future__ import annotations
@@ -140,20 +141,21 @@ class DeploymentConfig(StrictModel):
     router: str = "least-loaded"
     """Router over each pool's instances: least-loaded | round-robin | prefix-aware."""
     kv_transfer: KVTransferConfig = KVTransferConfig()
-    request_overhead_ms: float | Literal["auto"] = 0.0
-    """Per-request latency of the disaggregated serving path in ms (≥ 0), or ``auto`` (the
-    decode engine's measured value, ``sim/disagg_overhead.py``); its own TTFT term,
-    ``handoff``."""
+    request_overhead_ms: float | Literal["auto", "dynamo", "vllm-proxy"] = 0.0
+    """Per-request latency of the disaggregated serving path in ms (≥ 0), a measured serving
+    path (``dynamo`` 180, ``vllm-proxy`` 110) or ``auto`` (the decode engine's: SGLang 180,
+    vLLM 110); ``sim/disagg_overhead.py``. Its own TTFT term, ``handoff``."""
 
     @field_validator("request_overhead_ms", mode="before")
     @classmethod
     def _overhead(cls, v: Any) -> Any:
-        if isinstance(v, str) and v != "auto":
+        if isinstance(v, str) and v not in ("auto", "dynamo", "vllm-proxy"):
             try:
                 v = float(v)
             except ValueError:
                 raise ValueError(
-                    f"{v!r} is neither a number of ms nor auto; use e.g. 180 or auto"
+                    f"{v!r} is neither a number of ms nor auto, dynamo or vllm-proxy; use e.g. "
+                    "180 or auto"
                 ) from None
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not v >= 0:
             raise ValueError(f"{v} ms is negative (or NaN); use a value >= 0 or auto")
