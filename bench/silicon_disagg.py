@@ -7,6 +7,7 @@ measured mean TTFT and TPOT.
                                    [--engine-version row|default|X] [--limit N]
                                    [--filter REGEX] [--range-ratio 0.8] [--workers 2]
                                    [--prefill-batch row|engine]
+                                   [--request-overhead dynamo|auto|vllm-proxy|0|MS]
                                    [--row-timeout 600] [--max-concurrency N] [--tag NAME]
 
 The client is ``bench/silicon.py``'s (InferenceX's ``benchmark_serving.py``: C clients, ``10·C``
@@ -15,7 +16,12 @@ simulator's deployment refuses warm-up phases, and with prefix caching off and t
 engine's own (stateless) step model a drained warm-up leaves the pools as they start. The row
 → config mapping (pools, DP/EP, batch sizes, KV connector) and the skip groups are
 ``bench/silicon_disagg_rows.py``'s. TTFT compared: the client-side one where the run reports it
-(``perf_model: engine``), which includes the KV transfer and the decode side's first step.
+(``perf_model: engine``), which includes the KV transfer and the decode side's first step;
+``--request-overhead`` sets the deployments' ``request_overhead_ms`` (default ``dynamo``: the
+rows were served by NVIDIA Dynamo — InferenceX's ``dynamo-sglang`` / ``dynamo-vllm``
+frameworks — whose disaggregated path's per-request latency is measured,
+``sim/disagg_overhead.py``; ``auto`` takes each engine's own measurement; ``0`` replays as
+session 30 did).
 
 Prints coverage (rows run / rows, skipped rows by group and reason), the median |error| of TTFT
 and TPOT and the rows off by more than 2×, overall and by engine, GPU, model, precision,
@@ -141,6 +147,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-batch", choices=("row", "engine"), default="row",
                    help="prefill pool max_seqs: the row's prefill batch size, or the engine's "
                    "default")
+    p.add_argument("--request-overhead", default="dynamo",
+                   help="deployment.request_overhead_ms: dynamo (the rows' serving path, "
+                   "measured), auto (by engine: sglang 180, vllm 110), 0 (none: session 30's "
+                   "runs) or ms")
     p.add_argument("--max-concurrency", type=int, default=2048,
                    help="rows of a larger C are reported under 'size' (0: no limit)")
     p.add_argument("--workers", type=int, default=2)
@@ -161,7 +171,7 @@ def plan_all(a: argparse.Namespace) -> tuple[list[Plan], list[dict[str, Any]], d
     base: dict[str, dict[str, Any]] = {}
     for d in rows:
         p = plan_disagg_row(d, fields, pfields, a.perf_model, a.engine, a.engine_version,
-                            a.prefill_batch == "row")  # fmt: skip
+                            a.prefill_batch == "row", a.request_overhead)  # fmt: skip
         rec = record(d)
         if isinstance(p, Skip):
             recs.append({**rec, "status": p.group, "reason": p.reason})

@@ -217,8 +217,11 @@ def plan_disagg_row(
     engine: str = "row",
     version: str = "row",
     prefill_batch: bool = True,
+    request_overhead: str = "dynamo",
 ) -> Plan | Skip:
-    """The row's config with its deployment, or why it is skipped (module docstring)."""
+    """The row's config with its deployment, or why it is skipped (module docstring).
+    ``request_overhead`` is the deployment's ``request_overhead_ms`` (``dynamo``: the measured
+    latency of the rows' serving path, ``sim/disagg_overhead.py``; ``0``: none)."""
     row = d.row
     if d.prefill.workers is None or d.decode.workers is None:
         return Skip(row, "pd-unknown", "P:D worker counts not recorded")
@@ -238,6 +241,8 @@ def plan_disagg_row(
     base, dep, why = deployment_settings(d, fields, pfields, moe, prefill_batch)
     if why:
         return Skip(row, "parallelism", why)
+    if request_overhead not in ("0", "0.0"):  # (0 leaves the key out: older code runs too)
+        dep["request_overhead_ms"] = request_overhead
     c = row.concurrency
     eng = engine_settings(row, fields, engine, version, perf_model)
     sched = scheduler_defaults(row.engine, gpu, c)

@@ -69,6 +69,7 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "prefill_gpu": ("h200", {}),
     "decode_gpu": ("h200", {}),
     "kv_link": ("eth-100", {"prefill_instances": 1}),
+    "request_overhead_ms": ("auto", {"prefill_instances": 1}),
     "gpu_memory_utilization": (0.5, {}),
     "mem_fraction_static": (0.3, {"engine": "sglang"}),  # SGLang's plan (refused on vllm)
     "slo_ttft": (0.001, {}),

@@ -68,4 +68,11 @@ DISAGG = (
         "else ib-ndr) | nvlink | ib-ndr | ib-xdr | roce-400 | eth-100 | pcie.",
         "deployment.kv_transfer.link", shows="auto",
     ),
+    Flag(
+        "request_overhead_ms", S,
+        "Disaggregated: the serving path's fixed per-request latency in ms (router hops, PD "
+        "handshake, completion polling; its own TTFT term 'handoff'), a measured path (dynamo "
+        "180, vllm-proxy 110) or auto (the decode engine's: sglang 180, vllm 110).",
+        "deployment.request_overhead_ms", shows=0.0,
+    ),
 )  # fmt: skip

@@ -111,7 +111,7 @@ def _rules() -> tuple[Rule, ...]:
     pools = (
         "deployment.prefill.instances", "deployment.decode.instances", "deployment.prefill.tp",
         "deployment.decode.tp", "deployment.prefill.gpu", "deployment.decode.gpu",
-        "deployment.kv_transfer.link",
+        "deployment.kv_transfer.link", "deployment.request_overhead_ms",
     )  # fmt: skip
     rules += [Rule(k, ONE, "") for k in pools]  # a cluster's models are not disaggregated yet
     return tuple(rules)

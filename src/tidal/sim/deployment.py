@@ -9,6 +9,7 @@
       decode:  {instances: 1, tp: 8, gpu: b200, scheduler: {max_seqs: 512}}
       router: least-loaded          # per pool (experiments/replicas.py's routers)
       kv_transfer: {link: auto, bandwidth_gbs: null, latency_us: null, efficiency: 0.8}
+      request_overhead_ms: 0        # or auto: the serving path's per-request cost (below)
 
 A pool's ``gpu``, ``tp``, ``data_parallel_size``, ``enable_expert_parallel``, ``moe_tp_size``,
 ``engine`` and ``engine_version`` replace the base config's; its ``scheduler`` and ``memory``
@@ -16,6 +17,13 @@ keys are merged over the base sections. ``speculative`` is the decode pool's onl
 leg samples one token, so the prefill pool never speculates (a base ``speculative`` is the
 decode pool's). The base config's validators of these keys run on each pool's effective
 config; errors name the field (``deployment.decode.tp: …``).
+
+``request_overhead_ms`` is a fixed per-request latency of the disaggregated serving path that
+no GPU step, queue or link prices: the router's second hop, the PD handshake and the engines'
+completion polling (``sim/disagg_overhead.py``; design §1.7). ``dynamo`` / ``vllm-proxy`` take
+a measured serving path's value, ``auto`` the decode engine's
+(:data:`tidal.sim.disagg_overhead.REQUEST_OVERHEAD_MS`); the default 0 is the path as the
+pools, links and steps alone give it.
 """
 
 from __future__ import annotations
@@ -133,6 +141,25 @@ class DeploymentConfig(StrictModel):
     router: str = "least-loaded"
     """Router over each pool's instances: least-loaded | round-robin | prefix-aware."""
     kv_transfer: KVTransferConfig = KVTransferConfig()
+    request_overhead_ms: float | Literal["auto", "dynamo", "vllm-proxy"] = 0.0
+    """Per-request latency of the disaggregated serving path in ms (≥ 0), a measured serving
+    path (``dynamo`` 180, ``vllm-proxy`` 110) or ``auto`` (the decode engine's: SGLang 180,
+    vLLM 110); ``sim/disagg_overhead.py``. Its own TTFT term, ``handoff``."""
+
+    @field_validator("request_overhead_ms", mode="before")
+    @classmethod
+    def _overhead(cls, v: Any) -> Any:
+        if isinstance(v, str) and v not in ("auto", "dynamo", "vllm-proxy"):
+            try:
+                v = float(v)
+            except ValueError:
+                raise ValueError(
+                    f"{v!r} is neither a number of ms nor auto, dynamo or vllm-proxy; use e.g. "
+                    "180 or auto"
+                ) from None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not v >= 0:
+            raise ValueError(f"{v} ms is negative (or NaN); use a value >= 0 or auto")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -148,7 +175,8 @@ class DeploymentConfig(StrictModel):
                 f"deployment.router: unknown router {self.router!r}; valid: "
                 + ", ".join(POOL_ROUTERS)
             )
-        if self.mode == "agg" and self.model_fields_set & {"prefill", "decode", "kv_transfer"}:
+        given = {"prefill", "decode", "kv_transfer", "request_overhead_ms"}
+        if self.mode == "agg" and self.model_fields_set & given:
             raise ValueError(
                 "deployment.mode: agg runs one pool (the base config), so the prefill/decode "
                 "pools given would be ignored; set mode: disagg or drop them"

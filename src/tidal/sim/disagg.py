@@ -13,7 +13,8 @@ request's path:
    is delivered to decode instance j and queued; when admission reaches it, it reuses the
    prefix j's cache holds, takes blocks for the rest of its prompt (:class:`RemoteKV`) and the
    transfer of the missing tokens' KV starts on the links ``tx:p{i}`` → ``rx:d{j}``
-   (``cluster/links.py``, max-min shared);
+   (``cluster/links.py``, max-min shared); ``deployment.request_overhead_ms``, if set, delays
+   the delivery (the serving path's per-request latency, ``sim/disagg_overhead.py``);
 4. transfer end (+ the link's latency): the prefill blocks are released (the instance is woken),
    the decode leg is loaded and its instance notified; the next step recomputes the last prompt
    token (1-token chunk) and samples the first output token — the client's first token.
@@ -39,6 +40,7 @@ from tidal.sim.config import SimulationConfig
 from tidal.sim.deployment import pool_config
 from tidal.sim.disagg_augment import decode_horizon, plain_prefill
 from tidal.sim.disagg_metrics import DisaggColumns, disagg_result
+from tidal.sim.disagg_overhead import overhead_ns
 from tidal.sim.disagg_push import PushWiring
 from tidal.sim.disagg_wiring import DisaggWiring, never, prefill_leg
 from tidal.sim.instance import SimInstance
@@ -84,8 +86,10 @@ def run_disaggregated(
     for inst in insts:
         sim.add_instance(inst)
     p_insts, d_insts = insts[:n_pre], insts[n_pre:]
-    cols = DisaggColumns(n, dep.kv_transfer.protocol == "push")
+    handoff = overhead_ns(dep.request_overhead_ms, dcfg.engine)
+    cols = DisaggColumns(n, dep.kv_transfer.protocol == "push", handoff > 0)
     wiring = _wire(cfg, sim, (pcfg, p_insts), (dcfg, d_insts), cols, reqs.output_len)
+    wiring.handoff_ns = handoff
     default = sim.make_request
     sim.make_request = lambda rid, t: prefill_leg(default(rid, t))
     sim.run()

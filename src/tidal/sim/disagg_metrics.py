@@ -13,6 +13,11 @@ telescopes to TTFT exactly, each term ≥ 0::
     kv_wait      = kv_transfer_start − prefill_end     (decode admission: KV space, max_seqs)
     transfer     = kv_transfer_end − kv_transfer_start
     first_decode = first_token − kv_transfer_end       (the 1-token recompute step and its wait)
+
+With ``deployment.request_overhead_ms`` > 0 a ``handoff_ns`` column (the latency, per request
+that reached it) is added and ``handoff`` is its own term, taken out of the one it sits in:
+``kv_wait`` (pull: prefill end → decode leg delivered) or ``queue`` (push: decode blocks →
+prefill leg delivered). Without it the columns and terms are as above.
 """
 
 from __future__ import annotations
@@ -57,9 +62,11 @@ PARTS = ("queue", "prefill", "kv_wait", "transfer", "first_decode")
 class DisaggColumns:
     """The disaggregation columns, indexed by request id (−1: not reached; bytes: 0)."""
 
-    def __init__(self, n: int, push: bool = False) -> None:
+    def __init__(self, n: int, push: bool = False, handoff: bool = False) -> None:
         self.names = (*COLUMNS, "decode_alloc_ns") if push else COLUMNS
         """``decode_alloc_ns`` (push only): the decode blocks reserved, before the prefill."""
+        if handoff:
+            self.names = (*self.names, "handoff_ns")
         for name in self.names:
             fill = 0 if name == "kv_transfer_bytes" else -1
             setattr(self, name, np.full(n, fill, dtype=np.int64))
@@ -71,6 +78,7 @@ class DisaggColumns:
         self.kv_transfer_end_ns: np.ndarray
         self.kv_transfer_bytes: np.ndarray
         self.decode_alloc_ns: np.ndarray
+        self.handoff_ns: np.ndarray
 
     def prefill_done(self, leg: Request, instance: int) -> None:
         rid = leg.request_id
@@ -87,7 +95,21 @@ class DisaggColumns:
 
 
 def ttft_breakdown(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The five TTFT terms (ns) of every request that got its first token, in row order."""
+    """The TTFT terms (ns) of every request that got its first token, in row order: the five
+    of :data:`PARTS`, and ``handoff`` where the run has a request overhead (module docstring)."""
+    parts = _breakdown(cols)
+    if "handoff_ns" not in cols:
+        return parts
+    done = np.asarray(cols["first_token_ns"]) >= 0
+    h = np.asarray(cols["handoff_ns"])[done]
+    host = "queue" if "decode_alloc_ns" in cols else "kv_wait"  # the term it sits in
+    parts[host] = parts[host] - h
+    order = [*(("kv_wait", "handoff") if host == "queue" else ("queue", "prefill", "handoff"))]
+    return {k: h if k == "handoff" else parts[k] for k in dict.fromkeys([*order, *parts])}
+
+
+def _breakdown(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The five terms of :data:`PARTS` (a request overhead inside its host term)."""
     done = np.asarray(cols["first_token_ns"]) >= 0
     t = {k: np.asarray(cols[k])[done] for k in (
         "arrival_ns", "prefill_start_ns", "prefill_end_ns", "kv_transfer_start_ns",
@@ -198,6 +220,8 @@ def disagg_result(
         itl.merge(inst.itl)
     metrics = summarize(c, cfg.slo.ttft_s, cfg.slo.tpot_s, itl)
     metrics.update(transfer_metrics(c, wiring.ideal_rate, wiring.link.latency_ns))
+    if wiring.handoff_ns:  # (absent at 0: runs without it keep their summary)
+        metrics["request_overhead_ms"] = wiring.handoff_ns / 1e6
     metrics.update(client_side_metrics(d_built[0][1], c))
     metrics.update(d_built[0][2].summary())  # the decode pool's KV plan (where tokens live)
     summaries = {role: pool_summary(pool, span_ns) for role, pool in pools.items()}

@@ -4,8 +4,9 @@ Mooncake; docs/design/disaggregation-speculation.md §1.1, §1.3).
 1. arrival → a prefill instance i and a decode instance j are picked at once (each pool's
    router); the decode leg is delivered to j first, which pre-allocates its prompt's blocks
    when admission reaches it (``RemoteKV``: its own prefix-cache hit is not sent);
-2. then (a timer at that instant) the prefill leg is delivered to i — SGLang's prefill server
-   holds a request in its bootstrap queue until the decode side has reserved its KV;
+2. then (a timer at that instant, or ``deployment.request_overhead_ms`` later: the handshake)
+   the prefill leg is delivered to i — SGLang's prefill server holds a request in its bootstrap
+   queue until the decode side has reserved its KV;
 3. the KV streams while the prompt is computed: one transfer of the prompt's bytes starts on
    ``tx:p{i}`` → ``rx:d{j}`` when the prefill leg is first scheduled, and the KV is complete at
    ``max(link done, prefill end + ⌈bytes / (L · rate)⌉) + latency`` — the last layer's share
@@ -16,8 +17,9 @@ Mooncake; docs/design/disaggregation-speculation.md §1.1, §1.3).
    token instead is open; this keeps the first token on the decode side).
 
 The TTFT breakdown of a push run (``decode_alloc_ns`` column) is kv_wait (arrival → decode
-blocks), queue (→ prefill start), prefill, transfer (the exposed tail: prefill end → KV
-complete), first_decode; it telescopes to TTFT as the pull one does.
+blocks), handoff (the request overhead, if any), queue (→ prefill start), prefill, transfer
+(the exposed tail: prefill end → KV complete), first_decode; it telescopes to TTFT as the pull
+one does.
 """
 
 from __future__ import annotations
@@ -78,7 +80,10 @@ class PushWiring(DisaggWiring):
             rid = dleg.request_id
             self.cols.decode_alloc_ns[rid] = now_ns
             leg, i, _, _ = self._legs[rid]
-            self.sim.call_at(now_ns, lambda t: self._send_prefill(leg, i, j, t), RESUME)
+            if self.handoff_ns:  # the bootstrap handshake before the prefill may start
+                self.cols.handoff_ns[rid] = self.handoff_ns
+            at = now_ns + self.handoff_ns
+            self.sim.call_at(at, lambda t: self._send_prefill(leg, i, j, t), RESUME)
 
         return reserved
 

@@ -53,6 +53,9 @@ class DisaggWiring:
         self.augs = [_augmentation(inst) for inst in decode]
         """The decode instances' augmentations (augmented requests pause there), or None."""
         self._source: dict[int, int] = {}
+        self.handoff_ns = 0
+        """The serving path's fixed per-request latency (``sim/disagg_overhead.py``): pull,
+        prefill token → decode leg delivered; push, decode blocks → prefill leg delivered."""
 
     def set_capacities(self, caps: dict[str, float]) -> None:
         """The links' bytes/s (:func:`tidal.cluster.links.pool_links`)."""
@@ -74,7 +77,10 @@ class DisaggWiring:
         self.held[i].hold(leg)
         self.cols.prefill_done(leg, i)
         self._source[leg.request_id] = i
-        self.sim.call_at(leg.finish_ns, lambda t: self._hand_off(leg, t), RESUME)
+        at = leg.finish_ns + self.handoff_ns
+        if self.handoff_ns:
+            self.cols.handoff_ns[leg.request_id] = self.handoff_ns
+        self.sim.call_at(at, lambda t: self._hand_off(leg, t), RESUME)
 
     def _decode_leg(self, leg: Request) -> Request:
         """The request as the proxy sends it to the decode pool (its full output length)."""
