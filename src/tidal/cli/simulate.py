@@ -122,6 +122,10 @@ def _print_cluster(cfg: Any, result: Any, out: Path | None, plot: bool) -> None:
         f"instance starts {m['instance_starts']}, cold starts {m['cold_starts']}, prewarm hit "
         f"rate {'—' if hit is None else f'{hit:.1%}'}, GPU-seconds {m['gpu_seconds']:,.0f}"
     )
+    from tidal.sim.cluster_units import describe_units  # lazy: keeps tidal --help fast
+
+    for line in describe_units(per_model):  # disaggregated units: pools and KV transfers
+        console.print(line)
     if out is not None and plot:
         from tidal.report.cluster_plot import plot_gpu_timeline  # lazy: keeps tidal --help fast
 

@@ -47,6 +47,7 @@ from tidal.sim.cluster_metrics import (
 )
 from tidal.sim.cluster_spec import ClusterSpeculation
 from tidal.sim.cluster_stream import streamed_workload, streams
+from tidal.sim.cluster_units import add_unit_columns, unit_model_metrics, units_of
 from tidal.sim.cluster_workload import next_arrivals, workload_stats
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -317,8 +318,9 @@ def run_cluster(
     t_end = max(end_ns, first)
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
-    if backend.disagg.wirings:  # disaggregated units: the KV they moved between their pools
-        metrics.update(backend.disagg.metrics())
+    if backend.disagg.every:  # disaggregated units: transfer columns (sim/cluster_units.py)
+        add_unit_columns(cols, backend.disagg)
+        metrics["kv_transfer_bytes"] = int(backend.disagg.cols.kv_transfer_bytes.sum())
     augmented = "call_ns" in cols
     if augmented:
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
@@ -349,8 +351,12 @@ def run_cluster(
             pm["prefill_tp"] = m.prefill_engine_tp
         if m.disaggregated:  # a unit of P prefill + D decode engines (sim/cluster_disagg.py)
             pm["deployment"] = f"{m.prefill_engines}p{m.decode_engines}d"
+            pm.update(unit_model_metrics(m, units_of(backend.disagg, m.name), sub, t_end))
         pm["share"] = float(shares[m.index])
         per_model[m.name] = pm
+    if backend.disagg.every:  # the cluster's stall: the unit models' sum
+        stalls = [pm["kv_transfer_stall_s"] for pm in per_model.values() if "pools" in pm]
+        metrics["kv_transfer_stall_s"] = sum(stalls)
     run_info = {
         "wall_s": t_sim - t0,
         "load_s": t_load - t0,
