@@ -45,7 +45,12 @@ from tidal.sim.cluster_metrics import (
     model_rows,
     policy_metrics,
 )
-from tidal.sim.cluster_spec import ClusterSpeculation
+from tidal.sim.cluster_spec import (
+    ClusterSpeculation,
+    mean_lengths,
+    service_times,
+    spec_capacities,
+)
 from tidal.sim.cluster_stream import streamed_workload, streams
 from tidal.sim.cluster_units import add_unit_columns, unit_model_metrics, units_of
 from tidal.sim.cluster_workload import next_arrivals, workload_stats
@@ -86,6 +91,10 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
             )
         trace = load_azure(cfg.workload.trace)
         w = azure_mix(trace, [service_ms(m.spec) for m in models], mix, rng, read_aggregate_rates())
+        caps = spec_capacities(cfg, mean_lengths(w.requests, len(models)))
+        if any(caps):  # the priors at speculation's decode rate (the same requests, draws)
+            rng = rng_streams(cfg.seed)["workload"]
+            w = azure_mix(trace, service_times(cfg, caps), mix, rng, read_aggregate_rates())
     else:
         path = resolve_trace(cfg.workload.trace) if cfg.workload.trace else None
         w = servegen_mix(mix, len(models), rng, read_aggregate_rates(path))
@@ -256,7 +265,10 @@ def run_cluster(
         shares, description = mix.shares, mix.description
         prior_avg, prior_peak = mix.prior_avg, mix.prior_peak
         stats = workload_stats(c, reqs)
+        if any(caps := spec_capacities(cfg, stats)):  # speculating: their decode rate
+            stats = workload_stats(c, reqs, service_times(cfg, caps))
         next_of, next_own = next_arrivals(reqs, len(c.models))
+    caps = spec_capacities(cfg, stats)  # (what the load estimates used; summary.json)
     t_load = time.perf_counter()
     model_of = reqs.extra["model"]
     recorder = SpooledRecorder(reqs)
@@ -352,6 +364,9 @@ def run_cluster(
         if m.disaggregated:  # a unit of P prefill + D decode engines (sim/cluster_disagg.py)
             pm["deployment"] = f"{m.prefill_engines}p{m.decode_engines}d"
             pm.update(unit_model_metrics(m, units_of(backend.disagg, m.name), sub, t_end))
+        cap = caps[m.index]
+        if cap is not None:  # speculation in the load estimates (sim/cluster_spec.py)
+            pm["spec_capacity"] = cap.summary()
         pm["share"] = float(shares[m.index])
         per_model[m.name] = pm
     if backend.disagg.every:  # the cluster's stall: the unit models' sum
