@@ -100,3 +100,43 @@ def test_speculation_options_per_shape():
     assert off.metrics["spec_decode_mean_acceptance_length"] is None
     assert on.metrics["spec_decode_mean_acceptance_length"] > 1
     assert on.metrics["tpot_p50_s"] < off.metrics["tpot_p50_s"]
+
+
+@needs_traces
+def test_choose_unit_shapes_rewrites_each_entry_to_its_choice():
+    """``--unit-shapes auto``'s planner: each model's entry becomes :func:`best_shape` of its
+    own :func:`compare_shapes` (here over aggregated and 1p1d), the names in results, the
+    per-model speculation and the workload stay, and the planned config runs with the
+    chosen shapes (a 1p1d choice runs as a unit)."""
+    from tidal.experiments.unit_shapes import choose_unit_shapes
+    from tidal.sim.run import run_simulation
+
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    data = _cfg(6.0).model_dump(mode="json")
+    data["cluster"]["speculative"] = {"llama-2-7b": ngram}
+    cfg = load_config(data)
+    planned, choices = choose_unit_shapes(cfg, 0.95, 4, ["1p1d", "agg"])
+    assert [ch.name for ch in choices] == ["llama-2-7b", "llama-2-13b"]
+    for ch in choices:
+        want = best_shape(compare_shapes(cfg, ch.name, 4, ["1p1d", "agg"], 0.95))
+        assert want is not None
+        assert ch.chosen == want
+        assert ch.entry == want.entry
+        assert ch.summary()["entry"] == want.entry
+        assert [r["shape"] for r in ch.summary()["shapes"]] == ["1p1d", "agg"]
+    c = planned.cluster
+    assert c.models == [ch.entry for ch in choices]
+    assert c.speculative["llama-2-7b"].num_speculative_tokens == 3
+    p, q = cluster_workload(cfg).requests, cluster_workload(planned).requests
+    assert np.array_equal(p.arrival_ns, q.arrival_ns)
+    assert np.array_equal(p.extra["model"], q.extra["model"])
+    res = run_simulation(planned)
+    per_model = res.extras["summary"]["per_model"]
+    assert set(per_model) == {"llama-2-7b", "llama-2-13b"}
+    for ch in choices:
+        unit = ch.entry.endswith("1p1d")
+        assert (per_model[ch.name].get("deployment") == "1p1d") == unit
+    # forcing units: every entry becomes a 1p1d unit, and the run serves every request
+    forced, _ = choose_unit_shapes(cfg, 0.95, 4, ["1p1d"])
+    assert [e.split(":")[-1] for e in forced.cluster.models] == ["1p1d", "1p1d"]
+    assert run_simulation(forced).metrics["num_completed"] == len(p)

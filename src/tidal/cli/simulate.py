@@ -31,6 +31,17 @@ def simulate(
     config: Annotated[Path | None, Opt(help="YAML config; flags override its values.")] = None,
     flags: dict[str, Any] | None = None,
     plot: Annotated[bool, Opt("--plot/--no-plot", help="Cluster: write gpu_timeline.png.")] = True,
+    unit_shapes: Annotated[
+        str,
+        Opt(help="Cluster: 'given' runs each --models entry as written; 'auto' first plans "
+            "each model's unit shape (aggregated, 1p1d, 2p1d / 1p2d with per-pool TP, 2p2d) "
+            "on its own slice of the workload: the fewest GPUs of one node meeting the SLO "
+            "(--slo-ttft, --slo-tpot) for --unit-shapes-attainment of its requests; writes "
+            "unit_shapes.json."),
+    ] = "given",
+    unit_shapes_attainment: Annotated[
+        float, Opt(help="--unit-shapes auto: the share of requests that must meet the SLO.")
+    ] = 0.99,
 ) -> None:
     """Simulate one serving instance, or a multi-model cluster (--cluster), on a trace or a
     synthetic workload."""
@@ -43,7 +54,12 @@ def simulate(
         data = _deep_merge(data, _cluster_flags(SIMULATE.config(given, argv), given, data))
         data.setdefault("workload", {})
         cfg = load_config(data, SIMULATE.key_names(argv))
+        choices = None
+        if unit_shapes != "given":
+            cfg, choices = _plan_unit_shapes(cfg, unit_shapes, unit_shapes_attainment)
         result = _run_and_write(cfg, out)
+        if choices is not None and out is not None:
+            _write_unit_shapes(out, choices)
         if out is not None and "ebplus" in result.extras.get("tables", {}):
             from tidal.report.ebplus_plot import plot_ebplus  # lazy: keeps tidal --help fast
 
@@ -110,6 +126,35 @@ def _cluster_flags(
     return flags
 
 
+def _plan_unit_shapes(cfg: Any, mode: str, attainment: float) -> tuple[Any, list[Any]]:
+    """``--unit-shapes auto``: each model's shape chosen (experiments/unit_shapes.py), printed."""
+    if mode != "auto":
+        raise TidalError(f"--unit-shapes {mode!r}: use 'given' (the entries as written) or "
+                         "'auto' (plan each model's unit shape)")  # fmt: skip
+    if not 0 < attainment <= 1:
+        raise TidalError(f"--unit-shapes-attainment {attainment:g}: a share in (0, 1], e.g. 0.99")
+    from tidal.experiments.unit_shapes import choose_unit_shapes  # lazy: keeps --help fast
+
+    cfg, choices = choose_unit_shapes(cfg, attainment)
+    for ch in choices:
+        r = ch.chosen
+        if r is None:
+            how = "every shape skipped: kept" if ch.results else "no requests: kept"
+        else:
+            below = "" if r.meets else " (below target)"
+            how = (f"{r.gpus} GPU{'s' if r.gpus != 1 else ''}, SLO attainment "
+                   f"{(r.metrics['slo_attainment'] or 0):.1%}{below}")  # fmt: skip
+        console.print(f"unit shape of {ch.name}: {ch.entry} ({how})")
+    return cfg, choices
+
+
+def _write_unit_shapes(out: Path, choices: list[Any]) -> None:
+    import json
+
+    path = Path(out) / "unit_shapes.json"
+    path.write_text(json.dumps({ch.name: ch.summary() for ch in choices}, indent=2) + "\n")
+
+
 def _print_cluster(cfg: Any, result: Any, out: Path | None, plot: bool) -> None:
     c = cfg.cluster
     per_model = result.extras["summary"]["per_model"]
@@ -122,6 +167,10 @@ def _print_cluster(cfg: Any, result: Any, out: Path | None, plot: bool) -> None:
         f"instance starts {m['instance_starts']}, cold starts {m['cold_starts']}, prewarm hit "
         f"rate {'—' if hit is None else f'{hit:.1%}'}, GPU-seconds {m['gpu_seconds']:,.0f}"
     )
+    from tidal.sim.cluster_units import describe_units  # lazy: keeps tidal --help fast
+
+    for line in describe_units(per_model):  # disaggregated units: pools and KV transfers
+        console.print(line)
     if out is not None and plot:
         from tidal.report.cluster_plot import plot_gpu_timeline  # lazy: keeps tidal --help fast
 

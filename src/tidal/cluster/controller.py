@@ -31,7 +31,6 @@ from tidal.cluster.accounting import Ledger, model_gpu_seconds, start_counts, st
 from tidal.cluster.backend import Backend
 from tidal.cluster.coldstart import StartupPlan
 from tidal.cluster.config import ClusterConfig
-from tidal.cluster.eager import EagerPerfModel, eager_overhead_s
 from tidal.cluster.engine_pool import EnginePool
 from tidal.cluster.instance import START_KINDS, ModelInstance, Replica, State
 from tidal.cluster.kv import reservation_of, reserving_kv
@@ -40,6 +39,7 @@ from tidal.cluster.memory import ClusterMemory
 from tidal.cluster.models import ServedModel, served_models
 from tidal.cluster.policies import PLACEMENTS
 from tidal.cluster.retire import retire
+from tidal.cluster.spec_capacity import engine_perf
 from tidal.cluster.startup_run import run_startup_plan
 from tidal.cluster.topology import parse_cluster
 from tidal.cluster.transfer import TransferEngine
@@ -49,7 +49,6 @@ from tidal.cluster.weight_load import load_weights
 from tidal.core.request import Request
 from tidal.core.spool import ColumnSet
 from tidal.core.units import s_to_ns
-from tidal.hardware.calibration import build_perf_model, engine_choice
 from tidal.hardware.models import ModelSpec
 from tidal.hardware.perf import PerfModel
 
@@ -260,13 +259,7 @@ class ClusterController:
     def engine_perf(self, spec: ModelSpec, tp: int) -> PerfModel:
         """Step-time model of an unshared engine of ``spec`` on ``tp`` GPUs (plus the eager-mode
         overhead with ``cluster.eager_overhead``)."""
-        perf = build_perf_model(
-            self.cfg.perf_model, spec, self.topo.gpu, tp, host=self.cfg.perf_host,
-            engine=engine_choice(self.cfg),
-        )  # fmt: skip
-        if self.cfg.eager_overhead:
-            perf = EagerPerfModel(perf, eager_overhead_s(spec, tp))
-        return perf
+        return engine_perf(self.cfg, spec, self.topo.gpu, tp)
 
     def perf_for(self, inst: ModelInstance, tp: int = 0) -> PerfModel:
         """The step model of ``inst``'s engines of ``tp`` GPUs (default: its engine TP)."""

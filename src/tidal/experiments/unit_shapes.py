@@ -188,3 +188,62 @@ def best_shape(results: Sequence[ShapeResult]) -> ShapeResult | None:
     if not ran:
         return None
     return max(ran, key=lambda r: (r.metrics["slo_attainment"] or 0, -r.metrics["ttft_p99_s"]))
+
+
+@dataclass(frozen=True)
+class ShapeChoice:
+    """One model's planned shape (:func:`choose_unit_shapes`)."""
+
+    name: str
+    """The model's name in results."""
+    given: str
+    """Its ``cluster.models`` entry as written."""
+    chosen: ShapeResult | None
+    """The choice (None: every shape skipped; the entry is kept)."""
+    results: list[ShapeResult]
+    """Every shape tried, in order."""
+
+    @property
+    def entry(self) -> str:
+        return self.given if self.chosen is None else self.chosen.entry
+
+    def summary(self) -> dict[str, Any]:
+        """For ``unit_shapes.json``: the entries, and each shape's GPUs, SLO and latencies."""
+        def row(r: ShapeResult) -> dict[str, Any]:
+            return {"shape": r.shape, "entry": r.entry, "gpus": r.gpus, "meets": r.meets,
+                    "skipped": r.skipped, **r.metrics}  # fmt: skip
+
+        return {"given": self.given, "entry": self.entry,
+                "gpus": self.chosen.gpus if self.chosen else None,
+                "meets": self.chosen.meets if self.chosen else False,
+                "shapes": [row(r) for r in self.results]}  # fmt: skip
+
+
+def choose_unit_shapes(
+    cfg: SimulationConfig,
+    attainment: float = 0.99,
+    max_gpus: int | None = None,
+    shapes: Sequence[str] | None = None,
+) -> tuple[SimulationConfig, list[ShapeChoice]]:
+    """``--unit-shapes auto``: every model of ``cfg``'s cluster gets the shape
+    :func:`best_shape` picks on its own slice of the workload (:func:`compare_shapes`, on up
+    to ``max_gpus`` GPUs — default one node — with its speculation as configured); returns
+    the config with each ``cluster.models`` entry replaced by its choice (names in results,
+    ``cluster.speculative`` keys and the workload unchanged) and the choices, in entry order."""
+    c = cfg.cluster
+    if c is None:
+        raise ConfigError("cluster", "--unit-shapes auto plans the models of a cluster run",
+                          "add --cluster NODESxGPUS:GPU and --models")  # fmt: skip
+    topo = parse_cluster(c.spec)
+    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib << 20, c.block_size)
+    cap = max_gpus or topo.gpus_per_node
+    choices = []
+    for m, given in zip(models, c.models, strict=True):
+        if len(model_slice(cfg, m.name)) == 0:  # no requests: nothing to plan by
+            choices.append(ShapeChoice(m.name, given, None, []))
+            continue
+        res = compare_shapes(cfg, m.name, cap, shapes, attainment)
+        choices.append(ShapeChoice(m.name, given, best_shape(res), res))
+    data = cfg.model_dump(mode="json", exclude_unset=True)
+    data.setdefault("cluster", {})["models"] = [ch.entry for ch in choices]
+    return load_config(data), choices

@@ -56,6 +56,12 @@ class Unit:
     wiring: DisaggWiring
     route: Callable[[Request], int] | None
     """Router over the prefill engines (None: one)."""
+    model: str = ""
+    """The model's name in the results."""
+    start_ns: int = 0
+    """When its engines were built (the instance became READY)."""
+    stop_ns: int = -1
+    """When it was released (stopped, drained); −1: live."""
 
 
 class DisaggEngines:
@@ -69,7 +75,9 @@ class DisaggEngines:
         self.cols = DisaggColumns(num_requests)
         self.out_len = _OutputLengths()
         self.units: dict[int, Unit] = {}
-        """Front engine index (the unit's first prefill engine) → its unit."""
+        """Front engine index (the unit's first prefill engine) → its live unit."""
+        self.every: list[Unit] = []
+        """Every unit built, live or stopped, in start order (for the metrics)."""
         self.wirings: list[DisaggWiring] = []
 
     def start(
@@ -110,7 +118,9 @@ class DisaggEngines:
         for j, inst in enumerate(d_insts):
             wiring.attach_decode(j, inst)
         route = make_router("least-loaded", p_insts) if p > 1 else None
-        self.units[pre[0]] = Unit(p_insts, d_insts, wiring, route)
+        unit = Unit(p_insts, d_insts, wiring, route, model.name, self.sim.now_ns)
+        self.units[pre[0]] = unit
+        self.every.append(unit)
         self.wirings.append(wiring)
         return pre[0]
 
@@ -122,9 +132,5 @@ class DisaggEngines:
         self.sim.deliver(unit.prefill[i].index, prefill_leg(req), now_ns)
 
     def release(self, front: int) -> None:
-        self.units.pop(front)
-
-    def metrics(self) -> dict[str, float]:
-        """``kv_transfer_bytes`` moved between the units' pools (all units)."""
-        return {"kv_transfer_bytes": int(self.cols.kv_transfer_bytes.sum())}
+        self.units.pop(front).stop_ns = self.sim.now_ns
 

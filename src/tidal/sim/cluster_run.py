@@ -45,8 +45,14 @@ from tidal.sim.cluster_metrics import (
     model_rows,
     policy_metrics,
 )
-from tidal.sim.cluster_spec import ClusterSpeculation
+from tidal.sim.cluster_spec import (
+    ClusterSpeculation,
+    mean_lengths,
+    service_times,
+    spec_capacities,
+)
 from tidal.sim.cluster_stream import streamed_workload, streams
+from tidal.sim.cluster_units import add_unit_columns, unit_model_metrics, units_of
 from tidal.sim.cluster_workload import next_arrivals, workload_stats
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -85,6 +91,10 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
             )
         trace = load_azure(cfg.workload.trace)
         w = azure_mix(trace, [service_ms(m.spec) for m in models], mix, rng, read_aggregate_rates())
+        caps = spec_capacities(cfg, mean_lengths(w.requests, len(models)))
+        if any(caps):  # the priors at speculation's decode rate (the same requests, draws)
+            rng = rng_streams(cfg.seed)["workload"]
+            w = azure_mix(trace, service_times(cfg, caps), mix, rng, read_aggregate_rates())
     else:
         path = resolve_trace(cfg.workload.trace) if cfg.workload.trace else None
         w = servegen_mix(mix, len(models), rng, read_aggregate_rates(path))
@@ -255,7 +265,10 @@ def run_cluster(
         shares, description = mix.shares, mix.description
         prior_avg, prior_peak = mix.prior_avg, mix.prior_peak
         stats = workload_stats(c, reqs)
+        if any(caps := spec_capacities(cfg, stats)):  # speculating: their decode rate
+            stats = workload_stats(c, reqs, service_times(cfg, caps))
         next_of, next_own = next_arrivals(reqs, len(c.models))
+    caps = spec_capacities(cfg, stats)  # (what the load estimates used; summary.json)
     t_load = time.perf_counter()
     model_of = reqs.extra["model"]
     recorder = SpooledRecorder(reqs)
@@ -317,8 +330,9 @@ def run_cluster(
     t_end = max(end_ns, first)
     metrics.update(ctl.cluster_metrics(None, first, t_end))
     metrics["num_engines"] = len(sim.instances)
-    if backend.disagg.wirings:  # disaggregated units: the KV they moved between their pools
-        metrics.update(backend.disagg.metrics())
+    if backend.disagg.every:  # disaggregated units: transfer columns (sim/cluster_units.py)
+        add_unit_columns(cols, backend.disagg)
+        metrics["kv_transfer_bytes"] = int(backend.disagg.cols.kv_transfer_bytes.sum())
     augmented = "call_ns" in cols
     if augmented:
         metrics.update(augmented_metrics(cols, cfg.slo.ttft_s, cfg.slo.norm_latency_s))
@@ -349,8 +363,15 @@ def run_cluster(
             pm["prefill_tp"] = m.prefill_engine_tp
         if m.disaggregated:  # a unit of P prefill + D decode engines (sim/cluster_disagg.py)
             pm["deployment"] = f"{m.prefill_engines}p{m.decode_engines}d"
+            pm.update(unit_model_metrics(m, units_of(backend.disagg, m.name), sub, t_end))
+        cap = caps[m.index]
+        if cap is not None:  # speculation in the load estimates (sim/cluster_spec.py)
+            pm["spec_capacity"] = cap.summary()
         pm["share"] = float(shares[m.index])
         per_model[m.name] = pm
+    if backend.disagg.every:  # the cluster's stall: the unit models' sum
+        stalls = [pm["kv_transfer_stall_s"] for pm in per_model.values() if "pools" in pm]
+        metrics["kv_transfer_stall_s"] = sum(stalls)
     run_info = {
         "wall_s": t_sim - t0,
         "load_s": t_load - t0,

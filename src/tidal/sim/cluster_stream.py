@@ -26,6 +26,7 @@ from tidal.cluster.config import ClusterConfig
 from tidal.cluster.models import served_models, service_ms
 from tidal.cluster.topology import parse_cluster
 from tidal.core.units import NS_PER_S, s_to_ns
+from tidal.sim.cluster_spec import service_times, spec_capacities
 from tidal.sim.config import SimulationConfig
 from tidal.sim.single import rng_streams
 from tidal.workload.base import RequestSet
@@ -95,14 +96,17 @@ class _Load:
         return float((fe - 0.0) / span)  # F at 0 is 0: nothing is in flight before t = 0
 
 
-def stream_stats(c: ClusterConfig, stream: MixStream) -> list[dict[str, float]]:
-    """``workload_stats(c, requests)`` of the stream's requests, without holding them."""
+def stream_stats(
+    c: ClusterConfig, stream: MixStream, service: list[tuple[float, float]] | None = None
+) -> list[dict[str, float]]:
+    """``workload_stats(c, requests, service)`` of the stream's requests, without holding
+    them."""
     topo = parse_cluster(c.spec)
     models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size)
     k = len(models)
     count, prompt, output = [0] * k, [0] * k, [0] * k
     loads = [_Load() for _ in range(k)]
-    service = [service_ms(m.spec) for m in models]
+    service = service or [service_ms(m.spec) for m in models]
     t_min: float | None = None
     t_max = 0.0
     for t_ns, p, o, model, _ in stream.releases():
@@ -142,6 +146,9 @@ def streamed_workload(
     c = cfg.cluster
     assert c is not None
     stats = stream_stats(c, mix_stream(cfg))
+    caps = spec_capacities(cfg, stats)
+    if any(caps):  # speculating models: their load at speculation's decode rate (2nd pass)
+        stats = stream_stats(c, mix_stream(cfg), service_times(cfg, caps))
     stream = mix_stream(cfg)
     first = stream.next_arrivals()
     source = f"{stream.source}; +{c.warmup_s:g} s warm-up"

@@ -26,9 +26,13 @@ def next_arrivals(rs: RequestSet, num_models: int) -> tuple[np.ndarray, list[int
     return nxt, first
 
 
-def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]:
+def workload_stats(
+    cfg: ClusterConfig, rs: RequestSet, service: list[tuple[float, float]] | None = None
+) -> list[dict[str, float]]:
     """Per model: request rate over the replay, mean prompt and output lengths, and mean
-    in-flight load with the artifact's service times (§2.1) — what static placements size by."""
+    in-flight load with the artifact's service times (§2.1) — what static placements size by;
+    ``service``: (prefill ms, decode ms/token) per model instead (speculation's,
+    :func:`tidal.sim.cluster_spec.service_times`)."""
     topo = parse_cluster(cfg.spec)
     models = served_models(
         cfg.models, topo.gpu, topo.gpus_per_node, cfg.page_mib * 2**20, cfg.block_size
@@ -39,7 +43,7 @@ def workload_stats(cfg: ClusterConfig, rs: RequestSet) -> list[dict[str, float]]
     model = rs.extra["model"]
     for m in models:
         sel = model == m.index
-        pre, dec = service_ms(m.spec)
+        pre, dec = service_ms(m.spec) if service is None else service[m.index]
         svc = (pre + rs.output_len[sel] * dec) / 1000.0
         if "call_ns" in rs.extra:  # augmented: a request stays in flight during its calls
             svc = svc + rs.extra["call_ns"][sel] / NS_PER_S
