@@ -309,3 +309,56 @@ def test_fast_forward_exact_with_split_units():
     a = run_simulation(_warmserve(True))
     b = run_simulation(_warmserve(False))
     assert result_digest(a) == result_digest(b)
+
+
+def _processor_sharing(start: np.ndarray, nbytes: np.ndarray, rate: float) -> np.ndarray:
+    """End times (ns, float) of jobs on one server of ``rate`` bytes/s shared equally by
+    the jobs in it (egalitarian processor sharing), jobs in start order."""
+    ends = np.zeros(len(start))
+    left: dict[int, float] = {}
+    t, i = 0.0, 0
+    while i < len(start) or left:
+        k = len(left)
+        to_done = min(left.values()) * k / rate * 1e9 if k else math.inf
+        to_next = start[i] - t if i < len(start) else math.inf
+        dt = min(to_done, to_next)
+        for j in left:
+            left[j] -= rate * dt / 1e9 / k
+        t += dt
+        for j in [j for j, r in left.items() if r <= 1e-3]:
+            ends[j] = t
+            del left[j]
+        while i < len(start) and start[i] <= t:
+            left[i] = nbytes[i]
+            i += 1
+    return ends
+
+
+@needs_traces
+def test_one_shared_nic_is_a_processor_sharing_queue():
+    """With one NIC per node, every transfer of both units crosses node 0's NIC out and node
+    1's NIC in: the fabric is one server of the NIC's rate shared max-min fairly by the
+    transfers in flight, so each transfer ends when an egalitarian processor-sharing queue
+    fed the same (start, bytes) says, plus the link's latency."""
+    cfg = load_config(
+        {
+            "workload": {"trace": AZURE},
+            "cluster": {
+                "spec": "2x8:h100", "models": ["llama-2-13b:4/4:1p1d"], "perf_model": "roofline",
+                "placement": "dedicated", "warmup_s": 20, "unit_pools": "apart",
+                "network": {"nics_per_node": 1}, "max_model_len": 10240,
+                "mix": {"rate": 4.0, "alpha": 1.0, "replay_s": 40, "prompt_cap": 8192},
+            },
+        }
+    )  # fmt: skip
+    res = run_simulation(cfg)
+    c = res.extras["controller"].backend.disagg.cols
+    done = c.kv_transfer_end_ns >= 0
+    assert done.sum() == res.metrics["num_completed"] > 20
+    start = c.kv_transfer_start_ns[done].astype(float)
+    end = c.kv_transfer_end_ns[done].astype(float)
+    nbytes = np.asarray(res.columns["prompt_len"])[done] * 2 * 40 * 40 * 128 * 2.0
+    order = np.argsort(start, kind="stable")
+    ideal = _processor_sharing(start[order], nbytes[order], 50e9 * 0.8) + 5000
+    assert (end[order] - start[order]).max() > 2 * (nbytes / 40e9 * 1e9).max()  # they queued
+    assert np.abs(end[order] - ideal).max() <= 2.0  # ns: each flow's end is rounded up
