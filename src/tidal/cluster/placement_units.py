@@ -103,9 +103,10 @@ def check_placeable(models: Sequence[ServedModel], topo: Topology) -> None:
     for m in models:
         if place_groups(m, topo.num_nodes, first_free(topo, lambda g: True)) is None:
             how = "on different nodes" if m.apart else "inside nodes"
+            fix = "use more nodes or smaller pools"
             raise ConfigError(
                 "cluster.models (--models)",
                 f"{m.name}: no placement of its GPU groups {m.groups} {how} on "
                 f"{topo.num_nodes} node(s) of {topo.gpus_per_node} GPUs",
-                "use more nodes, smaller pools, or cluster.unit_pools: auto",
+                fix + (", or cluster.unit_pools: auto" if m.apart else ""),
             )
