@@ -44,12 +44,14 @@ def layouts(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def run(args: argparse.Namespace, rate: float, pools: str, net: dict[str, Any]) -> dict[str, Any]:
+    """One cluster run; the metrics of the unit's model (the cluster's when it is alone)."""
+    extra = [m for m in args.extra_models.split(",") if m]
     data: dict[str, Any] = {
         "seed": args.seed,
         "workload": {"trace": TRACES[args.trace]},
         "cluster": {
-            "spec": args.cluster, "models": [f"{args.model}:{args.tp}/{args.tp}:1p1d"],
-            "placement": "dedicated", "warmup_s": 20, "unit_pools": pools, "network": net,
+            "spec": args.cluster, "models": [f"{args.model}:{args.tp}/{args.tp}:1p1d", *extra],
+            "placement": args.placement, "warmup_s": 20, "unit_pools": pools, "network": net,
             "max_model_len": args.max_model_len,
             "mix": {"rate": rate, "alpha": 1.0, "replay_s": args.replay_s,
                     "prompt_cap": args.prompt_cap},
@@ -57,11 +59,13 @@ def run(args: argparse.Namespace, rate: float, pools: str, net: dict[str, Any]) 
     }  # fmt: skip
     t0 = time.perf_counter()
     res = run_simulation(load_config(data))
-    row: dict[str, Any] = {k: res.metrics.get(k) for k in KEYS}
+    mine = res.metrics if not extra else res.extras["summary"]["per_model"][args.model]
+    row: dict[str, Any] = {k: mine.get(k, res.metrics.get(k)) for k in KEYS}
     cols = res.extras["controller"].backend.disagg.cols
     t = (cols.kv_transfer_end_ns - cols.kv_transfer_start_ns)[cols.kv_transfer_end_ns >= 0] / 1e6
     row.update(
         rate=rate, unit_pools=pools, network=net, transfers=int(t.size),
+        placement=args.placement, extra_models=extra, trace=args.trace, model=args.model,
         transfer_p50_ms=float(np.percentile(t, 50)), transfer_p99_ms=float(np.percentile(t, 99)),
         transfer_mean_ms=float(t.mean()), wall_s=time.perf_counter() - t0,
     )  # fmt: skip
@@ -82,6 +86,9 @@ def main() -> None:
     ap.add_argument("--link", default="ib-ndr", help="cluster.network.link across nodes")
     ap.add_argument("--nics", type=int, default=1,
                     help="also run with this many NICs per node, shared (0: skip)")  # fmt: skip
+    ap.add_argument("--placement", default="dedicated")
+    ap.add_argument("--extra-models", default="",
+                    help="aggregated models beside the unit (comma list; metrics: the unit's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -94,7 +101,7 @@ def main() -> None:
             if args.out:
                 with args.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")
-    print(f"{args.model} 1p1d TP {args.tp}/{args.tp}, {args.cluster}, dedicated, Azure "
+    print(f"{args.model} 1p1d TP {args.tp}/{args.tp}, {args.cluster}, {args.placement}, Azure "
           f"{args.trace} {args.replay_s:g} s, prompts ≤ {args.prompt_cap}\n")  # fmt: skip
     print("| rate | layout | done | TTFT p50 | TTFT p99 | TPOT p50 | KV transfer p50 | p99 |")
     print("|---|---|---|---|---|---|---|---|")
