@@ -44,6 +44,22 @@ CLUSTER = (
         "cluster.mix.kind", shows="azure",
     ),
     Flag("days", F, "Cluster servegen mix: days to simulate.", "cluster.mix.days", shows=14.0),
+    Flag(
+        "unit_pools", S,
+        "Cluster: a disaggregated unit's pools as one group (together), two groups when it is "
+        "not one power-of-two group of a node (auto), or two groups on different nodes (apart).",
+        "cluster.unit_pools", shows="auto",
+    ),
+    Flag(
+        "node_link", S,
+        "Cluster: link between nodes for a unit's KV: ib-ndr | ib-xdr | roce-400 | eth-100 | "
+        "nvlink (multi-node NVLink) | pcie.",
+        "cluster.network.link", shows="ib-ndr",
+    ),
+    Flag(
+        "nics_per_node", I, "Cluster: NICs per node, shared by its GPUs (default: one per GPU).",
+        "cluster.network.nics_per_node",
+    ),
 )  # fmt: skip
 
 _DISAGG = "(any pool flag makes the run a disaggregated prefill/decode deployment)"

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tidal.cluster.model_entries import entry_names, split_entries
+from tidal.cluster.network import NetworkConfig
 from tidal.cluster.topology import parse_cluster
 from tidal.core.strict import StrictModel
 from tidal.engine.spec_config import SpeculativeConfig, parse_speculative_config
@@ -257,6 +258,14 @@ class ClusterConfig(_Strict):
     serverlessllm: ServerlessLLMConfig = ServerlessLLMConfig()
     muxserve: MuxServeConfig = MuxServeConfig()
     mix: MixConfig = MixConfig()
+    unit_pools: Literal["auto", "together", "apart"] = "auto"
+    """How a disaggregated unit's pools are placed (docs/design/disagg-cluster-nodes.md):
+    ``auto`` — one group when P·tp_p + D·tp_d is a power of two ≤ a node, else two groups
+    (prefill, decode), each a power of two inside one node, possibly on different nodes;
+    ``together`` — always one group (such a unit is refused); ``apart`` — always two groups
+    on different nodes (KV over ``network``)."""
+    network: NetworkConfig = NetworkConfig()
+    """The links between nodes that a unit's KV crosses when its pools sit on two nodes."""
 
     speculative: dict[str, SpeculativeConfig] = Field(default_factory=dict)
     """Per-model speculative decoding (vLLM's ``--speculative-config``) by model id (each of
@@ -292,7 +301,12 @@ class ClusterConfig(_Strict):
     def _check(self) -> ClusterConfig:
         """The topology parses; the placement name is checked where the registries are complete
         (:class:`tidal.sim.config.SimulationConfig`, and the controller that builds it)."""
-        parse_cluster(self.spec)
+        topo = parse_cluster(self.spec)
+        if self.unit_pools == "apart" and topo.num_nodes < 2:
+            raise ValueError(
+                f"cluster.unit_pools: apart puts a unit's pools on different nodes; "
+                f"{self.spec!r} has one node (use auto, or NODESxGPUS with ≥ 2 nodes)"
+            )
         names = entry_names(self.models)
         ids = {n.split("#")[0] for n in names}
         for k in self.speculative:

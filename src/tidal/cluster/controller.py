@@ -37,6 +37,7 @@ from tidal.cluster.kv import reservation_of, reserving_kv
 from tidal.cluster.load import ModelLoad
 from tidal.cluster.memory import ClusterMemory
 from tidal.cluster.models import ServedModel, served_models
+from tidal.cluster.placement_units import check_placeable
 from tidal.cluster.policies import PLACEMENTS
 from tidal.cluster.retire import retire
 from tidal.cluster.spec_capacity import engine_perf
@@ -74,8 +75,10 @@ class ClusterController:
         gpu = self.topo.gpu
         self.page_bytes = cfg.page_mib * 2**20
         self.models: list[ServedModel] = served_models(
-            cfg.models, gpu, self.topo.gpus_per_node, self.page_bytes, cfg.block_size
+            cfg.models, gpu, self.topo.gpus_per_node, self.page_bytes, cfg.block_size,
+            cfg.unit_pools,
         )
+        check_placeable(self.models, self.topo)
         self.pages_per_gpu = int(cfg.gpu_memory_utilization * gpu.mem_bytes // self.page_bytes)
         n = self.topo.num_gpus
         self.memory = ClusterMemory(n, self.pages_per_gpu, len(self.models))
@@ -247,7 +250,9 @@ class ClusterController:
         perf = self.perf_for(inst)
         assert inst.kv is not None
         if inst.model.disaggregated:  # a unit: its prefill engines' KV size and step model
-            unit = UnitParts(inst.prefill_blocks, self.perf_for(inst, inst.model.prefill_engine_tp))
+            unit = UnitParts(
+                inst.prefill_blocks, self.perf_for(inst, inst.model.prefill_engine_tp), inst.gpus
+            )
             inst.engine = self.backend.start_engine(inst.model, inst.kv, perf, unit=unit)
         else:
             inst.engine = self.backend.start_engine(inst.model, inst.kv, perf)

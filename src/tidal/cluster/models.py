@@ -79,6 +79,20 @@ class ServedModel:
     the unit has ``tp / (P + D)`` GPUs. With per-pool TP, ``weight_pages`` is the larger of the
     two shards (what placement asks of every GPU of the group) and ``block_pages`` the decode
     engines' (:meth:`weight_split` and :attr:`prefill_block_pages` give each pool's)."""
+    split: bool = False
+    """A unit placed as two GPU groups, its prefill pool's P·tp_p GPUs and its decode pool's
+    D·tp_d GPUs, each a power of two inside one node, the two possibly on different nodes
+    (``cluster.unit_pools``, :mod:`tidal.cluster.placement_units`); False: one group."""
+    apart: bool = False
+    """A split unit whose two groups must sit on different nodes (``unit_pools: apart``)."""
+
+    @property
+    def groups(self) -> tuple[int, ...]:
+        """GPU counts of the instance's groups, in order: ``(tp,)``, or a split unit's
+        ``(P·tp_p, D·tp_d)`` (prefill first; ``tp`` is their sum)."""
+        if not self.split:
+            return (self.tp,)
+        return (self.prefill_engines * self.prefill_engine_tp, self.decode_engines * self.engine_tp)
 
     @property
     def disaggregated(self) -> bool:
@@ -239,9 +253,55 @@ def _spec(entry: Entry, raw: str) -> ModelSpec:
         raise ConfigError(MODELS_FIELD, f"entry {raw!r}: {err}") from None
 
 
+UNIT_POOLS = ("together", "auto", "apart")
+"""``cluster.unit_pools``: a unit is one group (``together``), two groups when it is not one
+power-of-two group of a node (``auto``), or always two groups on different nodes (``apart``)."""
+
+
+def _is_group(n: int, gpus_per_node: int) -> bool:
+    """Whether ``n`` GPUs form one placement group: a power of two ≤ a node."""
+    return n <= gpus_per_node and not n & (n - 1)
+
+
+def _layout(
+    entry: str, shape: tuple[int, int, int, int], gpus_per_node: int, pools: str
+) -> tuple[bool, bool]:
+    """(split, apart) of a unit ``shape`` = (P, tp_p, D, tp_d) under ``pools``
+    (:data:`UNIT_POOLS`); raises a ``ConfigError`` naming the entry when it has no layout."""
+    p, tp_p, d, tp_d = shape
+    group = p * tp_p + d * tp_d
+    if pools == "together" or (pools == "auto" and _is_group(group, gpus_per_node)):
+        if _is_group(group, gpus_per_node):
+            return False, False
+        tps = f"{tp_p}/{tp_d}" if tp_p != tp_d else f"{tp_d}"
+        raise ConfigError(
+            MODELS_FIELD,
+            f"{entry!r}: its {p} + {d} engines × tp {tps} = {group} GPUs must be a power of two "
+            f"≤ {gpus_per_node} (GPUs per node) with cluster.unit_pools: together",
+            "set cluster.unit_pools: auto to place the prefill and decode pools as two groups "
+            "(possibly on different nodes), or change the unit",
+        )
+    for what, n in (("prefill", p * tp_p), ("decode", d * tp_d)):
+        if not _is_group(n, gpus_per_node):
+            raise ConfigError(
+                MODELS_FIELD,
+                f"{entry!r}: its {what} pool's {n} GPUs must be a power of two ≤ "
+                f"{gpus_per_node} (GPUs per node): each pool of a unit is one group of a node",
+                "change the pool's engines or TP",
+            )
+    return True, pools == "apart"
+
+
 def served_models(
-    entries: list[str], gpu: GPUSpec, gpus_per_node: int, page_bytes: int, block_size: int
+    entries: list[str],
+    gpu: GPUSpec,
+    gpus_per_node: int,
+    page_bytes: int,
+    block_size: int,
+    pools: str = "together",
 ) -> list[ServedModel]:
+    """The served models of ``entries``; ``pools``: how a unit's pools are grouped
+    (:data:`UNIT_POOLS`; ``cluster.unit_pools``)."""
     if not entries:
         raise ConfigError(MODELS_FIELD, "no models given", "e.g. llama-2-7b,llama-2-13b")
     parsed = [parse_entry(e) for e in entries]
@@ -254,21 +314,22 @@ def served_models(
         tp_p = ent.tp if ent.tp is not None else _default_tp(spec, gpu, gpus_per_node)
         tp_d = ent.tp_decode if ent.tp_decode is not None else tp_p
         group = tp_p * p + tp_d * d if d else tp_d
-        if group > gpus_per_node or group & (group - 1):
-            tps = f"{tp_p}/{tp_d}" if tp_p != tp_d else f"{tp_d}"
-            what = f"tp {tp_d}" if not d else f"its {p} + {d} engines × tp {tps} = {group} GPUs"
+        if not d and not _is_group(group, gpus_per_node):
             raise ConfigError(
                 MODELS_FIELD,
-                f"{entry!r}: {what} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
+                f"{entry!r}: tp {tp_d} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
                 "TP groups (and a disaggregated unit) stay inside one node",
             )
+        split, apart = False, False
+        if d:
+            split, apart = _layout(entry, (p, tp_p, d, tp_d), gpus_per_node, pools)
         check_tp(spec, tp_p, MODELS_FIELD)
         check_tp(spec, tp_d, MODELS_FIELD)
         name = f"{mid}#{seen[mid]}" if counts[mid] > 1 else mid
         seen[mid] += 1
         w = cdiv(spec.weight_bytes, min(tp_p, tp_d))
         blk = spec.kv_bytes_per_token_per_gpu(tp_d) * block_size
-        pools = (tp_p, tp_d) if tp_p != tp_d else (0, 0)
+        tps = (tp_p, tp_d) if tp_p != tp_d else (0, 0)
         out.append(
             ServedModel(
                 i,
@@ -281,7 +342,9 @@ def served_models(
                 page_bytes,
                 p,
                 d,
-                *pools,
+                *tps,
+                split,
+                apart,
             )
         )
     return out

@@ -28,6 +28,9 @@ class UnitParts:
 
     prefill_blocks: int
     prefill_perf: PerfModel
+    gpus: tuple[int, ...] = ()
+    """The unit's GPUs (prefill group first): where its KV transfers run
+    (:mod:`tidal.cluster.network` when its pools sit on two nodes)."""
 
 
 @dataclass(frozen=True)

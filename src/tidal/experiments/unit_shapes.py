@@ -79,7 +79,9 @@ def _served(cfg: SimulationConfig, name: str) -> ServedModel:
     c = cfg.cluster
     assert c is not None
     topo = parse_cluster(c.spec)
-    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib << 20, c.block_size)
+    models = served_models(
+        c.models, topo.gpu, topo.gpus_per_node, c.page_mib << 20, c.block_size, c.unit_pools
+    )
     for m in models:
         if m.name == name:
             return m

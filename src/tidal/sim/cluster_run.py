@@ -79,7 +79,9 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
     c = cfg.cluster
     assert c is not None
     topo = parse_cluster(c.spec)
-    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size)
+    models = served_models(
+        c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size, c.unit_pools
+    )
     rng = rng_streams(cfg.seed)["workload"]
     mix = c.mix
     if mix.kind == "azure":
@@ -138,7 +140,8 @@ class SimBackend:
         self.retired: list[tuple[str, RetiredStats]] = []
         """Per model, the summed counters of its stopped schedulers (engines reused)."""
         self._retired_of: dict[str, RetiredStats] = {}
-        self.disagg = DisaggEngines(sim, self.gpu, len(sim.requests))
+        topo = parse_cluster(c.spec)
+        self.disagg = DisaggEngines(sim, self.gpu, len(sim.requests), topo, c.network)
         """The disaggregated units' engines."""
         self.spec = ClusterSpeculation(cfg, self.gpu)
         """Speculative decoding of the engines (``sim/cluster_spec.py``)."""
@@ -201,7 +204,9 @@ class SimBackend:
             self.disagg.caching = self.prefix_caching
             unit = unit or UnitParts(kv.num_blocks, perf)
             perfs = (unit.prefill_perf, self.spec.wrap(model, perf, model.engine_tp))
-            return self.disagg.start(model, kv, perfs, self.scheduler, add, unit.prefill_blocks)
+            return self.disagg.start(
+                model, kv, perfs, self.scheduler, add, unit.prefill_blocks, unit.gpus
+            )
         perf = self.spec.wrap(model, perf, model.engine_tp)  # (speculating: verify + draft)
         sched = self.scheduler(model, kv, perf)
         free = self.free_engines.get(name)

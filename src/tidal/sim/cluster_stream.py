@@ -48,7 +48,9 @@ def mix_stream(cfg: SimulationConfig, rows: int = 8192) -> MixStream:
     assert c is not None
     topo = parse_cluster(c.spec)
     num_models = len(
-        served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size)
+        served_models(
+            c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size, c.unit_pools
+        )
     )
     path = resolve_trace(cfg.workload.trace) if cfg.workload.trace else None
     rng = rng_streams(cfg.seed)["workload"]
@@ -102,7 +104,9 @@ def stream_stats(
     """``workload_stats(c, requests, service)`` of the stream's requests, without holding
     them."""
     topo = parse_cluster(c.spec)
-    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size)
+    models = served_models(
+            c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size, c.unit_pools
+        )
     k = len(models)
     count, prompt, output = [0] * k, [0] * k, [0] * k
     loads = [_Load() for _ in range(k)]

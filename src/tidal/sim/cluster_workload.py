@@ -35,7 +35,8 @@ def workload_stats(
     :func:`tidal.sim.cluster_spec.service_times`)."""
     topo = parse_cluster(cfg.spec)
     models = served_models(
-        cfg.models, topo.gpu, topo.gpus_per_node, cfg.page_mib * 2**20, cfg.block_size
+        cfg.models, topo.gpu, topo.gpus_per_node, cfg.page_mib * 2**20, cfg.block_size,
+        cfg.unit_pools,
     )
     t = rs.arrival_ns / NS_PER_S
     span = max(float(t.max() - t.min()), 1.0) if len(t) else 1.0

@@ -1,6 +1,7 @@
 """``dedicated``: each model owns a fixed set of instances on its own GPUs for the whole run.
 
-Sizing: one instance per model (largest TP first, so aligned groups fit), then one more at a time
+Sizing: one instance per model (largest group first, so aligned groups fit; a split unit's two
+groups by :func:`tidal.cluster.placement_units.place_groups`), then one more at a time
 to the model with the highest expected load per instance (``demand / instances``, demand = the
 workload's mean in-flight load) while an aligned group is free. Routing: the least-loaded
 instance below B, else retry every second (the artifact's router without creation).
@@ -11,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tidal.cluster.coldstart import vanilla_plan
+from tidal.cluster.placement_units import aligned_free, place_groups
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
-from tidal.cluster.policies.common import aligned_group, least_loaded
+from tidal.cluster.policies.common import least_loaded
 from tidal.cluster.view import ClusterView, LaunchParams
 from tidal.core.errors import ConfigError
 from tidal.core.request import Request
@@ -23,8 +25,10 @@ def size_dedicated(view: ClusterView, demand: Sequence[float]) -> list[tuple[int
     free = set(range(view.topo.num_gpus))
     out: list[tuple[int, tuple[int, ...]]] = []
     count = [0] * len(view.models)
-    for m in sorted(view.models, key=lambda m: (-m.tp, m.index)):
-        group = aligned_group(view, m.tp, free)
+    pick = aligned_free(view.topo, free.__contains__)
+    nodes = view.topo.num_nodes
+    for m in sorted(view.models, key=lambda m: (-max(m.groups), -m.tp, m.index)):
+        group = place_groups(m, nodes, pick)
         if group is None:
             raise ConfigError(
                 "cluster.models",
@@ -37,7 +41,7 @@ def size_dedicated(view: ClusterView, demand: Sequence[float]) -> list[tuple[int
     while True:
         order = sorted(view.models, key=lambda m: (-demand[m.index] / count[m.index], m.index))
         for m in order:
-            group = aligned_group(view, m.tp, free)
+            group = place_groups(m, nodes, pick)
             if group is not None:
                 free -= set(group)
                 out.append((m.index, group))

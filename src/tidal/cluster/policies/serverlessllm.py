@@ -23,6 +23,7 @@ from collections import deque
 from tidal.cluster.coldstart import vanilla_plan
 from tidal.cluster.instance import ModelInstance
 from tidal.cluster.models import ServedModel
+from tidal.cluster.placement_units import first_free, place_groups
 from tidal.cluster.policies.base import PLACEMENTS, ClusterPolicy
 from tidal.cluster.policies.common import RoundRobin, scale_step
 from tidal.cluster.view import ClusterActions, ClusterView, LaunchParams
@@ -77,6 +78,9 @@ class ServerlessLLM(ClusterPolicy):
         self._dispatch(inst.model.index, now_ns)
 
     # ------------------------------------------------------------------ autoscaler
+    def _idle(self, g: int) -> bool:
+        return self.view.gpu_busy[g] is None
+
     def tick(self, now_ns: int) -> None:
         for m in range(len(self.view.models)):
             scale_step(self.view, self.sl, self.idle_s, m, now_ns, self._create, self.act.stop)
@@ -99,6 +103,9 @@ class ServerlessLLM(ClusterPolicy):
                 est = (queued + total) / (st.ssd_gbs * 1e9)
             if best is None or est < best[0]:
                 best = (est, tuple(idle[: model.tp]))
+        if model.split:  # a unit's two groups (cluster/placement_units.py): first idle ones
+            group = place_groups(model, view.topo.num_nodes, first_free(view.topo, self._idle))
+            best = None if group is None else (0.0, group)
         if best is None:
             return None
         plan = vanilla_plan(

@@ -9,6 +9,8 @@ evicts, so every action lands on free pages and a free replica slot.
 from __future__ import annotations
 
 from tidal.cluster.instance import State
+from tidal.cluster.models import ServedModel
+from tidal.cluster.placement_units import split_gpus
 from tidal.cluster.policies.warmserve_plan import PlanReplica, plan_prewarm
 from tidal.cluster.view import ClusterView
 
@@ -17,11 +19,16 @@ def existing_replicas(view: ClusterView) -> list[PlanReplica]:
     """Replicas as the artifact's planner sees them: warm and loading replicas and the
     weights backing live instances (which stay registered as replicas), by creation time."""
     items: list[tuple[int, PlanReplica]] = []
+
+    def replica(model: ServedModel, gpus: tuple[int, ...]) -> PlanReplica:
+        parts = tuple(split_gpus(model, gpus)) if model.split else ()
+        return PlanReplica(model.index, model.tp, gpus, 0.0, parts)
+
     for r in view.replicas.values():
-        items.append((r.started_ns, PlanReplica(r.model.index, r.model.tp, r.gpus)))
+        items.append((r.started_ns, replica(r.model, r.gpus)))
     for inst in view.live.values():
         if inst.state != State.STOPPED:
-            items.append((inst.created_ns, PlanReplica(inst.model.index, inst.model.tp, inst.gpus)))
+            items.append((inst.created_ns, replica(inst.model, inst.gpus)))
     items.sort(key=lambda x: x[0])
     return [p for _, p in items]
 
@@ -51,4 +58,5 @@ def prewarm_actions(
         [max_slots - len(view.gpu_replicas[g]) for g in range(n)],
         [view.topo.gpus_of(k) for k in range(view.topo.num_nodes)],
         smart=smart,
+        layouts=[(m.groups, m.apart) for m in view.models],
     )

@@ -13,21 +13,25 @@ from __future__ import annotations
 from tidal.cluster.coldstart import StartupPlan, unified_plan
 from tidal.cluster.config import ClusterConfig, StartupConfig
 from tidal.cluster.models import ServedModel
+from tidal.cluster.placement_units import place_groups
 from tidal.cluster.view import ClusterView
 
 
 def miss_gpus(view: ClusterView, model: ServedModel, evict_aware: bool) -> tuple[int, ...] | None:
     """Idle GPUs for a miss on the first node that has ``model.tp`` of them (None: none has);
-    ``evict_aware``: those holding the fewest replicas (§2.5), else the first idle ones."""
-    for node in range(view.topo.num_nodes):
-        idle = view.idle_gpus(node)
-        if len(idle) < model.tp:
-            continue
-        if not evict_aware or len(idle) == model.tp:
-            return tuple(idle[: model.tp])
+    ``evict_aware``: those holding the fewest replicas (§2.5), else the first idle ones. A
+    split unit takes each of its two groups so (:func:`place_groups`)."""
+
+    def pick(node: int, size: int, taken: frozenset[int]) -> tuple[int, ...] | None:
+        idle = [g for g in view.idle_gpus(node) if g not in taken]
+        if len(idle) < size:
+            return None
+        if not evict_aware or len(idle) == size:
+            return tuple(idle[:size])
         overlap = sorted((len(view.gpu_replicas[g]), g) for g in idle)
-        return tuple(sorted(g for _, g in overlap[: model.tp]))
-    return None
+        return tuple(sorted(g for _, g in overlap[:size]))
+
+    return place_groups(model, view.topo.num_nodes, pick)
 
 
 def startup_plan(

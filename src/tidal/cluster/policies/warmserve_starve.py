@@ -24,6 +24,8 @@ READY and past ``protect_s``) that free one group of m.tp GPUs on one node: on e
 takes, one instance at a time, the fewest-in-flight instance of the model with the most
 instances above its need ("most over-held first") until the node's idle GPUs plus the freed
 ones reach m.tp, and it uses the node that needs the fewest stops (ties: the lowest node id).
+(A split unit — two groups, ``cluster/placement_units.py`` — frees its larger group: a lower
+bound; its acquire may still find no second group and waits for the next period.)
 The stopped instances drain; when the last of them retires, m acquires at once (before any
 other model's autoscaler or router sees the idle GPUs). One group per starved model per
 period: a model short of several instances gets one more each period while it stays starved.
@@ -138,7 +140,7 @@ class StarvationGuard:
         one node has m.tp idle GPUs, by the choice rule of the module docstring; empty when
         no node can get there."""
         view = self.view
-        tp = view.models[m].tp
+        tp = max(view.models[m].groups)  # (a split unit: its larger group, a lower bound)
         if not excess:
             return []
         best: list[ModelInstance] | None = None
