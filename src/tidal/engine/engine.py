@@ -18,6 +18,17 @@ engine, :meth:`on_step_end` at each step-end event); the runtime calls :meth:`st
 the three phases back to back on its clock and keeps their CPU time (``schedule_ns``,
 ``execute_ns``, ``update_ns``, summed over steps; ``time.perf_counter_ns``) so that the
 scheduler's overhead can be reported as a share of step time.
+
+**Scheduling one step ahead** (:attr:`Engine.schedules_ahead`; vLLM's async scheduling, on by
+default from 0.14, and SGLang's overlap scheduler): the engine core plans step N + 1 as soon as
+step N is launched, before N ends, and reads its input queue only between steps
+(``EngineCore.step_with_batch_queue`` and ``run_busy_loop`` in vLLM's
+``vllm/v1/engine/core.py``; ``Scheduler.event_loop_overlap`` in SGLang). A request that
+arrives while step N runs therefore reaches the scheduler after N + 1 was planned, and is
+first scheduled into N + 2. :meth:`submit` holds such requests in :attr:`Engine.inbox` and
+:meth:`on_step_end` hands them to the scheduler right after it planned the next step (or
+before, when that plan is empty: the engine core then blocks on its input queue and
+schedules at once). An idle engine sees an arrival at once, as before.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import time
 from collections.abc import Callable
 
 from tidal.core.clock import Clock, VirtualClock
+from tidal.core.request import Request
 from tidal.core.units import INF_NS
 from tidal.engine.executor import Executor
 from tidal.engine.plan import StepOutput, StepPlan
@@ -75,6 +87,29 @@ class Engine:
         self.schedule_ns = 0
         self.execute_ns = 0
         self.update_ns = 0
+        self.schedules_ahead = False
+        """The next step is planned while this one runs (module docstring): arrivals during a
+        step wait in :attr:`inbox` until the next step was planned."""
+        self.inbox: list[Request] = []
+        """Requests that arrived during the step in flight (only with :attr:`schedules_ahead`)."""
+
+    def submit(self, req: Request) -> None:
+        """A request arrives: queued at the scheduler, or, while a step runs on an engine that
+        schedules ahead, held until the next step was planned."""
+        if self.schedules_ahead and self.busy:
+            self.inbox.append(req)
+        else:
+            self.scheduler.add_request(req)
+
+    def _flush_inbox(self) -> bool:
+        """Hand the held arrivals to the scheduler, in arrival order; whether there were any."""
+        if not self.inbox:
+            return False
+        add = self.scheduler.add_request
+        for req in self.inbox:
+            add(req)
+        self.inbox.clear()
+        return True
 
     # ------------------------------------------------------------------ event-driven loop
     def start(self, now_ns: int) -> int | None:
@@ -97,7 +132,10 @@ class Engine:
         self.busy_ns += now_ns - self.start_ns
         # the next step: :meth:`start` and :meth:`_execute`, inlined (the simulator's hot path)
         plan = sched.schedule(now_ns)
+        fresh = self.inbox and self._flush_inbox()  # planned before the held arrivals are seen
         if not plan.num_decodes and not plan.prefills and not plan.stall_ns:  # plan.is_empty
+            if fresh:  # nothing else to run: the engine core takes them in at once
+                return self._replan(now_ns)
             self._idle(now_ns)
             return None
         self.plan = plan
@@ -105,8 +143,9 @@ class Engine:
         if now_ns >= self.sample_at and self.on_sample is not None:
             self.on_sample(now_ns, plan)
         k = 1
-        if self.fast_forward and plan.num_decodes and not plan.prefills:
+        if self.fast_forward and plan.num_decodes and not plan.prefills and not fresh:
             k, sensitive = sched.repeatable_steps(plan)  # :meth:`_fast_forward`, inlined
+            sensitive = sensitive or self.schedules_ahead  # an arrival enters the queue later
         if k > 1:
             horizon = self.next_event_ns() if sensitive else None
             output = self.executor.execute(plan, now_ns, -1, k, horizon)
@@ -115,6 +154,15 @@ class Engine:
         self.output = output
         end = self.end_ns = now_ns + output.duration_ns
         return end
+
+    def _replan(self, now_ns: int) -> int | None:
+        """The planned step was empty but held arrivals just entered the queue: plan again at
+        the same instant (the step that would have run is the idle engine's first)."""
+        plan = self.scheduler.schedule(now_ns)
+        if not plan.num_decodes and not plan.prefills and not plan.stall_ns:
+            self._idle(now_ns)
+            return None
+        return self._execute(plan, now_ns)
 
     def _execute(self, plan: StepPlan, now_ns: int) -> int:
         idle = -1 if self.busy else now_ns - self.idle_since
@@ -135,6 +183,7 @@ class Engine:
         """Execute a pure-decode ``plan`` as a run of as many identical steps as the scheduler
         allows, up to the next external event that could change it."""
         k, sensitive = self.scheduler.repeatable_steps(plan)
+        sensitive = sensitive or self.schedules_ahead
         if k <= 1:
             return self.executor.execute(plan, now_ns, idle_ns)
         horizon = self.next_event_ns() if sensitive else None

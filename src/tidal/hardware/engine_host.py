@@ -39,6 +39,7 @@ __all__ = [
     "async_scheduling_default",
     "engine_host",
     "first_at_least",
+    "schedules_ahead",
 ]
 
 ASYNC_SCHEDULING_SINCE = {"vllm": (0, 14, 0)}
@@ -119,6 +120,23 @@ def engine_host(
         return EngineHost(step, per_seq, True, "async scheduling: no exposed CPU time modelled")
     step, per_seq = VLLM_SYNC_HOST
     return EngineHost(step, per_seq, False, "fit: vLLM 0.12.0 Qwen3-32B H100 TP 2 rows")
+
+
+def schedules_ahead(engine: str, version: str | None, async_scheduling: bool | None) -> bool:
+    """Whether the engine core plans the next step while the GPU runs this one, so that a
+    request arriving during a step is scheduled one step later (the admission lag of
+    :class:`tidal.engine.engine.Engine`). vLLM: async scheduling (``--async-scheduling``, its
+    version's default when None): ``step_with_batch_queue`` schedules step N + 1 right after
+    launching N, and ``run_busy_loop`` reads the input queue only between steps
+    (``vllm/v1/engine/core.py``). SGLang: its overlap scheduler, on by default
+    (``--disable-overlap-schedule`` turns it off; not modelled): ``event_loop_overlap``
+    receives requests, then launches batch N + 1 before it processes batch N's result."""
+    if engine == "sglang":
+        return True
+    if engine != "vllm":
+        return False
+    return async_scheduling_default(engine, version) if async_scheduling is None \
+        else async_scheduling  # fmt: skip
 
 
 def first_at_least(c: float, a: float, lo: int, hi: float, level: float) -> float:

@@ -48,7 +48,7 @@ from tidal.hardware.engine_deployment import (
     SHARED_EXPERTS_STREAM_TOKENS,
     EngineDeployment,
 )
-from tidal.hardware.engine_host import engine_host, first_at_least
+from tidal.hardware.engine_host import engine_host, first_at_least, schedules_ahead
 from tidal.hardware.engine_prefill import RowCost, chunk_attention_us
 from tidal.hardware.engine_tables import (
     MOE_DISTRIBUTIONS,
@@ -130,6 +130,7 @@ class EnginePerfModel(MeasuredPerfModel):
             )  # fmt: skip
         self.tables = resolve_versions(system, engine, version)
         self.engine_host = engine_host(engine, self.tables.version, async_scheduling)
+        self.schedules_ahead = schedules_ahead(engine, self.tables.version, async_scheduling)
         self._sync_host = self.engine_host is not None and not self.engine_host.overlapped
         self._async_host = (  # an overlapped CPU time that can show: max(gpu, cpu)
             self.engine_host is not None and self.engine_host.overlapped

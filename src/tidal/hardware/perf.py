@@ -42,6 +42,10 @@ class PerfModel(ABC):
     """Step time of a batch. Subclasses implement :meth:`step_seconds`."""
 
     name = "base"
+    schedules_ahead = False
+    """Whether the engine plans step N + 1 while step N runs (vLLM's async scheduling,
+    SGLang's overlap scheduler), so that a request arriving during a step is first scheduled
+    one step later (:class:`tidal.engine.engine.Engine`). Wrappers: :func:`schedules_ahead`."""
 
     @abstractmethod
     def step_seconds(
@@ -95,6 +99,17 @@ class PerfModel(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
+
+
+def schedules_ahead(perf: PerfModel) -> bool:
+    """:attr:`PerfModel.schedules_ahead` of ``perf`` or of the model it wraps (``base``:
+    SM sharing, interference, pipeline stages, speculation)."""
+    p: object = perf
+    while isinstance(p, PerfModel):
+        if p.schedules_ahead:
+            return True
+        p = getattr(p, "base", None)
+    return False
 
 
 class WrappedPerfModel(PerfModel):

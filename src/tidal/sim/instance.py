@@ -21,7 +21,7 @@ from tidal.engine.engine import Engine
 from tidal.engine.executor import ModelledExecutor
 from tidal.engine.plan import StepPlan
 from tidal.engine.scheduler import Scheduler
-from tidal.hardware.perf import PerfModel
+from tidal.hardware.perf import PerfModel, schedules_ahead
 
 
 class SimInstance:
@@ -39,6 +39,7 @@ class SimInstance:
         self.engine = engine = Engine(
             scheduler, self.executor, on_idle=self._on_idle, on_sample=self._sample, sample_at=0
         )
+        engine.schedules_ahead = schedules_ahead(perf)
         self.on_step_end: Callable[[int], int | None] = engine.on_step_end
         """Commit the finished step(s), then start the next; returns its end time or None."""
         self.timeline_interval_ns = timeline_interval_ns
@@ -72,6 +73,7 @@ class SimInstance:
     @perf.setter
     def perf(self, perf: PerfModel) -> None:
         self.executor.perf = perf
+        self.engine.schedules_ahead = schedules_ahead(perf)
 
     @property
     def itl(self) -> LogHistogram:
@@ -98,7 +100,7 @@ class SimInstance:
     def on_arrival(self, req: Request, now_ns: int) -> int | None:
         """Queue ``req``; if idle, start a step. Returns the new step-end time, if any."""
         engine = self.engine
-        engine.scheduler.add_request(req)
+        engine.submit(req)
         if engine.busy:
             return None
         return engine.start(now_ns)

@@ -265,7 +265,7 @@ class Simulation:
             if end is not None:
                 self._push_step(end, idx)
             return
-        inst.scheduler.add_request(req)
+        inst.engine.submit(req)
         end = inst.interrupt(t_ns)
         if end is not None:
             self._stale.add(self._cur_seq[idx])
