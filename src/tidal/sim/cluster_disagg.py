@@ -61,6 +61,8 @@ class Unit:
     wiring: DisaggWiring
     route: Callable[[Request], int] | None
     """Router over the prefill engines (None: one)."""
+    gpus: tuple[int, ...] = ()
+    """The unit's GPUs, prefill group first (as the controller placed it)."""
 
 
 class DisaggEngines:
@@ -87,6 +89,8 @@ class DisaggEngines:
         self.units: dict[int, Unit] = {}
         """Front engine index (the unit's first prefill engine) → its unit."""
         self.wirings: list[DisaggWiring] = []
+        self.started: list[Unit] = []
+        """Every unit started, in order (released ones too)."""
 
     def start(
         self,
@@ -134,8 +138,9 @@ class DisaggEngines:
         for j, inst in enumerate(d_insts):
             wiring.attach_decode(j, inst)
         route = make_router("least-loaded", p_insts) if p > 1 else None
-        self.units[pre[0]] = Unit(p_insts, d_insts, wiring, route)
+        self.units[pre[0]] = Unit(p_insts, d_insts, wiring, route, gpus)
         self.wirings.append(wiring)
+        self.started.append(self.units[pre[0]])
         return pre[0]
 
     def _nics(self, model: ServedModel, gpus: tuple[int, ...]) -> UnitNics | None:
