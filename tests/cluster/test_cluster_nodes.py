@@ -362,3 +362,42 @@ def test_one_shared_nic_is_a_processor_sharing_queue():
     ideal = _processor_sharing(start[order], nbytes[order], 50e9 * 0.8) + 5000
     assert (end[order] - start[order]).max() > 2 * (nbytes / 40e9 * 1e9).max()  # they queued
     assert np.abs(end[order] - ideal).max() <= 2.0  # ns: each flow's end is rounded up
+
+
+@needs_traces
+@pytest.mark.parametrize("placement", ["dedicated", "serverlessllm", "warmserve"])
+def test_every_policy_places_split_units(placement):
+    """``auto`` with a 1/2:1p1d unit (groups of 1 and 2 GPUs) beside an aggregated 7B on 2×4
+    H100: every policy serves every request within memory; every unit it starts is a GPU
+    and a pair, each inside one node; its KV crosses NVLink when both sit on one node, else
+    InfiniBand. (Dedicated, the unit alone, fills the cluster with two units: GPU 0 + pair
+    2–3 on node 0, then GPU 1 + pair 4–5 across the nodes.)"""
+    models = ["llama-2-7b:1/2:1p1d"] + (["llama-2-7b"] if placement != "dedicated" else [])
+    cfg = load_config(
+        {
+            "workload": {"trace": AZURE},
+            "cluster": {
+                "spec": "2x4:h100", "perf_model": "roofline", "placement": placement,
+                "models": models, "warmup_s": 20,
+                "mix": {"rate": 3.0, "alpha": 1.0, "replay_s": 120},
+            },
+        }
+    )  # fmt: skip
+    res = run_simulation(cfg)
+    ctl = res.extras["controller"]
+    assert (np.asarray(res.columns["finish_ns"]) >= 0).all()
+    assert max(ctl.memory.peak_used) <= ctl.pages_per_gpu
+    ctl.memory.check()
+    units = ctl.backend.disagg.every
+    assert units
+    kinds = []
+    for u in units:
+        pre, dec = u.gpus[:1], u.gpus[1:]
+        assert len(dec) == 2
+        assert dec[0] // 4 == dec[1] // 4
+        same = pre[0] // 4 == dec[0] // 4
+        kinds.append(u.wiring.link.kind)
+        assert u.wiring.link.kind == ("nvlink" if same else "ib-ndr")
+    if placement == "dedicated":
+        assert [u.gpus for u in units] == [(0, 2, 3), (1, 4, 5)]
+        assert kinds == ["nvlink", "ib-ndr"]

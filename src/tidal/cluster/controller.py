@@ -74,10 +74,8 @@ class ClusterController:
         self.topo = parse_cluster(cfg.spec)
         gpu = self.topo.gpu
         self.page_bytes = cfg.page_mib * 2**20
-        self.models: list[ServedModel] = served_models(
-            cfg.models, gpu, self.topo.gpus_per_node, self.page_bytes, cfg.block_size,
-            cfg.unit_pools,
-        )
+        per, pools = self.topo.gpus_per_node, cfg.unit_pools
+        self.models = served_models(cfg.models, gpu, per, self.page_bytes, cfg.block_size, pools)
         check_placeable(self.models, self.topo)
         self.pages_per_gpu = int(cfg.gpu_memory_utilization * gpu.mem_bytes // self.page_bytes)
         n = self.topo.num_gpus
@@ -250,9 +248,8 @@ class ClusterController:
         perf = self.perf_for(inst)
         assert inst.kv is not None
         if inst.model.disaggregated:  # a unit: its prefill engines' KV size and step model
-            unit = UnitParts(
-                inst.prefill_blocks, self.perf_for(inst, inst.model.prefill_engine_tp), inst.gpus
-            )
+            perf_p = self.perf_for(inst, inst.model.prefill_engine_tp)
+            unit = UnitParts(inst.prefill_blocks, perf_p, inst.gpus)
             inst.engine = self.backend.start_engine(inst.model, inst.kv, perf, unit=unit)
         else:
             inst.engine = self.backend.start_engine(inst.model, inst.kv, perf)

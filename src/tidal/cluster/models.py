@@ -269,6 +269,14 @@ def _layout(
     """(split, apart) of a unit ``shape`` = (P, tp_p, D, tp_d) under ``pools``
     (:data:`UNIT_POOLS`); raises a ``ConfigError`` naming the entry when it has no layout."""
     p, tp_p, d, tp_d = shape
+    if not d:  # an aggregated instance: one TP group
+        if not _is_group(tp_d, gpus_per_node):
+            raise ConfigError(
+                MODELS_FIELD,
+                f"{entry!r}: tp {tp_d} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
+                "TP groups (and a disaggregated unit) stay inside one node",
+            )
+        return False, False
     group = p * tp_p + d * tp_d
     if pools == "together" or (pools == "auto" and _is_group(group, gpus_per_node)):
         if _is_group(group, gpus_per_node):
@@ -313,41 +321,35 @@ def served_models(
         spec = _spec(ent, entry)
         tp_p = ent.tp if ent.tp is not None else _default_tp(spec, gpu, gpus_per_node)
         tp_d = ent.tp_decode if ent.tp_decode is not None else tp_p
-        group = tp_p * p + tp_d * d if d else tp_d
-        if not d and not _is_group(group, gpus_per_node):
-            raise ConfigError(
-                MODELS_FIELD,
-                f"{entry!r}: tp {tp_d} must be a power of two ≤ {gpus_per_node} (GPUs per node)",
-                "TP groups (and a disaggregated unit) stay inside one node",
-            )
-        split, apart = False, False
-        if d:
-            split, apart = _layout(entry, (p, tp_p, d, tp_d), gpus_per_node, pools)
+        layout = _layout(entry, (p, tp_p, d, tp_d), gpus_per_node, pools)
         check_tp(spec, tp_p, MODELS_FIELD)
         check_tp(spec, tp_d, MODELS_FIELD)
         name = f"{mid}#{seen[mid]}" if counts[mid] > 1 else mid
         seen[mid] += 1
-        w = cdiv(spec.weight_bytes, min(tp_p, tp_d))
-        blk = spec.kv_bytes_per_token_per_gpu(tp_d) * block_size
-        tps = (tp_p, tp_d) if tp_p != tp_d else (0, 0)
-        out.append(
-            ServedModel(
-                i,
-                name,
-                spec,
-                group,
-                cdiv(w, page_bytes),
-                cdiv(math.ceil(blk), page_bytes),
-                block_size,
-                page_bytes,
-                p,
-                d,
-                *tps,
-                split,
-                apart,
-            )
-        )
+        out.append(_model(i, name, spec, (p, tp_p, d, tp_d), layout, page_bytes, block_size))
     return out
+
+
+def _model(
+    i: int,
+    name: str,
+    spec: ModelSpec,
+    shape: tuple[int, int, int, int],
+    layout: tuple[bool, bool],
+    page_bytes: int,
+    block_size: int,
+) -> ServedModel:
+    """The served model of a checked entry: ``shape`` = (P, tp_p, D, tp_d) (D = 0:
+    aggregated at tp_d), ``layout`` = (split, apart)."""
+    p, tp_p, d, tp_d = shape
+    group = tp_p * p + tp_d * d if d else tp_d
+    w = cdiv(spec.weight_bytes, min(tp_p, tp_d))
+    blk = spec.kv_bytes_per_token_per_gpu(tp_d) * block_size
+    tps = (tp_p, tp_d) if tp_p != tp_d else (0, 0)
+    return ServedModel(
+        i, name, spec, group, cdiv(w, page_bytes), cdiv(math.ceil(blk), page_bytes),
+        block_size, page_bytes, p, d, *tps, *layout,
+    )  # fmt: skip
 
 
 def with_tp(model: ServedModel, tp: int) -> ServedModel:

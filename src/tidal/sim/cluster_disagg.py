@@ -67,6 +67,8 @@ class Unit:
     """When its engines were built (the instance became READY)."""
     stop_ns: int = -1
     """When it was released (stopped, drained); −1: live."""
+    gpus: tuple[int, ...] = ()
+    """The unit's GPUs, prefill group first (as the controller placed it)."""
 
 
 class DisaggEngines:
@@ -142,7 +144,7 @@ class DisaggEngines:
         for j, inst in enumerate(d_insts):
             wiring.attach_decode(j, inst)
         route = make_router("least-loaded", p_insts) if p > 1 else None
-        unit = Unit(p_insts, d_insts, wiring, route, model.name, self.sim.now_ns)
+        unit = Unit(p_insts, d_insts, wiring, route, model.name, self.sim.now_ns, gpus=gpus)
         self.units[pre[0]] = unit
         self.every.append(unit)
         self.wirings.append(wiring)

@@ -159,21 +159,7 @@ def plan_prewarm(
         actions.append((m, group))
 
     if not smart:
-        quota = [len(s) for s in scores]
-        m = 0
-        while quota[m] > 0:
-            quota[m] -= 1
-
-            def ok(node: int, size: int, taken: frozenset[int], m: int = m) -> Group | None:
-                cand = [g for g in nodes[node] if g not in taken and free[g] >= weight_pages[m]
-                        and slots_left[g] > 0 and all(q.model != m for q in covered[g])]
-                return tuple(cand[:size]) if len(cand) >= size else None  # fmt: skip
-
-            group = _groups(lay[m], len(nodes), ok)
-            if group is None:
-                break
-            commit(m, group, 0.0)
-            m = (m + 1) % len(scores)
+        _first_fit(scores, lay, weight_pages, free, slots_left, covered, nodes, commit)
         return actions
 
     todo = [
@@ -192,6 +178,35 @@ def plan_prewarm(
         if group is not None:
             commit(r.model, group, r.score)
     return actions
+
+
+def _first_fit(
+    scores: list[list[float]],
+    lay: list[tuple[tuple[int, ...], bool]],
+    weight_pages: list[int],
+    free: list[int],
+    slots_left: list[int],
+    covered: list[list[PlanReplica]],
+    nodes: list[range],
+    commit: Callable[[int, Group, float], None],
+) -> None:
+    """Ablation (e) (module docstring): models in turn, each on the first GPUs with room and no
+    replica of the same model, until the current model's quota runs out or it cannot be placed."""
+    quota = [len(s) for s in scores]
+    m = 0
+    while quota[m] > 0:
+        quota[m] -= 1
+
+        def ok(node: int, size: int, taken: frozenset[int], m: int = m) -> Group | None:
+            cand = [g for g in nodes[node] if g not in taken and free[g] >= weight_pages[m]
+                    and slots_left[g] > 0 and all(q.model != m for q in covered[g])]
+            return tuple(cand[:size]) if len(cand) >= size else None  # fmt: skip
+
+        group = _groups(lay[m], len(nodes), ok)
+        if group is None:
+            break
+        commit(m, group, 0.0)
+        m = (m + 1) % len(scores)
 
 
 def _cut(group: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
