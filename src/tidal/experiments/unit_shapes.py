@@ -237,7 +237,9 @@ def choose_unit_shapes(
         raise ConfigError("cluster", "--unit-shapes auto plans the models of a cluster run",
                           "add --cluster NODESxGPUS:GPU and --models")  # fmt: skip
     topo = parse_cluster(c.spec)
-    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib << 20, c.block_size)
+    models = served_models(
+        c.models, topo.gpu, topo.gpus_per_node, c.page_mib << 20, c.block_size, c.unit_pools
+    )
     cap = max_gpus or topo.gpus_per_node
     choices = []
     for m, given in zip(models, c.models, strict=True):

@@ -89,7 +89,9 @@ def spec_capacities(
     c = cfg.cluster
     assert c is not None
     topo = parse_cluster(c.spec)
-    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size)
+    models = served_models(
+        c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size, c.unit_pools
+    )
     chooser = ClusterSpeculation(cfg, topo.gpu)
     out: list[DecodeCapacity | None] = []
     for m in models:
@@ -116,7 +118,9 @@ def service_times(
     c = cfg.cluster
     assert c is not None
     topo = parse_cluster(c.spec)
-    models = served_models(c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size)
+    models = served_models(
+        c.models, topo.gpu, topo.gpus_per_node, c.page_mib * 2**20, c.block_size, c.unit_pools
+    )
     return [speculative_service(service_ms(m.spec), caps[m.index]) for m in models]
 
 
