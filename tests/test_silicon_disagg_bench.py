@@ -74,6 +74,16 @@ def test_a_row_becomes_a_loadable_deployment() -> None:
     assert vllm.config["deployment"]["kv_transfer"]["protocol"] == "pull"
 
 
+def test_rows_carry_their_serving_paths_overhead_unless_told_none() -> None:
+    cfg = load_config(plan(drow()).config)  # type: ignore[union-attr]
+    assert cfg.deployment is not None
+    assert cfg.deployment.request_overhead_ms == "dynamo"  # the rows were served by Dynamo
+    none = sdr.plan_disagg_row(drow(), FIELDS, POOL_FIELDS, request_overhead="0")
+    assert isinstance(none, sr.Plan)
+    assert "request_overhead_ms" not in none.config["deployment"]  # older code runs it too
+    assert sd.parse([]).request_overhead == "dynamo"
+
+
 def test_a_shared_dp_ep_layout_is_the_base_configs() -> None:
     pool = sdr.Pool(1, 1, 8, 1, 8, 16)
     p = plan(drow(pre=pool, dec=pool, tp=1, attention_dp=8, moe_tp=1, moe_ep=8))
