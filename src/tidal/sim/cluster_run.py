@@ -52,7 +52,7 @@ from tidal.sim.cluster_spec import (
     spec_capacities,
 )
 from tidal.sim.cluster_stream import streamed_workload, streams
-from tidal.sim.cluster_units import add_unit_columns, unit_model_metrics, units_of
+from tidal.sim.cluster_units import add_unit_columns, unit_model_metrics, unit_table, units_of
 from tidal.sim.cluster_workload import next_arrivals, workload_stats
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -379,10 +379,12 @@ def run_cluster(
         "num_events": sim.num_events,
         "simulated_requests_per_s": n / max(t_sim - t_load, 1e-9),
     }
-    tables = {
+    tables: dict[str, Any] = {
         "gpu_memory": ctl.memory.log_columns(),
         "instances": ctl.instance_table(),
     }
+    if backend.disagg.every:  # one row per unit (sim/cluster_units.py)
+        tables["units"] = unit_table(backend.disagg, backend.model_index, cols, t_end)
     extras = {
         "tables": tables,
         "summary": {
