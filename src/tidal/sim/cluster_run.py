@@ -268,7 +268,7 @@ def run_cluster(
         if any(caps := spec_capacities(cfg, stats)):  # speculating: their decode rate
             stats = workload_stats(c, reqs, service_times(cfg, caps))
         next_of, next_own = next_arrivals(reqs, len(c.models))
-    caps = spec_capacities(cfg, stats)  # (what the load estimates used; summary.json)
+    caps = spec_capacities(cfg, stats, annotate=True)  # (MuxServe's too; summary.json)
     t_load = time.perf_counter()
     model_of = reqs.extra["model"]
     recorder = SpooledRecorder(reqs)
