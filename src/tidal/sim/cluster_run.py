@@ -91,7 +91,8 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
             )
         trace = load_azure(cfg.workload.trace)
         w = azure_mix(trace, [service_ms(m.spec) for m in models], mix, rng, read_aggregate_rates())
-        caps = spec_capacities(cfg, mean_lengths(w.requests, len(models)))
+        speculating = cfg.speculative is not None or bool(c.speculative)
+        caps = spec_capacities(cfg, mean_lengths(w.requests, len(models))) if speculating else []
         if any(caps):  # the priors at speculation's decode rate (the same requests, draws)
             rng = rng_streams(cfg.seed)["workload"]
             w = azure_mix(trace, service_times(cfg, caps), mix, rng, read_aggregate_rates())
