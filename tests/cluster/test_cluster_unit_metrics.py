@@ -155,6 +155,23 @@ def test_warmserve_unit_metrics_match_the_instance_table():
         assert math.isclose(pool["engine_seconds"], per_unit * int(span.sum()) / 1e9)
         assert 0 < pool["utilization"] <= 1
     assert (pm["pools"]["prefill"]["tp"], pm["pools"]["decode"]["tp"]) == (1, 2)
+    # units.parquet: one row per started unit, its life the instance's, its sums the model's
+    units = res.extras["tables"]["units"]
+    assert len(units["unit"]) == int(sel.sum())
+    life = dict(zip(np.asarray(table["engine"])[sel].tolist(),
+                    zip(np.asarray(table["ready_ns"])[sel].tolist(),
+                        np.asarray(table["stopped_ns"])[sel].tolist(), strict=True),
+                    strict=True))  # fmt: skip
+    for e, a, b in zip(units["engine"], units["start_ns"], units["stop_ns"], strict=True):
+        assert life[int(e)] == (int(a), int(b))
+    assert (units["model"] == 0).all()
+    assert (units["prefill_engines"] == 2).all()
+    assert (units["decode_engines"] == 1).all()
+    assert int(units["requests"].sum()) == int(mine.sum())
+    assert int(units["kv_transfer_bytes"].sum()) == pm["kv_transfer_bytes"]
+    assert int(units["kv_transfer_stall_ns"].sum()) / 1e9 == pm["kv_transfer_stall_s"]
+    assert int(units["prefill_busy_ns"].sum()) / 1e9 == pm["pools"]["prefill"]["busy_s"]
+    assert int(units["decode_busy_ns"].sum()) / 1e9 == pm["pools"]["decode"]["busy_s"]
     for name in ("llama-2-7b#1", "llama-2-7b#2"):
         assert not {"pools", "kv_transfer_bytes", "kv_transfer_stall_s"} & set(per_model[name])
 
@@ -181,11 +198,13 @@ def test_cli_writes_unit_columns_and_pools(tmp_path):
 
     text, names, s = run("llama-2-7b:1p1d,llama-2-7b", tmp_path / "unit")
     assert set(UNIT_COLUMNS) <= set(names)
+    assert (tmp_path / "unit" / "units.parquet").exists()
     pools = s["per_model"]["llama-2-7b#0"]["pools"]
     assert set(pools) == {"prefill", "decode"}
     assert "llama-2-7b#0 (1p1d): prefill 1 engine" in text
     assert "transfer stalls" in text
     text, names, s = run("llama-2-7b,llama-2-7b", tmp_path / "agg")
     assert not set(UNIT_COLUMNS) & set(names)
+    assert not (tmp_path / "agg" / "units.parquet").exists()
     assert "kv_transfer_bytes" not in s["metrics"]
     assert "transfer stalls" not in text

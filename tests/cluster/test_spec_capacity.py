@@ -144,3 +144,40 @@ def test_streamed_stats_with_speculation_equal_the_whole_workloads():
     assert stats == workload_stats(cfg.cluster, whole, service_times(cfg, caps))
     assert stats[2]["concurrency"] < plain[2]["concurrency"]
     assert [s for i, s in enumerate(stats) if i != 2] == [s for i, s in enumerate(plain) if i != 2]
+
+
+@pytest.mark.parametrize("factor", [1.0, 0.42, 1.3])
+def test_muxserve_estimate_scales_the_decode_term(factor):
+    """MuxServe's tpt(b) = b / (S · t_d(b) · f + t_p(b)): with free prefill and a constant
+    decode step c, the smallest batch meeting λ is b* = λ · S · c · f (the tool's bisection
+    returns it within one), so a speculating model (f < 1) needs a smaller batch."""
+    from tests.cluster.test_muxserve import GPU_BYTES, _Linear
+    from tidal.cluster.policies.muxserve_plan import MuxLLM, MuxServeOptimizer
+    from tidal.hardware.models import get_model
+
+    rate, c, output = 20.0, 0.01, 200
+    llm = MuxLLM(0, get_model("llama-2-7b"), rate, 100, output, 1e9, 1.0,
+                 lambda n: _Linear(c), lambda n, p, pre: 1.0, decode_factor=factor)  # fmt: skip
+    opt = MuxServeOptimizer.__new__(MuxServeOptimizer)
+    opt.avg_util, opt.gpu_bytes = 1.0, GPU_BYTES
+    _, _, bs = opt.estimate_throughput(llm, 1, rate, 50, cache_bytes=1e15)
+    b_star = rate * output * c * factor  # 40 · f
+    assert b_star - 2 < bs < b_star + 1
+
+
+@needs_traces
+def test_muxserve_llms_carry_the_speculating_models_factor():
+    """MuxServe's optimiser sees each model's factor from the run's statistics (1 without
+    speculation), the one ``summary.json`` reports."""
+    res = run_simulation(load_config({
+        "workload": {"trace": AZURE},
+        "cluster": {"spec": "1x4:h100", "perf_model": "roofline",
+                    "models": ["llama-2-7b", "llama-2-7b", "llama-2-13b"],
+                    "placement": "muxserve", "warmup_s": 20,
+                    "mix": {"rate": 3.0, "alpha": 1.0, "replay_s": 60},
+                    "speculative": {"llama-2-13b": NGRAM}},
+    }))  # fmt: skip
+    llms = res.extras["controller"].policy.llms()
+    cap = res.extras["summary"]["per_model"]["llama-2-13b"]["spec_capacity"]
+    assert [m.decode_factor for m in llms] == [1.0, 1.0, cap["decode_time_factor"]]
+    assert cap["decode_time_factor"] < 1

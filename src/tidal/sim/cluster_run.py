@@ -52,7 +52,7 @@ from tidal.sim.cluster_spec import (
     spec_capacities,
 )
 from tidal.sim.cluster_stream import streamed_workload, streams
-from tidal.sim.cluster_units import add_unit_columns, unit_model_metrics, units_of
+from tidal.sim.cluster_units import add_unit_columns, unit_model_metrics, unit_table, units_of
 from tidal.sim.cluster_workload import next_arrivals, workload_stats
 from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
@@ -93,7 +93,8 @@ def _mix_cached(cfg_json: str) -> MixWorkload:
             )
         trace = load_azure(cfg.workload.trace)
         w = azure_mix(trace, [service_ms(m.spec) for m in models], mix, rng, read_aggregate_rates())
-        caps = spec_capacities(cfg, mean_lengths(w.requests, len(models)))
+        speculating = cfg.speculative is not None or bool(c.speculative)
+        caps = spec_capacities(cfg, mean_lengths(w.requests, len(models))) if speculating else []
         if any(caps):  # the priors at speculation's decode rate (the same requests, draws)
             rng = rng_streams(cfg.seed)["workload"]
             w = azure_mix(trace, service_times(cfg, caps), mix, rng, read_aggregate_rates())
@@ -273,7 +274,7 @@ def run_cluster(
         if any(caps := spec_capacities(cfg, stats)):  # speculating: their decode rate
             stats = workload_stats(c, reqs, service_times(cfg, caps))
         next_of, next_own = next_arrivals(reqs, len(c.models))
-    caps = spec_capacities(cfg, stats)  # (what the load estimates used; summary.json)
+    caps = spec_capacities(cfg, stats, annotate=True)  # (MuxServe's too; summary.json)
     t_load = time.perf_counter()
     model_of = reqs.extra["model"]
     recorder = SpooledRecorder(reqs)
@@ -384,10 +385,12 @@ def run_cluster(
         "num_events": sim.num_events,
         "simulated_requests_per_s": n / max(t_sim - t_load, 1e-9),
     }
-    tables = {
+    tables: dict[str, Any] = {
         "gpu_memory": ctl.memory.log_columns(),
         "instances": ctl.instance_table(),
     }
+    if backend.disagg.every:  # one row per unit (sim/cluster_units.py)
+        tables["units"] = unit_table(backend.disagg, backend.model_index, cols, t_end)
     extras = {
         "tables": tables,
         "summary": {

@@ -79,13 +79,14 @@ class ClusterSpeculation:
 
 
 def spec_capacities(
-    cfg: SimulationConfig, stats: list[dict[str, float]]
+    cfg: SimulationConfig, stats: list[dict[str, float]], annotate: bool = False
 ) -> list[DecodeCapacity | None]:
     """Per model of the cluster (index order): its engines' decode capacity with speculation
     (:mod:`tidal.cluster.spec_capacity`) at B = ``cluster.batch`` requests of the model's mean
     context (mean prompt + mean output / 2, from ``stats``); None for a model that does not
     speculate. The step models are the engines' own (decode engines' TP, the cluster's
-    ``perf_model``), built afresh: no acceptance draws are taken."""
+    ``perf_model``), built afresh: no acceptance draws are taken. ``annotate``: also set
+    ``decode_time_factor`` in a speculating model's ``stats`` (MuxServe's estimate reads it)."""
     c = cfg.cluster
     assert c is not None
     topo = parse_cluster(c.spec)
@@ -106,7 +107,10 @@ def spec_capacities(
         )
         s = stats[m.index]
         ctx = max(1, round(s.get("mean_prompt", 0.0) + s.get("mean_output", 0.0) / 2))
-        out.append(decode_capacity(plain, wrapped, spec.expected_tokens(), c.batch, ctx))
+        cap = decode_capacity(plain, wrapped, spec.expected_tokens(), c.batch, ctx)
+        out.append(cap)
+        if annotate:
+            s["decode_time_factor"] = cap.factor
     return out
 
 

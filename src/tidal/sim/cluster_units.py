@@ -9,6 +9,7 @@ cluster hashes) are unchanged.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -89,6 +90,48 @@ def unit_model_metrics(
 def units_of(disagg: DisaggEngines, name: str) -> list[Unit]:
     """The units of the model ``name`` (live and stopped), in start order."""
     return [u for u in disagg.every if u.model == name]
+
+
+UNIT_TABLE = (
+    "unit", "model", "engine", "start_ns", "stop_ns", "prefill_engines", "decode_engines",
+    "prefill_busy_ns", "decode_busy_ns", "requests", "kv_transfer_bytes",
+    "kv_transfer_stall_ns",
+)  # fmt: skip
+"""``units.parquet``: one row per unit started, in start order (:func:`unit_table`)."""
+
+
+def unit_table(
+    disagg: DisaggEngines, model_index: Mapping[str, int], cols: Mapping[str, np.ndarray],
+    end_ns: int,
+) -> dict[str, np.ndarray]:
+    """Per unit: its model (index), front engine, life (READY → stop; −1: live at the end,
+    then ``end_ns`` for its busy shares), its engines and their busy ns per pool, and the
+    requests its decode engines finished with their KV bytes and stall (transfer − its
+    idle-link time, as :func:`unit_model_metrics`)."""
+    rows: list[list[int]] = []
+    of_engine: dict[int, int] = {}
+    for k, u in enumerate(disagg.every):
+        for inst in u.decode:
+            of_engine[inst.index] = k
+        rows.append([
+            k, model_index[u.model], u.prefill[0].index, u.start_ns, u.stop_ns, len(u.prefill),
+            len(u.decode), sum(i.busy_ns for i in u.prefill), sum(i.busy_ns for i in u.decode),
+            0, 0, 0,
+        ])  # fmt: skip
+    engine = np.asarray(cols["instance"])
+    nbytes = np.asarray(cols["kv_transfer_bytes"])
+    took = np.asarray(cols["kv_transfer_end_ns"]) - np.asarray(cols["kv_transfer_start_ns"])
+    for r in np.flatnonzero(np.asarray(cols["kv_transfer_end_ns"]) >= 0).tolist():
+        j = of_engine.get(int(engine[r]))
+        if j is None:  # (a request still in flight at the end has no finishing engine)
+            continue
+        w = disagg.every[j].wiring
+        idle = math.ceil(int(nbytes[r]) / w.ideal_rate * 1e9) + w.link.latency_ns
+        rows[j][9] += 1
+        rows[j][10] += int(nbytes[r])
+        rows[j][11] += max(int(took[r]) - idle, 0)
+    table = np.array(rows, dtype=np.int64).reshape(len(rows), len(UNIT_TABLE))
+    return {name: table[:, j].copy() for j, name in enumerate(UNIT_TABLE)}
 
 
 def describe_units(per_model: Mapping[str, Mapping[str, Any]]) -> list[str]:

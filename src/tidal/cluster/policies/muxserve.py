@@ -95,6 +95,7 @@ class MuxServe(ClusterPolicy):
                     kv_per_token=m.spec.kv_bytes_per_token_per_gpu(1),
                     perf=perf,
                     slowdown=self.slowdown,
+                    decode_factor=s.get("decode_time_factor", 1.0),
                 )
             )
         return out

@@ -102,6 +102,9 @@ class MuxLLM:
     slowdown: Callable[[int, float, bool], float]
     """(mesh GPUs, MPS %, prefill?) → latency factor."""
     base_gpus: int = 1
+    decode_factor: float = 1.0
+    """Decode time per output token over the target's own step (speculative decoding:
+    t_verify / (E[tokens/step] · t_step) at B requests, :mod:`tidal.cluster.spec_capacity`)."""
     candidates: dict[int, tuple[bool, int, int, float]] = field(default_factory=dict)
     """Mesh size → (satisfied, decode MPS, batch size, throughput)."""
 
@@ -232,7 +235,10 @@ class MuxServeOptimizer:
         while high - low >= 1:
             cur = (low + high) / 2
             t_p, t_d = llm.latency(n, cur, dec_mps, pre_mps)
-            tpt = cur / (t_d * llm.output + t_p)
+            dec = t_d * llm.output
+            if llm.decode_factor != 1.0:  # speculating: fewer, longer steps per output
+                dec *= llm.decode_factor
+            tpt = cur / (dec + t_p)
             if tpt >= rate:
                 high = cur
             else:
