@@ -5,6 +5,8 @@ precision whose GEMM rows the GPU's measured tables lack (NVFP4 on H100) is repo
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidal.core.errors import ConfigError
 from tidal.experiments.plan_options import build_options
@@ -92,3 +94,42 @@ def test_a_kv_cache_dtype_axis_shows_in_the_precision() -> None:
     assert opts["auto"].precision == "bf16"
     assert opts["fp8"].precision == "bf16 · KV fp8"
     assert opts["fp8"].weights_gib == opts["auto"].weights_gib
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    gpus=st.lists(st.sampled_from(["h100", "b200", "h200"]), min_size=1, max_size=3, unique=True),
+    precisions=st.lists(
+        st.sampled_from(["bf16", "fp8", "modelopt_fp4", "auto"]), min_size=1, max_size=4,
+        unique=True,
+    ),
+)
+def test_every_gpu_and_precision_is_one_option_refused_only_for_missing_fp4_rows(
+    gpus, precisions
+) -> None:
+    """|options| = |gpus| × |precisions|; only NVFP4 off Blackwell is refused (the H100 and
+    H200 tables hold no nvfp4 GEMM rows, B200's do)."""
+    opts = build_options(_spec({"gpu": gpus, "tp": [1], "quantization": precisions}), 4096)
+    assert len(opts) == len(gpus) * len(precisions)
+    for o in opts:
+        fp4_off_blackwell = o.values["quantization"] == "modelopt_fp4" and o.config.gpu != "b200"
+        assert (o.status == "no-tables") == fp4_off_blackwell, (o.label, o.error)
+
+
+def test_one_bf16_value_in_the_base_serves_a_quantized_checkpoint_unquantized() -> None:
+    """``tidal plan --quantization bf16`` (one value: the base) on the FP8 release of
+    Qwen3-30B-A3B: every option deploys bf16 weights, twice the FP8 checkpoint's."""
+    def weights(q: str) -> tuple[str, float | None]:
+        spec = load_plan_spec({
+            "base": {"model": "Qwen/Qwen3-30B-A3B-FP8", "quantization": q,
+                     "workload": {"num_requests": 20, "rate": 1.0}},
+            "search": {**FIXED, "gpu": ["h100"], "tp": [1]},
+            "slo": {"ttft_p99_s": 2.0},
+        })  # fmt: skip
+        (opt,) = build_options(spec, 4096)
+        assert opt.error is None
+        return opt.precision, opt.weights_gib
+
+    (p16, w16), (p8, w8) = weights("bf16"), weights("auto")
+    assert (p16, p8) == ("bf16", "fp8 (block)")
+    assert 1.8 < w16 / w8 < 2.0  # the embeddings and LM head are bf16 in both
