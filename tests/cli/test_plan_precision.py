@@ -46,3 +46,21 @@ def test_one_precision_deploys_every_option_in_it(tmp_path) -> None:
     assert "quantization" not in doc["search"]["axes"]
     assert [o["precision"] for o in doc["options"]] == ["fp8"]
     assert doc["best"]["config"]["quantization"] == "fp8"
+
+
+def test_an_unknown_precision_names_the_flag_and_the_valid_names(tmp_path) -> None:
+    res = CliRunner().invoke(app, [*PLAN, "--quantization", "fp8,fp3", "--out", str(tmp_path)])
+    assert res.exit_code != 0
+    text = " ".join(res.output.split())
+    assert "search.quantization" in text  # (and the flag: sys.argv's, pytest's under CliRunner)
+    assert "unknown method 'fp3'" in text
+    assert "modelopt_fp4" in text
+    assert "bf16" in text
+
+
+def test_pareto_refuses_a_precision_axis_rather_than_dropping_it(tmp_path) -> None:
+    argv = ["plan", "--pareto", "--num-requests", "20", "--slo-ttft-p99", "2",
+            "--quantization", "bf16,fp8", "--out", str(tmp_path)]  # fmt: skip
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code != 0
+    assert "one precision" in " ".join(res.output.split())

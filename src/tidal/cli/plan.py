@@ -38,16 +38,32 @@ def _pairs(text: str | None, field: str) -> dict[str, Any]:
     return out
 
 
-def _precision_axes(data: dict[str, Any]) -> None:
+def _precision_axes(data: dict[str, Any], names: dict[str, str]) -> None:
     """``--quantization fp8,modelopt_fp4`` (a comma list; the same for ``--kv-cache-dtype``)
-    is a search axis: the list moves from ``base`` to ``search``; one value stays in ``base``
-    (every option deployed in it)."""
+    is a search axis: the list moves from ``base`` to ``search`` (its errors name the flag);
+    one value stays in ``base`` (every option deployed in it)."""
     base = data.get("base") or {}
     for key in ("quantization", "kv_cache_dtype"):
         value = base.get(key)
         if isinstance(value, str) and "," in value:
             del base[key]
             data["search"][key] = [v.strip() for v in value.split(",") if v.strip()]
+            if f"base.{key}" in names:
+                names[f"search.{key}"] = names[f"base.{key}"]
+
+
+def _pareto_precision(data: dict[str, Any]) -> None:
+    """``--pareto`` compares deployment modes at one precision: a precision axis is refused
+    (not dropped), and the planner's ``bf16`` / ``auto`` become config keys."""
+    from tidal.experiments.plan_precision import resolve_precision
+
+    for key in ("quantization", "kv_cache_dtype"):
+        if key in data.get("search", {}):
+            raise TidalError(
+                f"{key}: --pareto compares deployment modes at one precision; give one value "
+                "(or plan without --pareto to compare precisions by cost)"
+            )
+    resolve_precision(data["base"])
 
 
 @app.command()
@@ -107,7 +123,7 @@ def plan(
         names = PLAN.key_names(sys.argv[1:])
         data = _deep_merge(data, PLAN.config(flags or {}, sys.argv[1:]))
         axes = data.setdefault("search", {})
-        _precision_axes(data)
+        _precision_axes(data, names)
         for arg in search or []:
             key, values = parse_grid_arg(arg)
             axes[key] = values
@@ -127,6 +143,8 @@ def plan(
             raise TidalError("trace: give --trace PATH (or a base workload in --config)")
         if modes:
             data["modes"] = [m.strip() for m in modes.split(",") if m.strip()]
+        if pareto:
+            _pareto_precision(data)
         spec = load_plan_spec(data, names)
         if pareto:
             from tidal.cli.plan_pareto import run_pareto
