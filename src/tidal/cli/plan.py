@@ -38,6 +38,34 @@ def _pairs(text: str | None, field: str) -> dict[str, Any]:
     return out
 
 
+def _precision_axes(data: dict[str, Any], names: dict[str, str]) -> None:
+    """``--quantization fp8,modelopt_fp4`` (a comma list; the same for ``--kv-cache-dtype``)
+    is a search axis: the list moves from ``base`` to ``search`` (its errors name the flag);
+    one value stays in ``base`` (every option deployed in it)."""
+    base = data.get("base") or {}
+    for key in ("quantization", "kv_cache_dtype"):
+        value = base.get(key)
+        if isinstance(value, str) and "," in value:
+            del base[key]
+            data["search"][key] = [v.strip() for v in value.split(",") if v.strip()]
+            if f"base.{key}" in names:
+                names[f"search.{key}"] = names[f"base.{key}"]
+
+
+def _pareto_precision(data: dict[str, Any]) -> None:
+    """``--pareto`` compares deployment modes at one precision: a precision axis is refused
+    (not dropped), and the planner's ``bf16`` / ``auto`` become config keys."""
+    from tidal.experiments.plan_precision import resolve_precision
+
+    for key in ("quantization", "kv_cache_dtype"):
+        if key in data.get("search", {}):
+            raise TidalError(
+                f"{key}: --pareto compares deployment modes at one precision; give one value "
+                "(or plan without --pareto to compare precisions by cost)"
+            )
+    resolve_precision(data["base"])
+
+
 @app.command()
 @PLAN.options
 def plan(
@@ -72,7 +100,11 @@ def plan(
         str | None, Opt(help="With --pareto: modes to compare, e.g. mb,ebplus,disagg.")
     ] = None,
 ) -> None:
-    """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO."""
+    """Find the cheapest deployment (GPU type and count, TP, policies) meeting the SLO.
+
+    Precision is an axis too: --quantization bf16,fp8,modelopt_fp4 (bf16: the unquantized
+    weights; auto: the checkpoint's) and --kv-cache-dtype auto,fp8 compare deployments of
+    each precision by cost; a precision the GPU's measured tables lack is reported, not run."""
     # lazy: keeps tidal --help fast
     from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
 
@@ -91,6 +123,7 @@ def plan(
         names = PLAN.key_names(sys.argv[1:])
         data = _deep_merge(data, PLAN.config(flags or {}, sys.argv[1:]))
         axes = data.setdefault("search", {})
+        _precision_axes(data, names)
         for arg in search or []:
             key, values = parse_grid_arg(arg)
             axes[key] = values
@@ -110,6 +143,8 @@ def plan(
             raise TidalError("trace: give --trace PATH (or a base workload in --config)")
         if modes:
             data["modes"] = [m.strip() for m in modes.split(",") if m.strip()]
+        if pareto:
+            _pareto_precision(data)
         spec = load_plan_spec(data, names)
         if pareto:
             from tidal.cli.plan_pareto import run_pareto
@@ -158,6 +193,7 @@ def plan(
     console.print(t)
     if not outcome.candidates:
         console.print("no deployment in the search space meets the SLO", style="bold")
+    _print_skipped(outcome)
     reused = (
         f", {outcome.simulations_reused} reused from an earlier run"
         if outcome.simulations_reused
@@ -170,6 +206,20 @@ def plan(
     )
 
 
+def _print_skipped(outcome: Any) -> None:
+    """One line per distinct reason an option was not simulated for its precision (the
+    GPU's tables lack it), with how many options it covers (plan.json: each option's)."""
+    reasons: dict[str, int] = {}
+    for o in outcome.outcomes:
+        if o.status == "no-tables":
+            reasons[o.detail] = reasons.get(o.detail, 0) + 1
+    for detail, n in reasons.items():
+        console.print(f"skipped {n} option{'s' if n > 1 else ''}: {escape(detail)}", style="dim")
+
+
+PRECISION_AXES = ("quantization", "kv_cache_dtype", "gemm_quant", "moe_quant")
+
+
 def plan_table(outcome: Any) -> Table:
     """The returned deployments, cheapest first. A deployment that other options served
     identically (a knob that made no difference) lists those knobs' values under its label;
@@ -180,7 +230,10 @@ def plan_table(outcome: Any) -> Table:
         c["metrics"].get("prefix_caching") and c["metrics"].get("prefix_cache_queries")
         for c in outcome.candidates
     )
-    cols = ["#", "deployment", "GPUs", "GPU-hours", "$", "TTFT p99 s", "TPOT p99 ms"]
+    precisions = {c.get("precision") or "bf16" for c in outcome.candidates}
+    shown = precisions != {"bf16"} or any(k in spec.search for k in PRECISION_AXES)
+    cols = ["#", "deployment", *(["precision"] if shown else []), "GPUs", "GPU-hours", "$"]
+    cols += ["TTFT p99 s", "TPOT p99 ms"]
     for col in [*cols, *(["prefix hit"] if cached else [])]:
         t.add_column(col, justify="left" if col == "deployment" else "right")
     for i, c in enumerate(outcome.candidates):
@@ -194,6 +247,7 @@ def plan_table(outcome: Any) -> Table:
         t.add_row(
             str(i + 1),
             label,
+            *([c.get("precision") or "bf16"] if shown else []),
             str(c["num_gpus"]),
             f"{c['gpu_hours']:.2f}",
             f"{c['dollars']:.2f}",

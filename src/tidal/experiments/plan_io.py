@@ -45,6 +45,8 @@ def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
             {
                 "label": o.option.label,
                 "values": o.option.values,
+                "precision": o.option.precision,
+                "weights_gib_per_gpu": o.option.weights_gib,
                 "status": o.status,
                 "replicas": o.capacity,
                 "simulations": o.simulations,
@@ -56,6 +58,7 @@ def write_plan(outcome: PlanOutcome, out_dir: str | Path) -> Path:
     rows = [
         {
             "candidate": ev.option.label,
+            "precision": ev.option.precision,
             "replicas": ev.capacity,
             "num_gpus": ev.capacity * ev.option.unit_gpus,
             "passed": ev.passed,

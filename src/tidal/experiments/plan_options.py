@@ -21,6 +21,13 @@ import numpy as np
 from tidal.core.errors import ConfigError
 from tidal.core.metrics import request_latencies
 from tidal.experiments.grid import apply_cell, cells
+from tidal.experiments.plan_precision import (
+    NO_TABLES,
+    PRECISION_KEYS,
+    missing_tables,
+    precision_label,
+    resolve_precision,
+)
 from tidal.experiments.replicas import SimulationStopped
 from tidal.experiments.space import PlanSpec
 from tidal.hardware.gpus import get_gpu
@@ -44,6 +51,14 @@ class Option:
     unit_price: float
     """USD per hour of one capacity unit."""
     error: str | None = None
+    status: str | None = None
+    """The outcome status of an option that is never simulated (``error`` says why):
+    ``does-not-fit``, ``no-tables`` or ``error``; None: runnable."""
+    precision: str = ""
+    """The deployed weight (and quantized KV) dtype, e.g. ``fp8``, ``nvfp4 · KV fp8``
+    (:func:`tidal.experiments.plan_precision.precision_label`)."""
+    weights_gib: float | None = None
+    """Weight GiB per GPU of the memory check (None: the check did not run)."""
 
 
 @dataclass
@@ -145,38 +160,56 @@ def _label(values: dict[str, Any], cfg: SimulationConfig | None) -> str:
     if augmented:
         text += f" · {cfg.augment.serving_policy}"
         known.add("augment.serving_policy")
+    if any(k in values for k in PRECISION_KEYS):  # a precision axis: its dtype, by name
+        text += f" · {precision_label(cfg.model_spec())}"
+        known |= set(PRECISION_KEYS)
     extra = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in values.items() if k not in known]
     return text + (" · " + " ".join(extra) if extra else "")
 
 
 def build_options(spec: PlanSpec, max_tokens: int) -> list[Option]:
     """Every option of the search space, validated; options that cannot run (the model does not
-    fit, token_budget < max_seqs) are kept with their reason and never simulated."""
+    fit, token_budget < max_seqs, a precision the GPU's tables lack) are kept with their
+    reason and never simulated."""
     out = []
     for i, values in enumerate(cells(spec.axes())):
-        data = apply_cell(spec.base, values)
+        data = resolve_precision(apply_cell(spec.base, values))
         gpus_per_unit = spec.gpus_per_unit
         try:
             cfg = load_config(data)
         except ConfigError as err:
             label = _label(values, None)
-            out.append(Option(i, label, values, None, 1, 0.0, str(err).removeprefix("config: ")))
+            msg = str(err).removeprefix("config: ")
+            out.append(Option(i, label, values, None, 1, 0.0, msg, "error"))
             continue
         inst = cfg.tp * cfg.pipeline_parallel_size  # the GPUs of one replica
         unit = gpus_per_unit or (inst if spec.capacity_key == "replicas" else 1)
         base_gpu = cfg.gpu.partition("@")[0]
         price = spec.prices.get(base_gpu, get_gpu(cfg.gpu).price_per_hour)
         opt = Option(i, _label(values, cfg), values, cfg, unit, unit * price)
-        try:
-            memory_plan(cfg, max_tokens)
-        except ConfigError as err:
-            opt.error = str(err)
+        _check(opt, cfg, max_tokens)
         out.append(opt)
     if out and all(o.config is None for o in out):
         raise ConfigError(
             "search", f"no option of the search space is valid; the first: {out[0].error}"
         )
     return out
+
+
+def _check(opt: Option, cfg: SimulationConfig, max_tokens: int) -> None:
+    """The option's precision, its memory check and its tables: sets ``opt.error`` and
+    ``opt.status`` where it cannot run."""
+    try:
+        opt.precision = precision_label(cfg.model_spec())
+        opt.weights_gib = memory_plan(cfg, max_tokens).weight_bytes_per_gpu / 2**30
+    except ConfigError as err:
+        opt.error = str(err)
+        opt.status = "does-not-fit" if "does not fit" in opt.error else "error"
+        return
+    gap = missing_tables(cfg)
+    if gap is not None:
+        opt.error = f"{opt.precision} on {cfg.gpu}: {gap}; choose another precision or GPU"
+        opt.status = NO_TABLES
 
 
 def _with_slo(base: dict[str, Any], targets: dict[str, float]) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from tidal.experiments.plan_options import (
     prepare_spec,
 )
 from tidal.experiments.plan_pool import Prefetcher, simulate_at
+from tidal.experiments.plan_precision import resolve_precision
 from tidal.experiments.plan_ties import same_service, tie_fields
 from tidal.experiments.replicas import SimulationStopped
 from tidal.experiments.space import PlanSpec
@@ -94,7 +95,7 @@ class Planner:
                 "the planner sizes a deployment for arrival times; closed-loop clients have none",
                 "give a trace or a synthetic rate",
             )
-        base = load_config(_with_slo(spec.base, self.targets))
+        base = load_config(resolve_precision(_with_slo(spec.base, self.targets)))
         self.requests = requests if requests is not None else load_requests(base)
         arr = self.requests.arrival_ns
         self.span_s = max(int(arr.max()) - int(arr.min()), 1) / 1e9
@@ -225,7 +226,7 @@ class Planner:
         outcomes: dict[int, OptionOutcome] = {}
         for o in options:
             if o.error is not None:
-                status = "does-not-fit" if "does not fit" in o.error else "error"
+                status = o.status or ("does-not-fit" if "does not fit" in o.error else "error")
                 outcomes[o.index] = OptionOutcome(o, status, detail=o.error)
         if self.prefetch is not None:
             self.prefetch.speculate(self, order, exhaustive)
@@ -354,6 +355,8 @@ class Planner:
             "num_gpus": ev.capacity * opt.unit_gpus,
             "gpu": opt.config.gpu,
             "tp": opt.config.tp,
+            "precision": opt.precision,
+            "weights_gib_per_gpu": opt.weights_gib,
             "gpu_hours": gh,
             "dollars": usd,
             "metrics": scalar,

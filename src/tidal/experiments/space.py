@@ -47,9 +47,11 @@ from tidal.core.errors import ConfigError
 from tidal.core.strict import StrictModel
 from tidal.engine.ordering import ORDERINGS
 from tidal.engine.scheduler import BATCHING
+from tidal.experiments.plan_precision import CHECKPOINT, UNQUANTIZED
 from tidal.experiments.replicas import ROUTERS
 from tidal.hardware.gpus import get_gpu
 from tidal.hardware.models import get_model
+from tidal.hardware.precision import QUANTIZATION_METHODS, check_kv_cache_dtype
 from tidal.sim.config import format_validation_error
 from tidal.sim.fieldcheck import check_field_value
 
@@ -247,7 +249,12 @@ class PlanSpec(StrictModel):
 
 def _check_names(key: str, values: list[Any]) -> None:
     """GPU and model axes name catalog entries: a typo is an error, not an empty option."""
-    lookups: dict[str, Callable[[str], object]] = {"gpu": get_gpu, "model": get_model}
+    lookups: dict[str, Callable[[str], object]] = {
+        "gpu": get_gpu,
+        "model": get_model,
+        "quantization": _quantization,
+        "kv_cache_dtype": check_kv_cache_dtype,
+    }
     lookup = lookups.get(key)
     if lookup is None:
         return
@@ -256,6 +263,21 @@ def _check_names(key: str, values: list[Any]) -> None:
             lookup(str(v))
         except ConfigError as err:
             raise ConfigError(f"search.{key}", str(err).removeprefix(f"{key}: ")) from None
+
+
+def _quantization(value: str) -> object:
+    """A ``quantization`` axis value: vLLM's method, or the planner's ``bf16`` / ``auto``
+    (:mod:`tidal.experiments.plan_precision`)."""
+    if str(value).lower() in (*UNQUANTIZED, CHECKPOINT):
+        return value
+    if value not in QUANTIZATION_METHODS:
+        raise ConfigError(
+            "quantization",
+            f"unknown method {value!r}",
+            f"vLLM's names: {', '.join(QUANTIZATION_METHODS)}; or {', '.join(UNQUANTIZED)} "
+            f"(unquantized weights), {CHECKPOINT} (the checkpoint's)",
+        )
+    return value
 
 
 REGISTRY_AXES = {
