@@ -216,3 +216,15 @@ def test_data_parallel_moe_routes_every_rank_s_tokens_over_the_whole_group() -> 
     p2 = plan_memory(m, get_gpu("h100"), 1, moe_gpus=2)
     assert p1.weight_bytes_per_gpu - p2.weight_bytes_per_gpu == pytest.approx(
         m.expert_weight_bytes / 2)  # fmt: skip
+
+
+def test_gemm_part_names_the_rows_read_when_the_dtype_has_no_table() -> None:
+    """NVFP4 weights on H100 (no nvfp4 GEMM rows there): the projections are timed with the
+    bf16 rows, and ``parts`` says bf16, not nvfp4, beside the note."""
+    m = get_model("llama-3.1-8b", quantization="modelopt_fp4")
+    assert m.gemm_quant == "nvfp4"
+    p = EnginePerfModel(m, get_gpu("h100"), 1, "vllm")
+    assert p.parts["attention_proj"] == "engine:gemm/bfloat16"
+    assert any("no nvfp4 GEMM table" in n for n in p.notes)
+    b = EnginePerfModel(m, get_gpu("b200"), 1, "vllm")
+    assert b.parts["attention_proj"] == "engine:gemm/nvfp4"

@@ -120,6 +120,7 @@ class EngineDeployment:
             pts = gemm_us(self.ts, "bfloat16", n, k)
             if pts is not None:
                 self.notes.append(f"{part}: no {dtype} GEMM table on {self.ts.system}; bf16 used")
+                self.parts.setdefault(part, "engine:gemm/bfloat16")  # the rows actually read
         if pts is None:
             return None
         return _curve_on(pts, [float(t) for t in self.tokens])
