@@ -108,6 +108,23 @@ class RowCost:
         a, b = self._row(i, x), self._row(i + 1, x)
         return a + w * (b - a)
 
+    def extra(self, r: float, c: float, p: float) -> float:
+        """[G(p + c) − G(p)] − [G(c) − G(0)] on row ``r``: what rows p…p + c cost more than
+        rows 0…c (0.0 exactly at p = 0; the rows bracketed once)."""
+        if p <= 0.0:
+            return 0.0
+        rows, row = self.rows, self._row
+
+        def on(i: int) -> float:
+            return (row(i, p + c) - row(i, p)) - row(i, c)  # G(0) = 0
+
+        if len(rows) == 1 or r <= rows[0]:
+            return on(0)
+        i = min(bisect_right(rows, r) - 1, len(rows) - 2)
+        w = (r - rows[i]) / (rows[i + 1] - rows[i])
+        a, b = on(i), on(i + 1)
+        return a + w * (b - a)
+
 
 def chunk_attention_us(
     pre: Table, rc: RowCost, dec: Table | None, chunks: int, tokens: int, cached: int,
@@ -119,7 +136,7 @@ def chunk_attention_us(
     c = tokens / chunks
     p = cached / chunks
     fresh = pre.at(chunks, c)
-    extra = (rc.at(chunks, p + c) - rc.at(chunks, p)) - (rc.at(chunks, c) - rc.at(chunks, 0.0))
+    extra = rc.extra(chunks, c, p)
     rho = work_ratio(chunks, tokens, cached, prefill_attn)
     if rho == 1.0:
         t = fresh + extra  # = fresh exactly at p = 0 (extra is 0.0 there)
