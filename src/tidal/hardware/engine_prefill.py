@@ -98,16 +98,6 @@ class RowCost:
         j = bisect_right(xs, x) - 1
         return acc[j] + g[j] * (x - xs[j])
 
-    def at(self, r: float, x: float) -> float:
-        """``G`` of the (row-interpolated) table row ``r`` at position ``x``."""
-        rows = self.rows
-        if len(rows) == 1 or r <= rows[0]:
-            return self._row(0, x)
-        i = min(bisect_right(rows, r) - 1, len(rows) - 2)
-        w = (r - rows[i]) / (rows[i + 1] - rows[i])
-        a, b = self._row(i, x), self._row(i + 1, x)
-        return a + w * (b - a)
-
     def extra(self, r: float, c: float, p: float) -> float:
         """[G(p + c) − G(p)] − [G(c) − G(0)] on row ``r``: what rows p…p + c cost more than
         rows 0…c (0.0 exactly at p = 0; the rows bracketed once)."""
