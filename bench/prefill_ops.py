@@ -110,9 +110,10 @@ def tidal_parts(row: Row, p: Plan) -> tuple[Any, Any, list[dict[str, float]]]:
         parts["emb"] = Curve(xs, lin.step_us["emb"]).at(c) / 1e3
         nbytes = c * m.hidden_size * m.dtype_bytes
         parts["all_reduce"] = 2e3 * L * base._ar.at(nbytes) if base._ar is not None else 0.0
-        parts["attention_prefill"] = 1e3 * base.attn_prefill_s(c, done + c, 1)
+        work = c * (2 * done + c)  # the chunk's causal work Σ c·(2s + c) (StepPlan.prefill_attn)
+        parts["attention_prefill"] = 1e3 * base.attn_prefill_s(c, done + c, 1, work)
         parts["head_host"] = 1e3 * base.seqs_s(1)
-        parts["step"] = 1e3 * base.step_seconds(0, 0, c, c, done + c, 1)
+        parts["step"] = 1e3 * base.step_seconds(0, 0, c, work, done + c, 1)
         out.append(parts)
         done += c
     return cfg, base, out

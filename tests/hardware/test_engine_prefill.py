@@ -199,3 +199,24 @@ def test_vllm_mla_up_projects_the_cached_latents_of_a_chunk_s_context() -> None:
     assert pm.engine_parts["attention_prefill_context_up"].startswith("engine:gemm/")
     fresh = pm.attn_prefill_s(c, c, 1, c * c)
     assert fresh == L * pm._batch_pre.at(1, c) * 1e-6
+
+
+def test_past_the_table_attention_rows_grow_with_their_keys_and_a_scan_s_do_not() -> None:
+    """A synthetic fresh-prompt table T(s) = 10 + s µs from s = 1 (1 µs per row up to 2,000
+    tokens, the last segment's midpoint 1,500): 1,000 rows after 3,000 cost
+    ∫₃₀₀₀⁴⁰⁰⁰ x/1500 dx = 2,333.3 µs as attention rows (their keys grow), 1,000 as a linear
+    layer's scan; the chunk pays that beyond what its rows 1…1,000 cost fresh (999); a hybrid
+    with a quarter of full-attention layers grows by a quarter."""
+    from tidal.hardware.engine_prefill import RowCost
+    from tidal.hardware.measured import _Table2D
+    from tidal.hardware.opprofile import Grid2D
+
+    tab = _Table2D(Grid2D(rows=[1], cols=[1, 1000, 2000], us=[[11.0, 1010.0, 2010.0]]))
+    attn, scan = (4000**2 - 3000**2) / (2 * 1500), 1000.0
+    assert abs(RowCost(tab, 3, 1.0).extra(1, 1000, 3000) - (attn - 999)) < 1e-9
+    assert abs(RowCost(tab, 3, 0.0).extra(1, 1000, 3000) - (scan - 999)) < 1e-9
+    quarter = RowCost(tab, 3, 0.25).extra(1, 1000, 3000)
+    assert abs(quarter - (0.25 * attn + 0.75 * scan - 999)) < 1e-9
+    qwen35 = EnginePerfModel(get_model("Qwen/Qwen3.5-397B-A17B"), get_gpu("h200"), 8, "sglang")
+    assert qwen35._row_cost is not None
+    assert qwen35._row_cost.growing == 0.25  # 15 of 60 layers full attention

@@ -36,8 +36,8 @@ no table holds gets None, and the caller falls back to the corrected roofline an
 ``parts``. Known approximations: a mixed step sums the decode and prefill modules, so the
 module's fixed per-forward cost (its smallest cell, ~90 µs on H200) is paid twice; a chunk
 after a cached prefix costs the module's T(p + c) − T(p) plus its fixed cost
-(:mod:`tidal.hardware.engine_prefill`: the projections and GDN at the chunk's c tokens), without
-vLLM's MLA up-projection of the p cached latents that its prefix path adds.
+(:mod:`tidal.hardware.engine_prefill`: the projections and GDN at the chunk's c tokens); vLLM's
+up-projection of the p cached latents is added by ``engine_perf.mla_context_up``.
 """
 
 from __future__ import annotations

@@ -153,8 +153,9 @@ class EnginePerfModel(MeasuredPerfModel):
         super().__init__(dep, model, gpu, tp, fallback=fb, host=host)
         self._ctx_up = mla_context_up(ed, engine, data_parallel)
         self._batch_pre = None if pre is None else _Table2D(pre)
+        growing = 1.0 - model.num_linear_layers / model.num_layers  # GDN scans: constant
         self._row_cost = (None if pre is None or self._batch_pre is None
-                          else RowCost(self._batch_pre, len(pre.cols)))  # fmt: skip
+                          else RowCost(self._batch_pre, len(pre.cols), growing))  # fmt: skip
         if self._batch_pre is not None:
             self._pre = self._batch_pre  # step_seconds then calls attn_prefill_s
 

@@ -19,10 +19,12 @@ the grid holds per query row (sliding windows, a module's projections, a linear 
 ones': a row never gets cheaper further along the prompt, so more cached context never makes a
 chunk cheaper), and beyond the table's last column it grows in proportion to the position (the
 row's keys), continuing the last segment's slope: ``T`` goes on as a square there, not as a
-line. A chunk of few tokens after a long prefix is bound by reading the prefix's KV instead;
-that read is a decode's, so with a cached prefix the result is floored at the decode table at
-(k, p + c). AIConfigurator reads ``T(p + c)·((p + c)² − p²)/(p + c)²`` instead, which agrees
-where ``T`` grows as the square and has no floor.
+line (a hybrid model's linear-attention layers keep a constant marginal: their share of the
+layers is taken as their share of the last slope). A chunk of few tokens after a long prefix
+is bound by reading the prefix's KV instead; that read is a decode's, so with a cached prefix
+the result is floored at the decode table at (k, p + c). AIConfigurator reads
+``T(p + c)·((p + c)² − p²)/(p + c)²`` instead, which agrees where ``T`` grows as the square
+and has no floor.
 
 A step keeps only sums over its chunks (tokens ``C``, context ``C + S``, ``Σ c·(2p + c)``), so
 the table is read at the mean chunk and mean prefix and the part above the fixed cost scaled
@@ -69,10 +71,13 @@ class RowCost:
     """``G``, the integral of the non-decreasing marginal row cost ``g``, of each table row
     (module docstring); between rows linear, as the table's bilinear reading."""
 
-    def __init__(self, tab: Table, measured_cols: int | None = None) -> None:
+    def __init__(self, tab: Table, measured_cols: int | None = None, growing: float = 1.0) -> None:
         """``measured_cols``: how many of ``tab``'s columns were measured (the rest, virtual
-        columns of its linear extension, are left to the square's growth)."""
+        columns of its linear extension, are left to the square's growth); ``growing``: the
+        share of the last marginal that grows with the position beyond them (attention's;
+        the rest, a linear layer's scan, stays constant)."""
         n = len(tab.cols) if measured_cols is None else measured_cols
+        self.growing = growing
         self.rows, self.xs = list(tab.rows), list(tab.cols[:n])
         self.g: list[list[float]] = []  # per row: g on each segment
         self.acc: list[list[float]] = []  # per row: G at each column
@@ -93,19 +98,27 @@ class RowCost:
             return 0.0
         last = xs[-1]
         if x >= last:  # g(x) = g_last·x / x_mid: the square's slope, through the last segment's
-            mid = 0.5 * (xs[-2] + last)
-            return acc[-1] + g[-1] * (x * x - last * last) / (2.0 * mid)
+            mid, a = 0.5 * (xs[-2] + last), self.growing
+            grow = (x * x - last * last) / (2.0 * mid)
+            return acc[-1] + g[-1] * (a * grow + (1.0 - a) * (x - last) if a < 1.0 else grow)
         j = bisect_right(xs, x) - 1
         return acc[j] + g[j] * (x - xs[j])
 
-    def at(self, r: float, x: float) -> float:
-        """``G`` of the (row-interpolated) table row ``r`` at position ``x``."""
-        rows = self.rows
+    def extra(self, r: float, c: float, p: float) -> float:
+        """[G(p + c) − G(p)] − [G(c) − G(0)] on row ``r``: what rows p…p + c cost more than
+        rows 0…c (0.0 exactly at p = 0; the rows bracketed once)."""
+        if p <= 0.0:
+            return 0.0
+        rows, row = self.rows, self._row
+
+        def on(i: int) -> float:
+            return (row(i, p + c) - row(i, p)) - row(i, c)  # G(0) = 0
+
         if len(rows) == 1 or r <= rows[0]:
-            return self._row(0, x)
+            return on(0)
         i = min(bisect_right(rows, r) - 1, len(rows) - 2)
         w = (r - rows[i]) / (rows[i + 1] - rows[i])
-        a, b = self._row(i, x), self._row(i + 1, x)
+        a, b = on(i), on(i + 1)
         return a + w * (b - a)
 
 
@@ -119,7 +132,7 @@ def chunk_attention_us(
     c = tokens / chunks
     p = cached / chunks
     fresh = pre.at(chunks, c)
-    extra = (rc.at(chunks, p + c) - rc.at(chunks, p)) - (rc.at(chunks, c) - rc.at(chunks, 0.0))
+    extra = rc.extra(chunks, c, p)
     rho = work_ratio(chunks, tokens, cached, prefill_attn)
     if rho == 1.0:
         t = fresh + extra  # = fresh exactly at p = 0 (extra is 0.0 there)
