@@ -14,6 +14,12 @@ Their B200/B300 scripts start the server with ``--scheduler-recv-interval``:
 * the H200 scripts (``dsr1_fp8_h200.sh``, ``qwen3.5_fp8_h200.sh``, ``glm5_fp8_h200.sh``) and
   the GLM-5 FP8 ones: none (SGLang's 1).
 
+The same scripts set ``--kv-cache-dtype fp8_e4m3`` for DeepSeek and GLM-5 on B200/B300
+(``dsr1_fp{4,8}_b{2,3}00.sh``, ``glm5_fp{4,8}_b{2,3}00.sh``) and for Qwen3.5 FP8/FP4 on every
+GPU (``qwen3.5_fp{4,8}_{h200,b200,b300}.sh``); not the H200 DeepSeek / GLM-5 scripts nor the
+Qwen3.5 bf16 ones. A launch flag, not a weight precision: it applies with ``--bf16-fallback``
+too (the KV plan and the attention tables of that dtype).
+
 Read at the commits before each measurement date the rows carry (2026-02-20 … 2026-04-20:
 ``efd49e5``, ``12ba0ae``, ``49db200``, ``f34a83b``; the 2025-11 DeepSeek B200 rows ran
 ``benchmarks/dsr1_fp{4,8}_b200_docker.sh``, same rule; the flag and its rule are the same in
@@ -52,6 +58,17 @@ FIXED_10 = {
 """(family, precision, GPU) whose script passes ``--scheduler-recv-interval 10`` always."""
 BY_CONCURRENCY = {"dsr1", "qwen3.5"}
 """Families whose B200/B300 scripts pass 10 below 16 clients and 30 from 16 on."""
+
+
+def kv_cache_dtype(row: _Row) -> str | None:
+    """``fp8`` where the row's InferenceX script sets ``--kv-cache-dtype fp8_e4m3``, else None
+    (the model dtype)."""
+    family = FAMILIES.get(row.model)
+    if row.engine != "sglang" or family is None:
+        return None
+    if family == "qwen3.5":
+        return "fp8" if row.precision in ("fp8", "fp4") else None
+    return "fp8" if row.system in ("b200_sxm", "b300_sxm") else None
 
 
 def scheduler_recv_interval(row: _Row) -> int | None:
