@@ -71,7 +71,18 @@ def test_decode_steps_are_not_floored(decodes: int, ctx: int) -> None:
     p = perf(DSV3, "sglang")
     plain = MeasuredPerfModel.step_seconds(p, decodes, decodes * ctx, 0, 0, 0, 0)
     assert p.step_ns(decodes, decodes * ctx) == max(1, round(plain * 1e9))
-    assert prefill_ns(p, 1, decodes) >= round(p.prefill_floor_s * 1e9)
+    assert prefill_ns(p, 2, decodes) >= round(p.prefill_floor_s * 1e9)
+
+
+def test_a_decode_pools_single_token_hand_over_is_not_floored() -> None:
+    """A disaggregated decode pool admits loaded KV as one-token chunks (SGLang's PREBUILT
+    batch: no extend forward): those steps are the unfloored step; a 2-token chunk is not."""
+    p = perf(DSV3, "sglang")
+    floor_ns = round(p.prefill_floor_s * 1e9)
+    hand_over = p.step_ns(8, 8 * 1024, 4, 4, 4 * 8192, 4)  # 4 loaded legs, 8k contexts
+    plain = MeasuredPerfModel.step_seconds(p, 8, 8 * 1024, 4, 4, 4 * 8192, 4)
+    assert hand_over == max(1, round(plain * 1e9)) < floor_ns
+    assert p.step_ns(8, 8 * 1024, 2, 2, 2, 1) == floor_ns
 
 
 def test_summary_records_the_floor_and_its_source() -> None:

@@ -10,7 +10,13 @@ overhead ... especially for the short length input"). For DeepSeek-V2/V3-class m
 kernels outside it; their prefill stays eager in the 0.5.x releases the tables measure.
 
 A step whose GPU work is shorter than the host's launch time takes the launch time: the
-step is ``max(gpu, floor)``. The floor is a public measurement, not a fit to the silicon
+step is ``max(gpu, floor)``, for a step with a prompt chunk of more than one token (a step
+whose chunks are all single tokens is the disaggregated decode pool's hand-over of loaded KV,
+which SGLang's decode side runs as a ``PREBUILT`` batch, no extend forward; an aggregated
+engine's one-token chunk — a prefix hit leaving one token, a one-token prompt — is rare in
+these benchmarks and is not floored either, although the measurement below is of one).
+
+The floor is a public measurement, not a fit to the silicon
 rows: SGLang pull request 12160 logs ``forward cost 82.64 ms`` for a DeepSeek-V3 prefill of
 one new token (eager; 23.1 ms with a prefill CUDA graph) and states that the prefill latency
 "is similar when new_tokens < 100" — the launch-bound floor of its 61 layers. Tidal scales it

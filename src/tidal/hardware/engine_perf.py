@@ -186,11 +186,13 @@ class EnginePerfModel(MeasuredPerfModel):
         """The step; with async scheduling ``max(gpu, cpu)``: the engine core's CPU time of
         the step runs while the GPU does, and shows only where it is the longer. A step with
         prefill tokens takes at least the eager-prefill floor (:mod:`engine_eager`; SGLang's
-        MLA / GDN models); a pure-decode step (the fast-forwarded ones) is not floored."""
+        MLA / GDN models); a pure-decode step (the fast-forwarded ones) is not floored, nor one
+        whose chunks are all single tokens (a disaggregated decode pool's hand-over of loaded
+        KV: SGLang's ``PREBUILT`` batch runs no extend forward)."""
         s = super().step_seconds(
             num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
         )
-        if prefill_tokens and self.prefill_floor_s:
+        if prefill_tokens > num_prefills and self.prefill_floor_s:
             s = mx(s, self.prefill_floor_s)
         if not self._async_host:
             return s
