@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from silicon_layout import served_layout, total_concurrency
+from silicon_recipes import kv_cache_dtype, scheduler_recv_interval
 
 ENGINES = ("vllm", "sglang")
 
@@ -447,5 +448,13 @@ def plan_row(
     # with an engine setting the simulator applies that engine's chunked-prefill size itself
     cfg["scheduler"] = {"max_seqs": sched["max_seqs"]} if eng else sched
     notes = ["bf16 stand-in for " + row.gemm_quant] if bf16_fallback and row.gemm_quant else []
+    recv = scheduler_recv_interval(served) if eng.get("engine") == "sglang" else None
+    if recv is not None:  # the InferenceX recipe's flag (silicon_recipes)
+        cfg["scheduler"]["scheduler_recv_interval"] = recv
+        notes.append(f"scheduler-recv-interval {recv} (InferenceX recipe)")
+    kv = kv_cache_dtype(served) if eng.get("engine") == "sglang" else None
+    if kv is not None and "kv_cache_dtype" in fields and "kv_cache_dtype" not in cfg:
+        cfg["kv_cache_dtype"] = kv
+        notes.append(f"kv-cache-dtype {kv} (InferenceX recipe)")
     notes += [layout] if layout else []
     return Plan(row, cfg, notes, source_client_ratio(row))

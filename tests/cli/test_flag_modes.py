@@ -62,6 +62,7 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "max_prefill_tokens": (20, {"engine": "sglang"}),
     # a KV pool small enough that SGLang's admission reserve binds
     "schedule_conservativeness": (10.0, {"engine": "sglang", "mem_fraction_static": 0.2}),
+    "scheduler_recv_interval": (30, {"engine": "sglang"}),
     "prefill_instances": (2, {}),
     "decode_instances": (2, {}),
     "prefill_tp": (2, {}),

@@ -237,6 +237,12 @@ SCHEDULER = (
         "scheduler.schedule_conservativeness",
     ),
     Flag(
+        "scheduler_recv_interval", I,
+        "SGLang --scheduler-recv-interval (--engine sglang only; default 1): new requests are "
+        "received only every N decode steps, and right after a prefill step.",
+        "scheduler.scheduler_recv_interval",
+    ),
+    Flag(
         "policy_module", list[str] | None,
         "Python file (or module name) imported before the policies are looked up, so that a "
         "policy it registers is selected by its name (repeatable).",

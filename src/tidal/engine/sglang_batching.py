@@ -59,6 +59,7 @@ from tidal.engine.decode_pool import DecodePool
 from tidal.engine.mb import MixedBatching
 from tidal.engine.plan import StepPlan
 from tidal.engine.policy import BATCHING
+from tidal.engine.sglang_recv import RecvGate
 from tidal.engine.state import EngineState
 
 SGLANG_MAX_PREFILL_TOKENS = 16384
@@ -85,6 +86,9 @@ class SGLangOptions(BaseModel):
     """``--max-prefill-tokens``: the cap on a step's new prefill tokens past its first prompt."""
     schedule_conservativeness: float = Field(default=1.0, ge=0.0)
     """``--schedule-conservativeness``: scales the start (and floor) of ``new_token_ratio``."""
+    scheduler_recv_interval: int = Field(default=1, ge=1)
+    """``--scheduler-recv-interval``: new requests are received only every N decode steps
+    (and right after a prefill step; :mod:`tidal.engine.sglang_recv`)."""
 
 
 def _clip(n: int) -> int:
@@ -125,6 +129,10 @@ class _Adder:
         return self._offset >= 0 and self.rem_total_tokens() <= 0
 
     def __call__(self, req: Request) -> bool:
+        gate = self.policy.recv
+        if gate is not None and not gate.admits(req):  # not received yet: the step stops here
+            self.refused = True
+            return False
         plan = self.plan
         if plan.prefills or self.policy.state.running:
             new = req.num_tokens - req.num_computed_tokens
@@ -211,6 +219,9 @@ class SGLangBatching(MixedBatching):
         """SGLang's flag: admission refused for KV; no prefill is tried until one leaves."""
         self._retracted = False
         self._remaining = _Remaining()
+        n = opts.scheduler_recv_interval
+        self.recv = RecvGate(n) if n > 1 else None
+        """``--scheduler-recv-interval`` > 1: which waiting requests SGLang has received."""
 
     def reserved_by_running(self, plan: StepPlan) -> float:
         """``new_token_ratio`` × Σ ``min(max_new − output, 4096)`` over the decoding requests
@@ -221,6 +232,8 @@ class SGLangBatching(MixedBatching):
     def schedule(self, now_ns: int) -> StepPlan:
         st = self.state
         st.waiting.refresh(now_ns)
+        if self.recv is not None:
+            self.recv.on_schedule(st.waiting, not st.running)
         plan = StepPlan()
         self._retracted = False
         if self.mixed:
@@ -249,8 +262,10 @@ class SGLangBatching(MixedBatching):
         st = self.state
         test = _Adder(self, plan, cap, decodes)
         st.admit(plan, budget, now_ns, None, test)
-        if test.refused:  # refused by the cap, not for KV: the next step may admit it
-            st.admission_blocked_by_kv = False
+        gate, waiting = self.recv, st.waiting
+        unreceived = gate is not None and bool(len(waiting)) and not gate.admits(waiting.peek())
+        if test.refused or unreceived:  # the cap or the receive gate, not KV: the next step may
+            st.admission_blocked_by_kv = False  # admit it
         elif st.admission_blocked_by_kv or test.used_up():
             self.batch_is_full = bool(st.running)
 
@@ -268,7 +283,9 @@ class SGLangBatching(MixedBatching):
 
     def before_apply(self, plan: StepPlan, end_ns: int, num_steps: int) -> None:
         """After each pure decode step without retraction the ratio decays toward its floor
-        (``update_running_batch``), once per repeated step."""
+        (``update_running_batch``), once per repeated step; the receive gate counts the steps."""
+        if self.recv is not None:
+            self.recv.after_step(plan, num_steps)
         if plan.prefills or not plan.num_decodes or self._retracted:
             return
         ratio, decay, floor = self.new_token_ratio, self.ratio_decay, self.min_ratio
@@ -281,6 +298,8 @@ class SGLangBatching(MixedBatching):
     def on_finished(self, req: Request, now_ns: int) -> None:
         self.batch_is_full = False
         self._remaining.leave(req)
+        if self.recv is not None:
+            self.recv.leave(req)
 
     def on_preempted(self, req: Request, lost_tokens: int) -> None:
         self.batch_is_full = False
@@ -289,9 +308,13 @@ class SGLangBatching(MixedBatching):
     def on_aborted(self, req: Request, now_ns: int) -> None:
         self.batch_is_full = False
         self._remaining.leave(req)
+        if self.recv is not None:
+            self.recv.leave(req)
 
     def repeatable_steps(self, plan: StepPlan) -> tuple[int, bool]:
         """MB's run (:meth:`MixedBatching.repeatable_steps`); while ``batch_is_full`` nothing is
         admitted until the first departure, which ends the run, so no arrival can change it."""
         k, sensitive = super().repeatable_steps(plan)
+        if self.recv is not None:  # a run never crosses a receive (sglang_recv: exactness)
+            k = min(k, self.recv.steps_to_recv())
         return k, sensitive and not self.batch_is_full

@@ -48,6 +48,7 @@ from tidal.hardware.engine_deployment import (
     SHARED_EXPERTS_STREAM_TOKENS,
     EngineDeployment,
 )
+from tidal.hardware.engine_eager import describe_floor, eager_prefill_floor_s
 from tidal.hardware.engine_host import engine_host, first_at_least, schedules_ahead
 from tidal.hardware.engine_prefill import RowCost, chunk_attention_us
 from tidal.hardware.engine_tables import (
@@ -129,6 +130,8 @@ class EnginePerfModel(MeasuredPerfModel):
                 + ", ".join(SYSTEMS) + ")",
             )  # fmt: skip
         self.tables = resolve_versions(system, engine, version)
+        self.prefill_floor_s = eager_prefill_floor_s(engine, model)
+        """A prefill step's launch-bound floor (:mod:`tidal.hardware.engine_eager`; 0: none)."""
         self.engine_host = engine_host(engine, self.tables.version, async_scheduling)
         self.schedules_ahead = schedules_ahead(engine, self.tables.version, async_scheduling)
         self._sync_host = self.engine_host is not None and not self.engine_host.overlapped
@@ -205,10 +208,16 @@ class EnginePerfModel(MeasuredPerfModel):
         mx: Callable[[Any, Any], Any] = max,
     ) -> Any:
         """The step; with async scheduling ``max(gpu, cpu)``: the engine core's CPU time of
-        the step runs while the GPU does, and shows only where it is the longer."""
+        the step runs while the GPU does, and shows only where it is the longer. A step with
+        prefill tokens takes at least the eager-prefill floor (:mod:`engine_eager`; SGLang's
+        MLA / GDN models); a pure-decode step (the fast-forwarded ones) is not floored, nor one
+        whose chunks are all single tokens (a disaggregated decode pool's hand-over of loaded
+        KV: SGLang's ``PREBUILT`` batch runs no extend forward)."""
         s = super().step_seconds(
             num_decodes, decode_ctx, prefill_tokens, prefill_attn, prefill_ctx, num_prefills, mx
         )
+        if prefill_tokens > num_prefills and self.prefill_floor_s:
+            s = mx(s, self.prefill_floor_s)
         if not self._async_host:
             return s
         assert self.engine_host is not None
@@ -263,6 +272,7 @@ class EnginePerfModel(MeasuredPerfModel):
         out.update(self.tables.describe())
         if self.engine_host is not None:
             out["engine_host"] = self.engine_host.describe()
+        out.update(describe_floor(self.prefill_floor_s))
         if self.notes:
             out["notes"] = list(self.notes)
         return out

@@ -61,7 +61,7 @@ def _rules() -> tuple[Rule, ...]:
         "memory.mem_fraction_static",
         "scheduler.token_budget", "scheduler.max_seqs", "scheduler.long_prefill_token_threshold",
         "scheduler.enable_mixed_chunk", "scheduler.max_prefill_tokens",
-        "scheduler.schedule_conservativeness",
+        "scheduler.schedule_conservativeness", "scheduler.scheduler_recv_interval",
         "engine", "engine_version", "data_parallel_size", "enable_expert_parallel",
         "pipeline_parallel_size", "async_scheduling", "moe_distribution", "moe_tp_size",
         "quantization",

@@ -90,6 +90,10 @@ class SchedulerSettings(_Strict):
     """SGLang ``--schedule-conservativeness`` (``engine: sglang`` only): scales the share of
     the running requests' remaining output the admission reserves (``new_token_ratio``,
     :mod:`tidal.engine.sglang_batching`). None: SGLang's 1.0."""
+    scheduler_recv_interval: int | None = Field(default=None, ge=1)
+    """SGLang ``--scheduler-recv-interval`` (``engine: sglang`` only): the scheduler receives
+    new requests only every N decode steps (and right after a prefill step;
+    :mod:`tidal.engine.sglang_recv`). None: SGLang's 1 (every step)."""
     eb: EBOptions = EBOptions()
     """Options of the exclusive-batching policies ``eb`` and ``ebplus``."""
     options: dict[str, Any] = Field(default_factory=dict)

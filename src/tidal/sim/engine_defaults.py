@@ -72,6 +72,7 @@ SGLANG_FLAGS = {
     "enable_mixed_chunk": "--enable-mixed-chunk",
     "max_prefill_tokens": "--max-prefill-tokens",
     "schedule_conservativeness": "--schedule-conservativeness",
+    "scheduler_recv_interval": "--scheduler-recv-interval",
 }
 """SGLang's launch flags of a step, by ``scheduler`` key (:mod:`tidal.engine.sglang_batching`)."""
 
@@ -106,6 +107,13 @@ def _sglang_batching(
         sched.setdefault("batching", "prefill-first")
         return
     batching = sched.setdefault("batching", "sglang")
+    if dp > 1 and flags.get("scheduler_recv_interval", 1) > 1:
+        raise ConfigError(
+            "scheduler.scheduler_recv_interval",
+            "SGLang's --scheduler-recv-interval does not run with data-parallel attention "
+            "(SchedulerRecvSkipper asserts not enable_dp_attention)",
+            "drop --scheduler-recv-interval, or set data_parallel_size 1",
+        )
     if dp > 1 and batching == "sglang":
         given = flags.get("schedule_conservativeness", 1.0)
         flags = {**flags, "schedule_conservativeness": 0.3 * given}
