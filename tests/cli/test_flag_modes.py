@@ -71,6 +71,9 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "decode_gpu": ("h200", {}),
     "kv_link": ("eth-100", {"prefill_instances": 1}),
     "request_overhead_ms": ("auto", {"prefill_instances": 1}),
+    "unit_pools": ("apart", {}),
+    "node_link": ("eth-100", {}),
+    "nics_per_node": (1, {}),
     "gpu_memory_utilization": (0.5, {}),
     "mem_fraction_static": (0.3, {"engine": "sglang"}),  # SGLang's plan (refused on vllm)
     "slo_ttft": (0.001, {}),
@@ -133,6 +136,9 @@ NOT_HERE = {
     ("hash_block_tokens", "trace"): "a Mooncake trace fixes it: another value is refused by the "
     "loader, naming it (tests/workload)",
     ("days", "cluster"): "the servegen mix needs the ServeGen trace (tests/cluster)",
+    ("unit_pools", "cluster"): "no unit in the mode's models (tests/cluster/test_cluster_nodes.py)",
+    ("node_link", "cluster"): "needs a unit across nodes (tests/cluster/test_cluster_nodes.py)",
+    ("nics_per_node", "cluster"): "needs a unit across nodes (tests/cluster/test_cluster_nodes.py)",
     ("predictor", "augmented"): "AugServe's predictions order a queue this run never forms "
     "(tests/augment)",
     ("branch_policy", "single"): "its early stop needs long outputs (tests/test_parallel_probe.py)",
