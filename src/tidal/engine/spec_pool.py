@@ -89,11 +89,11 @@ class SpecDecodePool(DecodePool):
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
-        self._hist = np.zeros(self.k + 2, dtype=np.int64)
-        """Verification steps by accepted length a (1 … k + 1) of the members that left, but
-        for the rows still in :attr:`_pending`."""
+        self._ge = np.zeros(self.k, dtype=np.int64)
+        """Verification steps that accepted draft i (a ≥ i + 1, i = 1 … k) of the members that
+        left, but for the rows still in :attr:`_pending`."""
         self._pending: list[np.ndarray] = []
-        """Unclipped lengths of departed members' steps, counted into :attr:`_hist` in one
+        """Unclipped lengths of departed members' steps, counted into :attr:`_ge` in one
         pass when there are many."""
         self._pending_excess: list[int] = []
         """Per pending row, what its last step was clipped by (0: not clipped or not run)."""
@@ -138,11 +138,12 @@ class SpecDecodePool(DecodePool):
     def accepted_per_pos(self) -> np.ndarray:
         """Steps that accepted draft i (i = 1 … k), over the members that left."""
         self._flush()
-        return self._hist[::-1].cumsum()[::-1][2:]
+        return self._ge.copy()
 
     def _flush(self) -> None:
-        """Count the pending departed rows into :attr:`_hist`, each clipped last step at its
-        clipped value."""
+        """Count the pending departed rows into :attr:`_ge`, each clipped last step at its
+        clipped value (k ≤ 8: k counts of ``a > i`` on the bytes, cheaper than a bincount's
+        conversion to int64)."""
         rows = self._pending
         if not rows:
             return
@@ -150,7 +151,10 @@ class SpecDecodePool(DecodePool):
         ends = np.cumsum([len(r) for r in rows]) - 1
         excess = np.array(self._pending_excess, dtype=flat.dtype)
         flat[ends] -= excess
-        self._hist += np.bincount(flat, minlength=self.k + 2)
+        if self.k <= 8:
+            self._ge += [np.count_nonzero(flat > i) for i in range(1, self.k + 1)]
+        else:
+            self._ge += np.bincount(flat, minlength=self.k + 2)[::-1].cumsum()[::-1][2:]
         rows.clear()
         self._pending_excess.clear()
         self._pending_len = 0
