@@ -345,6 +345,9 @@ class SpecDecodePool(DecodePool):
         if stop <= start:
             return 0
         i = self.steps - self._origin  # levels past the array's end are 0
+        lev = self._lev
+        if i + stop < len(lev):
+            return (lev.item(i + stop) - lev.item(i + start)) & _LOW
         return (self._level(i + stop) - self._level(i + start)) & _LOW
 
     def needs_block(self, req: Request) -> int:
