@@ -104,11 +104,14 @@ class DrawBlock:
     ``cum · scale`` by scale and ``extra`` what a user derives from the block (the
     speculative pool's levels): both go when the block is dropped. Read-only."""
 
-    __slots__ = ("a", "cum", "extra", "scaled", "starts", "totals", "widths")
+    __slots__ = ("a", "cum", "extra", "run", "scaled", "starts", "totals", "widths")
 
     def __init__(self, a: np.ndarray, cum: np.ndarray, starts: list[int], widths: list[int],
                  totals: list[int]) -> None:  # fmt: skip
         self.a, self.cum, self.starts, self.widths, self.totals = a, cum, starts, widths, totals
+        self.run = cum
+        """The running sum of ``a`` over the flat array (non-decreasing): row r's prefix
+        sums plus its base ``run[starts[r]]``; set by :meth:`AcceptanceModel.block`."""
         self.scaled: dict[int, np.ndarray] = {}
         self.extra: dict[Any, Any] = {}
 
@@ -183,11 +186,13 @@ class AcceptanceModel:
         starts = ends - span
         rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
         states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
-        # slot s of a row holds step s − 1's draw, counter s·φ (slot 0: the leading 0)
-        z = np.arange(int(ends[-1]), dtype=np.uint64)
-        z -= np.repeat(starts.astype(np.uint64), span)
-        z *= _PHI
-        z += np.repeat(states, span)
+        # slot s of a row holds step s − 1's draw, state + s·φ (slot 0: the leading 0): a
+        # running sum of φ restarted at each row's state (wrapping, as the draws' adds)
+        z = np.full(int(ends[-1]), _PHI, dtype=np.uint64)
+        prev = np.zeros_like(states)  # each row's predecessor's last counter
+        prev[1:] = states[:-1] + widths[:-1].astype(np.uint64) * _PHI
+        z[starts] = states - prev
+        np.cumsum(z, out=z)
         a = np.empty(len(z), dtype=np.int8 if self.k < 127 else np.int64)  # 1 ≤ a ≤ k + 1
         bounds = list(pairwise([*starts[::_CHUNK_ROWS].tolist(), len(z)]))
         tmp = np.empty(max(hi - lo for lo, hi in bounds), dtype=np.uint64)
@@ -201,13 +206,14 @@ class AcceptanceModel:
             zz >>= _S11
             self._count(zz, a[lo:hi])
         a[starts] = 0
-        cum = np.cumsum(a, dtype=np.int64)
-        cum -= np.repeat(cum[starts], span)
+        run = np.cumsum(a, dtype=np.int64)
+        cum = run - np.repeat(run[starts], span)
         if len(self._blocks) >= 4:
             del self._blocks[next(iter(self._blocks))]
         got = self._blocks[b] = DrawBlock(
             a, cum, starts.tolist(), widths.tolist(), cum[ends - 1].tolist()
         )
+        got.run = run
         return got
 
     def _widths(self, b: int) -> np.ndarray:

@@ -233,8 +233,8 @@ class SpecDecodePool(DecodePool):
         y = block.scaled.get(self._scale)
         if y is None:
             y = block.scaled[self._scale] = block.cum * self._scale
-        cum = block.cum[:total]
-        lasts = np.add.reduceat(cum < np.repeat(left, span), starts, dtype=np.int64)
+        base = block.run[starts]  # row r: the first slot whose running sum reaches base + left
+        lasts = block.run[:total].searchsorted(base + left) - starts
         bs = self.block_size
         bad = np.array(block.totals[:n]) < left  # short rows, and what join refuses
         bad |= (left < 1) | (left * bs >= self.max_tokens_blocks)
