@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from tidal.core.request import Request
-from tidal.engine.acceptance import BLOCK_REQUESTS, AcceptanceModel, DrawBlock
+from tidal.engine.acceptance import BLOCK_REQUESTS, AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
+from tidal.engine.spec_levels import first_join_levels
 
 _LOW = (1 << 32) - 1
 
@@ -199,8 +200,9 @@ class SpecDecodePool(DecodePool):
     ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int, int] | None:
         """``(levels, a, i, y, o, last)`` of a first join whose computed count and tokens left
         are those announced (:meth:`AcceptanceModel.expect`): its levels are
-        ``levels[o : o + last]``, computed for the whole draw block at once
-        (:meth:`_block_levels`; the same values as :meth:`_levels`); None otherwise."""
+        ``levels[o : o + last]``, computed for the whole draw block at once (the same
+        values as :meth:`_levels`: :func:`~tidal.engine.spec_levels.first_join_levels`);
+        None otherwise."""
         acc = self.acceptance
         if acc.expected is None or rid < 0:
             return None
@@ -208,46 +210,16 @@ class SpecDecodePool(DecodePool):
         block = acc._blocks.get(b) or acc.block(b)
         got = block.extra.get(self._key)
         if got is None:
-            got = block.extra[self._key] = self._block_levels(b, block)
+            lo, (c0_all, left_all) = b * BLOCK_REQUESTS, acc.expected
+            got = block.extra[self._key] = first_join_levels(
+                block, c0_all[lo : lo + BLOCK_REQUESTS], left_all[lo : lo + BLOCK_REQUESTS],
+                self.block_size, self.max_tokens_blocks,
+            )  # fmt: skip
         lvl, y, c0s, lefts, lasts = got
         if r >= len(lasts) or lasts[r] < 0 or c0s[r] != c0 or lefts[r] != left:
             return None
         o = block.starts[r]
         return lvl, block.a, o + 1, y, o, lasts[r]
-
-    def _block_levels(
-        self, b: int, block: DrawBlock
-    ) -> tuple[np.ndarray, np.ndarray, list[int], list[int], list[int]]:
-        """For the announced requests of draw block ``b``: the packed levels of their first
-        join at every slot (:meth:`_levels`' expression row by row: the same integers), the
-        scaled prefix sums, their computed counts, tokens left and steps ``last`` (−1 where
-        the row falls short of the tokens left or the request is too long: the join's own
-        path handles it)."""
-        expected = self.acceptance.expected
-        assert expected is not None
-        c0, left = (e[b * BLOCK_REQUESTS : (b + 1) * BLOCK_REQUESTS] for e in expected)
-        n = len(left)
-        span = np.array(block.widths[:n], dtype=np.int64) + 1
-        starts = np.array(block.starts[:n], dtype=np.int64)
-        total = int(starts[-1] + span[-1])
-        y = block.scaled.get(self._scale)
-        if y is None:
-            y = block.scaled[self._scale] = block.cum * self._scale
-        base = block.run[starts]  # row r: the first slot whose running sum reaches base + left
-        lasts = block.run[:total].searchsorted(base + left) - starts
-        bs = self.block_size
-        bad = np.array(block.totals[:n]) < left  # short rows, and what join refuses
-        bad |= (left < 1) | (left * bs >= self.max_tokens_blocks)
-        lasts[bad] = -1
-        b0 = c0 + bs - 1
-        k = b0 - (left + b0) // bs * bs - (left << 32) * bs
-        k[bad] = 0
-        lvl = y[:total] + np.repeat(k, span)
-        if self._shift >= 0:
-            lvl >>= self._shift
-        else:
-            lvl //= bs
-        return lvl, y, c0.tolist(), left.tolist(), lasts.tolist()
 
     def computed(self, req: Request) -> int:
         join, c0, _, _, y, o, last, left = self._rec[req.request_id]
