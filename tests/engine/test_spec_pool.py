@@ -167,3 +167,21 @@ def test_announced_requests_give_the_same_pool(reqs, k, alpha, bs, base):
             out += [r.request_id for r in pool.advance(steps)]
         assert gone[0] == gone[1]
     assert pools[0].spec_counters() == pools[1].spec_counters()
+
+
+def test_a_request_past_the_announced_ones_takes_the_general_path():
+    """Announced ids 0 … 9: request 300 (another block) and 5 (announced otherwise) join by
+    the per-join path with the unannounced pool's levels."""
+    pools = []
+    for announce in (False, True):
+        acc = AcceptanceModel([0.7, 0.5], 3)
+        if announce:
+            acc.expect(np.full(10, 40), np.full(10, 99))
+        pools.append(SpecDecodePool(16, acc))
+        for rid, out in ((300, 120), (5, 80), (6, 100)):
+            req = Request(rid, 0, 40, out)
+            req.num_computed_tokens, req.num_output_tokens = 40, 1
+            pools[-1].join(req, out)
+    plain, told = pools
+    np.testing.assert_array_equal(plain._lev, told._lev)
+    assert plain.steps_to_departure() == told.steps_to_departure()

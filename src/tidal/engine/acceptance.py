@@ -109,11 +109,36 @@ class DrawBlock:
     def __init__(self, a: np.ndarray, cum: np.ndarray, starts: list[int], widths: list[int],
                  totals: list[int]) -> None:  # fmt: skip
         self.a, self.cum, self.starts, self.widths, self.totals = a, cum, starts, widths, totals
-        self.run = cum
+        self.run: np.ndarray | None = None
         """The running sum of ``a`` over the flat array (non-decreasing): row r's prefix
-        sums plus its base ``run[starts[r]]``; set by :meth:`AcceptanceModel.block`."""
+        sums plus its base ``run[starts[r]]``; None until computed (:meth:`running`)."""
         self.scaled: dict[int, np.ndarray] = {}
         self.extra: dict[Any, Any] = {}
+
+
+    def running(self) -> np.ndarray:
+        """:attr:`run`, computed on first use."""
+        if self.run is None:
+            self.run = np.cumsum(self.a, dtype=np.int64)
+        return self.run
+
+
+def _counters(states: np.ndarray, widths: np.ndarray, starts: np.ndarray, w: int) -> np.ndarray:
+    """The draws' counters of a block, rows end to end: slot s of row r holds
+    ``states[r] + s·φ`` (slot s holds step s − 1's draw; slot 0 the leading 0), wrapping.
+    ``w`` ≥ 0: every row is w steps wide (one broadcast addition); else a running sum of φ
+    restarted at each row's state."""
+    if w >= 0:
+        if w > len(_STEPS_PHI):
+            _top_bits(0, 0, 0, w)  # grows the counter table
+        slots = np.concatenate([np.zeros(1, np.uint64), _STEPS_PHI[:w]])
+        return (slots[None, :] + states[:, None]).ravel()
+    z = np.full(int(starts[-1] + widths[-1] + 1), _PHI, dtype=np.uint64)
+    prev = np.zeros_like(states)  # each row's predecessor's last counter
+    prev[1:] = states[:-1] + widths[:-1].astype(np.uint64) * _PHI
+    z[starts] = states - prev
+    np.cumsum(z, out=z)
+    return z
 
 
 class AcceptanceModel:
@@ -186,13 +211,9 @@ class AcceptanceModel:
         starts = ends - span
         rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
         states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
-        # slot s of a row holds step s − 1's draw, state + s·φ (slot 0: the leading 0): a
-        # running sum of φ restarted at each row's state (wrapping, as the draws' adds)
-        z = np.full(int(ends[-1]), _PHI, dtype=np.uint64)
-        prev = np.zeros_like(states)  # each row's predecessor's last counter
-        prev[1:] = states[:-1] + widths[:-1].astype(np.uint64) * _PHI
-        z[starts] = states - prev
-        np.cumsum(z, out=z)
+        w = int(widths[0])
+        uniform = bool((widths == w).all())
+        z = _counters(states, widths, starts, w if uniform else -1)
         a = np.empty(len(z), dtype=np.int8 if self.k < 127 else np.int64)  # 1 ≤ a ≤ k + 1
         bounds = list(pairwise([*starts[::_CHUNK_ROWS].tolist(), len(z)]))
         tmp = np.empty(max(hi - lo for lo, hi in bounds), dtype=np.uint64)
@@ -206,8 +227,12 @@ class AcceptanceModel:
             zz >>= _S11
             self._count(zz, a[lo:hi])
         a[starts] = 0
-        run = np.cumsum(a, dtype=np.int64)
-        cum = run - np.repeat(run[starts], span)
+        run = None
+        if uniform:  # each row's prefix sums in one 2-D pass
+            cum = np.cumsum(a.reshape(BLOCK_REQUESTS, w + 1), axis=1, dtype=np.int64).ravel()
+        else:
+            run = np.cumsum(a, dtype=np.int64)
+            cum = run - np.repeat(run[starts], span)
         if len(self._blocks) >= 4:
             del self._blocks[next(iter(self._blocks))]
         got = self._blocks[b] = DrawBlock(

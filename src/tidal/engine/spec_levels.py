@@ -33,8 +33,9 @@ def first_join_levels(
     y = block.scaled.get(scale)
     if y is None:
         y = block.scaled[scale] = block.cum * scale
-    base = block.run[starts]  # row r: the first slot whose running sum reaches base + left
-    lasts = block.run[:total].searchsorted(base + left) - starts
+    run = block.running()
+    base = run[starts]  # row r: the first slot whose running sum reaches base + left
+    lasts = run[:total].searchsorted(base + left) - starts
     bad = np.array(block.totals[:n]) < left  # short rows, and what the join refuses
     bad |= (left < 1) | (left * bs >= max_tokens_blocks)
     lasts[bad] = -1

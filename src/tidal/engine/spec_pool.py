@@ -204,7 +204,7 @@ class SpecDecodePool(DecodePool):
         values as :meth:`_levels`: :func:`~tidal.engine.spec_levels.first_join_levels`);
         None otherwise."""
         acc = self.acceptance
-        if acc.expected is None or rid < 0:
+        if acc.expected is None or not 0 <= rid < len(acc.expected[1]):
             return None
         b, r = divmod(rid, BLOCK_REQUESTS)
         block = acc._blocks.get(b) or acc.block(b)
