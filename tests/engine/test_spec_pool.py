@@ -21,7 +21,7 @@ def blocks_for(c: int, bs: int) -> int:
 @given(
     ops=st.lists(st.tuples(st.sampled_from("jar"), st.integers(1, 6), st.integers(1, 200)),
                  min_size=1, max_size=60),
-    k=st.integers(1, 4),
+    k=st.sampled_from([1, 2, 3, 4, 9]),  # 9: the counters' bincount path
     alpha=st.floats(0.0, 1.0),
     bs=st.sampled_from([1, 3, 4, 16]),
     initial=st.sampled_from([1, 3, 256]),
@@ -111,3 +111,77 @@ def test_a_request_too_long_for_the_packed_levels_is_refused():
     req.max_output_len = 4
     pool.join(req, 4)  # 3 × 16 < 64
     assert req.in_pool
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    reqs=st.lists(st.tuples(st.integers(1, 300), st.integers(2, 600), st.integers(0, 3)),
+                  min_size=1, max_size=40),
+    k=st.integers(1, 4),
+    alpha=st.floats(0.0, 1.0),
+    bs=st.sampled_from([1, 3, 16]),
+    base=st.sampled_from([0, 250]),
+)  # fmt: skip
+def test_announced_requests_give_the_same_pool(reqs, k, alpha, bs, base):
+    """With the requests announced (:meth:`AcceptanceModel.expect`: rows drawn to each one's
+    need, first joins' levels precomputed per block) the pool's levels, contexts, block needs
+    and departures are those of the unannounced pool; announcements that are wrong (``miss``
+    1: another length, 2: another prompt) or rows that fall short take the general path.
+    ``base``: the first request id (250: the requests straddle two blocks)."""
+    n = base + len(reqs)
+    prompts = np.ones(n, dtype=np.int64)
+    outs = np.full(n, 2, dtype=np.int64)
+    for i, (p, o, _) in enumerate(reqs):
+        prompts[base + i], outs[base + i] = p, o
+    pools = []
+    for announce in (False, True):
+        acc = AcceptanceModel([alpha] * k, 23)
+        if announce:
+            said = outs.copy()
+            said[base:] += [(m == 1) * 7 for _, _, m in reqs]
+            acc.expect(prompts + [(m == 2) for m in [0] * base + [m for _, _, m in reqs]],
+                       said - 1)  # fmt: skip
+        pools.append(SpecDecodePool(bs, acc))
+    gone: list[list[int]] = [[], []]
+    for i, (p, o, m) in enumerate(reqs):
+        for pool, out in zip(pools, gone, strict=True):
+            req = Request(base + i, 0, p, o)
+            req.num_computed_tokens, req.num_output_tokens = p, 1
+            pool.join(req, o)
+            if m == 3:
+                out += [r.request_id for r in pool.advance(min(3, pool.steps_to_departure()))]
+        plain, told = pools
+        np.testing.assert_array_equal(plain._lev[plain.steps - plain._origin :][:400],
+                                      told._lev[told.steps - told._origin :][:400])  # fmt: skip
+        assert plain.decode_ctx() == told.decode_ctx()
+        assert [plain.blocks_needed(j) for j in range(5)] == [
+            told.blocks_needed(j) for j in range(5)
+        ]
+    assert gone[0] == gone[1]
+    assert all(b.extra for b in pools[1].acceptance._blocks.values())  # precomputed levels
+    assert not any(b.extra for b in pools[0].acceptance._blocks.values())
+    while pools[0].members:
+        steps = pools[0].steps_to_departure()
+        np.testing.assert_array_equal(pools[0].ctx_run(0, steps), pools[1].ctx_run(0, steps))
+        for pool, out in zip(pools, gone, strict=True):
+            out += [r.request_id for r in pool.advance(steps)]
+        assert gone[0] == gone[1]
+    assert pools[0].spec_counters() == pools[1].spec_counters()
+
+
+def test_a_request_past_the_announced_ones_takes_the_general_path():
+    """Announced ids 0 … 9: request 300 (another block) and 5 (announced otherwise) join by
+    the per-join path with the unannounced pool's levels."""
+    pools = []
+    for announce in (False, True):
+        acc = AcceptanceModel([0.7, 0.5], 3)
+        if announce:
+            acc.expect(np.full(10, 40), np.full(10, 99))
+        pools.append(SpecDecodePool(16, acc))
+        for rid, out in ((300, 120), (5, 80), (6, 100)):
+            req = Request(rid, 0, 40, out)
+            req.num_computed_tokens, req.num_output_tokens = 40, 1
+            pools[-1].join(req, out)
+    plain, told = pools
+    np.testing.assert_array_equal(plain._lev, told._lev)
+    assert plain.steps_to_departure() == told.steps_to_departure()

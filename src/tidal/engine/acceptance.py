@@ -19,6 +19,7 @@ accepted tokens past ``max_tokens``); counters count the clipped value.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -82,14 +83,62 @@ BLOCK_REQUESTS = 256
 """Requests (consecutive ids) whose first steps are drawn together."""
 BLOCK_STEPS = 256
 """Steps drawn ahead per request in the first block; later blocks draw the 99th percentile of
-the steps the requests joined since needed (:meth:`AcceptanceModel._next_block_steps`); a
-longer request draws the rest on its own. The values never depend on the block size."""
+the steps the requests joined since needed (:meth:`AcceptanceModel._next_block_steps`), or,
+where the requests' lengths are known (:meth:`AcceptanceModel.expect`), each row what its
+request is expected to need; a longer request draws the rest on its own. The values never
+depend on the block's widths."""
 _CHUNK_ROWS = 32
-"""Rows of a block drawn per pass (scratch arrays of 32 × steps words stay in cache: several
-times faster than whole-block passes)."""
+"""Rows of a block drawn per pass (scratch arrays of 32 rows stay in cache: several times
+faster than whole-block passes)."""
 _COMPARE_K = 8
 """Up to this many drafts, accepted lengths are counted by k comparisons (cheaper than a
 binary search on small k)."""
+
+
+class DrawBlock:
+    """The first steps' draws of requests ``b·BLOCK_REQUESTS …``, rows laid end to end.
+
+    Row r occupies ``starts[r] … starts[r] + widths[r]`` of the flat arrays: ``a`` (int8)
+    holds 0 then the accepted lengths of steps 0 … widths[r] − 1, ``cum`` (int64) their
+    prefix sums (0 first). ``totals[r]`` is the row's last prefix sum. ``scaled`` caches
+    ``cum · scale`` by scale and ``extra`` what a user derives from the block (the
+    speculative pool's levels): both go when the block is dropped. Read-only."""
+
+    __slots__ = ("a", "cum", "extra", "run", "scaled", "starts", "totals", "widths")
+
+    def __init__(self, a: np.ndarray, cum: np.ndarray, starts: list[int], widths: list[int],
+                 totals: list[int]) -> None:  # fmt: skip
+        self.a, self.cum, self.starts, self.widths, self.totals = a, cum, starts, widths, totals
+        self.run: np.ndarray | None = None
+        """The running sum of ``a`` over the flat array (non-decreasing): row r's prefix
+        sums plus its base ``run[starts[r]]``; None until computed (:meth:`running`)."""
+        self.scaled: dict[int, np.ndarray] = {}
+        self.extra: dict[Any, Any] = {}
+
+
+    def running(self) -> np.ndarray:
+        """:attr:`run`, computed on first use."""
+        if self.run is None:
+            self.run = np.cumsum(self.a, dtype=np.int64)
+        return self.run
+
+
+def _counters(states: np.ndarray, widths: np.ndarray, starts: np.ndarray, w: int) -> np.ndarray:
+    """The draws' counters of a block, rows end to end: slot s of row r holds
+    ``states[r] + s·φ`` (slot s holds step s − 1's draw; slot 0 the leading 0), wrapping.
+    ``w`` ≥ 0: every row is w steps wide (one broadcast addition); else a running sum of φ
+    restarted at each row's state."""
+    if w >= 0:
+        if w > len(_STEPS_PHI):
+            _top_bits(0, 0, 0, w)  # grows the counter table
+        slots = np.concatenate([np.zeros(1, np.uint64), _STEPS_PHI[:w]])
+        return (slots[None, :] + states[:, None]).ravel()
+    z = np.full(int(starts[-1] + widths[-1] + 1), _PHI, dtype=np.uint64)
+    prev = np.zeros_like(states)  # each row's predecessor's last counter
+    prev[1:] = states[:-1] + widths[:-1].astype(np.uint64) * _PHI
+    z[starts] = states - prev
+    np.cumsum(z, out=z)
+    return z
 
 
 class AcceptanceModel:
@@ -109,10 +158,22 @@ class AcceptanceModel:
         x}: k integer comparisons, or one binary search (no float conversion)."""
         self._th_list = [np.uint64(t) for t in scaled.tolist()]
         self.mean = 1.0 + float(self.survive.sum())
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, list[int], dict[int, Any]]] = {}
+        self._blocks: dict[int, DrawBlock] = {}
         self._block_steps = BLOCK_STEPS
         self._needs: list[int] = []
         """Steps the first joins since the last block was drawn needed (sizes the next)."""
+        self.expected: tuple[np.ndarray, np.ndarray] | None = None
+        """Per request id: (computed tokens, tokens left) expected at its first join
+        (:meth:`expect`), or None."""
+
+    def expect(self, computed: np.ndarray, left: np.ndarray) -> None:
+        """Announce the requests (ids 0 … n − 1): the computed tokens and the tokens left to
+        decode each is expected to join the pool with. A block then draws each row about
+        what its request needs (``left / mean · 1.1 + 8`` steps) instead of the percentile
+        width; users may precompute per-row work on it (:class:`DrawBlock`). Only widths
+        change: a request that needs more draws the rest on its own, values are the same."""
+        self.expected = (np.asarray(computed, np.int64), np.asarray(left, np.int64))
+        self._blocks.clear()
 
     def _count(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Accepted lengths 1 + #{i : x < threshold_i} of the top bits ``x`` (int64; written
@@ -137,40 +198,59 @@ class AcceptanceModel:
         """Unclipped accepted lengths (1 … k + 1) of steps ``j0 … j0 + count − 1``."""
         return self._count(_top_bits(self.key, rid, j0, count))
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, list[int], dict[int, Any]]:
-        """Accepted lengths of the first steps of requests ``b·BLOCK_REQUESTS …`` (one row
-        each), their prefix sums (leading 0), each row's total (a list) and the prefix sums
-        times a scale, by scale (:meth:`draw_packed`, filled on demand): the same values as
-        :meth:`lengths`, drawn in
-        one vectorised pass (a join then slices its row), :data:`_CHUNK_ROWS` rows at a time
-        so that the scratch arrays stay in cache. The last few blocks are kept."""
+    def block(self, b: int) -> DrawBlock:
+        """Block ``b``'s draws (:class:`DrawBlock`): the same values as :meth:`lengths`,
+        drawn in one vectorised pass (a join then slices its row), :data:`_CHUNK_ROWS` rows
+        at a time so that the scratch arrays stay in cache. The last few blocks are kept."""
         got = self._blocks.get(b)
         if got is not None:
             return got
-        steps = self._next_block_steps()
+        widths = self._widths(b)
+        span = widths + 1
+        ends = np.cumsum(span)
+        starts = ends - span
         rids = np.arange(b * BLOCK_REQUESTS, (b + 1) * BLOCK_REQUESTS, dtype=np.uint64)
         states = splitmix64(splitmix64(rids) ^ np.uint64(self.key & _MASK))
-        # 1 ≤ a ≤ k + 1: a byte each (the prefix sums stay int64)
-        a = np.empty((BLOCK_REQUESTS, steps), dtype=np.int8 if self.k < 127 else np.int64)
-        cum = np.empty((BLOCK_REQUESTS, steps + 1), dtype=np.int64)
-        cum[:, 0] = 0
-        z = np.empty((_CHUNK_ROWS, steps), dtype=np.uint64)
-        tmp = np.empty_like(z)
-        phi = _STEPS_PHI[None, :steps]
-        for i in range(0, BLOCK_REQUESTS, _CHUNK_ROWS):
-            np.add(phi, states[i : i + _CHUNK_ROWS, None], out=z)
+        w = int(widths[0])
+        uniform = bool((widths == w).all())
+        z = _counters(states, widths, starts, w if uniform else -1)
+        a = np.empty(len(z), dtype=np.int8 if self.k < 127 else np.int64)  # 1 ≤ a ≤ k + 1
+        bounds = list(pairwise([*starts[::_CHUNK_ROWS].tolist(), len(z)]))
+        tmp = np.empty(max(hi - lo for lo, hi in bounds), dtype=np.uint64)
+        for lo, hi in bounds:
+            zz, t = z[lo:hi], tmp[: hi - lo]
             for shift, mul in ((_S30, _M1), (_S27, _M2), (_S31, None)):  # splitmix64
-                np.right_shift(z, shift, out=tmp)
-                z ^= tmp
+                np.right_shift(zz, shift, out=t)
+                zz ^= t
                 if mul is not None:
-                    z *= mul
-            z >>= _S11
-            self._count(z, a[i : i + _CHUNK_ROWS])
-            np.cumsum(a[i : i + _CHUNK_ROWS], axis=1, out=cum[i : i + _CHUNK_ROWS, 1:])
+                    zz *= mul
+            zz >>= _S11
+            self._count(zz, a[lo:hi])
+        a[starts] = 0
+        run = None
+        if uniform:  # each row's prefix sums in one 2-D pass
+            cum = np.cumsum(a.reshape(BLOCK_REQUESTS, w + 1), axis=1, dtype=np.int64).ravel()
+        else:
+            run = np.cumsum(a, dtype=np.int64)
+            cum = run - np.repeat(run[starts], span)
         if len(self._blocks) >= 4:
             del self._blocks[next(iter(self._blocks))]
-        got = self._blocks[b] = (a, cum, cum[:, -1].tolist(), {})
+        got = self._blocks[b] = DrawBlock(
+            a, cum, starts.tolist(), widths.tolist(), cum[ends - 1].tolist()
+        )
+        got.run = run
         return got
+
+    def _widths(self, b: int) -> np.ndarray:
+        """Steps drawn per row of block ``b``: each row its expected need where the requests
+        were announced (:meth:`expect`; 8 past the last), else :meth:`_next_block_steps`."""
+        lo = b * BLOCK_REQUESTS
+        if self.expected is not None and lo < len(self.expected[1]):
+            left = np.zeros(BLOCK_REQUESTS, dtype=np.int64)
+            known = self.expected[1][lo : lo + BLOCK_REQUESTS]
+            left[: len(known)] = np.maximum(known, 0)
+            return (left * (1.1 / self.mean)).astype(np.int64) + 8
+        return np.full(BLOCK_REQUESTS, self._next_block_steps(), dtype=np.int64)
 
     def _next_block_steps(self) -> int:
         """Steps of the next block: the 99th percentile of the steps the first joins since the
@@ -180,10 +260,7 @@ class AcceptanceModel:
             want = sorted(needs)[len(needs) * 99 // 100]
             self._block_steps = min(max(-(-want // 64) * 64, 64), 2048)
             needs.clear()
-        steps = self._block_steps
-        if steps >= len(_STEPS_PHI):
-            _top_bits(0, 0, 0, steps)  # grows the counter table
-        return steps
+        return self._block_steps
 
     def lengths_until(self, rid: int, j0: int, tokens_left: int) -> np.ndarray:
         """Accepted lengths from step ``j0`` until ``tokens_left`` tokens are reached, the last
@@ -202,24 +279,25 @@ class AcceptanceModel:
     def draw_packed(
         self, rid: int, j0: int, tokens_left: int, scale: int
     ) -> tuple[np.ndarray, int, np.ndarray, int]:
-        """``(rows, r, y, last)``: :meth:`draw_row`'s lengths as row ``r`` of ``rows`` (a
-        cached block's, on a first join: no view made) and its prefix sums times ``scale``
-        (the speculative pool's packed levels: the whole block's at once on a first join,
-        computed otherwise), ``last`` found on them."""
+        """``(a, i, y, last)``: :meth:`draw_row`'s lengths as ``a[i:]`` (a cached block's
+        flat array, on a first join: no view made) and its prefix sums times ``scale`` as
+        ``y`` (the speculative pool's packed levels: the whole block's at once on a first
+        join, computed otherwise), ``last`` found on them."""
         if j0 == 0 and rid >= 0:
             b, r = divmod(rid, BLOCK_REQUESTS)
-            block = self._blocks.get(b) or self._block(b)
-            if block[2][r] >= tokens_left:  # the common case: the row reaches it
-                scaled = block[3].get(scale)
+            block = self._blocks.get(b) or self.block(b)
+            if block.totals[r] >= tokens_left:  # the common case: the row reaches it
+                scaled = block.scaled.get(scale)
                 if scaled is None:
-                    scaled = block[3][scale] = block[1] * scale
-                y = scaled[r]
+                    scaled = block.scaled[scale] = block.cum * scale
+                s0 = block.starts[r]
+                y = scaled[s0 : s0 + block.widths[r] + 1]
                 last = int(y.searchsorted(tokens_left * scale))
                 if len(self._needs) < 4096:
                     self._needs.append(last)
-                return block[0], r, y, last
+                return block.a, s0 + 1, y, last
         a, cum, last = self.draw_row(rid, j0, tokens_left)
-        return a[None, :], 0, cum * scale, last
+        return a, 0, cum * scale, last
 
     def draw_row(self, rid: int, j0: int, tokens_left: int) -> tuple[np.ndarray, np.ndarray, int]:
         """``(a, cum, last)``: unclipped accepted lengths ``a`` from step ``j0`` on, their
@@ -231,9 +309,10 @@ class AcceptanceModel:
             raise ValueError(f"tokens_left must be >= 1, got {tokens_left}")
         if j0 == 0 and rid >= 0:  # a request's first join: its block's draws, drawn at once
             b, r = divmod(rid, BLOCK_REQUESTS)
-            block = self._blocks.get(b) or self._block(b)
-            a, cum = block[0][r], block[1][r]
-            if block[2][r] >= tokens_left:  # the common case: the row reaches it
+            block = self._blocks.get(b) or self.block(b)
+            s0, w = block.starts[r], block.widths[r]
+            a, cum = block.a[s0 + 1 : s0 + 1 + w], block.cum[s0 : s0 + 1 + w]
+            if block.totals[r] >= tokens_left:  # the common case: the row reaches it
                 last = int(cum.searchsorted(tokens_left))
                 if len(self._needs) < 4096:
                     self._needs.append(last)

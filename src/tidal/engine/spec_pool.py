@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from tidal.core.request import Request
-from tidal.engine.acceptance import AcceptanceModel
+from tidal.engine.acceptance import BLOCK_REQUESTS, AcceptanceModel
 from tidal.engine.decode_pool import DecodePool
+from tidal.engine.spec_levels import first_join_levels
 
 _LOW = (1 << 32) - 1
 
@@ -72,13 +73,14 @@ class SpecDecodePool(DecodePool):
             self._shift if self._shift >= 0 else block_size, dtype=np.int64
         )  # fmt: skip
         """The shift (or the block size) as a 0-d array, for the same reason."""
-        """``cum · _scale``: the draws' prefix sums as :meth:`_levels` reads them."""
-        self._rec: dict[int, tuple[int, int, np.ndarray, int, np.ndarray, int, int]] = {}
-        """rid → (join step, computed at join, ``rows`` and ``r``: its unclipped accepted
-        lengths a are ``rows[r]``, ``y = cum·_scale`` with cum their prefix sums (cum[0] = 0),
-        steps to departure ``last``, tokens to gain ``left``): the member gains ``a[j]`` at
-        its step j < last − 1 and ``left − cum[last − 1]`` at its last (the arrays may be
-        longer than ``last`` and are read-only)."""
+        self._rec: dict[int, tuple[int, int, np.ndarray, int, np.ndarray, int, int, int]] = {}
+        """rid → (join step, computed at join, ``a`` and ``i``: its unclipped accepted
+        lengths are ``a[i:]``, ``y`` and ``o``: ``y[o:] = cum·_scale`` with cum their prefix
+        sums (cum[0] = 0), steps to departure ``last``, tokens to gain ``left``): the member
+        gains ``a[i + j]`` at its step j < last − 1 and ``left − cum[last − 1]`` at its last
+        (the arrays may be longer and are read-only: a draw block's, shared)."""
+        self._key = ("spec_pool_levels", block_size)
+        """Where this pool's first-join levels of a draw block are kept (:meth:`_first`)."""
         self._origin = 0
         """Pool step of index 0 of :attr:`_lev`."""
         self._lev = np.zeros(self.initial_steps, dtype=np.int64)
@@ -88,11 +90,11 @@ class SpecDecodePool(DecodePool):
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
-        self._hist = np.zeros(self.k + 2, dtype=np.int64)
-        """Verification steps by accepted length a (1 … k + 1) of the members that left, but
-        for the rows still in :attr:`_pending`."""
+        self._ge = np.zeros(self.k, dtype=np.int64)
+        """Verification steps that accepted draft i (a ≥ i + 1, i = 1 … k) of the members that
+        left, but for the rows still in :attr:`_pending`."""
         self._pending: list[np.ndarray] = []
-        """Unclipped lengths of departed members' steps, counted into :attr:`_hist` in one
+        """Unclipped lengths of departed members' steps, counted into :attr:`_ge` in one
         pass when there are many."""
         self._pending_excess: list[int] = []
         """Per pending row, what its last step was clipped by (0: not clipped or not run)."""
@@ -137,11 +139,12 @@ class SpecDecodePool(DecodePool):
     def accepted_per_pos(self) -> np.ndarray:
         """Steps that accepted draft i (i = 1 … k), over the members that left."""
         self._flush()
-        return self._hist[::-1].cumsum()[::-1][2:]
+        return self._ge.copy()
 
     def _flush(self) -> None:
-        """Count the pending departed rows into :attr:`_hist`, each clipped last step at its
-        clipped value."""
+        """Count the pending departed rows into :attr:`_ge`, each clipped last step at its
+        clipped value (k ≤ 8: k counts of ``a > i`` on the bytes, cheaper than a bincount's
+        conversion to int64)."""
         rows = self._pending
         if not rows:
             return
@@ -149,7 +152,10 @@ class SpecDecodePool(DecodePool):
         ends = np.cumsum([len(r) for r in rows]) - 1
         excess = np.array(self._pending_excess, dtype=flat.dtype)
         flat[ends] -= excess
-        self._hist += np.bincount(flat, minlength=self.k + 2)
+        if self.k <= 8:
+            self._ge += [np.count_nonzero(flat > i) for i in range(1, self.k + 1)]
+        else:
+            self._ge += np.bincount(flat, minlength=self.k + 2)[::-1].cumsum()[::-1][2:]
         rows.clear()
         self._pending_excess.clear()
         self._pending_len = 0
@@ -167,16 +173,21 @@ class SpecDecodePool(DecodePool):
                 f"simulates at block size {self.block_size} (fewer than "
                 f"{self.max_tokens_blocks // self.block_size}); lower max_output_len"
             )
-        rows, r, y, last = self.acceptance.draw_packed(rid, req.num_spec_steps, left, self._scale)
+        got = self._first(rid, c0, left) if req.num_spec_steps == 0 else None
+        if got is not None:  # the block's precomputed levels of the announced request
+            lvl, a, i, y, o, last = got
+        else:
+            a, i, y, last = self.acceptance.draw_packed(rid, req.num_spec_steps, left, self._scale)
+            lvl, o = self._levels(c0, left, y[:last]), 0
         steps = self.steps
         origin = self._origin
         if steps + last > origin + len(self._lev):
             origin = self._span(steps + last)
         lo = steps - origin
         ahead = self._lev[lo : lo + last]  # a view: added in place (no write-back copy)
-        ahead += self._levels(c0, left, y[:last])
+        ahead += lvl[o : o + last]
         self._ctx += c0 + 1
-        self._rec[rid] = (steps, c0, rows, r, y, last, left)
+        self._rec[rid] = (steps, c0, a, i, y, o, last, left)
         req.pool_base = c0
         req.in_pool = True
         self.members[rid] = req
@@ -184,10 +195,36 @@ class SpecDecodePool(DecodePool):
         self._join_id[rid] = self._joins
         heapq.heappush(self._leave, (steps + last, rid, self._joins))
 
+    def _first(
+        self, rid: int, c0: int, left: int
+    ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int, int] | None:
+        """``(levels, a, i, y, o, last)`` of a first join whose computed count and tokens left
+        are those announced (:meth:`AcceptanceModel.expect`): its levels are
+        ``levels[o : o + last]``, computed for the whole draw block at once (the same
+        values as :meth:`_levels`: :func:`~tidal.engine.spec_levels.first_join_levels`);
+        None otherwise."""
+        acc = self.acceptance
+        if acc.expected is None or not 0 <= rid < len(acc.expected[1]):
+            return None
+        b, r = divmod(rid, BLOCK_REQUESTS)
+        block = acc._blocks.get(b) or acc.block(b)
+        got = block.extra.get(self._key)
+        if got is None:
+            lo, (c0_all, left_all) = b * BLOCK_REQUESTS, acc.expected
+            got = block.extra[self._key] = first_join_levels(
+                block, c0_all[lo : lo + BLOCK_REQUESTS], left_all[lo : lo + BLOCK_REQUESTS],
+                self.block_size, self.max_tokens_blocks,
+            )  # fmt: skip
+        lvl, y, c0s, lefts, lasts = got
+        if r >= len(lasts) or lasts[r] < 0 or c0s[r] != c0 or lefts[r] != left:
+            return None
+        o = block.starts[r]
+        return lvl, block.a, o + 1, y, o, lasts[r]
+
     def computed(self, req: Request) -> int:
-        join, c0, _, _, y, last, left = self._rec[req.request_id]
+        join, c0, _, _, y, o, last, left = self._rec[req.request_id]
         s = self.steps - join
-        return c0 + (y.item(s) // self._scale if s < last else left)
+        return c0 + (y.item(o + s) // self._scale if s < last else left)
 
     def materialize(self, req: Request) -> None:
         c = self.computed(req)
@@ -199,9 +236,9 @@ class SpecDecodePool(DecodePool):
         """Take ``req`` out (departure, preemption, stop): write its counters back, withdraw
         its levels still ahead (none at its departure), count its verification steps."""
         rid = req.request_id
-        join, c0, rows, r, y, last, left = self._rec.pop(rid)
+        join, c0, a, i, y, o, last, left = self._rec.pop(rid)
         s = self.steps - join
-        gained = y.item(s) // self._scale if s < last else left
+        gained = y.item(o + s) // self._scale if s < last else left
         c = c0 + gained
         req.num_computed_tokens = c
         req.num_output_tokens = c + 1 - req.prompt_len - req.num_extra_tokens
@@ -209,14 +246,14 @@ class SpecDecodePool(DecodePool):
         if s < last:  # steps it will not run: its level is 0 from now on
             lo = self.steps - self._origin
             ahead = self._lev[lo : lo + last - s]
-            ahead -= self._levels(c0, left, y[s:last])
+            ahead -= self._levels(c0, left, y[o + s : o + last])
         self._ctx -= c + 1
         if s:
             self.num_drafts += s
             self.num_draft_tokens += s * self.k
             self.num_accepted_tokens += gained - s
-            self._pending.append(rows[r, :s])
-            self._pending_excess.append(y.item(last) // self._scale - left if s == last else 0)
+            self._pending.append(a[i : i + s])
+            self._pending_excess.append(y.item(o + last) // self._scale - left if s == last else 0)
             self._pending_len += s
             if self._pending_len > 1 << 16:
                 self._flush()
@@ -280,16 +317,19 @@ class SpecDecodePool(DecodePool):
         if stop <= start:
             return 0
         i = self.steps - self._origin  # levels past the array's end are 0
+        lev = self._lev
+        if i + stop < len(lev):
+            return (lev.item(i + stop) - lev.item(i + start)) & _LOW
         return (self._level(i + stop) - self._level(i + start)) & _LOW
 
     def needs_block(self, req: Request) -> int:
-        join, c0, _, _, y, last, left = self._rec[req.request_id]
+        join, c0, _, _, y, o, last, left = self._rec[req.request_id]
         s = self.steps - join
         if s >= last:
             return 0
         bs, sc = self.block_size, self._scale
-        nxt = left if s + 1 == last else y.item(s + 1) // sc
-        return (c0 + nxt + bs - 1) // bs - (c0 + y.item(s) // sc + bs - 1) // bs
+        nxt = left if s + 1 == last else y.item(o + s + 1) // sc
+        return (c0 + nxt + bs - 1) // bs - (c0 + y.item(o + s) // sc + bs - 1) // bs
 
     def steps_until_departure_or_full(self, free_blocks: int) -> int:
         """Steps (≥ 1) a pure-decode plan can repeat: until the first departure, and no further

@@ -41,7 +41,7 @@ from tidal.sim.config import SimulationConfig
 from tidal.sim.instance import SimInstance
 from tidal.sim.recorder import RequestRecorder
 from tidal.sim.simulator import Simulation
-from tidal.sim.speculation import base_perf, build_speculation
+from tidal.sim.speculation import announce_requests, base_perf, build_speculation
 from tidal.workload.base import RequestSet
 from tidal.workload.build import build_workload
 from tidal.workload.content import unique_content
@@ -273,6 +273,7 @@ def run_single(
     check_context(cfg.model_spec(), reqs)
     max_tokens = int((reqs.prompt_len + reqs.output_len + reqs.extra.get("return_tokens", 0)).max())
     scheduler, perf, mem = build_instance(cfg, max_tokens, reqs.content is not None)
+    announce_requests(scheduler, reqs)
     inst = SimInstance(0, scheduler, perf, cfg.fast_forward)
     recorder = RequestRecorder(reqs)
     n = len(reqs)

@@ -22,6 +22,7 @@ from tidal.hardware.models import ModelSpec, get_model
 from tidal.hardware.perf import PerfModel
 from tidal.hardware.spec_perf import SpecPerfModel
 from tidal.sim.config import SimulationConfig
+from tidal.workload.base import RequestSet
 
 SEED_CHILD = 5
 """Index of the speculation stream among the run seed's ``SeedSequence`` children."""
@@ -29,6 +30,18 @@ SEED_CHILD = 5
 DRAFT_LAYERS = {"eagle3": 1, "eagle": 1, "mtp": 1, "deepseek_mtp": 1}
 """Decoder layers of one draft pass: EAGLE/EAGLE-3 heads are one decoder layer; DeepSeek-V3's
 MTP module is one transformer block (chained k times by vLLM)."""
+
+
+def announce_requests(scheduler: object, reqs: RequestSet) -> None:
+    """Tell a speculative instance's acceptance draws its requests' lengths (ids are indices
+    of ``reqs``; a plain request joins the decode pool with its prompt computed and
+    ``output_len − 1`` tokens left): its draw blocks then draw each row about what it needs
+    and precompute the first joins' levels (:meth:`AcceptanceModel.expect`). Outputs do not
+    change; a request that joins otherwise takes the general path."""
+    pool = getattr(getattr(scheduler, "state", None), "pool", None)
+    acc = getattr(pool, "acceptance", None)
+    if isinstance(acc, AcceptanceModel):
+        acc.expect(reqs.prompt_len, reqs.output_len - 1)
 
 
 def speculation_key(seed: int) -> int:
