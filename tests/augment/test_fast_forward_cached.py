@@ -7,6 +7,7 @@ in the context) and INFERCEPT's profiles (``linear``), under each batching polic
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from functools import cache
 
@@ -134,8 +135,11 @@ def test_the_head_of_an_empty_instance_reclaims_for_its_cached_prefix_too():
     admission takes its 24 cached blocks and one more: 25 of the 24 free. The reclaim for that
     head counted a chunk from zero (256 tokens, 16 blocks: "free enough") and discarded
     nothing; the engine went idle with R1 queued (RuntimeError). It now counts the head's
-    blocks as admission does, and discards R0's idle context."""
-    perf = perf_of(2)
+    blocks as admission does, and discards R0's idle context. Timed with synchronous
+    scheduling: async scheduling's one-step admission lag moves R1's arrival, and the cache
+    never runs out."""
+    perf = copy.copy(perf_of(2))
+    perf.schedules_ahead = False  # the scenario as found (vLLM's --no-async-scheduling)
     rs = workload([0.02, 0.11], [1, 329], [spec((66, 0.0, 0), final=1), spec(final=57)])
     rs = dataclasses.replace(rs, content=unique_content(rs.prompt_len))
     recs = []
