@@ -59,7 +59,7 @@ PROBE: dict[str, tuple[object, dict[str, object]]] = {
     "token_budget": (300, {}),
     "max_seqs": (2, {}),
     "enable_mixed_chunk": (True, {"engine": "sglang"}),
-    "max_prefill_tokens": (20, {"engine": "sglang"}),
+    "max_prefill_tokens": (20, {"engine": "sglang", "rate": "40"}),
     # a KV pool small enough that SGLang's admission reserve binds
     "schedule_conservativeness": (10.0, {"engine": "sglang", "mem_fraction_static": 0.2}),
     "scheduler_recv_interval": (30, {"engine": "sglang"}),
@@ -144,8 +144,6 @@ NOT_HERE = {
     ("branch_policy", "single"): "its early stop needs long outputs (tests/test_parallel_probe.py)",
     ("max_prefill_tokens", "trace"): "the fixture's arrivals are 200 ms apart: no step admits "
     "two prompts (tests/engine/test_sglang_batching.py)",
-    ("max_prefill_tokens", "augmented"): "with SGLang's overlap scheduler (an arrival waits a "
-    "step) no step of its 12 requests admits two prompts (tests/engine/test_sglang_batching.py)",
     ("schedule_conservativeness", "trace"): "the fixture's requests do not meet a full KV pool: "
     "no admission is refused for its reserve (tests/engine/test_sglang_admission.py)",
     ("schedule_conservativeness", "augmented"): "its 12 requests give the same digest at "
